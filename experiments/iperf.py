@@ -1,0 +1,141 @@
+"""iperf3 between two of the testbed's namespaces: the one place that starts iperf3.
+
+flent's split: :func:`check` finds the binary before anything starts,
+:func:`measure` runs a server and a client, and the free function
+:func:`parse_iperf3` turns the client's ``-J`` output into a :class:`Result`, so
+the parser is tested on captured output without root.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import subprocess
+import time
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 5201
+
+
+class IperfError(RuntimeError):
+    """iperf3 is missing, did not start, or reported an error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One iperf3 measurement, as the receiver saw it (omitted warm-up excluded)."""
+
+    transport: str
+    goodput_mbps: float
+    bytes: int
+    seconds: float
+    retransmits: Optional[int]
+    loss_pct: Optional[float]
+    cpu_sender_pct: Optional[float]
+    cpu_receiver_pct: Optional[float]
+
+
+def check() -> str:
+    """Path of iperf3, or :class:`IperfError` saying how to install it."""
+    path = shutil.which("iperf3")
+    if not path:
+        raise IperfError("iperf3 not found: install it (apt-get install iperf3, or scripts/install.sh)")
+    return path
+
+
+def parse_iperf3(text: str) -> Result:
+    """Parse ``iperf3 -c ... -J`` output (TCP or UDP) into a :class:`Result`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise IperfError(f"iperf3 output is not JSON ({e}): {text[:200]!r}") from None
+    if data.get("error"):
+        raise IperfError(f"iperf3: {data['error']}")
+    end = data.get("end") or {}
+    cpu = end.get("cpu_utilization_percent") or {}
+    protocol = (data.get("start", {}).get("test_start", {}).get("protocol") or "TCP").lower()
+    if protocol == "udp":
+        s = end.get("sum_received") or end.get("sum") or {}
+        retrans, loss = None, float(s.get("lost_percent", 0.0))
+    else:
+        s = end.get("sum_received") or {}
+        retrans, loss = int((end.get("sum_sent") or {}).get("retransmits", 0)), None
+    if not s:
+        raise IperfError("iperf3 output has no end summary (interrupted test?)")
+    return Result(
+        transport=protocol,
+        goodput_mbps=float(s["bits_per_second"]) / 1e6,
+        bytes=int(s["bytes"]),
+        seconds=float(s["seconds"]),
+        retransmits=retrans,
+        loss_pct=loss,
+        cpu_sender_pct=cpu.get("host_total"),
+        cpu_receiver_pct=cpu.get("remote_total"),
+    )
+
+
+def _listening(pid: int, port: int) -> bool:
+    """Whether process ``pid``'s network namespace has a TCP listener on ``port``.
+
+    Reads /proc/PID/net/tcp{,6}, which shows the sockets of that process's
+    namespace: no extra process is spawned (spawning is slow inside UML).
+    """
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except (OSError, StopIteration):
+            continue
+    return False
+
+
+def measure(server_ns: str, client_ns: str, server_addr: str, duration_s: float = 5.0,
+            transport: str = "tcp", mss: Optional[int] = None, length: Optional[int] = None,
+            bitrate: Optional[str] = None, omit_s: float = 1.0, port: int = DEFAULT_PORT,
+            timeout_s: Optional[float] = None) -> Result:
+    """Run one iperf3 test from ``client_ns`` to ``server_addr`` in ``server_ns``.
+
+    ``mss`` sets the TCP MSS (``-M``), ``length`` the write or datagram size (``-l``),
+    ``bitrate`` the offered rate (``-b``, e.g. ``"0"`` for unlimited UDP).  The
+    first ``omit_s`` seconds are a warm-up iperf3 leaves out of the result.
+    """
+    if transport not in ("tcp", "udp"):
+        raise ValueError(f"transport: {transport!r} is not tcp or udp")
+    iperf3 = check()
+    timeout_s = timeout_s or duration_s + omit_s + 30
+    server = subprocess.Popen(["ip", "netns", "exec", server_ns, iperf3, "-s", "-1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not _listening(server.pid, port):
+            if server.poll() is not None:
+                raise IperfError(f"iperf3 server in {server_ns} exited: {server.stderr.read().strip()}")
+            if time.monotonic() > deadline:
+                raise IperfError(f"iperf3 server in {server_ns} not listening on port {port} after 15 s")
+            time.sleep(0.02)
+        cmd = ["ip", "netns", "exec", client_ns, iperf3, "-c", server_addr, "-p", str(port), "-J",
+               "-t", f"{duration_s:g}", "-O", f"{omit_s:g}"]
+        if transport == "udp":
+            cmd += ["-u", "-b", bitrate or "0"]
+        elif bitrate:
+            cmd += ["-b", bitrate]
+        if mss:
+            cmd += ["-M", str(mss)]
+        if length:
+            cmd += ["-l", str(length)]
+        log.debug("iperf3: %s", " ".join(cmd))
+        client = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        return parse_iperf3(client.stdout)
+    except subprocess.TimeoutExpired:
+        raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Install everything IPsec Testbed needs on Debian/Ubuntu, idempotently.
+#
+#   scripts/install.sh            system packages (apt) + virtualenv at .venv
+#   scripts/install.sh --check    only report what is missing; exit 1 if anything is
+#
+# Quick when nothing is missing: dpkg is asked which packages are absent and apt runs
+# only for those; pip runs only when setup.py changed since the last install.
+# Used by ./run, .ci/run and the Vagrantfile, so all three install the same things.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv="$here/.venv"
+stamp="$venv/.ipsec-testbed-installed"
+python=${PYTHON:-/usr/bin/python3}
+
+# What the testbed runs, and why:
+#   iproute2 (ip, tc: the independent checker in tests), iperf3 (measurements),
+#   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
+#   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
+#   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests).
+apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
+              python3 python3-venv chromium)
+
+say() { printf 'install: %s\n' "$*" >&2; }
+
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
+done
+
+if [[ ${1:-} == --check ]]; then
+    rc=0
+    ((${#missing[@]})) && { say "missing packages: ${missing[*]}"; rc=1; }
+    [[ -f $stamp && $stamp -nt $here/setup.py ]] || { say "virtualenv .venv missing or stale"; rc=1; }
+    exit $rc
+fi
+
+if ((${#missing[@]})); then
+    if [[ $(id -u) != 0 ]]; then
+        say "needs root to install: ${missing[*]} (run with sudo)"
+        exit 1
+    fi
+    say "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    # A fresh machine has no package lists; refresh them once, then install.
+    apt-get update -qq
+    # No recommends: mininet recommends openvswitch-switch, which the testbed does not use.
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [[ ! -f $stamp || $here/setup.py -nt $stamp ]]; then
+    say "creating virtualenv $venv"
+    [[ -x $venv/bin/python ]] || "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]"
+    touch "$stamp"
+fi

@@ -1,0 +1,104 @@
+"""``ipsec-testbed clean``: remove what the testbed left behind, and only that.
+
+After a run killed with SIGKILL, three kinds of leftovers are possible, all named
+with the testbed's prefix (see :mod:`testbed.names`):
+
+- User-Mode Linux guests (their pid files are under ``/run/ipsec-testbed/uml``):
+  killing the guest removes every namespace, SA and process inside it at once;
+- network namespaces ``itb-*`` in ``/run/netns``, with the processes inside them;
+- interfaces ``itb<run id>*`` in the root namespace (a veth end not yet moved).
+
+Nothing else is touched: no global xfrm flush, no process matched by name.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import logging
+import os
+import shutil
+import signal
+
+from testbed import names, netns
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Cleaned:
+    """What :func:`clean` removed, for the report."""
+
+    uml_guests: list[str] = dataclasses.field(default_factory=list)
+    namespaces: list[str] = dataclasses.field(default_factory=list)
+    processes: list[int] = dataclasses.field(default_factory=list)
+    interfaces: list[str] = dataclasses.field(default_factory=list)
+    files: list[str] = dataclasses.field(default_factory=list)
+
+    def empty(self) -> bool:
+        return not any(dataclasses.astuple(self))
+
+
+def _uml_guests() -> list[tuple[str, int]]:
+    """(umid, pid) of running guests that we booted, checked against their command line."""
+    found = []
+    for piddir in sorted(glob.glob(os.path.join(names.STATE_DIR, "uml", f"{names.PREFIX}-*"))):
+        uml_id = os.path.basename(piddir)
+        try:
+            with open(os.path.join(piddir, "pid")) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+        except (OSError, ValueError):
+            found.append((uml_id, 0))  # a stale directory: the guest is gone
+            continue
+        # A recycled pid belongs to someone else: only kill a linux.uml with our umid.
+        found.append((uml_id, pid if f"umid={uml_id}".encode() in cmdline else 0))
+    return found
+
+
+def clean() -> Cleaned:
+    """Remove every testbed guest, namespace and root-namespace interface; see the module doc."""
+    done = Cleaned()
+    for uml_id, pid in _uml_guests():
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(os.getpgid(pid), signal.SIGKILL)
+            done.uml_guests.append(f"{uml_id} (pid {pid})")
+        shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
+    for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
+        if os.path.isdir(workdir) and not _workdir_in_use(workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+            done.files.append(workdir)
+    for name in netns.list_ours():
+        done.processes += netns.delete(name)
+        done.namespaces.append(name)
+    done.interfaces += _remove_root_interfaces()
+    return done
+
+
+def _workdir_in_use(workdir: str) -> bool:
+    """Whether a live linux.uml boots from this work directory's init script."""
+    needle = f"init={workdir}/init.sh".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        return True
+    return False
+
+
+def _remove_root_interfaces() -> list[str]:
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    removed = []
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME")
+            if name and name.startswith(names.PREFIX) and names.is_ours(name):
+                with contextlib.suppress(NetlinkError):
+                    ipr.link("del", index=link["index"])
+                    removed.append(name)
+    return removed

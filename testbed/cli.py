@@ -1,0 +1,184 @@
+"""The ``ipsec-testbed`` command.
+
+    ipsec-testbed doctor            what this kernel can do, probed for real
+    ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
+    ipsec-testbed test              unit tests, then the ESP integration tests
+    ipsec-testbed clean             remove every testbed namespace, interface, guest
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Optional, Sequence
+
+from testbed import kernel, uml
+
+log = logging.getLogger("ipsec-testbed")
+
+EPILOG = """\
+examples:
+  sudo ipsec-testbed doctor                     # can this kernel do ESP? which backend?
+  sudo ipsec-testbed uml -- ipsec-testbed doctor   # the same, asked of the UML kernel
+  sudo ipsec-testbed uml --mem 1G -- sh -c 'ip netns add x; ip -n x xfrm state'
+  sudo ipsec-testbed test -- -k esp             # the test suite, passing -k esp to pytest
+  sudo ipsec-testbed clean                      # after a crash or a SIGKILL
+
+Most commands need root: they create network namespaces and talk to the kernel.
+"""
+
+
+def _need_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise SystemExit(f"ipsec-testbed {what}: needs root (network namespaces, xfrm); run it with sudo")
+
+
+def add_kernel_options(p: argparse.ArgumentParser) -> None:
+    """The options every command that may boot UML shares (experiments use them too)."""
+    g = p.add_argument_group("kernel")
+    g.add_argument("--kernel", choices=kernel.KERNEL_CHOICES, default="auto",
+                   help="where IPsec runs: the host kernel, User-Mode Linux, or auto = the host "
+                        "kernel when it passes the ESP probe, UML otherwise (default: %(default)s)")
+    add_uml_options(g)
+
+
+def add_uml_options(g) -> None:
+    g.add_argument("--uml-kernel", metavar="PATH",
+                   help="UML kernel to boot instead of Debian's linux.uml, e.g. your tree's "
+                        "./linux after `make ARCH=um`")
+    g.add_argument("--uml-modules", metavar="DIR",
+                   help="module directory for --uml-kernel (a release dir with modules.dep, or "
+                        "the lib/modules of `make ARCH=um modules_install`); omit for a kernel "
+                        "with everything built in")
+    g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE",
+                   help="guest memory, e.g. 1G or 512M (default: %(default)s)")
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    _need_root("doctor")
+    report = kernel.probe()
+    backend = kernel.choose_backend(args.kernel, report)
+    if args.json:
+        print(json.dumps({**report.to_json(), "backend": backend.name, "backend_reason": backend.reason},
+                         indent=2))
+        return 0 if backend.name else 1
+    from rich.console import Console
+    from rich.table import Table
+
+    where = "User-Mode Linux guest" if report.in_uml else "host"
+    table = Table(title=f"IPsec Testbed doctor: {where} kernel {report.kernel_release}",
+                  title_justify="left")
+    for col in ("area", "capability", "", "detail"):
+        table.add_column(col)
+    last = None
+    for c in report.checks:
+        table.add_row(c.group if c.group != last else "", c.name,
+                      "[green]yes[/]" if c.ok else "[red]NO[/]", c.detail, end_section=False)
+        last = c.group
+    console = Console()
+    console.print(table)
+    colour = "green" if backend.name else "red"
+    console.print(f"[bold {colour}]backend: {backend.name or 'none'}[/] ({backend.reason})")
+    return 0 if backend.name else 1
+
+
+def cmd_uml(args: argparse.Namespace) -> int:
+    _need_root("uml")
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise SystemExit("ipsec-testbed uml: give a command after --, e.g. `ipsec-testbed uml -- ipsec-testbed doctor`")
+    if kernel.in_uml():
+        raise SystemExit("ipsec-testbed uml: already inside a UML guest; run the command directly")
+    try:
+        spec = uml.build_spec(command, kernel=args.uml_kernel, modules=args.uml_modules,
+                              mem=args.uml_mem, timeout_s=args.timeout)
+        return uml.run(spec)
+    except (uml.UmlError, ValueError) as e:
+        print(f"ipsec-testbed uml: {e}", file=sys.stderr)
+        return 125
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    _need_root("clean")
+    from testbed.clean import clean
+
+    done = clean()
+    if done.empty():
+        print("nothing to clean: no testbed guest, namespace or interface")
+        return 0
+    for label, items in (("UML guests killed", done.uml_guests), ("namespaces removed", done.namespaces),
+                         ("processes killed", done.processes), ("interfaces removed", done.interfaces),
+                         ("work directories removed", done.files)):
+        if items:
+            print(f"{label} ({len(items)}): {', '.join(map(str, items))}")
+    return 0
+
+
+def cmd_test(args: argparse.Namespace) -> int:
+    from testbed.selftest import run_suite
+
+    return run_suite(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ipsec-testbed", description="IPsec Testbed: reproduce IPsec performance experiments "
+        "in network namespaces, on the host kernel or in User-Mode Linux.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("doctor", help="probe what this kernel can do and which backend will run",
+                       description="Probe the running kernel for real, in a throwaway namespace: add and "
+                       "remove an SA for every algorithm, put tbf/htb/netem on a veth, look for iperf3, "
+                       "mnexec and User-Mode Linux; then say which kernel the testbed will use and why. "
+                       "Exit status 1 when no kernel can run the testbed.")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--kernel", choices=kernel.KERNEL_CHOICES, default="auto",
+                   help="the choice to explain (default: %(default)s)")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux",
+                       description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
+                       "the IPsec and tc modules, run COMMAND as root in the current directory, stream its "
+                       "output live and exit with its status (124: time limit, 125: the guest could not run).",
+                       epilog="example: sudo ipsec-testbed uml --timeout 600 -- .venv/bin/python -m pytest tests/integration",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_uml_options(p)
+    p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the guest after this long")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="what to run in the guest")
+    p.set_defaults(func=cmd_uml)
+
+    p = sub.add_parser("clean", help="remove every namespace, interface and guest the testbed left",
+                       description="Remove what the testbed created and nothing else: UML guests it booted, "
+                       "network namespaces named itb-*, root-namespace interfaces named itb<run>*, and the "
+                       "processes inside those namespaces. Safe to run any time; a no-op when nothing is left. "
+                       "It also ends runs in progress.")
+    p.set_defaults(func=cmd_clean)
+
+    p = sub.add_parser("test", help="run the test suite: unit tests, then integration tests with ESP",
+                       description="Run tests/unit on the host, then tests/integration on a kernel with ESP: "
+                       "the host kernel when it passes the probe, otherwise inside User-Mode Linux in one boot. "
+                       "Fails, never skips, when no ESP-capable kernel can be had.")
+    add_kernel_options(p)
+    p.add_argument("--unit-only", action="store_true", help="run only tests/unit (needs no root)")
+    p.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest (e.g. -k esp -x)")
+    p.set_defaults(func=cmd_test)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

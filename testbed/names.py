@@ -1,0 +1,52 @@
+"""Names of everything the testbed creates, so that cleanup finds exactly what is ours.
+
+Every network namespace is ``itb-<run id>-<role>``; every interface left in the root
+namespace starts with ``itb`` and stays within the kernel's 15 characters; every
+User-Mode Linux instance has the umid ``itb-<run id>`` and its pid file under
+:data:`STATE_DIR`.  ``ipsec-testbed clean`` removes these and nothing else.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+
+PREFIX = "itb"
+#: Host-side state of running testbed processes (UML pid files).  /run is a tmpfs,
+#: so a reboot clears it together with the namespaces it describes.
+STATE_DIR = os.environ.get("IPSEC_TESTBED_STATE_DIR", "/run/ipsec-testbed")
+IFNAMSIZ = 15
+
+_RUN_ID = re.compile(r"^[0-9a-f]{4,8}$")
+
+
+def new_run_id() -> str:
+    """A short random run id (6 hex digits) shared by everything one run creates."""
+    return secrets.token_hex(3)
+
+
+def netns_name(run_id: str, role: str) -> str:
+    """Name of the network namespace playing ``role`` in run ``run_id``."""
+    if not _RUN_ID.match(run_id):
+        raise ValueError(f"run id must be 4-8 lowercase hex digits, not {run_id!r}")
+    if not re.match(r"^[a-z0-9][a-z0-9_-]*$", role):
+        raise ValueError(f"namespace role must be lowercase letters, digits, '-' or '_', not {role!r}")
+    return f"{PREFIX}-{run_id}-{role}"
+
+
+def ifname(run_id: str, suffix: str) -> str:
+    """An interface name ``itb<run id><suffix>`` that fits in IFNAMSIZ (15) characters."""
+    name = f"{PREFIX}{run_id}{suffix}"
+    if len(name) > IFNAMSIZ:
+        raise ValueError(f"interface name {name!r} is longer than {IFNAMSIZ} characters")
+    return name
+
+
+def umid(run_id: str) -> str:
+    """The User-Mode Linux instance id for run ``run_id``."""
+    return f"{PREFIX}-{run_id}"
+
+
+def is_ours(name: str) -> bool:
+    """True when a namespace, interface or umid name carries the testbed's prefix."""
+    return name.startswith(PREFIX + "-") or bool(re.match(rf"^{PREFIX}[0-9a-f]{{4,8}}", name))

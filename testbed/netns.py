@@ -1,0 +1,114 @@
+"""Named network namespaces that the testbed owns: create, find, empty, delete.
+
+The one place that creates or deletes a namespace.  Namespaces are bind mounts
+under ``/run/netns`` (as ``ip netns add`` makes them), so iproute2 sees them too:
+``ip -n itb-1a2b3c-doctor xfrm state``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from typing import Iterator
+
+from pyroute2 import netns as _netns
+
+from testbed import names
+
+log = logging.getLogger(__name__)
+
+NETNS_DIR = "/run/netns"
+
+
+def list_ours() -> list[str]:
+    """Names of the testbed's namespaces that exist now."""
+    try:
+        entries = os.listdir(NETNS_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in entries if names.is_ours(n))
+
+
+def pids_in(name: str) -> list[int]:
+    """Processes whose network namespace is ``name`` (what ``ip netns pids`` does)."""
+    try:
+        target = os.stat(os.path.join(NETNS_DIR, name))
+    except FileNotFoundError:
+        return []
+    return pids_in_inode(target.st_dev, target.st_ino)
+
+
+def pids_in_inode(dev: int, ino: int) -> list[int]:
+    """Processes whose network namespace file has this (device, inode)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (dev, ino):
+            found.append(int(entry))
+    return found
+
+
+def kill_pids(pids: list[int], grace_s: float = 1.0) -> list[int]:
+    """SIGTERM, then SIGKILL whatever still runs after ``grace_s``; returns the pids signalled."""
+    signalled = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+    deadline = time.monotonic() + grace_s
+    while signalled and time.monotonic() < deadline:
+        if not any(_alive(p) for p in signalled):
+            break
+        time.sleep(0.05)
+    for pid in signalled:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return signalled
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def create(name: str) -> None:
+    """Create the namespace ``name`` (must carry the testbed's prefix) with lo up."""
+    if not names.is_ours(name):
+        raise ValueError(f"namespace {name!r} does not carry the testbed prefix {names.PREFIX!r}")
+    if os.path.exists(os.path.join(NETNS_DIR, name)):
+        raise FileExistsError(f"network namespace {name} exists already")
+    _netns.create(name)
+    from pyroute2 import IPRoute
+    with IPRoute(netns=name) as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+
+
+def delete(name: str) -> list[int]:
+    """Kill the processes inside ``name`` and delete it; returns the pids killed."""
+    if not names.is_ours(name):
+        raise ValueError(f"refusing to delete namespace {name!r}: not the testbed's")
+    killed = kill_pids(pids_in(name))
+    with contextlib.suppress(FileNotFoundError):
+        _netns.remove(name)
+    return killed
+
+
+@contextlib.contextmanager
+def namespace(name: str) -> Iterator[str]:
+    """A namespace that exists for the ``with`` block and is deleted after it, whatever happens."""
+    create(name)
+    try:
+        yield name
+    finally:
+        delete(name)

@@ -1,0 +1,129 @@
+"""``ipsec-testbed test``: the whole test suite, with the ESP tests on a kernel that has ESP.
+
+1. ``tests/unit`` on the host (no root needed);
+2. ``tests/integration`` on the host kernel when it passes the ESP probe, otherwise
+   inside User-Mode Linux, in one boot.  If neither can be had the suite fails: a
+   run that could not exercise ESP never passes.
+
+The last line is the combined count, ``tests: N passed, N failed``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from typing import Optional
+
+from testbed import kernel, uml
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: A generous bound for the integration suite inside UML (CI allows 90 minutes in all).
+UML_TIMEOUT_S = 50 * 60
+
+
+@dataclasses.dataclass
+class Counts:
+    """Outcome counts of one pytest run, read from its JUnit XML."""
+
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed + self.skipped
+
+    def __add__(self, other: "Counts") -> "Counts":
+        return Counts(self.passed + other.passed, self.failed + other.failed, self.skipped + other.skipped)
+
+
+def parse_junit(path: str) -> Counts:
+    """Counts from a pytest ``--junitxml`` file; an absent file counts as nothing run."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return Counts()
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+    c = Counts()
+    for s in suites:
+        tests, fail = int(s.get("tests", 0)), int(s.get("failures", 0)) + int(s.get("errors", 0))
+        skip = int(s.get("skipped", 0))
+        c += Counts(tests - fail - skip, fail, skip)
+    return c
+
+
+def _banner(text: str) -> None:
+    line = "=" * 78
+    print(f"\n{line}\n{text}\n{line}", flush=True)
+
+
+def _pytest_cmd(where: str, junit: str, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", where, "-ra", "--junitxml", junit, *extra]
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    """Run the suite as described in the module docstring; returns the exit status."""
+    extra = list(args.pytest_args)
+    out = tempfile.mkdtemp(prefix="itb-test-")
+    _banner("unit tests (tests/unit, host)")
+    unit_rc = subprocess.call(_pytest_cmd("tests/unit", f"{out}/unit.xml", extra), cwd=REPO)
+    unit = parse_junit(f"{out}/unit.xml")
+    if args.unit_only:
+        return _summary(unit, unit_rc, None, 0, "not run (--unit-only)")
+
+    if os.geteuid() != 0:
+        print("ipsec-testbed test: the integration tests need root; run with sudo "
+              "(or --unit-only)", file=sys.stderr)
+        return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: not root")
+    backend = kernel.choose_backend(args.kernel)
+    if backend.name is None:
+        _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{backend.reason}\n"
+                "Install Debian's user-mode-linux package (scripts/install.sh does) or use a kernel "
+                "with CONFIG_INET_ESP/CONFIG_INET6_ESP.")
+        return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
+
+    cmd = _pytest_cmd("tests/integration", f"{out}/integration.xml", extra)
+    if backend.name == "host":
+        where = f"host kernel {os.uname().release}"
+        _banner(f"integration tests with ESP on the {where}\n({backend.reason})")
+        integ_rc = subprocess.call(cmd, cwd=REPO)
+    else:
+        where = "User-Mode Linux"
+        _banner(f"integration tests with ESP inside User-Mode Linux\n({backend.reason})")
+        try:
+            spec = uml.build_spec(cmd, kernel=args.uml_kernel, modules=args.uml_modules,
+                                  mem=args.uml_mem, timeout_s=UML_TIMEOUT_S, cwd=REPO)
+            where = f"User-Mode Linux {os.path.basename(spec.modules_dir or spec.kernel)}"
+            integ_rc = uml.run(spec)
+        except uml.UmlError as e:
+            print(f"ipsec-testbed test: {e}", file=sys.stderr)
+            integ_rc = 125
+    integ = parse_junit(f"{out}/integration.xml")
+    return _summary(unit, unit_rc, integ, integ_rc, where)
+
+
+def _summary(unit: Counts, unit_rc: int, integ: Optional[Counts], integ_rc: int, where: str) -> int:
+    _banner("summary")
+    print(f"unit tests:        {unit.passed} passed, {unit.failed} failed, {unit.skipped} skipped"
+          f" (pytest exit {unit_rc})")
+    ok = unit_rc == 0 and unit.total > 0
+    total = unit
+    if integ is not None:
+        print(f"integration tests: {integ.passed} passed, {integ.failed} failed, {integ.skipped} skipped"
+              f" (exit {integ_rc}); ESP tests ran on: {where}")
+        ran_esp = integ.passed > 0
+        if not ran_esp:
+            print("ESP WAS NOT EXERCISED: no integration test passed on an ESP-capable kernel", file=sys.stderr)
+        ok = ok and integ_rc == 0 and ran_esp
+        total = total + integ
+        # Tests that never ran still count against the suite.
+        if integ.total == 0 and integ_rc != 0:
+            total = total + Counts(failed=1)
+    else:
+        print(f"integration tests: {where}")
+    print(f"tests: {total.passed} passed, {total.failed} failed" + (f", {total.skipped} skipped" if total.skipped else ""))
+    return 0 if ok else 1

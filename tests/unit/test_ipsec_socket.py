@@ -1,0 +1,269 @@
+"""XfrmSocket logic without a kernel: refusals, batch rollback, error messages.
+
+A fake netlink object stands in for the NETLINK_XFRM socket; it records every request
+and answers with canned (real, captured) kernel messages or errors.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+
+from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, probe_spec
+from ipsec.xfrm import (
+    XFRM_MSG_DELPOLICY,
+    XFRM_MSG_DELSA,
+    XFRM_MSG_FLUSHPOLICY,
+    XFRM_MSG_FLUSHSA,
+    XFRM_MSG_GETPOLICY,
+    XFRM_MSG_GETSA,
+    XFRM_MSG_NEWPOLICY,
+    XFRM_MSG_NEWSA,
+    KernelError,
+    XfrmError,
+    XfrmSocket,
+    decode_messages,
+    error_for,
+    plan_add_sa,
+    plan_del_policy,
+)
+
+FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "xfrm" / "iproute2.json").read_text())
+
+
+def captured(name: str) -> list[Any]:
+    return [m for d in FIXTURES[name]["replies"] for m in decode_messages(bytes.fromhex(d))]
+
+
+class FakeNetlink:
+    """Records requests; ``answer(n, msg_type)`` returns reply messages or raises."""
+
+    def __init__(self, answer: Optional[Callable[[int, int], list[Any]]] = None) -> None:
+        self.sent: list[tuple[int, int, Any]] = []
+        self.answer = answer or (lambda n, t: [])
+        self.closed = False
+
+    def nlm_request(self, msg: Any, msg_type: int, msg_flags: int) -> Iterator[Any]:
+        self.sent.append((msg_type, msg_flags, msg))
+        yield from self.answer(len(self.sent), msg_type)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def types(self) -> list[int]:
+        return [t for t, _, _ in self.sent]
+
+
+def fail_at(index: int, code: int, extack: Optional[str] = None) -> Callable[[int, int], list[Any]]:
+    def answer(n: int, msg_type: int) -> list[Any]:
+        if n == index:
+            raise KernelError(code, extack)
+        return []
+    return answer
+
+
+SA_A = SASpec(src="10.0.0.1", dst="10.0.0.2", proto="esp", spi=0x100, reqid=1,
+              aead="aes-gcm-128", aead_key=bytes(20))
+SA_B = SASpec(src="10.0.0.2", dst="10.0.0.1", proto="esp", spi=0x101, reqid=1,
+              aead="aes-gcm-128", aead_key=bytes(20))
+POLICY_OUT = PolicySpec(selector=SelectorSpec(src="10.0.0.1", dst="10.0.0.2"), direction="out",
+                        templates=[TemplateSpec(reqid=1)])
+POLICY_IN = PolicySpec(selector=SelectorSpec(src="10.0.0.2", dst="10.0.0.1"), direction="in",
+                       templates=[TemplateSpec(reqid=1)])
+
+
+# -- flush refusals --------------------------------------------------------------------------
+@pytest.mark.parametrize("method", ["flush_sa", "flush_policy"])
+def test_flush_refused_without_named_namespace(method: str) -> None:
+    netlink = FakeNetlink()
+    xs = XfrmSocket._attach(netlink, netns=None)
+    with pytest.raises(XfrmError, match="refused: this socket is not in a named network namespace"):
+        getattr(xs, method)()
+    assert netlink.sent == []
+
+
+def test_flush_refused_when_the_named_namespace_is_the_root(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "root-ns"
+    root.touch()
+    monkeypatch.setattr("ipsec.xfrm.ROOT_NETNS", str(root))
+    netlink = FakeNetlink()
+    with pytest.raises(XfrmError, match="is the root network namespace"):
+        XfrmSocket._attach(netlink, netns=str(root)).flush_sa()
+    other = tmp_path / "itb-test-ns"
+    other.touch()
+    XfrmSocket._attach(netlink, netns=str(other)).flush_sa()
+    XfrmSocket._attach(netlink, netns=str(other)).flush_policy()
+    assert netlink.types == [XFRM_MSG_FLUSHSA, XFRM_MSG_FLUSHPOLICY]
+    assert netlink.sent[0][2]["proto"] == 0  # every IPsec protocol
+
+
+def test_flush_refused_when_the_check_is_impossible(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ipsec.xfrm.ROOT_NETNS", str(tmp_path / "missing"))
+    ns = tmp_path / "ns"
+    ns.touch()
+    netlink = FakeNetlink()
+    with pytest.raises(XfrmError, match="cannot check"):
+        XfrmSocket._attach(netlink, netns=str(ns)).flush_policy()
+    assert netlink.sent == []
+
+
+def test_missing_namespace_is_an_xfrm_error() -> None:
+    with pytest.raises(XfrmError, match=r"open netns itb-0000-nonexistent: no such network namespace "
+                                        r"\(/run/netns/itb-0000-nonexistent does not exist\)") as info:
+        XfrmSocket(netns="itb-0000-nonexistent")
+    assert info.value.errno == errno.ENOENT
+
+
+# -- install ------------------------------------------------------------------------------------
+def test_install_sends_sas_then_policies() -> None:
+    netlink = FakeNetlink()
+    XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
+    assert netlink.types == [XFRM_MSG_NEWSA, XFRM_MSG_NEWSA, XFRM_MSG_NEWPOLICY, XFRM_MSG_NEWPOLICY]
+
+
+def test_install_rolls_back_what_it_installed() -> None:
+    netlink = FakeNetlink(fail_at(4, errno.EEXIST))  # the second policy fails
+    with pytest.raises(XfrmError, match=r"^add_policy policy in 10.0.0.2/32 -> 10.0.0.1/32 .*EEXIST") as info:
+        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
+    assert info.value.errno == errno.EEXIST
+    undo = netlink.sent[4:]
+    assert [t for t, _, _ in undo] == [XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_DELSA]
+    assert undo[0][2]["dir"] == 1  # the "out" policy that went in
+    assert [m["spi"] for _, _, m in undo[1:]] == [0x101, 0x100]  # newest first
+
+
+def test_install_failing_first_item_sends_no_deletes() -> None:
+    netlink = FakeNetlink(fail_at(1, errno.ENOSYS, "Requested AEAD algorithm not found"))
+    with pytest.raises(XfrmError, match="aes-gcm-128"):
+        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT])
+    assert netlink.types == [XFRM_MSG_NEWSA]
+
+
+def test_install_rollback_errors_do_not_hide_the_cause(caplog: pytest.LogCaptureFixture) -> None:
+    def answer(n: int, msg_type: int) -> list[Any]:
+        if n >= 3:  # SA_B's add, then the rollback's delete, both fail
+            raise KernelError(errno.ESRCH if msg_type == XFRM_MSG_DELSA else errno.EINVAL)
+        return []
+    netlink = FakeNetlink(answer)
+    with caplog.at_level(logging.WARNING, logger="ipsec.xfrm"):
+        with pytest.raises(XfrmError) as info:
+            XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B, SA_A])
+    assert info.value.errno == errno.EINVAL
+    assert "rollback: del_sa esp spi 0x00000101" in caplog.text
+
+
+# -- requests and replies --------------------------------------------------------------------------
+def test_get_sa_parses_the_kernel_reply() -> None:
+    netlink = FakeNetlink(lambda n, t: captured("reply_get_sa_esp"))
+    state = XfrmSocket._attach(netlink).get_sa("10.0.0.2", 0x100, "esp")
+    assert (state.spi, state.packets, state.bytes) == (0x100, 3, 324)
+    ((msg_type, flags, msg),) = netlink.sent
+    assert (msg_type, flags, msg["spi"], msg["proto"]) == (XFRM_MSG_GETSA, 0x1, 0x100, 50)
+
+
+def test_get_sa_missing_raises_esrch() -> None:
+    netlink = FakeNetlink(fail_at(1, errno.ESRCH))
+    with pytest.raises(XfrmError, match=r"get_sa esp spi 0x00000100 \* -> 10.0.0.2: .*no such SA") as info:
+        XfrmSocket._attach(netlink).get_sa("10.0.0.2", 0x100, "esp")
+    assert info.value.errno == errno.ESRCH
+
+
+def test_dumps_skip_non_data_messages() -> None:
+    netlink = FakeNetlink(lambda n, t: captured("reply_dump_sa" if t == XFRM_MSG_GETSA else "reply_dump_policy"))
+    xs = XfrmSocket._attach(netlink)
+    assert len(xs.dump_sa()) == 6
+    assert [p.priority for p in xs.dump_policy()] == [2000, 1000, 100]
+    assert [(t, f) for t, f, _ in netlink.sent] == [(XFRM_MSG_GETSA, 0x301), (XFRM_MSG_GETPOLICY, 0x301)]
+
+
+def test_del_requests() -> None:
+    netlink = FakeNetlink()
+    xs = XfrmSocket._attach(netlink)
+    xs.del_sa("fd00::2", 0x1234, "ah", src="fd00::1")
+    xs.del_policy(POLICY_IN.selector, "in")
+    (t1, _, sa_id), (t2, _, pol_id) = netlink.sent
+    assert (t1, sa_id["proto"], sa_id["family"]) == (XFRM_MSG_DELSA, 51, 10)
+    assert (t2, pol_id["dir"], pol_id["sel_prefixlen_s"]) == (XFRM_MSG_DELPOLICY, 0, 32)
+
+
+def test_socket_errors_become_xfrm_errors() -> None:
+    def answer(n: int, msg_type: int) -> list[Any]:
+        raise OSError(errno.ENOBUFS, "No buffer space available")
+    with pytest.raises(XfrmError, match=r"^dump_sa all SAs: netlink socket error: .*No buffer space") as info:
+        XfrmSocket._attach(FakeNetlink(answer)).dump_sa()
+    assert info.value.errno == errno.ENOBUFS
+
+
+def test_context_manager_closes_and_closed_socket_raises() -> None:
+    netlink = FakeNetlink()
+    with XfrmSocket._attach(netlink) as xs:
+        pass
+    assert netlink.closed
+    with pytest.raises(XfrmError, match="closed"):
+        xs.add_sa(SA_A)
+
+
+def test_bad_arguments_are_value_errors() -> None:
+    xs = XfrmSocket._attach(FakeNetlink())
+    with pytest.raises(ValueError, match="proto must be one of esp, ah, comp"):
+        xs.del_sa("10.0.0.2", 0x100, "ipcomp")
+    with pytest.raises(ValueError, match="spi must be an integer"):
+        xs.get_sa("10.0.0.2", 0, "esp")
+    with pytest.raises(ValueError, match="direction must be one of in, out, fwd"):
+        xs.del_policy(POLICY_IN.selector, "both")
+
+
+# -- error messages ------------------------------------------------------------------------------
+def test_missing_algorithm_names_it_and_its_modules() -> None:
+    spec = probe_spec("hmac-sha256-128")  # ESP null + hmac(sha256)
+    # The text 6.1 sends for XFRMA_ALG_AUTH_TRUNC (seen in User-Mode Linux, modprobe off).
+    error = error_for(plan_add_sa(spec), errno.ENOSYS, "Requested AUTH_TRUNC algorithm not found")
+    assert isinstance(error, RuntimeError)
+    text = str(error)
+    assert text.startswith(f"add_sa {spec.describe()}: [ENOSYS]")
+    assert "lacks algorithm hmac-sha256-128 (hmac(sha256))" in text
+    assert "null" not in text.split("lacks")[1]
+    assert error.missing_modules == ("hmac", "sha256_generic")
+    assert error.kernel_message == "Requested AUTH_TRUNC algorithm not found"
+
+
+def test_missing_algorithm_without_extack_lists_all_of_the_sa() -> None:
+    spec = SASpec(src="10.0.0.1", dst="10.0.0.2", proto="esp", spi=0x100, crypt="3des-cbc",
+                  crypt_key=bytes(24), auth="hmac-md5-96", auth_key=bytes(16))
+    error = error_for(plan_add_sa(spec), errno.ENOSYS)
+    assert "3des-cbc (cbc(des3_ede)), hmac-md5-96 (hmac(md5))" in str(error)
+    assert error.missing_modules == ("cbc", "des_generic", "authenc", "echainiv", "hmac", "md5")
+
+
+def test_uninstantiable_crypto_is_reported_with_modules() -> None:
+    error = error_for(plan_add_sa(probe_spec("aes-gcm-256")), errno.ENOENT)
+    assert "could not instantiate aes-gcm-256" in str(error) and "seqiv" in error.missing_modules
+
+
+@pytest.mark.parametrize("spec, modules", [
+    (probe_spec("aes-cbc"), ("esp4",)),
+    (probe_spec("aes-cbc", family=6), ("esp6",)),
+    (probe_spec("hmac-sha1-96", proto="ah"), ("ah4",)),
+    (probe_spec("deflate"), ("ipcomp", "xfrm_ipcomp")),
+    (SASpec(src="fd00::1", dst="fd00::2", proto="comp", spi=3, mode="tunnel", comp="deflate"),
+     ("ipcomp6", "xfrm_ipcomp", "xfrm6_tunnel")),
+])
+def test_missing_protocol_names_its_module(spec: SASpec, modules: tuple[str, ...]) -> None:
+    error = error_for(plan_add_sa(spec), errno.EPROTONOSUPPORT, "Requested type not found")
+    assert f"lacks IPsec protocol {spec.proto} for IPv{spec.family}" in str(error)
+    assert error.missing_modules == modules
+
+
+def test_other_errors() -> None:
+    assert "already installed" in str(error_for(plan_add_sa(SA_A), errno.EEXIST))
+    assert "CAP_NET_ADMIN" in str(error_for(plan_add_sa(SA_A), errno.EPERM))
+    error = error_for(plan_del_policy(POLICY_IN.selector, "in"), errno.ENOENT)
+    assert str(error).startswith("del_policy policy in 10.0.0.2/32 -> 10.0.0.1/32: [ENOENT]")
+    assert "no such SA or policy" in str(error) and error.missing_modules == ()

@@ -1,0 +1,100 @@
+"""The UML guest's init script and command line, planned without booting anything."""
+import os
+
+import pytest
+
+from testbed import names, uml
+
+
+def spec(**kw):
+    base = dict(command=("python3", "-c", "print('a b')"), kernel="/usr/bin/linux.uml",
+                modules_dir="/usr/lib/uml/modules/6.1.176", cwd="/work/repo",
+                env=(("FOO", "x y"), (uml.IN_UML_ENV, "1")))
+    base.update(kw)
+    return uml.UmlSpec(**base)
+
+
+def test_init_runs_the_command_quoted_in_its_directory_and_reports_status():
+    text = uml.plan_init_script(spec(), "/tmp/wd")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/sh"
+    assert "cd /work/repo ||" in text
+    run = [l for l in lines if l.startswith("python3 ")]
+    assert run == ["python3 -c 'print('\"'\"'a b'\"'\"')' </dev/null 1>/run/itb-fd1 2>/run/itb-fd2"]
+    # status is written after the command and its output, atomically, then the guest powers off
+    i = lines.index(run[0])
+    assert lines[i + 1:i + 5] == ["rc=$?", "wait", "echo $rc > /tmp/wd/status.tmp",
+                                  "mv /tmp/wd/status.tmp /tmp/wd/status"]
+    assert "echo o > /proc/sysrq-trigger" in lines[i + 5:]
+    assert "export FOO='x y'" in lines
+
+
+def test_terminal_output_goes_straight_to_the_consoles_pipes_through_a_fifo():
+    tty = uml.plan_init_script(spec(stdout_tty=True, stderr_tty=True), "/tmp/wd")
+    assert "</dev/null 1>/dev/tty1 2>/dev/tty2" in tty and "mkfifo" not in tty
+    piped = uml.plan_init_script(spec(stdout_tty=True), "/tmp/wd")
+    assert "</dev/null 1>/dev/tty1 2>/run/itb-fd2" in piped
+    assert "cat /run/itb-fd2 >/dev/tty2 &" in piped and "itb-fd1" not in piped
+
+
+def test_modules_are_found_through_a_tmpfs_tree_and_the_kernel_uses_the_wrapper():
+    text = uml.plan_init_script(spec(), "/tmp/wd")
+    assert 'ln -s /usr/lib/uml/modules/6.1.176 "/run/itb-modules/lib/modules/$(uname -r)"' in text
+    assert "echo /tmp/wd/modprobe > /proc/sys/kernel/modprobe" in text
+    assert "esp4" in text and "esp6" in text and "xfrm_user" in text
+    assert "-d /run/itb-modules" in uml.plan_modprobe_wrapper("/x")
+    # the tmpfs on /run comes before anything is put under it
+    assert text.index("tmpfs /run") < text.index("mkdir -p /run/itb-modules")
+
+
+def test_builtin_kernel_loads_no_modules():
+    text = uml.plan_init_script(spec(modules_dir=None), "/tmp/wd")
+    assert "modprobe" not in text
+    assert uml.plan_modprobe_wrapper(None).endswith("exit 1\n")
+
+
+def test_command_line_uses_hostfs_root_and_the_given_console_fds():
+    cmd = uml.plan_command_line(spec(mem="1G"), "/tmp/wd", "itb-abcdef", (7, 8, 9))
+    assert cmd[0] == "/usr/bin/linux.uml"
+    assert {"mem=1G", "rootfstype=hostfs", "rootflags=/", "rw", "init=/tmp/wd/init.sh",
+            "con0=null,fd:7", "con1=null,fd:8", "con2=null,fd:9", "umid=itb-abcdef"} <= set(cmd)
+    assert f"uml_dir={names.STATE_DIR}/uml/" in cmd
+
+
+@pytest.mark.parametrize("field,kw,match", [
+    ("command", dict(command=()), "command"),
+    ("mem", dict(mem="lots"), "mem"),
+    ("timeout", dict(timeout_s=0), "timeout_s"),
+    ("cwd", dict(cwd="relative"), "cwd"),
+])
+def test_bad_specs_name_the_field(field, kw, match):
+    with pytest.raises(ValueError, match=match):
+        spec(**kw)
+
+
+def test_guest_env_marks_the_guest_and_drops_host_session_variables():
+    env = dict(uml.guest_env({"PATH": "/usr/bin", "SSH_AUTH_SOCK": "/s", "LANG": "C.UTF-8",
+                              "BAD-NAME": "x", "SUDO_USER": "me"}))
+    assert env[uml.IN_UML_ENV] == "1"
+    assert env["LANG"] == "C.UTF-8"
+    assert "SSH_AUTH_SOCK" not in env and "BAD-NAME" not in env and "SUDO_USER" not in env
+    assert env["PATH"].endswith(":/usr/bin") and env["PATH"].split(":")[0].endswith("bin")
+
+
+def test_missing_kernel_is_a_one_line_error(tmp_path):
+    with pytest.raises(uml.UmlError, match="not an executable file"):
+        uml.find_kernel(str(tmp_path / "linux"))
+
+
+def test_modules_dir_accepts_a_release_dir_or_its_parent(tmp_path):
+    rel = tmp_path / "lib" / "modules" / "6.9.0"
+    rel.mkdir(parents=True)
+    (rel / "modules.dep").write_text("")
+    assert uml.find_modules_dir("/k", str(rel)) == str(rel)
+    assert uml.find_modules_dir("/k", str(tmp_path / "lib" / "modules")) == str(rel)
+    (tmp_path / "lib" / "modules" / "6.10.0").mkdir()
+    (tmp_path / "lib" / "modules" / "6.10.0" / "modules.dep").write_text("")
+    with pytest.raises(uml.UmlError, match="several kernels"):
+        uml.find_modules_dir("/k", str(tmp_path / "lib" / "modules"))
+    with pytest.raises(uml.UmlError, match="no kernel modules"):
+        uml.find_modules_dir("/k", str(tmp_path))
