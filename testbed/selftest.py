@@ -1,7 +1,8 @@
 """``ipsec-testbed test``: the whole test suite, with the ESP tests on a kernel that has ESP.
 
 1. ``tests/unit`` on the host (no root needed);
-2. ``tests/integration`` on the host kernel when it passes the ESP probe, otherwise
+2. ``tests/host`` on the host, as root: booting UML, exit statuses, ``clean`` after SIGKILL;
+3. ``tests/integration`` on the host kernel when it passes the ESP probe, otherwise
    inside User-Mode Linux, in one boot.  If neither can be had the suite fails: a
    run that could not exercise ESP never passes.
 
@@ -76,9 +77,18 @@ def run_suite(args: argparse.Namespace) -> int:
         return _summary(unit, unit_rc, None, 0, "not run (--unit-only)")
 
     if os.geteuid() != 0:
-        print("ipsec-testbed test: the integration tests need root; run with sudo "
+        print("ipsec-testbed test: the host and integration tests need root; run with sudo "
               "(or --unit-only)", file=sys.stderr)
         return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: not root")
+    if kernel.in_uml():
+        host_rc = 0
+    else:
+        _banner("host tests (tests/host, root on the host kernel: UML boot, clean)")
+        host_rc = subprocess.call(_pytest_cmd("tests/host", f"{out}/host.xml", extra), cwd=REPO)
+        if host_rc == 5 and extra:  # a -k filter that selects no host test is not a failure
+            host_rc = 0
+    unit = unit + parse_junit(f"{out}/host.xml")
+    unit_rc = unit_rc or host_rc
     backend = kernel.choose_backend(args.kernel)
     if backend.name is None:
         _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{backend.reason}\n"
@@ -108,8 +118,8 @@ def run_suite(args: argparse.Namespace) -> int:
 
 def _summary(unit: Counts, unit_rc: int, integ: Optional[Counts], integ_rc: int, where: str) -> int:
     _banner("summary")
-    print(f"unit tests:        {unit.passed} passed, {unit.failed} failed, {unit.skipped} skipped"
-          f" (pytest exit {unit_rc})")
+    print(f"unit + host tests: {unit.passed} passed, {unit.failed} failed, {unit.skipped} skipped"
+          f" (exit {unit_rc})")
     ok = unit_rc == 0 and unit.total > 0
     total = unit
     if integ is not None:

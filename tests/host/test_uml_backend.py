@@ -1,0 +1,69 @@
+"""`ipsec-testbed uml`: exit statuses, live output, clear errors (boots real UML)."""
+import subprocess
+import time
+
+import pytest
+
+from conftest import CLI, run_cli
+
+
+@pytest.mark.parametrize("command,status", [(["false"], 1), (["true"], 0), (["sh", "-c", "exit 7"], 7),
+                                            (["no-such-command-itb"], 127)])
+def test_guest_exit_status_is_returned(needs_uml, command, status):
+    assert run_cli("uml", "--mem", "512M", "--", *command).returncode == status
+
+
+def test_output_streams_live_and_stays_in_order(needs_uml):
+    proc = subprocess.Popen([*CLI, "uml", "--mem", "512M", "--", "sh", "-c",
+                             "echo first; sleep 3; echo second; echo to-stderr >&2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    t_first = time.monotonic()
+    second = proc.stdout.readline()
+    t_second = time.monotonic()
+    assert (first, second) == ("first\n", "second\n")
+    # the first line arrived while the guest was still sleeping, not at the end
+    assert t_second - t_first > 2
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read().strip().endswith("to-stderr")
+
+
+def test_guest_runs_in_the_callers_directory_with_esp_modules(needs_uml, tmp_path):
+    out = run_cli("uml", "--", "sh", "-c", "pwd; grep -c '^esp4 ' /proc/modules; echo $IPSEC_TESTBED_IN_UML",
+                      cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(tmp_path), "1", "1"]
+
+
+def test_time_limit_kills_the_guest(needs_uml):
+    t0 = time.monotonic()
+    out = run_cli("uml", "--timeout", "10", "--", "sleep", "120")
+    assert out.returncode == 124
+    assert time.monotonic() - t0 < 40
+    assert "time limit" in out.stderr
+
+
+def test_missing_kernel_is_one_clear_line(tmp_path):
+    out = run_cli("uml", "--uml-kernel", str(tmp_path / "linux"), "--", "true")
+    assert out.returncode == 125
+    assert out.stderr.strip().count("\n") == 0
+    assert "not an executable file" in out.stderr
+
+
+def test_a_kernel_that_does_not_boot_is_reported(tmp_path):
+    fake = tmp_path / "linux"
+    fake.write_text("#!/bin/sh\necho 'Kernel panic - not syncing: no root' >&3\nexit 1\n")
+    fake.chmod(0o755)
+    out = run_cli("uml", "--uml-kernel", str(fake), "--", "true")
+    assert out.returncode == 125
+    assert "failed to boot" in out.stderr
+
+
+def test_doctor_on_the_host_picks_the_backend_its_probe_supports():
+    import json
+    out = run_cli("doctor", "--json")
+    report = json.loads(out.stdout)
+    checks = {c["name"]: c["ok"] for c in report["checks"]}
+    assert report["in_uml"] is False
+    expected = "host" if (checks["esp"] and checks["veth"] and checks["qdisc tbf"]) else "uml"
+    assert report["backend"] == expected, report["backend_reason"]

@@ -1,0 +1,74 @@
+"""Integration tests: root and a kernel with ESP, the host's or User-Mode Linux's.
+
+They never skip for want of ESP: `ipsec-testbed test` runs them where ESP exists,
+and if they are started on a kernel without it every test errors, loudly.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import time
+from typing import Iterator
+
+import pytest
+
+from testbed import kernel
+from topologies.veth_pair import VethPair, veth_pair
+
+
+def pytest_report_header(config):
+    where = "User-Mode Linux guest" if kernel.in_uml() else "host"
+    return f"ESP integration tests on the {where} kernel {os.uname().release}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def esp_kernel() -> kernel.Probe:
+    """Fail every test at once, with the reason, unless this kernel can do ESP."""
+    if os.geteuid() != 0:
+        pytest.fail("integration tests need root: run `sudo ipsec-testbed test`", pytrace=False)
+    report = kernel.probe(tools=False)
+    missing = report.missing_required()
+    if missing:
+        detail = "; ".join(f"{c.name}: {c.detail}" for c in report.checks if c.name in missing)
+        pytest.fail(f"NO ESP: kernel {report.kernel_release} lacks {', '.join(missing)} ({detail}). "
+                    "Run the suite with `ipsec-testbed test`, which uses User-Mode Linux here.",
+                    pytrace=False)
+    return report
+
+
+def ip(*args: str) -> str:
+    """iproute2, the independent checker: never the testbed's own netlink code."""
+    out = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if out.returncode:
+        raise AssertionError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+    return out.stdout
+
+
+@pytest.fixture
+def pair() -> Iterator[VethPair]:
+    """Two fresh namespaces and a veth between them; all removed afterwards."""
+    with veth_pair() as p:
+        yield p
+
+
+@contextlib.contextmanager
+def capture(ns: str, dev: str, path: str) -> Iterator[str]:
+    """tcpdump on ``dev`` inside ``ns`` for the block; the pcap is complete after it."""
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "--immediate-mode", "-U", "-n", "-i", dev, "-w", path],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # tcpdump says "listening on DEV" once the capture socket is live
+        deadline = time.monotonic() + 20
+        seen = ""
+        while "listening on" not in seen:
+            ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+            line = proc.stderr.readline() if ready else ""
+            if not line:
+                raise AssertionError(f"tcpdump did not start capturing: {seen}")
+            seen += line
+        yield path
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
