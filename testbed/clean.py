@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 
 from testbed import names, netns
 
@@ -60,12 +61,18 @@ def _uml_guests() -> list[tuple[str, int]]:
 def clean() -> Cleaned:
     """Remove every testbed guest, namespace and root-namespace interface; see the module doc."""
     done = Cleaned()
+    killed = []
     for uml_id, pid in _uml_guests():
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(os.getpgid(pid), signal.SIGKILL)
+            killed.append(pid)
             done.uml_guests.append(f"{uml_id} (pid {pid})")
         shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
+    # A killed guest's files are only free once it is gone (bounded wait).
+    deadline = time.monotonic() + 10
+    while any(netns.is_alive(p) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
         if os.path.isdir(workdir) and not _workdir_in_use(workdir):
             shutil.rmtree(workdir, ignore_errors=True)

@@ -64,17 +64,18 @@ def kill_pids(pids: list[int], grace_s: float = 1.0) -> list[int]:
             signalled.append(pid)
     deadline = time.monotonic() + grace_s
     while signalled and time.monotonic() < deadline:
-        if not any(_alive(p) for p in signalled):
+        if not any(is_alive(p) for p in signalled):
             break
         time.sleep(0.05)
     for pid in signalled:
-        if _alive(pid):
+        if is_alive(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     return signalled
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not count)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
