@@ -47,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TCP MSS values to measure (iperf3 -M)")
     p.add_argument("--duration", type=float, default=2.0, metavar="SECONDS",
                    help="measured seconds per point, after a 0.5 s warm-up iperf3 leaves out")
-    p.add_argument("--profile", default="aes-gcm-256", metavar="AEAD",
-                   help="ESP AEAD algorithm for the IPsec points (aes-gcm-128/192/256)")
+    p.add_argument("--profile", default="aes-gcm-256", metavar="PROFILE",
+                   help="IPsec profile for the IPsec points, in transport mode (`ipsec-testbed profiles` lists them)")
     p.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
     add_kernel_options(p)
     return p
@@ -56,8 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def measure(args: argparse.Namespace) -> list[dict]:
     from experiments import iperf
-    from ipsec.attach import plan_esp_transport
-    from ipsec.xfrm import XfrmSocket
+    from ipsec.plan import AssociationSpec, Endpoint, apply_association, plan_association
     from topologies.veth_pair import veth_pair
 
     iperf.check()
@@ -65,10 +64,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
     with veth_pair() as p:
         for esp in (False, True):
             if esp:
-                plan = plan_esp_transport(p.v4a, p.v4b, aead=args.profile)
-                with XfrmSocket(netns=p.a) as xa, XfrmSocket(netns=p.b) as xb:
-                    xa.install(plan.sas, plan.policies_a)
-                    xb.install(plan.sas, plan.policies_b)
+                apply_association(plan_association(AssociationSpec(
+                    args.profile, "transport", Endpoint(p.a, p.v4a), Endpoint(p.b, p.v4b))))
             for size in args.sizes:
                 label = args.profile if esp else "none"
                 print(f"  measuring {label:>18}, MSS {size:5d} B ...", file=sys.stderr, flush=True)

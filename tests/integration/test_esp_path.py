@@ -16,18 +16,17 @@ from scapy.utils import rdpcap
 
 from conftest import capture, ip
 from experiments import iperf
-from ipsec.attach import plan_esp_transport
+from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
 from ipsec.xfrm import XfrmSocket
 
 SPI_AB, SPI_BA = 0x1001, 0x1002
 
 
 def install(pair, family):
-    plan = plan_esp_transport(pair.addr("a", family), pair.addr("b", family), spi_ab=SPI_AB, spi_ba=SPI_BA)
-    # Each end holds both SAs (its outbound and inbound), as an IKE daemon would install them.
-    with XfrmSocket(netns=pair.a) as xa, XfrmSocket(netns=pair.b) as xb:
-        xa.install(plan.sas, plan.policies_a)
-        xb.install(plan.sas, plan.policies_b)
+    spec = AssociationSpec("aes-gcm-256", "transport", Endpoint(pair.a, pair.addr("a", family)),
+                           Endpoint(pair.b, pair.addr("b", family)))
+    plan = plan_association(spec, SpiPlanner(first_spi=SPI_AB))
+    apply_association(plan)
     return plan.sas
 
 

@@ -1,0 +1,165 @@
+"""IPsec profiles: which transforms protect the traffic, by name (pure data, stdlib only).
+
+A profile name is built from parts joined with ``+``::
+
+    none                                no IPsec (the baseline every sweep includes)
+    aes-gcm-256                         ESP, AES-GCM (RFC 4106), 16-byte ICV
+    aes-gcm-128-icv8                    ... with an 8-byte ICV (icv8, icv12, icv16)
+    aes-cbc-128-sha1                    ESP, AES-CBC + HMAC-SHA1-96  (also -sha256 = HMAC-SHA256-128, -md5)
+    3des-cbc-sha1, des-cbc-md5, ...     ESP, 3DES/DES-CBC + HMAC
+    null-sha1                           ESP, no encryption, HMAC-SHA1-96 (seed 000 annex)
+    ah-sha1                             AH alone (also ah-md5, ah-sha256)
+    3des-cbc-sha1+ah-md5                ESP and AH together (seed 001)
+    null-sha1+ipcomp                    IPComp (deflate) inside ESP (seed 000 annex)
+
+Transforms are applied innermost first: IPComp, then ESP, then AH.  In tunnel mode
+the innermost transform builds the outer header and the others run in transport
+mode on top of it, as the kernel's policy templates expect.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional
+
+AUTHS: dict[str, str] = {"sha1": "hmac-sha1-96", "sha256": "hmac-sha256-128", "md5": "hmac-md5-96"}
+CIPHERS: dict[str, tuple[str, Optional[int]]] = {
+    "aes-cbc-128": ("aes-cbc", 128), "aes-cbc-192": ("aes-cbc", 192), "aes-cbc-256": ("aes-cbc", 256),
+    "3des-cbc": ("3des-cbc", None), "des-cbc": ("des-cbc", None), "null": ("null", None),
+}
+_GCM = re.compile(r"^aes-gcm-(128|192|256)(?:-icv(8|12|16))?$")
+_CBC = re.compile(rf"^({'|'.join(map(re.escape, CIPHERS))})-({'|'.join(AUTHS)})$")
+_AH = re.compile(rf"^ah-({'|'.join(AUTHS)})$")
+
+GRAMMAR = ("none | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is "
+           "aes-gcm-{128,192,256}[-icv{8,12,16}] or CIPHER-AUTH with CIPHER in "
+           f"{', '.join(CIPHERS)} and AUTH in {', '.join(AUTHS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """The transforms of one profile; build it with :func:`parse_profile`.
+
+    Attributes are catalog names from :mod:`ipsec.algorithms` (or None when unused).
+    """
+
+    name: str
+    aead: Optional[str] = None
+    aead_icv_bits: Optional[int] = None
+    crypt: Optional[str] = None
+    crypt_key_bits: Optional[int] = None
+    esp_auth: Optional[str] = None
+    ah_auth: Optional[str] = None
+    ipcomp: bool = False
+
+    @property
+    def esp(self) -> bool:
+        return self.aead is not None or self.crypt is not None
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        """xfrm protocols in the order they are applied: innermost (``comp``) first."""
+        return tuple(p for p, on in (("comp", self.ipcomp), ("esp", self.esp), ("ah", self.ah_auth is not None)) if on)
+
+    @property
+    def is_none(self) -> bool:
+        return not self.protocols
+
+    def describe(self) -> str:
+        """A sentence for tables and reports."""
+        if self.is_none:
+            return "no IPsec"
+        parts = []
+        if self.ipcomp:
+            parts.append("IPComp deflate")
+        if self.aead:
+            icv = f", {self.aead_icv_bits // 8}-byte ICV" if self.aead_icv_bits else ""
+            parts.append(f"ESP {self.aead.upper()}{icv}")
+        elif self.crypt:
+            bits = f"-{self.crypt_key_bits}" if self.crypt_key_bits else ""
+            parts.append(f"ESP {self.crypt.upper()}{bits} + {self.esp_auth.upper()}")
+        if self.ah_auth:
+            parts.append(f"AH {self.ah_auth.upper()}")
+        return ", then ".join(parts)
+
+
+def parse_profile(name: str) -> Profile:
+    """The :class:`Profile` called ``name``; ValueError explains the grammar otherwise."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"profile must be a name like aes-gcm-256 or none ({GRAMMAR}), not {name!r}")
+    text = name.strip().lower()
+    if text == "none":
+        return Profile("none")
+    fields: dict = {}
+    seen: set[str] = set()
+    for part in text.split("+"):
+        kind, values = _part(part, text)
+        if kind in seen:
+            raise ValueError(f"profile {name!r} has two {kind} parts; give each of ESP, AH and ipcomp at most once")
+        seen.add(kind)
+        fields.update(values)
+    return Profile(name=text, **fields)
+
+
+def _part(part: str, whole: str) -> tuple[str, dict]:
+    if part == "ipcomp":
+        return "ipcomp", {"ipcomp": True}
+    m = _GCM.match(part)
+    if m:
+        icv = int(m.group(2)) * 8 if m.group(2) else None
+        return "ESP", {"aead": f"aes-gcm-{m.group(1)}", "aead_icv_bits": icv}
+    m = _CBC.match(part)
+    if m:
+        crypt, bits = CIPHERS[m.group(1)]
+        return "ESP", {"crypt": crypt, "crypt_key_bits": bits, "esp_auth": AUTHS[m.group(2)]}
+    m = _AH.match(part)
+    if m:
+        return "AH", {"ah_auth": AUTHS[m.group(1)]}
+    hint = ""
+    if part.startswith("aes-gcm"):
+        hint = " (AES-GCM key sizes are 128, 192, 256 and ICVs icv8, icv12, icv16)"
+    elif part.startswith(("aes-cbc", "3des", "des", "null")):
+        hint = f" (an ESP cipher needs an integrity algorithm: {', '.join(AUTHS)}, e.g. {part.split('-sha')[0]}-sha1)"
+    raise ValueError(f"unknown profile part {part!r} in {whole!r}{hint}; profiles are {GRAMMAR}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """A profile the seeds used, with where it comes from."""
+
+    name: str
+    source: str
+
+
+#: The profiles the reproduced experiments use (``ipsec-testbed profiles`` lists them);
+#: any other name that follows the grammar works too.
+CATALOG: tuple[Named, ...] = (
+    Named("none", "every seed's baseline"),
+    Named("aes-gcm-128", "RFC 4106; seed 000 (libreswan default family)"),
+    Named("aes-gcm-192", "RFC 4106"),
+    Named("aes-gcm-256", "seed 000 (IKEv2 tunnel, AES-GCM-256)"),
+    Named("aes-gcm-256-icv8", "RFC 4106 with an 8-byte ICV"),
+    Named("aes-gcm-256-icv12", "RFC 4106 with a 12-byte ICV"),
+    Named("aes-cbc-128-sha1", "seed 002 (AES-128 + HMAC-SHA1)"),
+    Named("aes-cbc-192-sha1", "seed 002 (AES-192 + HMAC-SHA1)"),
+    Named("aes-cbc-256-sha1", "seed 002 (AES-256 + HMAC-SHA1)"),
+    Named("aes-cbc-128-sha256", "RFC 4868 HMAC-SHA256-128"),
+    Named("aes-cbc-256-sha256", "RFC 4868 HMAC-SHA256-128"),
+    Named("aes-cbc-128-md5", "seeds 003 and 004 (AES + HMAC-MD5)"),
+    Named("aes-cbc-256-md5", "AES-256 + HMAC-MD5"),
+    Named("3des-cbc-sha1", "seeds 001 and 002 (3DES + HMAC-SHA1)"),
+    Named("3des-cbc-md5", "3DES + HMAC-MD5"),
+    Named("des-cbc-sha1", "seed 002 (DES + HMAC-SHA1)"),
+    Named("des-cbc-md5", "seed 004 (DES + HMAC-MD5)"),
+    Named("null-sha1", "seed 000 annex (phase2alg=null-sha1)"),
+    Named("ah-sha1", "AH alone"),
+    Named("ah-md5", "AH alone (seed 001's AH algorithm)"),
+    Named("3des-cbc-sha1+ah-md5", "seed 001 (ESP 3DES/HMAC-SHA1 and AH HMAC-MD5, transport)"),
+    Named("null-sha1+ipcomp", "seed 000 annex (compress=yes)"),
+    Named("aes-gcm-256+ipcomp", "AES-GCM-256 with IPComp"),
+)
+
+
+def catalog() -> tuple[tuple[Profile, str], ...]:
+    """Every cataloged profile, parsed, with its source."""
+    return tuple((parse_profile(n.name), n.source) for n in CATALOG)
