@@ -135,9 +135,9 @@ class Named:
 #: any other name that follows the grammar works too.
 CATALOG: tuple[Named, ...] = (
     Named("none", "every seed's baseline"),
-    Named("aes-gcm-128", "RFC 4106; seed 000 (libreswan default family)"),
+    Named("aes-gcm-128", "RFC 4106 (AES-128 variant of seed 000's cipher)"),
     Named("aes-gcm-192", "RFC 4106"),
-    Named("aes-gcm-256", "seed 000 (IKEv2 tunnel, AES-GCM-256)"),
+    Named("aes-gcm-256", "seed 000 (IKEv2 tunnel mode, \"AES GCM 256\")"),
     Named("aes-gcm-256-icv8", "RFC 4106 with an 8-byte ICV"),
     Named("aes-gcm-256-icv12", "RFC 4106 with a 12-byte ICV"),
     Named("aes-cbc-128-sha1", "seed 002 (AES-128 + HMAC-SHA1)"),
@@ -145,7 +145,7 @@ CATALOG: tuple[Named, ...] = (
     Named("aes-cbc-256-sha1", "seed 002 (AES-256 + HMAC-SHA1)"),
     Named("aes-cbc-128-sha256", "RFC 4868 HMAC-SHA256-128"),
     Named("aes-cbc-256-sha256", "RFC 4868 HMAC-SHA256-128"),
-    Named("aes-cbc-128-md5", "seeds 003 and 004 (AES + HMAC-MD5)"),
+    Named("aes-cbc-128-md5", "seeds 003 and 004 (AES + HMAC-MD5; key size not stated)"),
     Named("aes-cbc-256-md5", "AES-256 + HMAC-MD5"),
     Named("3des-cbc-sha1", "seeds 001 and 002 (3DES + HMAC-SHA1)"),
     Named("3des-cbc-md5", "3DES + HMAC-MD5"),

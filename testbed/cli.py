@@ -1,6 +1,7 @@
 """The ``ipsec-testbed`` command.
 
     ipsec-testbed doctor            what this kernel can do, probed for real
+    ipsec-testbed profiles          the IPsec profiles experiments can use
     ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
     ipsec-testbed test              unit tests, then the ESP integration tests
     ipsec-testbed clean             remove every testbed namespace, interface, guest
@@ -116,6 +117,34 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profiles(args: argparse.Namespace) -> int:
+    from ipsec.profiles import GRAMMAR, catalog, parse_profile
+
+    rows = catalog()
+    if args.names:
+        try:
+            rows = tuple((parse_profile(n), "(not in the catalog)") for n in args.names)
+        except ValueError as e:
+            print(f"ipsec-testbed profiles: {e}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps([{"name": p.name, "protocols": list(p.protocols), "description": p.describe(),
+                           "source": src} for p, src in rows], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="IPsec profiles (use with --profiles)", title_justify="left")
+    for col in ("profile", "transforms, innermost first", "where the seeds use it"):
+        table.add_column(col)
+    for p, src in rows:
+        table.add_row(p.name, p.describe(), src)
+    console = Console()
+    console.print(table)
+    console.print(f"Any name of this form works: {GRAMMAR}.", highlight=False)
+    return 0
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     from testbed.selftest import run_suite
 
@@ -139,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernel", choices=kernel.KERNEL_CHOICES, default="auto",
                    help="the choice to explain (default: %(default)s)")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("profiles", help="list the IPsec profiles (transform sets) experiments can use",
+                       description="List the cataloged IPsec profiles, or check and explain the names given.")
+    p.add_argument("names", nargs="*", metavar="PROFILE", help="profile names to check, e.g. 3des-cbc-sha1+ah-md5")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux",
                        description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
