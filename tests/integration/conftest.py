@@ -54,9 +54,16 @@ def pair() -> Iterator[VethPair]:
 
 
 @contextlib.contextmanager
-def capture(ns: str, dev: str, path: str) -> Iterator[str]:
-    """tcpdump on ``dev`` inside ``ns`` for the block; the pcap is complete after it."""
-    proc = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "--immediate-mode", "-U", "-n", "-i", dev, "-w", path],
+def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[str]:
+    """tcpdump on ``dev`` inside ``ns`` for the block; the pcap is complete after it.
+
+    ``direction="out"`` keeps only what the interface sent: what really crossed the
+    wire.  On the receiving side of a tunnel-mode SA the kernel hands the decrypted
+    inner packet to packet taps on the same interface again, so an "in" capture shows
+    plaintext that never was on the link.
+    """
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "--immediate-mode", "-U", "-n", "-Q", direction,
+                             "-i", dev, "-w", path],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         # tcpdump says "listening on DEV" once the capture socket is live

@@ -1,0 +1,80 @@
+"""Every topology builds, every host reaches every other over IPv4 and IPv6, teardown
+leaves nothing; with ESP applied, the untrusted link carries only ESP between the far
+hosts and (tunnel mode) the LANs carry plaintext.  Checked with iproute2 and tcpdump."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import subprocess
+
+import pytest
+from scapy.layers.inet import ICMP, IP
+from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
+from scapy.layers.ipsec import ESP
+from scapy.utils import rdpcap
+
+from conftest import capture, ip
+from testbed import names
+from topologies import TOPOLOGIES, build_spec
+from topologies.network import Network
+
+
+def ping(net, src, dst, family, count=1):
+    return subprocess.run(["ip", "netns", "exec", net.ns(src), "ping", f"-{family}", "-c", str(count),
+                           "-i", "0.2", "-W", "3", net.addr(dst, family)], capture_output=True, text=True)
+
+
+def ours():
+    return [l.split()[0] for l in ip("netns", "list").splitlines() if names.is_ours(l.split()[0])]
+
+
+@pytest.mark.parametrize("name", list(TOPOLOGIES))
+def test_builds_reaches_everyone_and_leaves_nothing(name):
+    before = ours()
+    spec = build_spec(name, clients=3)
+    with Network(spec) as net:
+        hosts = [n.name for n in spec.nodes if n.role != "switch"]
+        assert set(ours()) - set(before) == {net.ns(n.name) for n in spec.nodes}
+        failed = [(a, b, fam) for a, b in itertools.permutations(hosts, 2) for fam in (4, 6)
+                  if ping(net, a, b, fam).returncode != 0]
+        assert not failed, f"unreachable: {failed}"
+        # iproute2 agrees with the plan
+        for i in net.plan.interfaces:
+            if i.v4:
+                shown = ip("-n", net.ns(i.node), "-br", "addr", "show", "dev", i.ifname(net.run_id))
+                assert i.v4 in shown and i.v6 in shown
+    assert ours() == before
+
+
+@pytest.mark.parametrize("family", [4, 6])
+@pytest.mark.parametrize("name", ["vpn_gateway", "road_warrior"])
+def test_tunnel_mode_is_esp_on_the_untrusted_link_and_plaintext_on_the_lans(name, family, tmp_path):
+    spec = build_spec(name, clients=2)
+    l3, echo = (IP, ICMP) if family == 4 else (IPv6, ICMPv6EchoRequest)
+    with Network(spec) as net:
+        net.apply_ipsec("aes-gcm-256", "tunnel", families=(family,))
+        src, dst = spec.flows[0]
+        far = {net.addr(src, family), net.addr(dst, family)}
+        # What both ends of the untrusted link send is all that crossed it.
+        wan_ifs = [(ns, dev) for ns, dev in net.untrusted_interfaces()
+                   if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns == net.ns(src)]
+        lan_ns, lan_if = net.ns(dst), net.ifname(dst, next(i.peer for i in net.plan.of(dst)))
+        with contextlib.ExitStack() as stack:
+            for k, (ns, dev) in enumerate(wan_ifs):
+                stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
+            stack.enter_context(capture(lan_ns, lan_if, str(tmp_path / "lan.pcap")))
+            r = ping(net, src, dst, family, count=4)
+        assert r.returncode == 0, r.stdout + r.stderr
+        wan = [p for k in range(len(wan_ifs)) for p in rdpcap(str(tmp_path / f"wan{k}.pcap")) if l3 in p]
+        lan = [p for p in rdpcap(str(tmp_path / "lan.pcap")) if l3 in p]
+        assert sum(ESP in p for p in wan) >= 8, "no ESP on the untrusted link"
+        leaks = [p.summary() for p in wan if echo in p and {p[l3].src, p[l3].dst} <= far]
+        assert not leaks, f"plaintext between the far hosts on the untrusted link: {leaks}"
+        # on the server's LAN the same pings are plaintext: the gateway decrypted them
+        assert sum(echo in p for p in lan) >= 4
+        assert not any(ESP in p for p in lan)
+        # switching IPsec off in the same network: the SAs go, traffic still flows
+        net.remove_ipsec()
+        for ns, _ in wan_ifs:
+            assert ip("-n", ns, "xfrm", "state").strip() == "" and ip("-n", ns, "xfrm", "policy").strip() == ""
+        assert ping(net, src, dst, family).returncode == 0

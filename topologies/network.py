@@ -1,0 +1,298 @@
+"""Build a :class:`~topologies.spec.TopologySpec` with Mininet, dual-stack, shaped, IPsec-ready.
+
+Mininet is the engine: every node is a Mininet host (its shell, ``node.cmd()``, the
+CLI), every link a veth pair it creates inside the nodes' namespaces.  The testbed
+adds what Mininet lacks:
+
+- each node's namespace is also bound to ``/run/netns/itb-<run>-<node>`` the moment
+  its shell starts, so iproute2 (``ip -n``), pyroute2 and ``ipsec-testbed clean``
+  find it, and interfaces are named ``itb<run><node>e<i>``;
+- IPv4 and IPv6 on every segment, routes and forwarding, set through pyroute2;
+- switch nodes are a Linux bridge in their own namespace (no Open vSwitch);
+- shaping with :mod:`topologies.shaping` on the spec's shaped link;
+- IPsec applied and removed per profile through :mod:`ipsec.plan`.
+
+:class:`Network` is a context manager; everything it creates is registered for
+teardown right after it is created, so an exception at any step leaves nothing.
+The same host class serves ``mn --custom topologies/mininet_custom.py``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Optional
+
+from mininet.net import Mininet
+from mininet.node import Host
+from mininet.topo import Topo
+
+from testbed import names, netns
+from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_addresses
+
+log = logging.getLogger(__name__)
+
+IFA_F_NODAD = 0x02
+IFA_F_TENTATIVE = 0x40
+
+# Mininet.init() raises host-wide limits and root-namespace sysctls (fixLimits); the
+# testbed never changes the host's root namespace, so that step is marked done.
+Mininet.inited = True
+
+
+class TestbedHost(Host):
+    """A Mininet host configured by the testbed (see the module docstring).
+
+    Parameters (from :class:`TestbedTopo`): ``run_id``, ``interfaces`` (its
+    :class:`Interface` list), ``routes``, ``forward``, ``bridge``, ``pmtu``, ``shaping``
+    ({ifname: ShapingSpec}).
+    """
+
+    def __init__(self, name: str, run_id: str = "", **params) -> None:
+        self.run_id = run_id or names.new_run_id()
+        self.netns_name = names.netns_name(self.run_id, name)
+        super().__init__(name, **params)
+
+    def startShell(self, mnopts=None) -> None:  # noqa: N802 (Mininet's name)
+        super().startShell(mnopts)
+        # Name the namespace at once: from here on `clean` finds it and its processes.
+        from pyroute2 import netns as pr_netns
+        pr_netns.attach(self.netns_name, self.shell.pid)
+
+    def config(self, interfaces=(), routes=(), forward=False, bridge=False, pmtu="discover",
+               shaping=None, **params):  # noqa: D401
+        """Addresses, MTU, bridge, routes and sysctls, through pyroute2 and sysctl."""
+        # No duplicate address detection: these segments are ours alone, and DAD would
+        # hold IPv6 back for a second after every link comes up.
+        sysctls = ["net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]
+        sysctls += [f"net.ipv6.conf.{i.ifname(self.run_id)}.accept_dad=0" for i in interfaces]
+        if forward:
+            sysctls += ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
+        if pmtu == "fragment":
+            # 2005-era behaviour (seed 003): hosts send without DF, so a gateway whose
+            # ESP-reduced MTU is too small fragments instead of signalling the sender.
+            sysctls += ["net.ipv4.ip_no_pmtu_disc=1"]
+        out = self.cmd("sysctl -qw " + " ".join(sysctls) + "; echo rc=$?")
+        if "rc=0" not in out:
+            raise RuntimeError(f"{self.name}: sysctl failed: {out.strip()}")
+        configure_node(self.netns_name, self.run_id, tuple(interfaces), tuple(routes), bridge)
+        if shaping:
+            from topologies.shaping import apply_shaping
+            for ifname, shape in shaping.items():
+                mtu = next(i.mtu for i in interfaces if i.ifname(self.run_id) == ifname)
+                apply_shaping(self.netns_name, ifname, shape, mtu=mtu)
+        return {}
+
+    def terminate(self) -> None:
+        super().terminate()
+        netns.delete(self.netns_name)
+
+
+def configure_node(ns: str, run_id: str, interfaces: tuple[Interface, ...], routes: tuple[Route, ...],
+                   bridge: bool) -> None:
+    """Apply one node's part of the address plan inside namespace ``ns``."""
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=ns) as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+        br = None
+        if bridge:
+            ipr.link("add", ifname="br0", kind="bridge")
+            br = ipr.link_lookup(ifname="br0")[0]
+        for i in interfaces:
+            idx = ipr.link_lookup(ifname=i.ifname(run_id))[0]
+            # Down and up again: the link-local address Mininet's bring-up started DAD on
+            # is made again, now without DAD.
+            ipr.link("set", index=idx, state="down")
+            ipr.link("set", index=idx, mtu=i.mtu)
+            if br is not None:
+                ipr.link("set", index=idx, master=br)
+            for addr in (i.v4, i.v6):
+                if addr:
+                    a, plen = addr.split("/")
+                    ipr.addr("add", index=idx, address=a, prefixlen=int(plen), flags=IFA_F_NODAD)
+            ipr.link("set", index=idx, state="up")
+        if br is not None:
+            ipr.link("set", index=br, mtu=min(i.mtu for i in interfaces), state="up")
+        for r in routes:
+            ipr.route("add", dst=r.dst, gateway=r.gateway)
+        wait_no_tentative(ipr, ns)
+
+
+def wait_no_tentative(ipr, ns: str, timeout_s: float = 10.0) -> None:
+    """Bounded wait until no IPv6 address in ``ns`` is still tentative."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        tentative = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=10)
+                     if (a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE]
+        if not tentative:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{ns}: IPv6 addresses still tentative after {timeout_s:g} s: {tentative}")
+        time.sleep(0.05)
+
+
+class TestbedTopo(Topo):
+    """A Mininet ``Topo`` built from a :class:`TopologySpec` (usable by ``mn --custom``)."""
+
+    def __init__(self, spec: TopologySpec, run_id: Optional[str] = None, shaping=None, **opts) -> None:
+        self.spec = spec
+        self.run_id = run_id or names.new_run_id()
+        self.plan: AddressPlan = plan_addresses(spec)
+        self.shaping = shaping
+        super().__init__(**opts)
+
+    def build(self, **_opts) -> None:  # noqa: D102
+        spec, plan, rid = self.spec, self.plan, self.run_id
+        shaped = spec.shaped_link
+        for node in spec.nodes:
+            mine = plan.of(node.name)
+            shaping = {}
+            if self.shaping is not None:
+                shaping = {i.ifname(rid): self.shaping for i in mine
+                           if {node.name, i.peer} == {shaped.a, shaped.b} and i.segment == shaped.segment}
+            self.addHost(node.name, cls=TestbedHost, run_id=rid, interfaces=mine,
+                         routes=tuple(r for r in plan.routes if r.node == node.name),
+                         forward=node.role == "gateway", bridge=node.role == "switch",
+                         pmtu=spec.pmtu if node.role == "host" else "discover", shaping=shaping,
+                         ip=None, mac=None, defaultRoute=None)
+        seen: dict[str, int] = {}
+        for link in spec.links:
+            ia = plan.of(link.a)[seen.setdefault(link.a, 0)]
+            ib = plan.of(link.b)[seen.setdefault(link.b, 0)]
+            seen[link.a] += 1
+            seen[link.b] += 1
+            self.addLink(link.a, link.b, intfName1=ia.ifname(rid), intfName2=ib.ifname(rid))
+
+
+class Network:
+    """A built network: ``with Network(spec) as net: ...``; see the module docstring."""
+
+    def __init__(self, spec: TopologySpec, run_id: Optional[str] = None, shaping=None) -> None:
+        self.spec = spec
+        self.run_id = run_id or names.new_run_id()
+        self.topo = TestbedTopo(spec, self.run_id, shaping=shaping)
+        self.plan = self.topo.plan
+        self.mininet: Optional[Mininet] = None
+        self._ipsec: list = []
+        self._stack = contextlib.ExitStack()
+        self.build_s = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------
+    def __enter__(self) -> "Network":
+        t0 = time.monotonic()
+        try:
+            self.mininet = Mininet(topo=self.topo, controller=None, host=TestbedHost, build=False)
+            self._stack.callback(self._stop_mininet)
+            self.mininet.build()
+        except BaseException:
+            self._stack.close()
+            raise
+        self.build_s = time.monotonic() - t0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove IPsec, stop every node, delete every namespace; safe to call twice."""
+        try:
+            self.remove_ipsec()
+        finally:
+            self._stack.close()
+
+    def _stop_mininet(self) -> None:
+        net = self.mininet
+        if net is None:
+            return
+        try:
+            net.stop()
+        finally:
+            # Nodes whose shell never started are not in net.hosts; their names may exist.
+            for node in self.spec.nodes:
+                netns.delete(names.netns_name(self.run_id, node.name))
+
+    # -- names and addresses -----------------------------------------------------
+    def ns(self, node: str) -> str:
+        """The namespace name of ``node`` (``ip -n`` takes it)."""
+        self.spec.node(node)
+        return names.netns_name(self.run_id, node)
+
+    def addr(self, node: str, family: int = 4) -> str:
+        return self.plan.address(node, family)
+
+    def ifname(self, node: str, peer: str) -> str:
+        """The interface of ``node`` on its link to ``peer``."""
+        for i in self.plan.of(node):
+            if i.peer == peer:
+                return i.ifname(self.run_id)
+        raise ValueError(f"{node} has no link to {peer}")
+
+    def untrusted_interfaces(self) -> list[tuple[str, str]]:
+        """(namespace, ifname) of every interface on an untrusted link (captures go here)."""
+        out = []
+        for link in self.spec.links:
+            if link.untrusted:
+                for node, peer in ((link.a, link.b), (link.b, link.a)):
+                    if self.spec.node(node).role != "switch":
+                        out.append((self.ns(node), self.ifname(node, peer)))
+        return out
+
+    def __getitem__(self, node: str) -> Host:
+        """The Mininet node (``net['h1'].cmd('ping ...')``)."""
+        return self.mininet[node]
+
+    # -- IPsec -------------------------------------------------------------------
+    def plan_ipsec(self, profile: str, mode: str, family: int = 4, planner=None) -> list:
+        """Association plans for every IPsec pair of the topology (pure but for keys)."""
+        from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
+
+        planner = planner or SpiPlanner()
+        plans = []
+        for pair in self.spec.ipsec:
+            if mode == "transport":
+                a = Endpoint(self.ns(pair.a), self.addr(pair.a, family))
+                b = Endpoint(self.ns(pair.b), self.addr(pair.b, family))
+                forward = False
+            else:
+                a = self._tunnel_end(pair.tunnel_a, pair.a, family)
+                b = self._tunnel_end(pair.tunnel_b, pair.b, family)
+                forward = self.spec.node(pair.tunnel_a).role == "gateway" or \
+                    self.spec.node(pair.tunnel_b).role == "gateway"
+            plans.append(plan_association(AssociationSpec(profile, mode, a, b, forward=forward), planner))
+        return plans
+
+    def _tunnel_end(self, gw: str, host: str, family: int):
+        from ipsec.plan import Endpoint
+
+        if gw == host:
+            return Endpoint(self.ns(gw), self.addr(gw, family), None)
+        # The gateway's address towards the other side, protecting the host's LAN.
+        return Endpoint(self.ns(gw), self._outer_address(gw, family), self.plan.segment_prefix(host, family))
+
+    def _outer_address(self, gw: str, family: int) -> str:
+        """A gateway's address on its untrusted link (or its first one)."""
+        for i in self.plan.of(gw):
+            link = next(l for l in self.spec.links if {l.a, l.b} == {gw, i.peer} and l.segment == i.segment)
+            if link.untrusted and i.address(family):
+                return i.address(family)
+        return self.addr(gw, family)
+
+    def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6)) -> list:
+        """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans."""
+        from ipsec.plan import SpiPlanner, apply_association
+
+        self.remove_ipsec()
+        planner = SpiPlanner()
+        for family in families:
+            for plan in self.plan_ipsec(profile, mode, family, planner):
+                apply_association(plan)
+                self._ipsec.append(plan)
+        return list(self._ipsec)
+
+    def remove_ipsec(self) -> None:
+        """Remove what :meth:`apply_ipsec` installed; the network stays up."""
+        from ipsec.plan import remove_association
+
+        while self._ipsec:
+            remove_association(self._ipsec.pop(), missing_ok=True)
