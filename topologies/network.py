@@ -48,6 +48,8 @@ class TestbedHost(Host):
     ({ifname: ShapingSpec}).
     """
 
+    __test__ = False  # not a pytest test class, despite the name
+
     def __init__(self, name: str, run_id: str = "", **params) -> None:
         self.run_id = run_id or names.new_run_id()
         self.netns_name = names.netns_name(self.run_id, name)
@@ -134,6 +136,8 @@ def wait_no_tentative(ipr, ns: str, timeout_s: float = 10.0) -> None:
 
 class TestbedTopo(Topo):
     """A Mininet ``Topo`` built from a :class:`TopologySpec` (usable by ``mn --custom``)."""
+
+    __test__ = False
 
     def __init__(self, spec: TopologySpec, run_id: Optional[str] = None, shaping=None, **opts) -> None:
         self.spec = spec
