@@ -41,11 +41,9 @@ import logging
 import os
 import socket
 import struct
-import threading
 from types import TracebackType
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from pyroute2 import netns as pyroute2_netns
 from pyroute2.netlink import (
     NETLINK_XFRM,
     NLM_F_ACK,
@@ -71,6 +69,7 @@ from ipsec.sa import (
     TemplateSpec,
     family_of,
 )
+from testbed.netns import socket_in
 
 log = logging.getLogger(__name__)
 
@@ -975,34 +974,6 @@ def netns_path(name: str) -> str:
     return name if "/" in name else os.path.join(NETNS_DIR, name)
 
 
-def _socket_in_netns(path: str, proto: int) -> socket.socket:
-    """A netlink socket created inside the namespace at ``path``.
-
-    setns(2) moves only the calling thread, so a throw-away thread does it and creates
-    the socket; the socket stays bound to that namespace after the thread exits, and
-    no thread of the caller ever changes namespace.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    result: dict[str, Any] = {}
-
-    def create() -> None:
-        try:
-            pyroute2_netns.setns(fd, flags=0)
-            result["socket"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, proto)
-        except BaseException as exc:  # handed to the caller's thread
-            result["error"] = exc
-
-    try:
-        thread = threading.Thread(target=create, name=f"xfrm-setns-{os.path.basename(path)}")
-        thread.start()
-        thread.join()
-    finally:
-        os.close(fd)
-    if "error" in result:
-        raise result["error"]
-    return result["socket"]
-
-
 class _AsyncXfrmNetlinkSocket(AsyncNetlinkSocket):
     marshal_class = XfrmMarshal
 
@@ -1011,7 +982,7 @@ class _AsyncXfrmNetlinkSocket(AsyncNetlinkSocket):
         if path is None:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_XFRM)
         else:
-            sock = _socket_in_netns(path, NETLINK_XFRM)
+            sock = socket_in(path, NETLINK_XFRM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.status["sndbuf"])
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.status["rcvbuf"])
         # Extended acks give the kernel's reason ("Requested AEAD algorithm not found");

@@ -145,12 +145,11 @@ def _ipsec_checks(ns: str) -> list[Check]:
 
 
 def _link_checks(ns: str, run_id: str) -> list[Check]:
-    from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
     checks = []
     a, b = names.ifname(run_id, "a"), names.ifname(run_id, "b")
-    with IPRoute(netns=ns) as ipr:
+    with netns.iproute(ns) as ipr:
         try:
             ipr.link("add", ifname=a, kind="veth", peer=b)
             checks.append(Check("kernel", "veth", True, "veth pairs"))

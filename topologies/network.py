@@ -93,9 +93,8 @@ class TestbedHost(Host):
 def configure_node(ns: str, run_id: str, interfaces: tuple[Interface, ...], routes: tuple[Route, ...],
                    bridge: bool) -> None:
     """Apply one node's part of the address plan inside namespace ``ns``."""
-    from pyroute2 import IPRoute
 
-    with IPRoute(netns=ns) as ipr:
+    with netns.iproute(ns) as ipr:
         ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
         br = None
         if bridge:

@@ -48,7 +48,6 @@ class VethPair:
 @contextlib.contextmanager
 def veth_pair(run_id: Optional[str] = None, mtu: int = 1500) -> Iterator[VethPair]:
     """Build the pair for the ``with`` block; both namespaces are deleted after it."""
-    from pyroute2 import IPRoute
 
     if not 1280 <= mtu <= 65535:
         raise ValueError(f"mtu must be 1280..65535 (IPv6 needs 1280), not {mtu}")
@@ -59,11 +58,11 @@ def veth_pair(run_id: Optional[str] = None, mtu: int = 1500) -> Iterator[VethPai
         for ns in (p.a, p.b):
             netns.create(ns)
             stack.callback(netns.delete, ns)
-        with IPRoute(netns=p.a) as ipr:
+        with netns.iproute(p.a) as ipr:
             # created inside a and its peer moved to b at once: nothing touches the root namespace
             ipr.link("add", ifname=p.if_a, kind="veth", peer={"ifname": p.if_b, "net_ns_fd": p.b})
         for ns, dev, v4, v6 in ((p.a, p.if_a, p.v4a, p.v6a), (p.b, p.if_b, p.v4b, p.v6b)):
-            with IPRoute(netns=ns) as ipr:
+            with netns.iproute(ns) as ipr:
                 idx = ipr.link_lookup(ifname=dev)[0]
                 ipr.link("set", index=idx, mtu=mtu)
                 ipr.addr("add", index=idx, address=v4, prefixlen=24)

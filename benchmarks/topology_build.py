@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Build, IPsec-apply and teardown times of every topology, on the host kernel and in UML.
+
+    sudo .venv/bin/python benchmarks/topology_build.py              # host, then UML
+    sudo .venv/bin/python benchmarks/topology_build.py --where uml --clients 50
+
+Each row is one network built from scratch with Mininet (namespaces, veths,
+dual-stack addresses, routes), then ESP tunnel AES-GCM-256 applied to every IPsec
+pair for IPv4 and IPv6, then torn down.  On a kernel without ESP the IPsec column
+says so instead of a figure.  Times are wall-clock seconds on the host clock of the
+kernel that ran them (inside UML: the guest's, which follows the host's).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from testbed import kernel  # noqa: E402
+
+
+def run_here(clients: int, repeat: int, profile: str) -> None:
+    from topologies import TOPOLOGIES, build_spec
+    from topologies.network import Network
+
+    probe = kernel.probe(tools=False)
+    esp = probe.ok("esp") and probe.ok("esp6")
+    where = f"{'User-Mode Linux' if kernel.in_uml() else 'host'} kernel {os.uname().release}"
+    print(f"\n{where}; {repeat} build(s) per topology; IPsec: {profile} tunnel, IPv4+IPv6"
+          + ("" if esp else " (not measured: this kernel has no ESP)"))
+    print(f"{'topology':28s} {'nodes':>5s} {'build s':>9s} {'IPsec on s':>11s} {'IPsec off s':>12s} {'teardown s':>11s}")
+    cases = [(name, 1 if name not in ("road_warrior", "multi_host_to_host") else clients) for name in TOPOLOGIES]
+    cases.insert(3, ("road_warrior", 1))
+    for name, n in cases:
+        build, on, off, down = [], [], [], []
+        for _ in range(repeat):
+            spec = build_spec(name, clients=n)
+            net = Network(spec)
+            t0 = time.monotonic()
+            net.__enter__()
+            try:
+                build.append(time.monotonic() - t0)
+                if esp:
+                    t1 = time.monotonic()
+                    net.apply_ipsec(profile, "tunnel")
+                    on.append(time.monotonic() - t1)
+                    t2 = time.monotonic()
+                    net.remove_ipsec()
+                    off.append(time.monotonic() - t2)
+            finally:
+                t3 = time.monotonic()
+                net.close()
+                down.append(time.monotonic() - t3)
+        label = f"{name}" + (f" ({n} clients)" if name in ("road_warrior", "multi_host_to_host") else "")
+        med = lambda xs: f"{statistics.median(xs):.2f}" if xs else "n/a"  # noqa: E731
+        print(f"{label:28s} {len(spec.nodes):5d} {med(build):>9s} {med(on):>11s} {med(off):>12s} {med(down):>11s}",
+              flush=True)
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    print("namespaces left behind:", [n for n in left if n.startswith("itb-")] or "none")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--where", choices=("host", "uml", "both"), default="both",
+                    help="which kernel(s) to measure on (default: %(default)s)")
+    ap.add_argument("--clients", type=int, default=50, help="clients of the multi-client topologies (default: 50)")
+    ap.add_argument("--repeat", type=int, default=1, help="builds per topology (default: 1)")
+    ap.add_argument("--profile", default="aes-gcm-256", help="IPsec profile applied (default: %(default)s)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("topology_build: needs root; run with sudo")
+    if kernel.in_uml() or args.where == "host":
+        run_here(args.clients, args.repeat, args.profile)
+        return 0
+    if args.where == "both":
+        run_here(args.clients, args.repeat, args.profile)
+    t0 = time.monotonic()
+    rc = kernel.reexec_in_uml([os.path.abspath(__file__), "--where", "uml", "--clients", str(args.clients),
+                               "--repeat", str(args.repeat), "--profile", args.profile], timeout_s=3000)
+    print(f"(UML run, boot included: {time.monotonic() - t0:.0f} s)")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
