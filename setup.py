@@ -9,18 +9,19 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="MIT",
-    python_requires=">=3.9",
+    python_requires=">=3.11",
     packages=["testbed", "ipsec", "topologies", "experiments", "analysis"],
     # Lower bounds are the versions the test suite has run against.
     install_requires=[
         "pyroute2>=0.9.7",
         "mininet>=2.3.0.dev6",  # PyPI has only pre-releases; mnexec comes from Debian's package
-        "scapy>=2.6.1",
-        "numpy>=1.26",
-        "plotly>=5.24",
-        "rich>=13.7",
+        "scapy>=2.8.0",
+        "cryptography>=50.0",  # scapy's ESP/AH ciphers (wire verification)
+        "numpy>=2.4",
+        "plotly>=7.1",
+        "rich>=15.0",
     ],
-    extras_require={"test": ["pytest>=8.0"]},
+    extras_require={"test": ["pytest>=9.2"]},
     entry_points={"console_scripts": ["ipsec-testbed = testbed.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
