@@ -505,9 +505,11 @@ def _decrypt_one(index: int, l3: _L3, table: Mapping[tuple[str, int, object], SA
         except (IndexError, TypeError, ValueError, AttributeError) as exc:
             raise DecryptError(f"{what}: could not decrypt ({type(exc).__name__}: {exc})",
                                index, proto, spi) from None
-        # Re-dissect from bytes: scapy leaves an AH payload as Raw, and the header it
-        # rebuilt may carry stale lengths/checksums until serialised.
-        current = (IP if current.version == 4 else IPv6)(bytes(current))
+        # Re-dissect from bytes: scapy leaves an AH payload as Raw (in tunnel mode the
+        # whole inner packet), and the header it rebuilt may carry stale lengths or
+        # checksums until serialised.  The IP version is the first nibble.
+        data = bytes(current)
+        current = (IP if data[:1] and data[0] >> 4 == 4 else IPv6)(data)
         layers.append((proto, spi))
         step = _l3(current)
     assert first is not None
