@@ -58,16 +58,35 @@ def _uml_guests() -> list[tuple[str, int]]:
     return found
 
 
+def _guest_processes(uml_id: str) -> list[int]:
+    """Every host process of guest ``uml_id``: those with ``umid=<uml_id>`` among their arguments.
+
+    A guest whose main process died (killed with its parent) can leave the host
+    processes that ran its user space; they carry the same command line.
+    """
+    token = f"umid={uml_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if token in f.read().split(b"\0"):
+                        found.append(int(entry))
+    return found
+
+
 def clean() -> Cleaned:
     """Remove every testbed guest, namespace and root-namespace interface; see the module doc."""
     done = Cleaned()
     killed = []
     for uml_id, pid in _uml_guests():
-        if pid:
+        procs = _guest_processes(uml_id)
+        for p in procs:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            killed.append(pid)
-            done.uml_guests.append(f"{uml_id} (pid {pid})")
+                os.kill(p, signal.SIGKILL)
+        if procs:
+            killed += procs
+            done.uml_guests.append(f"{uml_id} (pid {pid or procs[0]})")
         shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
     # A killed guest's files are only free once it is gone (bounded wait).
     deadline = time.monotonic() + 10

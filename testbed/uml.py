@@ -248,6 +248,9 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
     """
     con0, tty1, tty2 = console_fds
     return [
+        # If the process that booted the guest dies (even by SIGKILL), the kernel kills
+        # the guest too, so an orphaned guest never goes on writing results.
+        "setpriv", "--pdeathsig", "KILL", "--",
         spec.kernel,
         f"mem={spec.mem}",
         "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "rw",

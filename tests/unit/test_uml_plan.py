@@ -55,7 +55,7 @@ def test_builtin_kernel_loads_no_modules():
 
 def test_command_line_uses_hostfs_root_and_the_given_console_fds():
     cmd = uml.plan_command_line(spec(mem="1G"), "/tmp/wd", "itb-abcdef", (7, 8, 9))
-    assert cmd[0] == "/usr/bin/linux.uml"
+    assert cmd[:5] == ["setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/linux.uml"]
     assert {"mem=1G", "rootfstype=hostfs", "rootflags=/", "rw", "init=/tmp/wd/init.sh",
             "con0=null,fd:7", "con1=null,fd:8", "con2=null,fd:9", "umid=itb-abcdef"} <= set(cmd)
     assert f"uml_dir={names.STATE_DIR}/uml/" in cmd
