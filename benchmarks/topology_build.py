@@ -33,9 +33,9 @@ def run_here(clients: int, repeat: int, profile: str) -> None:
     where = f"{'User-Mode Linux' if kernel.in_uml() else 'host'} kernel {os.uname().release}"
     print(f"\n{where}; {repeat} build(s) per topology; IPsec: {profile} tunnel, IPv4+IPv6"
           + ("" if esp else " (not measured: this kernel has no ESP)"))
-    print(f"{'topology':28s} {'nodes':>5s} {'build s':>9s} {'IPsec on s':>11s} {'IPsec off s':>12s} {'teardown s':>11s}")
+    print(f"{'topology':32s} {'nodes':>5s} {'build s':>9s} {'IPsec on s':>11s} {'IPsec off s':>12s} {'teardown s':>11s}")
     cases = [(name, 1 if name not in ("road_warrior", "multi_host_to_host") else clients) for name in TOPOLOGIES]
-    cases.insert(3, ("road_warrior", 1))
+    cases.insert(2, ("road_warrior", 1))
     for name, n in cases:
         build, on, off, down = [], [], [], []
         for _ in range(repeat):
@@ -58,7 +58,7 @@ def run_here(clients: int, repeat: int, profile: str) -> None:
                 down.append(time.monotonic() - t3)
         label = f"{name}" + (f" ({n} clients)" if name in ("road_warrior", "multi_host_to_host") else "")
         med = lambda xs: f"{statistics.median(xs):.2f}" if xs else "n/a"  # noqa: E731
-        print(f"{label:28s} {len(spec.nodes):5d} {med(build):>9s} {med(on):>11s} {med(off):>12s} {med(down):>11s}",
+        print(f"{label:32s} {len(spec.nodes):5d} {med(build):>9s} {med(on):>11s} {med(off):>12s} {med(down):>11s}",
               flush=True)
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     print("namespaces left behind:", [n for n in left if n.startswith("itb-")] or "none")

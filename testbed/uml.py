@@ -187,6 +187,8 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         # A tmpfs on /run hides the host's /run/netns and pid files: the guest keeps its own.
         "mount -t tmpfs -o mode=755 tmpfs /run",
         "mkdir -p /run/netns /run/ipsec-testbed",
+        # /dev is the guest's own devtmpfs (mounted by its kernel), which lacks these.
+        "mkdir -p /dev/shm /dev/pts",
         "mount -t tmpfs tmpfs /dev/shm",
         "mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts",
         "mount --bind /dev/pts/ptmx /dev/ptmx 2>/dev/null",
