@@ -96,46 +96,89 @@ def _listening(pid: int, port: int) -> bool:
     return False
 
 
+@dataclasses.dataclass(frozen=True)
+class Flow:
+    """One iperf3 test: server in ``server_ns`` at ``server_addr``, client in ``client_ns``."""
+
+    server_ns: str
+    client_ns: str
+    server_addr: str
+
+
+def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, transport: str,
+                mss: Optional[int], length: Optional[int], bitrate: Optional[str]) -> list[str]:
+    """The client's iperf3 arguments (pure)."""
+    if transport not in ("tcp", "udp"):
+        raise ValueError(f"transport: {transport!r} is not tcp or udp")
+    cmd = ["-c", server_addr, "-p", str(port), "-J", "-t", f"{duration_s:g}", "-O", f"{omit_s:g}"]
+    if transport == "udp":
+        cmd += ["-u", "-b", bitrate or "0"]
+    elif bitrate:
+        cmd += ["-b", bitrate]
+    if mss:
+        cmd += ["-M", str(mss)]
+    if length:
+        cmd += ["-l", str(length)]
+    return cmd
+
+
+def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "tcp",
+                  mss: Optional[int] = None, length: Optional[int] = None, bitrate: Optional[str] = None,
+                  omit_s: float = 1.0, port: int = DEFAULT_PORT, timeout_s: Optional[float] = None,
+                  on_start=None) -> list[Result]:
+    """Run the iperf3 tests of ``flows`` at the same time; one :class:`Result` per flow.
+
+    Each flow gets its own server port (``port``, ``port + 1``, ...).  ``on_start`` is
+    called once every client has been started (the measurement window begins).
+    ``mss`` sets the TCP MSS (``-M``), ``length`` the write or datagram size (``-l``),
+    ``bitrate`` the offered rate (``-b``, e.g. ``"0"`` for unlimited UDP).  The first
+    ``omit_s`` seconds are a warm-up iperf3 leaves out of the result.
+    """
+    iperf3 = check()
+    args = [client_args(f.server_addr, port + i, duration_s, omit_s, transport, mss, length, bitrate)
+            for i, f in enumerate(flows)]
+    timeout_s = timeout_s or duration_s + omit_s + 30
+    servers: list[subprocess.Popen] = []
+    clients: list[subprocess.Popen] = []
+    try:
+        for i, f in enumerate(flows):
+            servers.append(subprocess.Popen(["ip", "netns", "exec", f.server_ns, iperf3, "-s", "-1",
+                                             "-p", str(port + i)],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        deadline = time.monotonic() + 15
+        for i, (f, server) in enumerate(zip(flows, servers)):
+            while not _listening(server.pid, port + i):
+                if server.poll() is not None:
+                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
+                if time.monotonic() > deadline:
+                    raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port + i} after 15 s")
+                time.sleep(0.02)
+        for f, a in zip(flows, args):
+            log.debug("iperf3 in %s: %s", f.client_ns, " ".join(a))
+            clients.append(subprocess.Popen(["ip", "netns", "exec", f.client_ns, iperf3, *a],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        if on_start:
+            on_start()
+        end = time.monotonic() + timeout_s
+        outputs = []
+        for c in clients:
+            try:
+                out, _ = c.communicate(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
+            outputs.append(out)
+        return [parse_iperf3(out) for out in outputs]
+    finally:
+        for p in clients + servers:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
 def measure(server_ns: str, client_ns: str, server_addr: str, duration_s: float = 5.0,
             transport: str = "tcp", mss: Optional[int] = None, length: Optional[int] = None,
             bitrate: Optional[str] = None, omit_s: float = 1.0, port: int = DEFAULT_PORT,
             timeout_s: Optional[float] = None) -> Result:
-    """Run one iperf3 test from ``client_ns`` to ``server_addr`` in ``server_ns``.
-
-    ``mss`` sets the TCP MSS (``-M``), ``length`` the write or datagram size (``-l``),
-    ``bitrate`` the offered rate (``-b``, e.g. ``"0"`` for unlimited UDP).  The
-    first ``omit_s`` seconds are a warm-up iperf3 leaves out of the result.
-    """
-    if transport not in ("tcp", "udp"):
-        raise ValueError(f"transport: {transport!r} is not tcp or udp")
-    iperf3 = check()
-    timeout_s = timeout_s or duration_s + omit_s + 30
-    server = subprocess.Popen(["ip", "netns", "exec", server_ns, iperf3, "-s", "-1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 15
-        while not _listening(server.pid, port):
-            if server.poll() is not None:
-                raise IperfError(f"iperf3 server in {server_ns} exited: {server.stderr.read().strip()}")
-            if time.monotonic() > deadline:
-                raise IperfError(f"iperf3 server in {server_ns} not listening on port {port} after 15 s")
-            time.sleep(0.02)
-        cmd = ["ip", "netns", "exec", client_ns, iperf3, "-c", server_addr, "-p", str(port), "-J",
-               "-t", f"{duration_s:g}", "-O", f"{omit_s:g}"]
-        if transport == "udp":
-            cmd += ["-u", "-b", bitrate or "0"]
-        elif bitrate:
-            cmd += ["-b", bitrate]
-        if mss:
-            cmd += ["-M", str(mss)]
-        if length:
-            cmd += ["-l", str(length)]
-        log.debug("iperf3: %s", " ".join(cmd))
-        client = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-        return parse_iperf3(client.stdout)
-    except subprocess.TimeoutExpired:
-        raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
-    finally:
-        if server.poll() is None:
-            server.kill()
-        server.wait()
+    """One iperf3 test from ``client_ns`` to ``server_addr`` in ``server_ns``; see :func:`measure_flows`."""
+    return measure_flows([Flow(server_ns, client_ns, server_addr)], duration_s, transport, mss, length,
+                         bitrate, omit_s, port, timeout_s)[0]

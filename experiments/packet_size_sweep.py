@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Throughput versus TCP payload size, plain and through ESP: a quick real measurement.
+"""Throughput versus packet size, plain and through IPsec, over shaped links.
 
-This first version measures host-to-host (two namespaces, one veth) with iperf3,
-plain and with ESP transport AES-GCM, for a few MSS values, and prints a table.
-The full sweep (topologies, shaped rates, repetitions, resumable run directories,
-report.html) replaces it; the command line stays.
+With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
+the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
+tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
+gateway link shaped to 10 and 100 Mbit/s, IPv4, 3 repetitions per point.
 
-Runs on the host kernel when it can do ESP and inside User-Mode Linux otherwise.
+Results go to a run directory: results.jsonl (one line per point, written as it is
+measured), meta.json and report.html.  Running again with the same --out measures
+only the points that are missing.  It runs on the host kernel when that can do ESP
+and inside User-Mode Linux otherwise, by itself.
 """
 from __future__ import annotations
 
@@ -23,97 +26,179 @@ from testbed import kernel  # noqa: E402
 from testbed.cli import add_kernel_options  # noqa: E402
 
 log = logging.getLogger("packet_size_sweep")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-DEFAULT_SIZES = (500, 1000, 1400)
+EPILOG = """\
+examples:
+  sudo .venv/bin/python experiments/packet_size_sweep.py                 # seed 003's curve, ~5 min
+  sudo .venv/bin/python experiments/packet_size_sweep.py --dry-run       # the plan and its time
+  sudo .venv/bin/python experiments/packet_size_sweep.py --rates 1,2,4,10,34,44,51,100 \\
+        --profiles aes-cbc-128-md5 --out runs/seed003      # seed 003's rates and algorithm
+  sudo .venv/bin/python experiments/packet_size_sweep.py --topology host_to_host --mode transport \\
+        --profiles 3des-cbc-sha1+ah-md5 --size-mode write --sizes 1024,2048,4096,8192
+  sudo .venv/bin/python experiments/packet_size_sweep.py --topology multi_host_to_host --clients 5 \\
+        --ip 6 --mode transport --transport tcp,udp
+
+Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C: the network is torn down and
+the points measured so far stay; run the same command again to finish the sweep.
+"""
 
 
-def csv_ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(",") if v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, not {text!r}") from None
-    if not values or min(values) < 88 or max(values) > 9000:
-        raise argparse.ArgumentTypeError(f"sizes must be TCP MSS values in 88..9000, not {text!r}")
-    return values
+def csv(kind):
+    def parse(text: str):
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, not {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("give at least one value")
+        return values
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from experiments.sweep import SweepSpec
+    from topologies import TOPOLOGIES
+
+    d = SweepSpec.__dataclass_fields__
     p = argparse.ArgumentParser(
-        description="Measure TCP goodput versus payload size (the MSS) with and without ESP, "
-                    "between two network namespaces, with iperf3.",
-        epilog="example: sudo .venv/bin/python experiments/packet_size_sweep.py --sizes 200,700,1400 --duration 3",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--sizes", type=csv_ints, default=DEFAULT_SIZES, metavar="BYTES,...",
-                   help="TCP MSS values to measure (iperf3 -M)")
-    p.add_argument("--duration", type=float, default=2.0, metavar="SECONDS",
-                   help="measured seconds per point, after a 0.5 s warm-up iperf3 leaves out")
-    p.add_argument("--profile", default="aes-gcm-256", metavar="PROFILE",
-                   help="IPsec profile for the IPsec points, in transport mode (`ipsec-testbed profiles` lists them)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
+        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("what to measure")
+    g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d["topology"].default,
+                   help="network to build (default: %(default)s)")
+    g.add_argument("--clients", type=int, default=d["clients"].default, metavar="N",
+                   help="clients of road_warrior / multi_host_to_host; they send at the same time (default: %(default)s)")
+    g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
+                   help="IPsec profiles to compare with the plain baseline, which is always measured "
+                        "(default: aes-gcm-256; list: ipsec-testbed profiles)")
+    g.add_argument("--mode", choices=("tunnel", "transport"), default=d["mode"].default,
+                   help="IPsec mode (default: %(default)s)")
+    g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
+                   help="rates of the shaped link in Mbit/s (default: 10,100)")
+    g.add_argument("--sizes", type=csv(int), default=d["sizes"].default, metavar="BYTES,...",
+                   help="packet sizes (default: 100,250,500,750,1000,1250,1460)")
+    g.add_argument("--size-mode", choices=("mss", "write"), default=d["size_mode"].default,
+                   help="for TCP, what a size is: the MSS (iperf3 -M; seed 003) or the write size "
+                        "(iperf3 -l; seed 001's netio); UDP sizes are datagram sizes (default: %(default)s)")
+    g.add_argument("--ip", type=csv(int), default=d["ip_versions"].default, metavar="4|6|4,6",
+                   help="IP versions (default: 4)")
+    g.add_argument("--transport", type=csv(str), default=d["transports"].default, metavar="tcp|udp|tcp,udp",
+                   help="transports (default: tcp)")
+    g.add_argument("--udp-bitrate", default=d["udp_bitrate"].default, metavar="RATE",
+                   help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
+    g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
+                   help="measured seconds per point (default: %(default)s)")
+    g.add_argument("--warmup", type=float, default=d["omit_s"].default, metavar="SECONDS",
+                   help="warm-up left out of each point (iperf3 -O) (default: %(default)s)")
+    g.add_argument("--repetitions", type=int, default=d["repetitions"].default, metavar="N",
+                   help="repetitions per point, for the confidence interval (default: %(default)s)")
+    g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
+                   help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
+                        "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
+    g.add_argument("--mtu", type=int, default=d["mtu"].default, help="MTU of every link (default: %(default)s)")
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", help="run directory; an existing one is resumed "
+                                                "(default: runs/<date>-<topology>)")
+    o.add_argument("--dry-run", action="store_true", help="print the planned points and the estimated time, then stop")
+    o.add_argument("--no-report", action="store_true", help="do not write report.html or print the table")
+    o.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
     add_kernel_options(p)
     return p
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
-    from experiments import iperf
-    from ipsec.plan import AssociationSpec, Endpoint, apply_association, plan_association
-    from topologies.veth_pair import veth_pair
+def spec_from(args):
+    from experiments.sweep import SweepSpec
 
-    iperf.check()
-    rows = []
-    with veth_pair() as p:
-        for esp in (False, True):
-            if esp:
-                apply_association(plan_association(AssociationSpec(
-                    args.profile, "transport", Endpoint(p.a, p.v4a), Endpoint(p.b, p.v4b))))
-            for size in args.sizes:
-                label = args.profile if esp else "none"
-                print(f"  measuring {label:>18}, MSS {size:5d} B ...", file=sys.stderr, flush=True)
-                r = iperf.measure(p.b, p.a, p.v4b, duration_s=args.duration, omit_s=0.5, mss=size)
-                rows.append({"profile": label, "size_bytes": size, "goodput_mbps": r.goodput_mbps,
-                             "retransmits": r.retransmits, "cpu_sender_pct": r.cpu_sender_pct})
-    return rows
+    return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
+                     transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
+                     clients=args.clients, repetitions=args.repetitions, duration_s=args.duration,
+                     omit_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu)
 
 
-def print_table(rows: list[dict], where: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def dry_run(spec, out_dir: str) -> int:
+    from experiments.sweep import estimate_seconds, load_done, plan_points
 
-    plain = {r["size_bytes"]: r["goodput_mbps"] for r in rows if r["profile"] == "none"}
-    t = Table(title=f"TCP goodput, host-to-host over veth, no shaping, ESP transport mode ({where})",
-              title_justify="left")
-    for col in ("profile", "MSS (B)", "goodput (Mbit/s)", "IPsec/plain", "retransmits", "sender CPU %"):
-        t.add_column(col, justify="left" if col == "profile" else "right")
-    for r in rows:
-        ratio = r["goodput_mbps"] / plain[r["size_bytes"]] if r["profile"] != "none" and plain.get(r["size_bytes"]) else None
-        t.add_row(r["profile"], str(r["size_bytes"]), f"{r['goodput_mbps']:.1f}",
-                  f"{ratio:.2f}" if ratio is not None else "", str(r["retransmits"]),
-                  f"{r['cpu_sender_pct']:.0f}" if r["cpu_sender_pct"] is not None else "")
-    Console().print(t)
-    print("Unshaped veth: goodput here is limited by the CPU (one CPU inside UML), not by a link.")
+    points = plan_points(spec)
+    done = load_done(os.path.join(out_dir, "results.jsonl"))
+    todo = [p for p in points if p.key() not in done]
+    for p in todo:
+        print(f"{p.topology} {p.profile:>22s} {p.mode} IPv{p.ip_version} {p.transport} {p.rate_mbit:g} Mbit/s "
+              f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
+    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}; estimated "
+          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min plus a UML boot if the host kernel has no ESP",
+          file=sys.stderr)
+    return 0
+
+
+def measure(spec, out_dir: str) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from experiments.sweep import run_sweep
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task("sweep", total=None)
+
+        def progress(point, record, done, total):
+            label = (f"{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
+                     f"{point.transport} rep {point.repetition + 1}")
+            if record is None:
+                bar.update(task, total=total, completed=done, description=label)
+            else:
+                flag = " [CPU-bound]" if record["emulation_limited"] else ""
+                bar.update(task, completed=done,
+                           description=f"{label}: {record['goodput_mbps']:.2f} Mbit/s{flag}")
+        counts = run_sweep(spec, out_dir, progress)
+    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}",
+          file=sys.stderr)
+    return 0
+
+
+def report(out_dir: str) -> None:
+    from analysis.cli import main as report_main
+
+    report_main(["report", out_dir])
 
 
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    try:
+        spec = spec_from(args)
+    except ValueError as e:
+        print(f"packet_size_sweep: {e}", file=sys.stderr)
+        return 2
+    out_dir = os.path.abspath(args.out or os.path.join(
+        REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{spec.topology}"))
+    if args.dry_run:
+        return dry_run(spec, out_dir)
     if os.geteuid() != 0:
-        print("packet_size_sweep: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
+        print("packet_size_sweep: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
     backend = kernel.choose_backend(args.kernel)
-    print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
+    if not kernel.in_uml():
+        print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
     if backend.name is None:
         return 1
     if backend.name == "uml" and not kernel.in_uml():
+        # Measure inside the guest; render on the host, where importing plotly is cheap.
         t0 = time.monotonic()
-        argv = [os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:])]
-        rc = kernel.reexec_in_uml(argv, mem=args.uml_mem, kernel=args.uml_kernel, modules=args.uml_modules)
-        print(f"(User-Mode Linux run took {time.monotonic() - t0:.0f} s in all)", file=sys.stderr)
-        return rc
-    where = f"{'User-Mode Linux' if kernel.in_uml() else 'host'} kernel {os.uname().release}"
-    rows = measure(args)
-    print_table(rows, where)
-    return 0
+        rc = kernel.reexec_in_uml([os.path.abspath(__file__), *argv, "--out", out_dir, "--no-report"],
+                                  mem=args.uml_mem, kernel=args.uml_kernel, modules=args.uml_modules)
+        print(f"(User-Mode Linux run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)
+    else:
+        try:
+            rc = measure(spec, out_dir)
+        except KeyboardInterrupt:
+            print(f"\ninterrupted; the points measured so far are in {out_dir}; run the same command "
+                  f"with --out {out_dir} to finish", file=sys.stderr)
+            return 130
+    if not args.no_report and os.path.exists(os.path.join(out_dir, "results.jsonl")):
+        report(out_dir)
+    return rc
 
 
 if __name__ == "__main__":

@@ -1,0 +1,329 @@
+"""The sweep engine: topology x profiles x IP versions x transports x rates x sizes x repetitions.
+
+::
+
+    SweepSpec (data) --plan_points--> [Point, ...] --run_sweep--> run_dir/results.jsonl
+                                                                  run_dir/meta.json
+
+Each network is built once per (topology, rate) and IPsec is switched on and off in
+it; within a network the points are ordered repetition, size, IP version,
+transport, profile, so the plain and IPsec points of one size are measured next to
+each other, under the same machine conditions.
+
+Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is
+measured; running again on the same directory measures only the points missing, so
+a sweep killed at any moment loses at most the point in flight.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Callable, Iterable, Iterator, Optional
+
+log = logging.getLogger(__name__)
+
+TRANSPORTS = ("tcp", "udp")
+SIZE_MODES = ("mss", "write", "datagram")
+#: A point is flagged when the CPU was this busy and goodput fell this far below theory.
+CPU_BOUND_PCT = 90.0
+SHORTFALL = 0.90
+KEY_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
+              "size_mode", "clients", "repetition")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """What to measure; checked on construction (no kernel needed)."""
+
+    topology: str = "vpn_gateway"
+    profiles: tuple[str, ...] = ("none", "aes-gcm-256")
+    mode: str = "tunnel"
+    ip_versions: tuple[int, ...] = (4,)
+    transports: tuple[str, ...] = ("tcp",)
+    rates_mbit: tuple[float, ...] = (10.0, 100.0)
+    sizes: tuple[int, ...] = (100, 250, 500, 750, 1000, 1250, 1460)
+    size_mode: str = "mss"
+    clients: int = 1
+    repetitions: int = 3
+    duration_s: float = 2.0
+    omit_s: float = 0.5
+    udp_bitrate: str = "0"
+    pmtu: str = "discover"
+    mtu: int = 1500
+
+    def __post_init__(self) -> None:
+        from ipsec.profiles import parse_profile
+        from topologies import build_spec
+
+        profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
+        if "none" not in profiles:
+            profiles = ("none",) + profiles  # the plain baseline is always measured
+        object.__setattr__(self, "profiles", profiles)
+        if self.mode not in ("transport", "tunnel"):
+            raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
+        if not self.ip_versions or set(self.ip_versions) - {4, 6}:
+            raise ValueError(f"ip_versions must be 4, 6 or both, not {self.ip_versions!r}")
+        if not self.transports or set(self.transports) - set(TRANSPORTS):
+            raise ValueError(f"transports must be among {', '.join(TRANSPORTS)}, not {self.transports!r}")
+        if not self.rates_mbit or min(self.rates_mbit) <= 0:
+            raise ValueError(f"rates must be positive Mbit/s values, not {self.rates_mbit!r}")
+        if self.size_mode not in SIZE_MODES:
+            raise ValueError(f"size_mode must be one of {', '.join(SIZE_MODES)}, not {self.size_mode!r}")
+        if not self.sizes or min(self.sizes) < 16 or max(self.sizes) > 65000:
+            raise ValueError(f"sizes must be bytes in 16..65000, not {self.sizes!r}")
+        if self.size_mode == "mss" and (min(self.sizes) < 88 or max(self.sizes) > self.mtu - 40):
+            raise ValueError(f"with size_mode mss the sizes are TCP MSS values: 88..{self.mtu - 40} "
+                             f"for MTU {self.mtu}, not {min(self.sizes)}..{max(self.sizes)}")
+        if self.repetitions < 1 or self.duration_s <= 0 or self.omit_s < 0:
+            raise ValueError("repetitions must be >= 1, duration > 0 and warm-up >= 0")
+        build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One measurement: its key fields, as in ``results.jsonl``."""
+
+    topology: str
+    profile: str
+    mode: str
+    ip_version: int
+    transport: str
+    rate_mbit: float
+    size_bytes: int
+    size_mode: str
+    clients: int
+    repetition: int
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f) for f in KEY_FIELDS)
+
+
+def record_key(record: dict) -> tuple:
+    """The key of a result record (what makes a point unique)."""
+    return tuple(float(record[f]) if f == "rate_mbit" else record[f] for f in KEY_FIELDS)
+
+
+def plan_points(spec: SweepSpec) -> list[Point]:
+    """Every point of ``spec`` in measuring order (see the module docstring)."""
+    points = []
+    for rate in spec.rates_mbit:
+        for rep in range(spec.repetitions):
+            for size in spec.sizes:
+                for ipv in spec.ip_versions:
+                    for transport in spec.transports:
+                        size_mode = "datagram" if transport == "udp" else spec.size_mode
+                        for profile in spec.profiles:
+                            points.append(Point(spec.topology, profile, spec.mode, ipv, transport, float(rate),
+                                                size, size_mode, spec.clients, rep))
+    return points
+
+
+def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.8,
+                     per_network_s: float = 6.0) -> float:
+    """A rough wall-time estimate (measurement + setup) for ``points`` points."""
+    return points * (spec.duration_s + spec.omit_s + per_point_overhead_s) + len(spec.rates_mbit) * per_network_s
+
+
+# -- results files ------------------------------------------------------------------------
+
+def load_done(path: str) -> set[tuple]:
+    """Keys of the points already in ``results.jsonl``; a partial last line is ignored."""
+    done = set()
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # the point in flight when a run was killed
+                try:
+                    done.add(record_key(json.loads(line)))
+                except (json.JSONDecodeError, KeyError):
+                    log.warning("skipping a malformed line in %s", path)
+    except FileNotFoundError:
+        pass
+    return done
+
+
+def open_results(path: str):
+    """``results.jsonl`` for appending, with a partial last line (a killed write) cut off."""
+    if os.path.exists(path):
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+    return open(path, "a")
+
+
+def append(f, record: dict) -> None:
+    """One record, flushed to the disk before the next point starts."""
+    f.write(json.dumps(record, sort_keys=True) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def machine_meta() -> dict:
+    """What the results depend on: kernel, backend, CPU, tool versions."""
+    from testbed import kernel
+
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    meta = {"kernel_release": platform.release(), "backend": "uml" if kernel.in_uml() else "host",
+            "cpu_model": cpu_model, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    versions = {}
+    for name in ("pyroute2", "mininet", "scapy"):
+        try:
+            from importlib.metadata import version
+            versions[name] = version(name)
+        except Exception:  # noqa: BLE001 (any failure: unknown)
+            versions[name] = None
+    try:
+        out = subprocess.run(["iperf3", "--version"], capture_output=True, text=True, timeout=10).stdout
+        versions["iperf3"] = out.split()[1] if out else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        versions["iperf3"] = None
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        versions["testbed"] = subprocess.run(["git", "-C", repo, "describe", "--always", "--dirty"],
+                                             capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        versions["testbed"] = None
+    meta["versions"] = versions
+    return meta
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def measure_point(net, point: Point, spec: SweepSpec) -> dict:
+    """Measure one point in the built network ``net`` (IPsec already as the point needs)."""
+    from experiments import cpu, iperf
+    from ipsec.overhead import expected_goodput_mbps
+
+    flows = [iperf.Flow(net.ns(server), net.ns(client), net.addr(server, point.ip_version))
+             for client, server in net.spec.flows]
+    window: dict = {}
+    results = iperf.measure_flows(
+        flows, duration_s=spec.duration_s, transport=point.transport, omit_s=spec.omit_s,
+        mss=point.size_bytes if point.size_mode == "mss" else None,
+        length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
+        bitrate=spec.udp_bitrate if point.transport == "udp" else None,
+        on_start=lambda: window.setdefault("start", (cpu.sample(), time.monotonic())))
+    c0, t0 = window["start"]
+    use = cpu.usage(c0, cpu.sample())
+    goodput = sum(r.goodput_mbps for r in results)
+    moved = sum(r.bytes for r in results)
+    expected = None
+    if point.transport == "tcp" and point.size_mode == "mss":
+        expected = expected_goodput_mbps(point.rate_mbit, point.size_bytes, point.profile, point.mode,
+                                         point.ip_version, spec.mtu)
+    limited = use.busy_pct >= CPU_BOUND_PCT and (expected is None or goodput < SHORTFALL * expected)
+    losses = [r.loss_pct for r in results if r.loss_pct is not None]
+    retrans = [r.retransmits for r in results if r.retransmits is not None]
+    return {
+        **dataclasses.asdict(point),
+        "duration_s": spec.duration_s, "omit_s": spec.omit_s,
+        "goodput_mbps": goodput,
+        "theoretical_goodput_mbps": expected,
+        "loss_pct": sum(losses) / len(losses) if losses else None,
+        "retransmits": sum(retrans) if retrans else None,
+        "bytes": moved,
+        "cpu_busy_pct": use.busy_pct, "cpu_system_pct": use.system_pct, "cpu_softirq_pct": use.softirq_pct,
+        "cpu_s_per_gb": use.busy_s / (moved / 1e9) if moved else None,
+        "window_s": time.monotonic() - t0,
+        "emulation_limited": limited,
+        "time": now_iso(),
+    }
+
+
+def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point, Optional[dict], int, int], None]] = None,
+              command_line: Optional[list[str]] = None) -> dict:
+    """Measure every point of ``spec`` missing from ``run_dir``; returns counts.
+
+    ``progress(point, record, done, total)`` is called before (record None) and after
+    each point.  Needs root and, for IPsec profiles, a kernel with ESP.
+    """
+    from testbed import kernel
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    os.makedirs(run_dir, exist_ok=True)
+    results_path = os.path.join(run_dir, "results.jsonl")
+    done = load_done(results_path)
+    points = plan_points(spec)
+    todo = [p for p in points if p.key() not in done]
+    meta_path = os.path.join(run_dir, "meta.json")
+    meta = _read_json(meta_path)
+    meta.update(machine_meta())
+    meta.setdefault("runs", []).append({"command_line": command_line or sys.argv, "started": now_iso(),
+                                        "points_planned": len(points), "points_missing": len(todo)})
+    meta.update({"command_line": command_line or sys.argv, "sweep": spec.to_json(),
+                 "started": meta.get("started") or now_iso()})
+    _write_json(meta_path, meta)
+    measured = 0
+    base = len(points) - len(todo)
+    backend = meta["backend"]
+    try:
+        with open_results(results_path) as out:
+            for rate in spec.rates_mbit:
+                batch = [p for p in todo if p.rate_mbit == float(rate)]
+                if not batch:
+                    continue
+                topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
+                with Network(topo, shaping=ShapingSpec(rate_mbit=float(rate))) as net:
+                    current = "none"
+                    for point in batch:
+                        if point.profile != current:
+                            net.remove_ipsec()
+                            if point.profile != "none":
+                                net.apply_ipsec(point.profile, spec.mode, families=spec.ip_versions)
+                            current = point.profile
+                        if progress:
+                            progress(point, None, base + measured, len(points))
+                        record = measure_point(net, point, spec)
+                        record.update(backend=backend, kernel_release=platform.release())
+                        append(out, record)
+                        measured += 1
+                        if progress:
+                            progress(point, record, base + measured, len(points))
+    finally:
+        meta = _read_json(meta_path)
+        meta["runs"][-1].update(finished=now_iso(), points_measured=measured)
+        meta["finished"] = now_iso()
+        meta["complete"] = len(load_done(results_path) & {p.key() for p in points}) == len(points)
+        _write_json(meta_path, meta)
+    return {"planned": len(points), "already": len(points) - len(todo), "measured": measured,
+            "in_uml": kernel.in_uml()}
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
