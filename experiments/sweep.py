@@ -25,7 +25,7 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 

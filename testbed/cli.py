@@ -2,6 +2,7 @@
 
     ipsec-testbed doctor            what this kernel can do, probed for real
     ipsec-testbed profiles          the IPsec profiles experiments can use
+    ipsec-testbed overhead          bytes per packet, inner MTU and MSS per profile
     ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
     ipsec-testbed test              unit tests, then the ESP integration tests
     ipsec-testbed clean             remove every testbed namespace, interface, guest
@@ -12,6 +13,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from typing import Optional, Sequence
 
@@ -29,6 +31,13 @@ examples:
 
 Most commands need root: they create network namespaces and talk to the kernel.
 """
+
+
+def console():
+    """A rich console; when the output is not a terminal (a pipe, a CI log), wide enough for our tables."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _need_root(what: str) -> None:
@@ -65,7 +74,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(json.dumps({**report.to_json(), "backend": backend.name, "backend_reason": backend.reason},
                          indent=2))
         return 0 if backend.name else 1
-    from rich.console import Console
     from rich.table import Table
 
     where = "User-Mode Linux guest" if report.in_uml else "host"
@@ -78,10 +86,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         table.add_row(c.group if c.group != last else "", c.name,
                       "[green]yes[/]" if c.ok else "[red]NO[/]", c.detail, end_section=False)
         last = c.group
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     colour = "green" if backend.name else "red"
-    console.print(f"[bold {colour}]backend: {backend.name or 'none'}[/] ({backend.reason})")
+    out.print(f"[bold {colour}]backend: {backend.name or 'none'}[/] ({backend.reason})")
     return 0 if backend.name else 1
 
 
@@ -131,7 +139,6 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         print(json.dumps([{"name": p.name, "protocols": list(p.protocols), "description": p.describe(),
                            "source": src} for p, src in rows], indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title="IPsec profiles (use with --profiles)", title_justify="left")
@@ -139,9 +146,37 @@ def cmd_profiles(args: argparse.Namespace) -> int:
         table.add_column(col)
     for p, src in rows:
         table.add_row(p.name, p.describe(), src)
-    console = Console()
-    console.print(table)
-    console.print(f"Any name of this form works: {GRAMMAR}.", highlight=False)
+    out = console()
+    out.print(table)
+    out.print(f"Any name of this form works: {GRAMMAR}.", highlight=False)
+    return 0
+
+
+def cmd_overhead(args: argparse.Namespace) -> int:
+    from ipsec.overhead import overhead_table, render_rows
+    from ipsec.profiles import CATALOG
+
+    profiles = args.profiles or [n.name for n in CATALOG if n.name != "none"]
+    try:
+        rows = overhead_table(profiles, modes=args.mode, ip_versions=args.ip, link_mtu=args.mtu)
+    except ValueError as e:
+        print(f"ipsec-testbed overhead: {e}", file=sys.stderr)
+        return 2
+    columns, cells = render_rows(rows)
+    if args.json:
+        print(json.dumps([dict(zip(columns, c)) for c in cells], indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"IPsec bytes per packet on a {args.mtu}-byte MTU link (kernel's xfrm_state_mtu rounding)",
+                  title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("profile", "mode", "IP") else "right")
+    for c in cells:
+        table.add_row(*c)
+    console().print(table)
+    print("max MSS: what TCP_MAXSEG reports with timestamps off; payload/segment: with them on (Linux default).\n"
+          "bytes added: over all inner packet sizes (padding steps); IPComp counted as incompressible.")
     return 0
 
 
@@ -175,6 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_profiles)
 
+    p = sub.add_parser("overhead", help="bytes IPsec adds per packet, inner MTU and largest TCP MSS",
+                       description="The overhead model: for each profile, mode and IP version, the inner MTU "
+                       "the kernel leaves on a link, the largest TCP MSS, and the bytes added per packet. "
+                       "No root needed.", epilog="example: ipsec-testbed overhead aes-gcm-256 aes-cbc-128-sha1 --mtu 1500")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE", help="profiles (default: the catalog)")
+    p.add_argument("--mtu", type=int, default=1500, help="link MTU (default: %(default)s)")
+    p.add_argument("--mode", nargs="+", choices=("transport", "tunnel"), default=["transport", "tunnel"])
+    p.add_argument("--ip", nargs="+", type=int, choices=(4, 6), default=[4, 6])
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_overhead)
+
     p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux",
                        description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
                        "the IPsec and tc modules, run COMMAND as root in the current directory, stream its "
@@ -205,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Behave like a Unix tool when the reader goes away (`ipsec-testbed profiles | head`).
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")

@@ -13,7 +13,9 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+T = TypeVar("T")
 
 from pyroute2 import netns as _netns
 
@@ -85,14 +87,13 @@ def is_alive(pid: int) -> bool:
         return False
 
 
-def socket_in(name: str, proto: int, family: int = socket.AF_NETLINK,
-              type_: int = socket.SOCK_DGRAM) -> socket.socket:
-    """A socket created inside namespace ``name`` (or a path to a namespace file).
+def run_in(name: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` inside namespace ``name`` (or a path to a namespace file); return its result.
 
     setns(2) moves only the calling thread, so a throw-away thread enters the
-    namespace and makes the socket, which stays bound to it; no thread of the caller
-    changes namespace and no process is forked (pyroute2's own ``netns=`` forks a
-    child per socket, which costs seconds inside User-Mode Linux).
+    namespace and runs ``fn``; no thread of the caller changes namespace and no
+    process is forked (pyroute2's own ``netns=`` forks a child per socket, which costs
+    seconds inside User-Mode Linux).  Sockets made by ``fn`` stay bound to ``name``.
     """
     from pyroute2 import netns as pr_netns
 
@@ -100,22 +101,28 @@ def socket_in(name: str, proto: int, family: int = socket.AF_NETLINK,
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     result: dict[str, Any] = {}
 
-    def create_socket() -> None:
+    def target() -> None:
         try:
             pr_netns.setns(fd, flags=0)
-            result["socket"] = socket.socket(family, type_, proto)
+            result["value"] = fn()
         except BaseException as exc:  # handed to the caller's thread
             result["error"] = exc
 
     try:
-        thread = threading.Thread(target=create_socket, name=f"setns-{os.path.basename(path)}")
+        thread = threading.Thread(target=target, name=f"setns-{os.path.basename(path)}")
         thread.start()
         thread.join()
     finally:
         os.close(fd)
     if "error" in result:
         raise result["error"]
-    return result["socket"]
+    return result["value"]
+
+
+def socket_in(name: str, proto: int, family: int = socket.AF_NETLINK,
+              type_: int = socket.SOCK_DGRAM) -> socket.socket:
+    """A socket created inside namespace ``name`` (see :func:`run_in`)."""
+    return run_in(name, lambda: socket.socket(family, type_, proto))
 
 
 def iproute(name: str):
