@@ -75,18 +75,23 @@ def _guest_processes(uml_id: str) -> list[int]:
     return found
 
 
-def clean() -> Cleaned:
-    """Remove every testbed guest, namespace and root-namespace interface; see the module doc."""
+def clean(dry_run: bool = False) -> Cleaned:
+    """Remove every testbed guest, namespace and root-namespace interface; see the module doc.
+
+    With ``dry_run`` nothing is touched and the result lists what would be removed.
+    """
     done = Cleaned()
     killed = []
     for uml_id, pid in _uml_guests():
         procs = _guest_processes(uml_id)
+        if procs:
+            done.uml_guests.append(f"{uml_id} (pid {pid or procs[0]})")
+        if dry_run:
+            continue
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-        if procs:
-            killed += procs
-            done.uml_guests.append(f"{uml_id} (pid {pid or procs[0]})")
+        killed += procs
         shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
     # A killed guest's files are only free once it is gone (bounded wait).
     deadline = time.monotonic() + 10
@@ -94,12 +99,13 @@ def clean() -> Cleaned:
         time.sleep(0.05)
     for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
         if os.path.isdir(workdir) and not _workdir_in_use(workdir):
-            shutil.rmtree(workdir, ignore_errors=True)
+            if not dry_run:
+                shutil.rmtree(workdir, ignore_errors=True)
             done.files.append(workdir)
     for name in netns.list_ours():
-        done.processes += netns.delete(name)
+        done.processes += netns.pids_in(name) if dry_run else netns.delete(name)
         done.namespaces.append(name)
-    done.interfaces += _remove_root_interfaces()
+    done.interfaces += _root_interfaces(remove=not dry_run)
     return done
 
 
@@ -115,7 +121,7 @@ def _workdir_in_use(workdir: str) -> bool:
     return False
 
 
-def _remove_root_interfaces() -> list[str]:
+def _root_interfaces(remove: bool) -> list[str]:
     from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
@@ -124,6 +130,9 @@ def _remove_root_interfaces() -> list[str]:
         for link in ipr.get_links():
             name = link.get_attr("IFLA_IFNAME")
             if name and name.startswith(names.PREFIX) and names.is_ours(name):
+                if not remove:
+                    removed.append(name)
+                    continue
                 with contextlib.suppress(NetlinkError):
                     ipr.link("del", index=link["index"])
                     removed.append(name)

@@ -113,13 +113,16 @@ def cmd_clean(args: argparse.Namespace) -> int:
     _need_root("clean")
     from testbed.clean import clean
 
-    done = clean()
+    done = clean(dry_run=args.dry_run)
     if done.empty():
         print("nothing to clean: no testbed guest, namespace or interface")
         return 0
-    for label, items in (("UML guests killed", done.uml_guests), ("namespaces removed", done.namespaces),
-                         ("processes killed", done.processes), ("interfaces removed", done.interfaces),
-                         ("work directories removed", done.files)):
+    verb = "would be " if args.dry_run else ""
+    for label, items in ((f"UML guests {verb}killed", done.uml_guests),
+                         (f"namespaces {verb}removed", done.namespaces),
+                         (f"processes {verb}killed", done.processes),
+                         (f"interfaces {verb}removed", done.interfaces),
+                         (f"work directories {verb}removed", done.files)):
         if items:
             print(f"{label} ({len(items)}): {', '.join(map(str, items))}")
     return 0
@@ -237,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "network namespaces named itb-*, root-namespace interfaces named itb<run>*, and the "
                        "processes inside those namespaces. Safe to run any time; a no-op when nothing is left. "
                        "It also ends runs in progress.")
+    p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     p.set_defaults(func=cmd_clean)
 
     p = sub.add_parser("test", help="run the test suite: unit tests, then integration tests with ESP",
