@@ -1,7 +1,9 @@
 """A sweep killed with SIGKILL mid-run, then run again on the same directory, completes
 with no duplicate and no missing point, and `clean` finds nothing left.
 
-Runs the real script (in User-Mode Linux when the host kernel has no ESP)."""
+Runs the real script (in User-Mode Linux when the host kernel has no ESP).  It runs
+`ipsec-testbed clean` after the kill, which ends every testbed run on the machine:
+run the host tests when no other testbed work is going on (CI has none)."""
 import json
 import os
 import signal
