@@ -122,37 +122,72 @@ def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, t
     return cmd
 
 
+class Servers:
+    """iperf3 servers for ``flows``, one port each (``port``, ``port + 1``, ...), kept running.
+
+    A context manager: start them once per network, run any number of tests against
+    them with :func:`measure_flows`, and they are stopped after the block.  Starting a
+    process costs tenths of a second inside User-Mode Linux, so a sweep does not pay
+    it for every point.
+    """
+
+    def __init__(self, flows: list[Flow], port: int = DEFAULT_PORT, one_off: bool = False) -> None:
+        self.flows = list(flows)
+        self.ports = [port + i for i in range(len(self.flows))]
+        self.one_off = one_off
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> "Servers":
+        iperf3 = check()
+        try:
+            for f, port in zip(self.flows, self.ports):
+                self.procs.append(subprocess.Popen(
+                    ["ip", "netns", "exec", f.server_ns, iperf3, "-s", *(["-1"] if self.one_off else []),
+                     "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+            deadline = time.monotonic() + 15
+            for f, port, server in zip(self.flows, self.ports, self.procs):
+                while not _listening(server.pid, port):
+                    if server.poll() is not None:
+                        raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
+                    if time.monotonic() > deadline:
+                        raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
+                    time.sleep(0.02)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        self.procs = []
+
+
 def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "tcp",
                   mss: Optional[int] = None, length: Optional[int] = None, bitrate: Optional[str] = None,
                   omit_s: float = 1.0, port: int = DEFAULT_PORT, timeout_s: Optional[float] = None,
-                  on_start=None) -> list[Result]:
+                  on_start=None, servers: Optional[Servers] = None) -> list[Result]:
     """Run the iperf3 tests of ``flows`` at the same time; one :class:`Result` per flow.
 
-    Each flow gets its own server port (``port``, ``port + 1``, ...).  ``on_start`` is
-    called once every client has been started (the measurement window begins).
-    ``mss`` sets the TCP MSS (``-M``), ``length`` the write or datagram size (``-l``),
-    ``bitrate`` the offered rate (``-b``, e.g. ``"0"`` for unlimited UDP).  The first
-    ``omit_s`` seconds are a warm-up iperf3 leaves out of the result.
+    ``servers`` are running :class:`Servers` for these flows; without them one-off
+    servers are started for this test.  ``on_start`` is called once every client has
+    been started (the measurement window begins).  ``mss`` sets the TCP MSS (``-M``),
+    ``length`` the write or datagram size (``-l``), ``bitrate`` the offered rate
+    (``-b``, e.g. ``"0"`` for unlimited UDP).  The first ``omit_s`` seconds are a
+    warm-up iperf3 leaves out of the result.
     """
+    if servers is None:
+        with Servers(flows, port, one_off=True) as own:
+            return measure_flows(flows, duration_s, transport, mss, length, bitrate, omit_s, port,
+                                 timeout_s, on_start, own)
     iperf3 = check()
-    args = [client_args(f.server_addr, port + i, duration_s, omit_s, transport, mss, length, bitrate)
-            for i, f in enumerate(flows)]
+    args = [client_args(f.server_addr, p, duration_s, omit_s, transport, mss, length, bitrate)
+            for f, p in zip(flows, servers.ports)]
     timeout_s = timeout_s or duration_s + omit_s + 30
-    servers: list[subprocess.Popen] = []
     clients: list[subprocess.Popen] = []
     try:
-        for i, f in enumerate(flows):
-            servers.append(subprocess.Popen(["ip", "netns", "exec", f.server_ns, iperf3, "-s", "-1",
-                                             "-p", str(port + i)],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-        deadline = time.monotonic() + 15
-        for i, (f, server) in enumerate(zip(flows, servers)):
-            while not _listening(server.pid, port + i):
-                if server.poll() is not None:
-                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
-                if time.monotonic() > deadline:
-                    raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port + i} after 15 s")
-                time.sleep(0.02)
         for f, a in zip(flows, args):
             log.debug("iperf3 in %s: %s", f.client_ns, " ".join(a))
             clients.append(subprocess.Popen(["ip", "netns", "exec", f.client_ns, iperf3, *a],
@@ -169,7 +204,7 @@ def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "
             outputs.append(out)
         return [parse_iperf3(out) for out in outputs]
     finally:
-        for p in clients + servers:
+        for p in clients:
             if p.poll() is None:
                 p.kill()
             p.wait()

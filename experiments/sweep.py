@@ -210,20 +210,27 @@ def now_iso() -> str:
 
 # -- measuring ----------------------------------------------------------------------------
 
-def measure_point(net, point: Point, spec: SweepSpec) -> dict:
+def flows_of(net, ip_version: int) -> list:
+    """The iperf3 flows of a built network: every (client, server) pair of its spec."""
+    from experiments import iperf
+
+    return [iperf.Flow(net.ns(server), net.ns(client), net.addr(server, ip_version))
+            for client, server in net.spec.flows]
+
+
+def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
     """Measure one point in the built network ``net`` (IPsec already as the point needs)."""
     from experiments import cpu, iperf
     from ipsec.overhead import expected_goodput_mbps
 
-    flows = [iperf.Flow(net.ns(server), net.ns(client), net.addr(server, point.ip_version))
-             for client, server in net.spec.flows]
+    flows = flows_of(net, point.ip_version)
     window: dict = {}
     results = iperf.measure_flows(
         flows, duration_s=spec.duration_s, transport=point.transport, omit_s=spec.omit_s,
         mss=point.size_bytes if point.size_mode == "mss" else None,
         length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
         bitrate=spec.udp_bitrate if point.transport == "udp" else None,
-        on_start=lambda: window.setdefault("start", (cpu.sample(), time.monotonic())))
+        on_start=lambda: window.setdefault("start", (cpu.sample(), time.monotonic())), servers=servers)
     c0, t0 = window["start"]
     use = cpu.usage(c0, cpu.sample())
     goodput = sum(r.goodput_mbps for r in results)
@@ -258,6 +265,7 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point,
     ``progress(point, record, done, total)`` is called before (record None) and after
     each point.  Needs root and, for IPsec profiles, a kernel with ESP.
     """
+    from experiments import iperf
     from testbed import kernel
     from topologies import build_spec
     from topologies.network import Network
@@ -286,7 +294,8 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point,
                 if not batch:
                     continue
                 topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
-                with Network(topo, shaping=ShapingSpec(rate_mbit=float(rate))) as net:
+                with Network(topo, shaping=ShapingSpec(rate_mbit=float(rate))) as net, \
+                        iperf.Servers(flows_of(net, spec.ip_versions[0])) as servers:
                     current = "none"
                     for point in batch:
                         if point.profile != current:
@@ -296,7 +305,7 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point,
                             current = point.profile
                         if progress:
                             progress(point, None, base + measured, len(points))
-                        record = measure_point(net, point, spec)
+                        record = measure_point(net, point, spec, servers)
                         record.update(backend=backend, kernel_release=platform.release())
                         append(out, record)
                         measured += 1
