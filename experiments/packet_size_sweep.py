@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 import time
 
@@ -27,6 +28,7 @@ from testbed.cli import add_kernel_options  # noqa: E402
 
 log = logging.getLogger("packet_size_sweep")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 
 EPILOG = """\
 examples:
@@ -149,7 +151,8 @@ def measure(spec, out_dir: str) -> int:
                 flag = " [CPU-bound]" if record["emulation_limited"] else ""
                 bar.update(task, completed=done,
                            description=f"{label}: {record['goodput_mbps']:.2f} Mbit/s{flag}")
-        counts = run_sweep(spec, out_dir, progress)
+        typed = os.environ.get(COMMAND_ENV)
+        counts = run_sweep(spec, out_dir, progress, command_line=shlex.split(typed) if typed else None)
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}",
           file=sys.stderr)
     return 0
@@ -186,6 +189,7 @@ def main(argv=None) -> int:
     if backend.name == "uml" and not kernel.in_uml():
         # Measure inside the guest; render on the host, where importing plotly is cheap.
         t0 = time.monotonic()
+        os.environ[COMMAND_ENV] = shlex.join([sys.executable, *sys.argv])  # meta.json records what the user typed
         rc = kernel.reexec_in_uml([os.path.abspath(__file__), *argv, "--out", out_dir, "--no-report"],
                                   mem=args.uml_mem, kernel=args.uml_kernel, modules=args.uml_modules)
         print(f"(User-Mode Linux run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)

@@ -3,6 +3,7 @@
     ipsec-testbed doctor            what this kernel can do, probed for real
     ipsec-testbed profiles          the IPsec profiles experiments can use
     ipsec-testbed overhead          bytes per packet, inner MTU and MSS per profile
+    ipsec-testbed report RUN_DIR    report.html and the table of a sweep
     ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
     ipsec-testbed test              unit tests, then the ESP integration tests
     ipsec-testbed clean             remove every testbed namespace, interface, guest
@@ -224,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_overhead)
 
+    p = sub.add_parser("report", help="write report.html for run directories and print their table",
+                       description="Read run directories (results.jsonl, meta.json) and write RUN_DIR/report.html; "
+                       "several run directories are compared side by side. Reads files only; no root needed.",
+                       add_help=False)  # main() hands `report ...` to analysis.cli before parsing
+
     p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux",
                        description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
                        "the IPsec and tc modules, run COMMAND as root in the current directory, stream its "
@@ -257,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # Behave like a Unix tool when the reader goes away (`ipsec-testbed profiles | head`).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:  # its own parser, --help included
+        from analysis.cli import main as report_main
+        return report_main(argv)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,112 @@
+"""The ``report`` command: turn run directories into report.html and a table on the terminal.
+
+    ipsec-testbed report RUN_DIR                 # writes RUN_DIR/report.html, prints the table
+    ipsec-testbed report RUN_DIR OTHER_RUN...    # the first run's report plus a comparison
+    ipsec-testbed report RUN_DIR --out FILE      # the page somewhere else
+
+``main(argv)`` takes the words after the program name, with or without the leading ``report``
+(``main(["report", "runs/x"])`` and ``main(["runs/x"])`` are the same), so ``ipsec-testbed``
+can hand it ``sys.argv[1:]`` or its own remainder. Also runnable as ``python -m analysis.cli``.
+This is the only place in :mod:`analysis` that writes files or prints.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Optional, Sequence
+
+log = logging.getLogger("ipsec-testbed.report")
+
+EPILOG = """\
+examples:
+  ipsec-testbed report runs/20261122-0640            # report.html in the run directory
+  ipsec-testbed report runs/host-run runs/uml-run    # compare two kernels point by point
+  ipsec-testbed report runs/x --out /tmp/x.html
+
+Needs no root: it only reads results.jsonl and meta.json.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ipsec-testbed report",
+        description="Aggregate a sweep's results (means, 95 % confidence intervals, IPsec/plain ratios),\n"
+                    "write a self-contained HTML report and print the table.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                   help="run directories (each with results.jsonl and meta.json); with several, the report "
+                        "of the first one also compares them all")
+    p.add_argument("--out", metavar="FILE", type=Path,
+                   help="where to write the HTML (default: report.html in the first RUN_DIR)")
+    p.add_argument("--no-html", action="store_true", help="print the table only, write nothing")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what is being read")
+    return p
+
+
+def _labels(runs: Sequence["RunData"]) -> list[str]:  # noqa: F821 (imported lazily)
+    """Runs labelled by backend and kernel; the directory name added where two would read the same."""
+    counts = Counter(r.label for r in runs)
+    return [f"{r.label} ({Path(r.run_dir).name})" if counts[r.label] > 1 else r.label for r in runs]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "report":
+        argv = argv[1:]
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    # imported here so that --help does not wait for plotly
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from analysis.report import RunData, compare_table, render_html, terminal_table
+    from analysis.results import ResultsError
+
+    console = Console()
+    runs = []
+    for run_dir in args.run_dirs:
+        if not Path(run_dir).is_dir():
+            print(f"ipsec-testbed report: {run_dir}: not a directory", file=sys.stderr)
+            return 1
+        try:
+            run = RunData.from_dir(run_dir)
+        except ResultsError as e:
+            print(f"ipsec-testbed report: {e}", file=sys.stderr)
+            return 1
+        if not run.aggregates:
+            print(f"ipsec-testbed report: {run_dir}: no measured points in results.jsonl", file=sys.stderr)
+            return 1
+        runs.append(run)
+    runs = [dataclasses.replace(r, label=label) for r, label in zip(runs, _labels(runs))]
+
+    first = runs[0]
+    tables = [terminal_table(first.aggregates, first.ratios,
+                             title=f"{first.run_dir}: {first.label} — goodput per point "
+                                   "(mean of repetitions, 95 % CI)")]
+    if len(runs) > 1:
+        tables.append(compare_table(runs))
+    for table in tables:
+        # never crop a column: on a narrow terminal (or a pipe, 80 columns) let the lines run long
+        needed = Measurement.get(console, console.options, table).minimum
+        console.print(table, width=max(console.width, needed), crop=False)
+    if args.no_html:
+        return 0
+    out = args.out or Path(first.run_dir) / "report.html"
+    page = render_html(first.records, first.meta, compare=runs if len(runs) > 1 else ())
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as e:
+        print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"report: {out} ({len(page) / 1e6:.1f} MB, opens offline)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

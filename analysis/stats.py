@@ -1,0 +1,346 @@
+"""Statistics over result records: per-point summaries and IPsec/plain ratios, with 95 % intervals.
+
+Pure functions on lists of dicts (as :func:`analysis.results.load_results` returns them); numpy
+is not needed, the standard library's arithmetic is exact enough for a few dozen repetitions.
+
+* :func:`t_critical_95` -- the two-sided 95 % quantile of Student's t (no scipy): a table for
+  1..30 degrees of freedom, the Cornish-Fisher expansion beyond.
+* :func:`aggregate` -- mean, sample standard deviation, n, 95 % CI half-width, min and max of the
+  goodput and of each CPU field, per point (the point key without the repetition).
+* :func:`normalize` -- IPsec/plain ratios at the same point, with a delta-method interval.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional
+
+log = logging.getLogger(__name__)
+
+#: The ``profile`` of the plain baseline (no IPsec) in result records.
+PLAIN_PROFILE = "none"
+
+#: What identifies a measured point; repetitions of a point share all of these.
+POINT_KEYS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
+              "size_mode", "clients")
+
+#: What an IPsec point and its plain baseline must share to be compared.
+MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_bytes", "size_mode", "clients")
+
+#: CPU fields summarised per point (percent of all CPUs, and CPU-seconds per gigabyte delivered).
+CPU_FIELDS = ("cpu_busy_pct", "cpu_system_pct", "cpu_softirq_pct", "cpu_s_per_gb")
+
+#: ``mode`` values a plain baseline may carry when the sweep records no IPsec mode for it.
+NO_MODE = (None, "none", "")
+
+# t_{0.975, df}: two-sided 95 %. Computed by integrating Student's density numerically
+# (Simpson, 200 000 intervals) and bisecting; they agree with published tables to every digit
+# those print (12.706, 4.303, 3.182, ... 2.042). tests/unit/test_analysis_stats.py re-derives them.
+_T95_TABLE = (
+    12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836,  # 1-5
+    2.446911851, 2.364624252, 2.306004135, 2.262157163, 2.228138852,  # 6-10
+    2.200985160, 2.178812830, 2.160368656, 2.144786688, 2.131449546,  # 11-15
+    2.119905299, 2.109815578, 2.100922040, 2.093024054, 2.085963447,  # 16-20
+    2.079613845, 2.073873068, 2.068657610, 2.063898562, 2.059538553,  # 21-25
+    2.055529439, 2.051830516, 2.048407142, 2.045229642, 2.042272456,  # 26-30
+)
+_Z975 = 1.959963984540054  # standard normal 0.975 quantile
+
+
+def t_critical_95(df: float) -> float:
+    """Two-sided 95 % critical value of Student's t with ``df`` degrees of freedom.
+
+    Integer ``df`` in 1..30: the table above (9 decimals). ``df`` > 30 (fractional allowed, and
+    ``math.inf``): the Cornish-Fisher expansion of the t quantile in powers of 1/df
+    (Abramowitz & Stegun 26.7.5, four terms), within 3e-8 of the exact value from 30 on.
+    Fractional ``df`` below 30 (Welch-Satterthwaite degrees of freedom) are rounded *down*, the
+    conservative choice (a slightly wider interval); interpolating the table would be off by
+    up to 1 % below df = 3.
+    """
+    if isinstance(df, bool) or not isinstance(df, numbers.Real) or math.isnan(df):
+        raise ValueError(f"df must be a number >= 1, not {df!r}")
+    if df < 1:
+        raise ValueError(f"df must be >= 1 (a sample of n values has n - 1), not {df!r}")
+    if math.isinf(df):
+        return _Z975
+    if df <= 30:
+        # 1e-9: a Welch df of 3.9999999999 is 4 computed in floating point, not 3
+        return _T95_TABLE[min(30, int(math.floor(df + 1e-9))) - 1]
+    z = _Z975
+    g1 = (z ** 3 + z) / 4
+    g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
+    g3 = (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / 384
+    g4 = (79 * z ** 9 + 776 * z ** 7 + 1482 * z ** 5 - 1920 * z ** 3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """One quantity over the repetitions of a point.
+
+    ``std`` is the sample standard deviation (n - 1 in the denominator); ``ci95`` the half-width
+    of the 95 % confidence interval of the mean, ``t(n-1) * std / sqrt(n)``. Both are None for a
+    single repetition: one value says nothing about the spread.
+    """
+
+    n: int
+    mean: float
+    std: Optional[float]
+    ci95: Optional[float]
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Summary":
+        if not values:
+            raise ValueError("a summary needs at least one value")
+        n = len(values)
+        mean = math.fsum(values) / n
+        lo, hi = float(min(values)), float(max(values))
+        if n < 2:
+            return cls(n, mean, None, None, lo, hi)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+        return cls(n, mean, std, t_critical_95(n - 1) * std / math.sqrt(n), lo, hi)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Aggregate:
+    """The repetitions of one point, summarised.
+
+    ``point`` maps the grouping keys to their values (``profile``, ``rate_mbit``, ``size_bytes``,
+    ...). ``cpu`` holds a :class:`Summary` per field of :data:`CPU_FIELDS` that the records carry.
+    ``n_emulation_limited`` counts repetitions the runner flagged as limited by the emulator's CPU
+    rather than by the emulated link; ``n_failed`` those without a goodput.
+    """
+
+    point: Mapping[str, Any]
+    goodput: Summary  # Mbit/s
+    cpu: Mapping[str, Summary]
+    theoretical_goodput_mbps: Optional[float]
+    retransmits: Optional[Summary]
+    loss_pct: Optional[Summary]
+    n_emulation_limited: int = 0
+    n_failed: int = 0
+
+    @property
+    def profile(self) -> Any:
+        return self.point.get("profile")
+
+    @property
+    def rate_mbit(self) -> Optional[float]:
+        return self.point.get("rate_mbit")
+
+    @property
+    def size_bytes(self) -> Any:
+        return self.point.get("size_bytes")
+
+    @property
+    def is_plain(self) -> bool:
+        return self.profile == PLAIN_PROFILE
+
+    @property
+    def emulation_limited(self) -> bool:
+        return self.n_emulation_limited > 0
+
+    @property
+    def cpu_s_per_gb(self) -> Optional[Summary]:
+        return self.cpu.get("cpu_s_per_gb")
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _summary_of(records: Sequence[Mapping[str, Any]], field: str) -> Optional[Summary]:
+    values = [v for v in (_number(r.get(field)) for r in records) if v is not None]
+    return Summary.of(values) if values else None
+
+
+def sort_key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple:
+    """Order points by ``keys``; the plain profile before the others, None last, numbers numerically."""
+    out = []
+    for k in keys:
+        v = point.get(k)
+        if k == "profile":
+            out.append((v != PLAIN_PROFILE, str(v)))
+        elif v is None:
+            out.append((2, 0, ""))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append((0, v, ""))
+        else:
+            out.append((1, 0, str(v)))
+    return tuple(out)
+
+
+def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_KEYS) -> list[Aggregate]:
+    """Group records by ``keys`` (the point without its repetition) and summarise each group.
+
+    A repetition written twice for the same point (a resumed run that measured it again) counts
+    once: the later record wins, with a warning. Records without a goodput (a failed
+    measurement) are counted in ``n_failed``; a point with no goodput at all is left out with a
+    warning. The result is sorted by ``keys``.
+    """
+    keys = tuple(keys)
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in _latest_per_repetition(records, keys):
+        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    out = []
+    for key, group in groups.items():
+        point = dict(zip(keys, key))
+        measured = [r for r in group if _number(r.get("goodput_mbps")) is not None]
+        if not measured:
+            log.warning("point %s: none of its %d repetitions has a goodput; left out", point, len(group))
+            continue
+        theoretical = _summary_of(measured, "theoretical_goodput_mbps")
+        cpu = {f: s for f in CPU_FIELDS if (s := _summary_of(measured, f)) is not None}
+        out.append(Aggregate(
+            point=point,
+            goodput=_summary_of(measured, "goodput_mbps"),
+            cpu=cpu,
+            theoretical_goodput_mbps=theoretical.mean if theoretical else None,
+            retransmits=_summary_of(measured, "retransmits"),
+            loss_pct=_summary_of(measured, "loss_pct"),
+            n_emulation_limited=sum(1 for r in measured if r.get("emulation_limited") is True),
+            n_failed=len(group) - len(measured),
+        ))
+    out.sort(key=lambda a: sort_key(a.point, keys))
+    return out
+
+
+def _latest_per_repetition(records: Iterable[Mapping[str, Any]], keys: Sequence[str]) -> list[Mapping[str, Any]]:
+    """Drop a repetition written again later for the same point (the point being :data:`POINT_KEYS`
+    and ``keys``, whichever is finer), keeping file order otherwise."""
+    identity = tuple(dict.fromkeys((*POINT_KEYS, *keys)))
+    latest: dict[tuple, int] = {}
+    records = list(records)
+    for i, r in enumerate(records):
+        if r.get("repetition") is None:
+            continue
+        key = (*(r.get(k) for k in identity), r.get("repetition"))
+        if key in latest:
+            log.warning("point %s: repetition %s appears more than once; using the last record",
+                        {k: r.get(k) for k in identity}, r.get("repetition"))
+        latest[key] = i
+    keep = set(latest.values())
+    return [r for i, r in enumerate(records) if r.get("repetition") is None or i in keep]
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioEstimate:
+    """A ratio of two means with the half-width of its 95 % confidence interval.
+
+    ``ci95`` and ``df`` are None when either side has a single repetition.
+    """
+
+    value: float
+    ci95: Optional[float]
+    df: Optional[float]
+
+    @property
+    def low(self) -> Optional[float]:
+        return None if self.ci95 is None else self.value - self.ci95
+
+    @property
+    def high(self) -> Optional[float]:
+        return None if self.ci95 is None else self.value + self.ci95
+
+
+def ratio_of_means(num: Summary, den: Summary) -> Optional[RatioEstimate]:
+    """``num.mean / den.mean`` with a 95 % interval by the delta method; None when ``den.mean`` is 0.
+
+    The two samples are independent (different runs), so the first-order Taylor expansion of
+    R = X/Y gives ``Var(R) ~ u + v`` with ``u = s_x^2 / (n_x * m_y^2)`` and
+    ``v = R^2 * s_y^2 / (n_y * m_y^2)``. The interval is ``R +- t(df) * sqrt(u + v)`` with
+    Welch-Satterthwaite degrees of freedom ``(u + v)^2 / (u^2 / (n_x - 1) + v^2 / (n_y - 1))``.
+
+    The delta method is chosen over Fieller's interval because it is symmetric and always exists;
+    it is accurate while the baseline's relative standard error is small (below about 10 %, the
+    case for goodput through a shaped link). Fieller's interval is asymmetric and becomes
+    unbounded as the baseline's mean approaches zero within its own noise.
+    """
+    if den.mean == 0:
+        return None
+    r = num.mean / den.mean
+    if num.std is None or den.std is None:
+        return RatioEstimate(r, None, None)
+    u = num.std ** 2 / (num.n * den.mean ** 2)
+    v = r ** 2 * den.std ** 2 / (den.n * den.mean ** 2)
+    if u + v == 0:
+        return RatioEstimate(r, 0.0, None)
+    df = (u + v) ** 2 / (u ** 2 / (num.n - 1) + v ** 2 / (den.n - 1))
+    return RatioEstimate(r, t_critical_95(df) * math.sqrt(u + v), df)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ratio:
+    """An IPsec point against the plain baseline at the same point.
+
+    ``goodput`` is IPsec goodput / plain goodput (1.0 = no cost); ``cpu_s_per_gb`` is IPsec
+    CPU-seconds per GB / plain CPU-seconds per GB (2.0 = twice the CPU for the same data).
+    """
+
+    point: Mapping[str, Any]  # the IPsec aggregate's point (profile included)
+    ipsec: Aggregate
+    plain: Aggregate
+    goodput: Optional[RatioEstimate]
+    cpu_s_per_gb: Optional[RatioEstimate]
+
+    @property
+    def profile(self) -> Any:
+        return self.point.get("profile")
+
+    @property
+    def rate_mbit(self) -> Optional[float]:
+        return self.point.get("rate_mbit")
+
+    @property
+    def size_bytes(self) -> Any:
+        return self.point.get("size_bytes")
+
+
+def _match_key(point: Mapping[str, Any], *, any_mode: bool = False) -> tuple:
+    return tuple(None if (any_mode and k == "mode") else point.get(k) for k in MATCH_KEYS)
+
+
+def find_baseline(point: Mapping[str, Any], plain: Sequence[Aggregate]) -> Optional[Aggregate]:
+    """The plain aggregate matching ``point`` on :data:`MATCH_KEYS`.
+
+    A plain record has no IPsec mode; when the sweep wrote it with ``mode`` null or "none"
+    instead of repeating the IPsec points' mode, it matches IPsec points of any mode.
+    """
+    exact = [a for a in plain if _match_key(a.point) == _match_key(point)]
+    if exact:
+        return exact[0]
+    modeless = [a for a in plain if a.point.get("mode") in NO_MODE
+                and _match_key(a.point, any_mode=True) == _match_key(point, any_mode=True)]
+    return modeless[0] if modeless else None
+
+
+def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
+    """IPsec/plain ratios of goodput and of CPU-seconds per GB, one per IPsec aggregate with a baseline.
+
+    IPsec aggregates without a plain baseline at the same point are left out (logged at INFO).
+    See :func:`ratio_of_means` for the interval.
+    """
+    if aggregates and "profile" not in aggregates[0].point:
+        raise ValueError("normalize needs aggregates grouped by 'profile' (see POINT_KEYS)")
+    plain = [a for a in aggregates if a.is_plain]
+    out = []
+    for a in aggregates:
+        if a.is_plain:
+            continue
+        base = find_baseline(a.point, plain)
+        if base is None:
+            log.info("point %s: no plain baseline at the same point; no ratio", a.point)
+            continue
+        cpu = None
+        if a.cpu_s_per_gb is not None and base.cpu_s_per_gb is not None:
+            cpu = ratio_of_means(a.cpu_s_per_gb, base.cpu_s_per_gb)
+        out.append(Ratio(point=a.point, ipsec=a, plain=base,
+                         goodput=ratio_of_means(a.goodput, base.goodput), cpu_s_per_gb=cpu))
+    return out
