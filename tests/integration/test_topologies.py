@@ -78,3 +78,27 @@ def test_tunnel_mode_is_esp_on_the_untrusted_link_and_plaintext_on_the_lans(name
         for ns, _ in wan_ifs:
             assert ip("-n", ns, "xfrm", "state").strip() == "" and ip("-n", ns, "xfrm", "policy").strip() == ""
         assert ping(net, src, dst, family).returncode == 0
+
+
+@pytest.mark.parametrize("pmtu,fragments", [("discover", False), ("fragment", True)])
+def test_pmtu_knob_decides_whether_the_gateway_fragments_esp(pmtu, fragments, tmp_path):
+    """Seed 003's 2005-era behaviour: full-sized segments exceed the ESP-reduced MTU and the
+    gateway fragments the ESP packets; with path MTU discovery the sender shrinks them."""
+    from experiments import iperf
+
+    spec = build_spec("vpn_gateway", pmtu=pmtu)
+    with Network(spec) as net:
+        net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,))
+        pcap = str(tmp_path / "wan.pcap")
+        with capture(net.ns("gw1"), net.ifname("gw1", "gw2"), pcap, direction="out"):
+            r = iperf.measure(net.ns("h2"), net.ns("h1"), net.addr("h2"), duration_s=1, omit_s=0, mss=1460)
+        assert r.goodput_mbps > 1
+        ip_pkts = [p[IP] for p in rdpcap(pcap) if IP in p]
+        frags = [p for p in ip_pkts if p.flags.MF or p.frag > 0]
+        esp = [p for p in ip_pkts if p.proto == 50]
+        assert esp, "no ESP on the untrusted link"
+        if fragments:
+            assert len(frags) > len(esp) // 4, f"{len(frags)} fragments among {len(ip_pkts)} packets"
+            assert all(p.len <= 1500 for p in ip_pkts)
+        else:
+            assert not frags, f"{len(frags)} fragments with path MTU discovery on"
