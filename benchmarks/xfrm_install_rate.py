@@ -568,21 +568,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_install_rate: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    backend = kernel.choose_backend(args.kernel)
-    print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
-    if backend.name is None:
-        return 1
-    if backend.name == "uml" and not kernel.in_uml():
-        t0 = time.monotonic()
-        argv = [os.path.abspath(__file__), *(argv if argv is not None else sys.argv[1:])]
-        from testbed.uml import UmlError
-
-        try:
-            rc = kernel.reexec_in_uml(argv, mem=args.uml_mem, kernel=args.uml_kernel, modules=args.uml_modules)
-        except UmlError as e:  # the guest could not run, or died (e.g. `ipsec-testbed clean` ended it)
-            print(f"xfrm_install_rate: User-Mode Linux: {e}", file=sys.stderr)
-            return 125
-        print(f"(User-Mode Linux run took {time.monotonic() - t0:.0f} s in all)", file=sys.stderr)
+    rc = kernel.follow_backend(args.kernel, __file__, argv if argv is not None else sys.argv[1:],
+                               mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+    if rc is not None:
         return rc
     signal.signal(signal.SIGTERM, _terminate)
     where = (f"{'User-Mode Linux guest' if kernel.in_uml() else 'host'} kernel {os.uname().release}"

@@ -181,19 +181,11 @@ def main(argv=None) -> int:
     if os.geteuid() != 0:
         print("packet_size_sweep: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
-    backend = kernel.choose_backend(args.kernel)
-    if not kernel.in_uml():
-        print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
-    if backend.name is None:
-        return 1
-    if backend.name == "uml" and not kernel.in_uml():
-        # Measure inside the guest; render on the host, where importing plotly is cheap.
-        t0 = time.monotonic()
-        os.environ[COMMAND_ENV] = shlex.join([sys.executable, *sys.argv])  # meta.json records what the user typed
-        rc = kernel.reexec_in_uml([os.path.abspath(__file__), *argv, "--out", out_dir, "--no-report"],
-                                  mem=args.uml_mem, kernel=args.uml_kernel, modules=args.uml_modules)
-        print(f"(User-Mode Linux run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)
-    else:
+    # Under UML the guest measures and the host renders: importing plotly in the guest is slow.
+    os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
+    rc = kernel.follow_backend(args.kernel, __file__, [*argv, "--out", out_dir, "--no-report"],
+                               mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+    if rc is None:
         try:
             rc = measure(spec, out_dir)
         except KeyboardInterrupt:

@@ -239,6 +239,34 @@ def choose_backend(requested: str, host: Optional[Probe] = None) -> Backend:
     return Backend("uml", f"{lacks}; using User-Mode Linux")
 
 
+def follow_backend(requested: str, script: str, argv: Sequence[str], mem: str = "2G",
+                   uml_kernel: Optional[str] = None, uml_modules: Optional[str] = None,
+                   host: Optional[Probe] = None) -> Optional[int]:
+    """Where a script should run, acted on: the way every experiment honours ``--kernel``.
+
+    Prints the decision.  Returns None when the script should go on here (the host
+    kernel, or already inside UML); otherwise runs ``script argv...`` inside UML and
+    returns its exit status (1 when no kernel can run it).
+    """
+    if in_uml():
+        return None
+    backend = choose_backend(requested, host)
+    print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
+    if backend.name is None:
+        return 1
+    if backend.name == "host":
+        return None
+    import time
+    t0 = time.monotonic()
+    try:
+        rc = reexec_in_uml([os.path.abspath(script), *argv], mem=mem, kernel=uml_kernel, modules=uml_modules)
+    except uml.UmlError as e:
+        print(f"{os.path.basename(script)}: {e}", file=sys.stderr)
+        return 125
+    print(f"(User-Mode Linux run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)
+    return rc
+
+
 def reexec_in_uml(argv: Sequence[str], mem: str = "2G", timeout_s: Optional[float] = None,
                   kernel: Optional[str] = None, modules: Optional[str] = None) -> int:
     """Run this Python program again, with ``argv``, inside UML; returns its exit status."""

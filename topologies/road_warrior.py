@@ -17,15 +17,11 @@ client and the server.  Measurements run from every client to srv.
 """
 from __future__ import annotations
 
-from topologies.spec import IPsecPair, LinkSpec, NodeSpec, TopologySpec
-
-MAX_CLIENTS = 200
+from topologies.spec import IPsecPair, LinkSpec, NodeSpec, TopologySpec, client_names
 
 
 def spec(clients: int = 3, mtu: int = 1500, pmtu: str = "discover") -> TopologySpec:
-    if not isinstance(clients, int) or not 1 <= clients <= MAX_CLIENTS:
-        raise ValueError(f"clients must be 1..{MAX_CLIENTS}, not {clients!r}")
-    names = [f"c{i}" for i in range(1, clients + 1)]
+    names = client_names(clients)
     # The gateway's port comes first so it is .1 on the client segment; clients .2 upwards.
     links = [LinkSpec("gw", "sw", 1, mtu=mtu, shaped=True, untrusted=True)]
     links += [LinkSpec(c, "sw", 1, mtu=mtu, untrusted=True) for c in names]

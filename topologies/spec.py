@@ -23,7 +23,15 @@ ROLES = ("host", "gateway", "switch")
 MIN_MTU = 1280  # IPv6 needs at least this (RFC 8200); every segment is dual-stack
 MAX_MTU = 65535
 PMTU_MODES = ("discover", "fragment")
+MAX_CLIENTS = 200  # one /24 client segment with room for the gateway or server
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,3}$")
+
+
+def client_names(clients: int) -> list[str]:
+    """``c1`` .. ``cN`` for the multi-client topologies; ValueError outside 1..MAX_CLIENTS."""
+    if isinstance(clients, bool) or not isinstance(clients, int) or not 1 <= clients <= MAX_CLIENTS:
+        raise ValueError(f"clients must be 1..{MAX_CLIENTS}, not {clients!r}")
+    return [f"c{i}" for i in range(1, clients + 1)]
 
 
 def v4_segment(k: int) -> ipaddress.IPv4Network:
