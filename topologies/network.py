@@ -77,6 +77,11 @@ class TestbedHost(Host):
         out = self.cmd("sysctl -qw " + " ".join(sysctls) + "; echo rc=$?")
         if "rc=0" not in out:
             raise RuntimeError(f"{self.name}: sysctl failed: {out.strip()}")
+        # A loss-based congestion control, as the seeds' kernels had: BBR (some hosts'
+        # default) paces by its own bandwidth estimate and overshoots a shaped link.
+        # Namespaces may only pick what the host allows; reno always is.
+        self.cmd("sysctl -qw net.ipv4.tcp_congestion_control=cubic 2>/dev/null || "
+                 "sysctl -qw net.ipv4.tcp_congestion_control=reno")
         configure_node(self.netns_name, self.run_id, tuple(interfaces), tuple(routes), bridge)
         if shaping:
             from topologies.shaping import apply_shaping
