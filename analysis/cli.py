@@ -17,7 +17,10 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
+
+if TYPE_CHECKING:
+    from analysis.report import RunData
 
 log = logging.getLogger("ipsec-testbed.report")
 
@@ -47,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _labels(runs: Sequence["RunData"]) -> list[str]:  # noqa: F821 (imported lazily)
+def _labels(runs: Sequence["RunData"]) -> list[str]:
     """Runs labelled by backend and kernel; the directory name added where two would read the same."""
     counts = Counter(r.label for r in runs)
     return [f"{r.label} ({Path(r.run_dir).name})" if counts[r.label] > 1 else r.label for r in runs]

@@ -341,13 +341,8 @@ def fig_throughput(aggs: Sequence[Aggregate], colors: Optional[Mapping[Any, str]
             label = profile_label(profile)
             flags = [a.emulation_limited for a in series]
             any_limited |= any(flags)
-            fig.add_trace(go.Scatter(
-                x=[a.size_bytes for a in series], y=[a.goodput.mean for a in series],
-                mode="lines+markers", name=label, legendgroup=str(profile), showlegend=label not in shown,
-                line=dict(color=color, width=2.5 if profile == PLAIN_PROFILE else 2),
-                marker=dict(symbol=_marker_symbols(flags), size=9, color=color, line=dict(width=2, color=color)),
-                error_y=dict(type="data", array=_ci_array([a.goodput.ci95 for a in series]), color=color,
-                             thickness=1.5, width=5),
+            fig.add_trace(_measured_trace(
+                series, [a.goodput for a in series], profile, label, color, flags, label not in shown,
                 customdata=[[a.goodput.n, fmt_num(a.goodput.ci95), fmt_num(a.goodput.min), fmt_num(a.goodput.max),
                              "yes" if a.emulation_limited else "no"] for a in series],
                 hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>goodput %{{y:.3g}} Mbit/s "
@@ -445,13 +440,8 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Optional[Mapping[Any, str]] = Non
             label = profile_label(profile)
             flags = [a.emulation_limited for a in series]
             any_limited |= any(flags)
-            fig.add_trace(go.Scatter(
-                x=[a.size_bytes for a in series], y=[a.cpu_s_per_gb.mean for a in series],
-                mode="lines+markers", name=label, legendgroup=str(profile), showlegend=label not in shown,
-                line=dict(color=color, width=2.5 if profile == PLAIN_PROFILE else 2),
-                marker=dict(symbol=_marker_symbols(flags), size=9, color=color, line=dict(width=2, color=color)),
-                error_y=dict(type="data", array=_ci_array([a.cpu_s_per_gb.ci95 for a in series]), color=color,
-                             thickness=1.5, width=5),
+            fig.add_trace(_measured_trace(
+                series, [a.cpu_s_per_gb for a in series], profile, label, color, flags, label not in shown,
                 customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
                              fmt_num(a.cpu["cpu_busy_pct"].mean) if "cpu_busy_pct" in a.cpu else "–"]
                             for a in series],
@@ -463,6 +453,18 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Optional[Mapping[Any, str]] = Non
     if any_limited:
         _emulation_legend(fig)
     return fig
+
+
+def _measured_trace(series: Sequence[Any], summaries: Sequence[Any], profile: Any, label: str, color: str,
+                    flags: Sequence[bool], showlegend: bool, **more: Any) -> go.Scatter:
+    """One profile's measured means against payload size, with 95 % CI bars; hollow where CPU-bound."""
+    return go.Scatter(
+        x=[a.size_bytes for a in series], y=[m.mean for m in summaries],
+        mode="lines+markers", name=label, legendgroup=str(profile), showlegend=showlegend,
+        line=dict(color=color, width=2.5 if profile == PLAIN_PROFILE else 2),
+        marker=dict(symbol=_marker_symbols(flags), size=9, color=color, line=dict(width=2, color=color)),
+        error_y=dict(type="data", array=_ci_array([m.ci95 for m in summaries]), color=color, thickness=1.5, width=5),
+        **more)
 
 
 def _by_profile(items: Sequence[Any]) -> list[tuple[Any, list[Any]]]:

@@ -106,8 +106,26 @@ class Summary:
         return cls(n, mean, std, t_critical_95(n - 1) * std / math.sqrt(n), lo, hi)
 
 
+class _PointFields:
+    """Named access to the point key every aggregate and ratio carries."""
+
+    point: Mapping[str, Any]
+
+    @property
+    def profile(self) -> Any:
+        return self.point.get("profile")
+
+    @property
+    def rate_mbit(self) -> Optional[float]:
+        return self.point.get("rate_mbit")
+
+    @property
+    def size_bytes(self) -> Any:
+        return self.point.get("size_bytes")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
-class Aggregate:
+class Aggregate(_PointFields):
     """The repetitions of one point, summarised.
 
     ``point`` maps the grouping keys to their values (``profile``, ``rate_mbit``, ``size_bytes``,
@@ -125,17 +143,6 @@ class Aggregate:
     n_emulation_limited: int = 0
     n_failed: int = 0
 
-    @property
-    def profile(self) -> Any:
-        return self.point.get("profile")
-
-    @property
-    def rate_mbit(self) -> Optional[float]:
-        return self.point.get("rate_mbit")
-
-    @property
-    def size_bytes(self) -> Any:
-        return self.point.get("size_bytes")
 
     @property
     def is_plain(self) -> bool:
@@ -277,7 +284,7 @@ def ratio_of_means(num: Summary, den: Summary) -> Optional[RatioEstimate]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Ratio:
+class Ratio(_PointFields):
     """An IPsec point against the plain baseline at the same point.
 
     ``goodput`` is IPsec goodput / plain goodput (1.0 = no cost); ``cpu_s_per_gb`` is IPsec
@@ -290,17 +297,6 @@ class Ratio:
     goodput: Optional[RatioEstimate]
     cpu_s_per_gb: Optional[RatioEstimate]
 
-    @property
-    def profile(self) -> Any:
-        return self.point.get("profile")
-
-    @property
-    def rate_mbit(self) -> Optional[float]:
-        return self.point.get("rate_mbit")
-
-    @property
-    def size_bytes(self) -> Any:
-        return self.point.get("size_bytes")
 
 
 def _match_key(point: Mapping[str, Any], *, any_mode: bool = False) -> tuple:
