@@ -4,7 +4,7 @@
 With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
 the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
 tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
-gateway link shaped to 10 and 100 Mbit/s, IPv4, 3 repetitions per point.
+gateway link shaped to 10 and 100 Mbit/s, IPv4, 3 repetitions of 2 s after a 1 s warm-up.
 
 Results go to a run directory: results.jsonl (one line per point, written as it is
 measured), meta.json and report.html.  Running again with the same --out measures
@@ -90,8 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
     g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
                    help="measured seconds per point (default: %(default)s)")
-    g.add_argument("--warmup", type=float, default=d["omit_s"].default, metavar="SECONDS",
-                   help="warm-up left out of each point (iperf3 -O) (default: %(default)s)")
+    g.add_argument("--warmup", type=int, default=d["omit_s"].default, metavar="SECONDS",
+                   help="whole seconds of warm-up left out of each point (iperf3 -O); it also drains the "
+                        "shaper's initial token bucket (default: %(default)s)")
     g.add_argument("--repetitions", type=int, default=d["repetitions"].default, metavar="N",
                    help="repetitions per point, for the confidence interval (default: %(default)s)")
     g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,

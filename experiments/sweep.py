@@ -53,7 +53,7 @@ class SweepSpec:
     clients: int = 1
     repetitions: int = 3
     duration_s: float = 2.0
-    omit_s: float = 0.5
+    omit_s: int = 1
     udp_bitrate: str = "0"
     pmtu: str = "discover"
     mtu: int = 1500
@@ -81,8 +81,12 @@ class SweepSpec:
         if self.size_mode == "mss" and (min(self.sizes) < 88 or max(self.sizes) > self.mtu - 40):
             raise ValueError(f"with size_mode mss the sizes are TCP MSS values: 88..{self.mtu - 40} "
                              f"for MTU {self.mtu}, not {min(self.sizes)}..{max(self.sizes)}")
-        if self.repetitions < 1 or self.duration_s <= 0 or self.omit_s < 0:
-            raise ValueError("repetitions must be >= 1, duration > 0 and warm-up >= 0")
+        if self.repetitions < 1 or self.duration_s <= 0:
+            raise ValueError("repetitions must be >= 1 and duration > 0")
+        if isinstance(self.omit_s, bool) or self.omit_s != int(self.omit_s) or self.omit_s < 0:
+            # iperf3 (3.12) reads -O as whole seconds: 0.5 would silently be no warm-up at all
+            raise ValueError(f"warm-up must be whole seconds >= 0 (iperf3 -O), not {self.omit_s!r}")
+        object.__setattr__(self, "omit_s", int(self.omit_s))
         build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
 
     def to_json(self) -> dict:

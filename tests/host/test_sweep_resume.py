@@ -15,7 +15,7 @@ from conftest import run_cli
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
 ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--duration", "1",
-        "--warmup", "0.2", "--no-report"]
+        "--warmup", "0", "--no-report"]
 
 
 def keys(path):

@@ -64,3 +64,13 @@ def test_cpu_usage_from_proc_stat_deltas():
     u = usage(a, b, hz=100)
     # delta: user 60, system 30, idle 60, softirq 50 -> total 200, busy 140
     assert (u.busy_pct, u.system_pct, u.softirq_pct, u.busy_s) == (70.0, 15.0, 25.0, 1.4)
+
+
+def test_warm_up_is_whole_seconds_because_iperf3_truncates_it():
+    # iperf3 3.12 parses "-O 0.5" as 0: a fractional warm-up would silently be none
+    with pytest.raises(ValueError, match="whole seconds"):
+        SweepSpec(omit_s=0.5)
+    from experiments.iperf import client_args
+    with pytest.raises(ValueError, match="whole seconds"):
+        client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
+    assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
