@@ -8,7 +8,8 @@
 Each network is built once per (topology, rate) and IPsec is switched on and off in
 it; within a network the points are ordered repetition, size, IP version,
 transport, profile, so the plain and IPsec points of one size are measured next to
-each other, under the same machine conditions.
+each other, under the same machine conditions; the profile order alternates
+(ABBA) so that IPsec is switched only every other point.
 
 Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is
 measured; running again on the same directory measures only the points missing, so
@@ -121,12 +122,17 @@ def plan_points(spec: SweepSpec) -> list[Point]:
     """Every point of ``spec`` in measuring order (see the module docstring)."""
     points = []
     for rate in spec.rates_mbit:
+        turn = 0
         for rep in range(spec.repetitions):
             for size in spec.sizes:
                 for ipv in spec.ip_versions:
                     for transport in spec.transports:
                         size_mode = "datagram" if transport == "udp" else spec.size_mode
-                        for profile in spec.profiles:
+                        # ABBA order (none, IPsec, IPsec, none, ...): still side by side, but each
+                        # profile is measured twice running, so IPsec is switched half as often.
+                        order = spec.profiles if turn % 2 == 0 else spec.profiles[::-1]
+                        turn += 1
+                        for profile in order:
                             points.append(Point(spec.topology, profile, spec.mode, ipv, transport, float(rate),
                                                 size, size_mode, spec.clients, rep))
     return points

@@ -13,8 +13,11 @@ def test_plain_baseline_is_always_in_and_interleaved_with_ipsec():
     points = plan_points(spec)
     assert len(points) == 2 * 2 * 2 * 2
     # within a rate, plain and IPsec of one size and repetition are neighbours
-    assert [(p.profile, p.size_bytes, p.repetition) for p in points[:4]] == [
-        ("none", 500, 0), ("aes-gcm-256", 500, 0), ("none", 1000, 0), ("aes-gcm-256", 1000, 0)]
+    assert [(p.profile, p.size_bytes, p.repetition) for p in points[:6]] == [
+        ("none", 500, 0), ("aes-gcm-256", 500, 0), ("aes-gcm-256", 1000, 0), ("none", 1000, 0),
+        ("none", 500, 1), ("aes-gcm-256", 500, 1)]
+    switches = sum(a.profile != b.profile for a, b in zip(points, points[1:]))
+    assert switches == 8  # every other point (alternating order would switch at all 15 boundaries)
     # rates are outermost: one network per rate
     assert [p.rate_mbit for p in points] == [10.0] * 8 + [100.0] * 8
     assert len({p.key() for p in points}) == len(points)
