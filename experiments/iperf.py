@@ -110,10 +110,12 @@ def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, t
     """The client's iperf3 arguments (pure)."""
     if transport not in ("tcp", "udp"):
         raise ValueError(f"transport: {transport!r} is not tcp or udp")
+    # iperf3 3.12 parses -t and -O as integers: "-t 1.5" runs 1 s, "-O 0.5" omits nothing
     if omit_s != int(omit_s) or omit_s < 0:
-        # iperf3 3.12 parses -O as an integer: "-O 0.5" silently omits nothing
         raise ValueError(f"omit_s must be whole seconds, not {omit_s!r}")
-    cmd = ["-c", server_addr, "-p", str(port), "-J", "-t", f"{duration_s:g}", "-O", str(int(omit_s))]
+    if duration_s != int(duration_s) or duration_s < 1:
+        raise ValueError(f"duration_s must be whole seconds >= 1, not {duration_s!r}")
+    cmd = ["-c", server_addr, "-p", str(port), "-J", "-t", str(int(duration_s)), "-O", str(int(omit_s))]
     if transport == "udp":
         cmd += ["-u", "-b", bitrate or "0"]
     elif bitrate:

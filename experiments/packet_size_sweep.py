@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transports (default: tcp)")
     g.add_argument("--udp-bitrate", default=d["udp_bitrate"].default, metavar="RATE",
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
-    g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
-                   help="measured seconds per point (default: %(default)s)")
+    g.add_argument("--duration", type=int, default=d["duration_s"].default, metavar="SECONDS",
+                   help="measured whole seconds per point (iperf3 -t) (default: %(default)s)")
     g.add_argument("--warmup", type=int, default=d["omit_s"].default, metavar="SECONDS",
                    help="whole seconds of warm-up left out of each point (iperf3 -O); it also drains the "
                         "shaper's initial token bucket (default: %(default)s)")

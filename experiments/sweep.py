@@ -53,7 +53,7 @@ class SweepSpec:
     size_mode: str = "mss"
     clients: int = 1
     repetitions: int = 3
-    duration_s: float = 2.0
+    duration_s: int = 2
     omit_s: int = 1
     udp_bitrate: str = "0"
     pmtu: str = "discover"
@@ -82,11 +82,14 @@ class SweepSpec:
         if self.size_mode == "mss" and (min(self.sizes) < 88 or max(self.sizes) > self.mtu - 40):
             raise ValueError(f"with size_mode mss the sizes are TCP MSS values: 88..{self.mtu - 40} "
                              f"for MTU {self.mtu}, not {min(self.sizes)}..{max(self.sizes)}")
-        if self.repetitions < 1 or self.duration_s <= 0:
-            raise ValueError("repetitions must be >= 1 and duration > 0")
+        if self.repetitions < 1:
+            raise ValueError("repetitions must be >= 1")
+        # iperf3 (3.12) reads -t and -O as whole seconds: 1.5 would silently be 1, 0.5 none
+        if isinstance(self.duration_s, bool) or self.duration_s != int(self.duration_s) or self.duration_s < 1:
+            raise ValueError(f"duration must be whole seconds >= 1 (iperf3 -t), not {self.duration_s!r}")
         if isinstance(self.omit_s, bool) or self.omit_s != int(self.omit_s) or self.omit_s < 0:
-            # iperf3 (3.12) reads -O as whole seconds: 0.5 would silently be no warm-up at all
             raise ValueError(f"warm-up must be whole seconds >= 0 (iperf3 -O), not {self.omit_s!r}")
+        object.__setattr__(self, "duration_s", int(self.duration_s))
         object.__setattr__(self, "omit_s", int(self.omit_s))
         build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
 

@@ -73,6 +73,8 @@ def test_warm_up_is_whole_seconds_because_iperf3_truncates_it():
     # iperf3 3.12 parses "-O 0.5" as 0: a fractional warm-up would silently be none
     with pytest.raises(ValueError, match="whole seconds"):
         SweepSpec(omit_s=0.5)
+    with pytest.raises(ValueError, match="whole seconds"):
+        SweepSpec(duration_s=1.5)
     from experiments.iperf import client_args
     with pytest.raises(ValueError, match="whole seconds"):
         client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
