@@ -31,6 +31,7 @@ ten runs at 10 Mbit it gave 0.93..1.10, where reno gave 0.999..1.000.
 from __future__ import annotations
 
 import argparse
+import math
 import logging
 import os
 import statistics
@@ -62,8 +63,9 @@ MIN_PACKETS_PER_RUN = 2000
 MIN_QUEUES_PER_RUN = 100
 
 
-def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> float:
-    """How long to measure ``spec``: --duration, or longer (see the module docstring)."""
+def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> int:
+    """How long to measure ``spec``, in the whole seconds iperf3 takes: --duration, or longer
+    (see the module docstring)."""
     ops = plan_shaping(spec, mtu, kernel_burst_time_s())
     shaper = next(op for op in ops if op.kind in QDISCS)
     if spec.qdisc == "tbf":
@@ -71,7 +73,8 @@ def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> fl
     else:
         queue_bytes = ops[-1].params["limit_packets"] * (mtu + 14)
     rate = spec.rate_bytes_per_s
-    return max(min_duration_s, MIN_PACKETS_PER_RUN * (mtu + 14) / rate, MIN_QUEUES_PER_RUN * queue_bytes / rate)
+    return math.ceil(max(min_duration_s, MIN_PACKETS_PER_RUN * (mtu + 14) / rate,
+                         MIN_QUEUES_PER_RUN * queue_bytes / rate))
 
 
 def csv_floats(text: str) -> tuple[float, ...]:
@@ -140,7 +143,7 @@ def measure(args: argparse.Namespace) -> tuple[str, float, list[dict]]:
         print(f"  CPU ceiling: {args.qdisc} at {CEILING_RATE_MBIT} Mbit ...", file=sys.stderr, flush=True)
         free = ShapingSpec(CEILING_RATE_MBIT, qdisc=args.qdisc, framing=args.framing)
         with shaped(p.a, p.if_a, free, p.mtu), shaped(p.b, p.if_b, free, p.mtu):
-            ceiling = iperf.measure(p.b, p.a, p.v4b, duration_s=min(args.duration, 3.0), mss=args.mss).goodput_mbps
+            ceiling = iperf.measure(p.b, p.a, p.v4b, duration_s=math.ceil(min(args.duration, 3.0)), mss=args.mss).goodput_mbps
         for rate in args.rates:
             spec = ShapingSpec(rate, qdisc=args.qdisc, framing=args.framing)
             seconds = run_seconds(spec, args.duration, p.mtu)
