@@ -583,15 +583,20 @@ def _hex(key: bytes) -> str:
     return "0x" + key.hex() if key else ""
 
 
-def _write_private(path: Path, data: bytes, overwrite: bool) -> None:
-    """Create ``path`` with mode 0600 from the start (O_EXCL: never an old file's mode)."""
+def _open_private(path: Path, overwrite: bool):
+    """``path`` opened for binary writing, created with mode 0600 from the start (O_EXCL:
+    never an old file's mode)."""
     if overwrite:
         path.unlink(missing_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
     except FileExistsError:
         raise FileExistsError(f"{path} exists; pass overwrite=True to replace it") from None
-    with os.fdopen(fd, "wb") as f:
+    return os.fdopen(fd, "wb")
+
+
+def _write_private(path: Path, data: bytes, overwrite: bool) -> None:
+    with _open_private(path, overwrite) as f:
         f.write(data)
 
 
@@ -636,13 +641,7 @@ def write_wireshark(pcap_path: Union[str, os.PathLike], packets: Sequence[Packet
               "authentication, key), written by ipsec.wire\n")
     _write_private(esp_sa, (header + "".join(line + "\n" for line in lines)).encode(), overwrite)
     _write_private(folder / "preferences", WIRESHARK_PREFERENCES.encode(), overwrite)
-    if overwrite:
-        pcap.unlink(missing_ok=True)
-    try:
-        fd = os.open(pcap, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-    except FileExistsError:
-        raise FileExistsError(f"{pcap} exists; pass overwrite=True to replace it") from None
-    with os.fdopen(fd, "wb") as f:
+    with _open_private(pcap, overwrite) as f:
         writer = PcapWriter(f, sync=True)
         for packet in packets:
             writer.write(packet)
