@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import subprocess
 import time
@@ -79,3 +80,25 @@ def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def iproute_states(ns: str) -> dict[tuple[str, int], dict]:
+    """{(proto, spi): {algs: {kind: (name, key hex, bits)}, bytes, packets, mode}} from `ip -s xfrm state`."""
+    text = ip("-s", "-n", ns, "xfrm", "state")
+    out = {}
+    for block in re.split(r"\n(?=src )", text.strip()):
+        if not block:
+            continue
+        head = re.search(r"proto (\S+) spi 0x([0-9a-f]+)\S* reqid (\d+)\S* mode (\S+)", block)
+        if head.group(1) == "4" or head.group(1) == "41":
+            continue  # the IP-in-IP SA the kernel adds by itself for an IPComp tunnel
+        algs = {}
+        for kind, name, key, bits in re.findall(
+                r"^\t(aead|enc|auth-trunc|auth|comp) (\S+)(?: (0x[0-9a-f]*))?(?: \(\d+ bits\))?(?: (\d+))? *$",
+                block, re.M):
+            algs[kind] = (name, key[2:] if key else "", int(bits) if bits else None)
+        life = re.search(r"(\d+)\(bytes\), (\d+)\(packets\)", block)
+        out[(head.group(1), int(head.group(2), 16))] = dict(
+            algs=algs, mode=head.group(4), reqid=int(head.group(3)),
+            bytes=int(life.group(1)), packets=int(life.group(2)))
+    return out

@@ -2,15 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 
 import pytest
 
 from conftest import ip
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
-from ipsec.sa import SASpec, random_key
-from ipsec.xfrm import XfrmError, XfrmSocket
+from ipsec.sa import SASpec
+from ipsec.xfrm import XfrmError
 
 
 def assert_empty(*namespaces):

@@ -5,7 +5,6 @@ fault in the testbed's own netlink code cannot hide itself.
 """
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pytest
@@ -14,7 +13,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.ipsec import ESP
 from scapy.utils import rdpcap
 
-from conftest import capture, ip
+from conftest import capture, ip, iproute_states
 from experiments import iperf
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
 from ipsec.xfrm import XfrmSocket
@@ -32,13 +31,7 @@ def install(pair, family):
 
 def iproute_counters(ns: str) -> dict[int, tuple[int, int]]:
     """{spi: (bytes, packets)} as `ip -s xfrm state` prints them."""
-    text = ip("-s", "-n", ns, "xfrm", "state")
-    out = {}
-    for block in re.split(r"\n(?=src )", text.strip()):
-        spi = int(re.search(r"spi 0x([0-9a-f]+)", block).group(1), 16)
-        m = re.search(r"(\d+)\(bytes\), (\d+)\(packets\)", block)
-        out[spi] = (int(m.group(1)), int(m.group(2)))
-    return out
+    return {spi: (st["bytes"], st["packets"]) for (_, spi), st in iproute_states(ns).items()}
 
 
 @pytest.mark.parametrize("family", [4, 6])

@@ -8,14 +8,13 @@ given the run's keys, decrypts the pings the kernel encrypted.
 """
 from __future__ import annotations
 
-import re
 import subprocess
 
 import pytest
 
 from scapy.utils import rdpcap
 
-from conftest import capture, ip
+from conftest import capture, ip, iproute_states
 from ipsec.wire import classify, decrypt, echo_data
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from ipsec.profiles import CATALOG
@@ -31,28 +30,6 @@ def shared_pair():
     """One pair for the whole matrix: each case installs, checks and removes its own SAs."""
     with veth_pair() as p:
         yield p
-
-
-def iproute_states(ns: str) -> dict[tuple[str, int], dict]:
-    """{(proto, spi): {algs: {kind: (name, key hex, bits)}, bytes, packets, mode}} from `ip -s xfrm state`."""
-    text = ip("-s", "-n", ns, "xfrm", "state")
-    out = {}
-    for block in re.split(r"\n(?=src )", text.strip()):
-        if not block:
-            continue
-        head = re.search(r"proto (\S+) spi 0x([0-9a-f]+)\S* reqid (\d+)\S* mode (\S+)", block)
-        if head.group(1) == "4" or head.group(1) == "41":
-            continue  # the IP-in-IP SA the kernel adds by itself for an IPComp tunnel
-        algs = {}
-        for kind, name, key, bits in re.findall(
-                r"^\t(aead|enc|auth-trunc|auth|comp) (\S+)(?: (0x[0-9a-f]*))?(?: \(\d+ bits\))?(?: (\d+))? *$",
-                block, re.M):
-            algs[kind] = (name, key[2:] if key else "", int(bits) if bits else None)
-        life = re.search(r"(\d+)\(bytes\), (\d+)\(packets\)", block)
-        out[(head.group(1), int(head.group(2), 16))] = dict(
-            algs=algs, mode=head.group(4), reqid=int(head.group(3)),
-            bytes=int(life.group(1)), packets=int(life.group(2)))
-    return out
 
 
 def check_wire(packets, plan, a: str, b: str) -> None:

@@ -1,5 +1,4 @@
 """The UML guest's init script and command line, planned without booting anything."""
-import os
 
 import pytest
 
