@@ -127,13 +127,18 @@ def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, t
     return cmd
 
 
-def in_netns(ns: str) -> list[str]:
-    """Command prefix running a program in namespace ``ns``.
+def popen_in(ns: str, argv: list[str], **kw) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``ns``; ``kw`` as for :class:`subprocess.Popen`.
 
-    nsenter only joins the network namespace; ``ip netns exec`` also makes a mount
-    namespace and remounts /sys, which costs a tenth of a second per process in UML.
+    The process is forked by a thread that has entered the namespace (see
+    :func:`testbed.netns.run_in`), so it is born there: no ``nsenter`` or ``ip netns
+    exec`` in front of it.  Each of those is one more program to start, a tenth of a
+    second inside User-Mode Linux, per measured point; ``ip netns exec`` also makes a
+    mount namespace and remounts /sys.
     """
-    return ["nsenter", f"--net=/run/netns/{ns}", "--"]
+    from testbed import netns
+
+    return netns.run_in(ns, lambda: subprocess.Popen(argv, **kw))
 
 
 class Servers:
@@ -149,34 +154,45 @@ class Servers:
         self.flows = list(flows)
         self.ports = [port + i for i in range(len(self.flows))]
         self.one_off = one_off
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[Optional[subprocess.Popen]] = [None] * len(self.flows)  # one slot per flow
 
     def __enter__(self) -> "Servers":
-        iperf3 = check()
         try:
-            for f, port in zip(self.flows, self.ports):
-                self.procs.append(subprocess.Popen(
-                    [*in_netns(f.server_ns), iperf3, "-s", *(["-1"] if self.one_off else []),
-                     "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
-            deadline = time.monotonic() + 15
-            for f, port, server in zip(self.flows, self.ports, self.procs):
-                while not _listening(server.pid, port):
-                    if server.poll() is not None:
-                        raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
-                    if time.monotonic() > deadline:
-                        raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
-                    time.sleep(0.02)
+            self.start()
         except BaseException:
             self.__exit__()
             raise
         return self
 
+    def start(self) -> None:
+        """Start a server for every flow whose server is not running, and wait until each listens."""
+        iperf3 = check()
+        for i, (f, port) in enumerate(zip(self.flows, self.ports)):
+            if self.procs[i] is None or self.procs[i].poll() is not None:
+                self.procs[i] = popen_in(
+                    f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 15
+        for f, port, server in zip(self.flows, self.ports, self.procs):
+            while not _listening(server.pid, port):
+                if server.poll() is not None:
+                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
+                if time.monotonic() > deadline:
+                    raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
+                time.sleep(0.02)
+
+    def restart(self) -> None:
+        """Stop every server and start them again (after a test failed: one may hang or be gone)."""
+        self.__exit__()
+        self.start()
+
     def __exit__(self, *exc) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        self.procs = []
+            if p is not None:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        self.procs = [None] * len(self.flows)
 
 
 def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "tcp",
@@ -204,8 +220,8 @@ def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "
     try:
         for f, a in zip(flows, args):
             log.debug("iperf3 in %s: %s", f.client_ns, " ".join(a))
-            clients.append(subprocess.Popen([*in_netns(f.client_ns), iperf3, *a],
-                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            clients.append(popen_in(f.client_ns, [iperf3, *a],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         if on_start:
             on_start()
         end = time.monotonic() + timeout_s
