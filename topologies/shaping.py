@@ -535,11 +535,12 @@ def apply_shaping(netns: str, ifname: str, spec: ShapingSpec, mtu: int = 1500,
     when the spec needs it, is the first operation, so a kernel without it fails before
     anything is added.
     """
-    from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
+    from testbed.netns import iproute
+
     ops = plan_shaping(spec, mtu, kernel_burst_time_s() if burst_time_s is None else burst_time_s)
-    with IPRoute(netns=netns, ext_ack=True) as ipr:
+    with iproute(netns, ext_ack=True) as ipr:
         index = _lookup(ipr, netns, ifname)
         link_mtu = ipr.get_links(index)[0].get_attr("IFLA_MTU")
         if link_mtu != mtu:
@@ -570,10 +571,11 @@ def remove_shaping(netns: str, ifname: str) -> bool:
     when there was nothing to remove; raises :class:`ShapingError` when the root qdisc is
     not one the testbed adds.
     """
-    from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
-    with IPRoute(netns=netns, ext_ack=True) as ipr:
+    from testbed.netns import iproute
+
+    with iproute(netns, ext_ack=True) as ipr:
         index = _lookup(ipr, netns, ifname)
         root = _root_qdisc(ipr, index)
         if root is None or root[1] == 0:

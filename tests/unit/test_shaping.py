@@ -422,9 +422,9 @@ class FakeIPRoute:
 
 @pytest.fixture
 def fake_ipr(monkeypatch):
-    import pyroute2
+    from testbed import netns
 
-    monkeypatch.setattr(pyroute2, "IPRoute", FakeIPRoute)
+    monkeypatch.setattr(netns, "iproute", lambda ns, ext_ack=False: FakeIPRoute(netns=ns, ext_ack=ext_ack))
     monkeypatch.setattr(FakeIPRoute, "calls", [])
     monkeypatch.setattr(FakeIPRoute, "fail", {})
     monkeypatch.setattr(FakeIPRoute, "root", ("noqueue", 0))
