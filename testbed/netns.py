@@ -125,12 +125,36 @@ def socket_in(name: str, proto: int, family: int = socket.AF_NETLINK,
     return run_in(name, lambda: socket.socket(family, type_, proto))
 
 
-def iproute(name: str):
-    """A pyroute2 ``IPRoute`` working inside namespace ``name`` (a context manager)."""
+def iproute(name: str, ext_ack: bool = False):
+    """A pyroute2 ``IPRoute`` working inside namespace ``name`` (a context manager).
+
+    Use this, not pyroute2's ``IPRoute(netns=...)``: that one forks a Python child per
+    socket (seconds inside User-Mode Linux) and stops it with SIGTERM, and a forked copy
+    of a multi-threaded program (a progress bar's thread, Mininet's) can deadlock.
+    ``ext_ack`` asks the kernel for its extended error messages.
+    """
     from pyroute2 import IPRoute
     from pyroute2.netlink import NETLINK_ROUTE
 
-    return IPRoute(use_socket=socket_in(name, NETLINK_ROUTE))
+    return IPRoute(use_socket=socket_in(name, NETLINK_ROUTE), ext_ack=ext_ack)
+
+
+def write_sysctls(name: str, values: dict[str, str]) -> None:
+    """Set sysctls inside namespace ``name``: ``{"net.ipv4.ip_forward": "1"}``.
+
+    /proc/sys/net shows the namespace of the thread that opens a file, so a thread in
+    ``name`` (see :func:`run_in`) writes them: no ``sysctl`` process per node.  Raises
+    OSError naming the sysctl the kernel refused.
+    """
+    def write() -> None:
+        for key, value in values.items():
+            path = "/proc/sys/" + key.replace(".", "/")
+            try:
+                with open(path, "w") as f:
+                    f.write(str(value))
+            except OSError as e:
+                raise OSError(e.errno, f"sysctl {key}={value} in {name}: {e.strerror}") from None
+    run_in(name, write)
 
 
 def create(name: str) -> None:

@@ -66,22 +66,25 @@ class TestbedHost(Host):
         """Addresses, MTU, bridge, routes and sysctls, through pyroute2 and sysctl."""
         # No duplicate address detection: these segments are ours alone, and DAD would
         # hold IPv6 back for a second after every link comes up.
-        sysctls = ["net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]
-        sysctls += [f"net.ipv6.conf.{i.ifname(self.run_id)}.accept_dad=0" for i in interfaces]
+        sysctls = {"net.ipv6.conf.all.accept_dad": "0", "net.ipv6.conf.default.accept_dad": "0",
+                   # Each TCP connection starts from the same state: no ssthresh or RTT
+                   # remembered from the previous point's connection to the same host.
+                   "net.ipv4.tcp_no_metrics_save": "1"}
+        sysctls.update({f"net.ipv6.conf.{i.ifname(self.run_id)}.accept_dad": "0" for i in interfaces})
         if forward:
-            sysctls += ["net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
+            sysctls.update({"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "1"})
         if pmtu == "fragment":
             # 2005-era behaviour (seed 003): hosts send without DF, so a gateway whose
             # ESP-reduced MTU is too small fragments instead of signalling the sender.
-            sysctls += ["net.ipv4.ip_no_pmtu_disc=1"]
-        out = self.cmd("sysctl -qw " + " ".join(sysctls) + "; echo rc=$?")
-        if "rc=0" not in out:
-            raise RuntimeError(f"{self.name}: sysctl failed: {out.strip()}")
+            sysctls["net.ipv4.ip_no_pmtu_disc"] = "1"
+        netns.write_sysctls(self.netns_name, sysctls)
         # A loss-based congestion control, as the seeds' kernels had: BBR (some hosts'
         # default) paces by its own bandwidth estimate and overshoots a shaped link.
         # Namespaces may only pick what the host allows; reno always is.
-        self.cmd("sysctl -qw net.ipv4.tcp_congestion_control=cubic 2>/dev/null || "
-                 "sysctl -qw net.ipv4.tcp_congestion_control=reno")
+        try:
+            netns.write_sysctls(self.netns_name, {"net.ipv4.tcp_congestion_control": "cubic"})
+        except OSError:
+            netns.write_sysctls(self.netns_name, {"net.ipv4.tcp_congestion_control": "reno"})
         configure_node(self.netns_name, self.run_id, tuple(interfaces), tuple(routes), bridge)
         if shaping:
             from topologies.shaping import apply_shaping
@@ -152,13 +155,11 @@ class TestbedTopo(Topo):
 
     def build(self, **_opts) -> None:  # noqa: D102
         spec, plan, rid = self.spec, self.plan, self.run_id
-        shaped = spec.shaped_link
         for node in spec.nodes:
             mine = plan.of(node.name)
             shaping = {}
             if self.shaping is not None:
-                shaping = {i.ifname(rid): self.shaping for i in mine
-                           if {node.name, i.peer} == {shaped.a, shaped.b} and i.segment == shaped.segment}
+                shaping = {i.ifname(rid): self.shaping for i in self.shaped_interfaces(node.name)}
             self.addHost(node.name, cls=TestbedHost, run_id=rid, interfaces=mine,
                          routes=tuple(r for r in plan.routes if r.node == node.name),
                          forward=node.role == "gateway", bridge=node.role == "switch",
@@ -171,6 +172,12 @@ class TestbedTopo(Topo):
             seen[link.a] += 1
             seen[link.b] += 1
             self.addLink(link.a, link.b, intfName1=ia.ifname(rid), intfName2=ib.ifname(rid))
+
+    def shaped_interfaces(self, node: str) -> list[Interface]:
+        """``node``'s interfaces on the shaped link (both ends are shaped, one per direction)."""
+        shaped = self.spec.shaped_link
+        return [i for i in self.plan.of(node)
+                if {node, i.peer} == {shaped.a, shaped.b} and i.segment == shaped.segment]
 
 
 class Network:
@@ -219,6 +226,21 @@ class Network:
             # Nodes whose shell never started are not in net.hosts; their names may exist.
             for node in self.spec.nodes:
                 netns.delete(names.netns_name(self.run_id, node.name))
+
+    def reshape(self, shaping) -> None:
+        """Shape the shaped link as ``shaping`` (a :class:`~topologies.shaping.ShapingSpec`) now.
+
+        The old qdiscs are removed and the new ones added, on both ends; the network,
+        its processes and its IPsec state stay as they are.  A sweep changes rate this
+        way instead of building the network again.
+        """
+        from topologies.shaping import apply_shaping, remove_shaping
+
+        for node in self.spec.nodes:
+            for i in self.topo.shaped_interfaces(node.name):
+                remove_shaping(self.ns(node.name), i.ifname(self.run_id))
+                apply_shaping(self.ns(node.name), i.ifname(self.run_id), shaping, mtu=i.mtu)
+        self.topo.shaping = shaping
 
     # -- names and addresses -----------------------------------------------------
     def ns(self, node: str) -> str:
