@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -56,18 +57,23 @@ IN_UML_ENV = "IPSEC_TESTBED_IN_UML"
 DEFAULT_KERNEL = "linux.uml"
 DEFAULT_MODULES_ROOT = "/usr/lib/uml/modules"
 
-#: Modules loaded at boot.  Crypto templates are left to the kernel's on-demand
-#: loading (through the modprobe wrapper), so only what it cannot infer is here.
+#: Modules loaded at boot, with one modprobe process.  The crypto modules behind the
+#: testbed's algorithms are among them: left to the kernel's on-demand loading, every
+#: name it looks up for a transform (``rfc4106(gcm(aes))``, ``gcm(aes)``, ``ctr(aes)``,
+#: ``ghash``...) starts the modprobe wrapper, a few seconds in all for the first SA.
+#: Anything else is still loaded on demand.
 BOOT_MODULES: tuple[str, ...] = (
     "ipv6", "veth", "bridge", "dummy", "ifb",
     "sch_tbf", "sch_htb", "sch_netem", "sch_ingress", "cls_u32", "act_mirred",
     "xfrm_user", "xfrm_algo", "xfrm_ipcomp", "esp4", "esp6", "ah4", "ah6", "ipcomp", "ipcomp6",
     "tunnel4", "tunnel6", "xfrm4_tunnel", "xfrm6_tunnel",
+    "gcm", "ghash-generic", "ctr", "seqiv", "echainiv", "authenc", "authencesn", "cbc", "hmac",
+    "des_generic", "sha512_generic", "deflate",
 )
 
 #: Environment variables not handed to the guest: they describe the host session.
 _ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$|SHLVL$|_$)")
-_MEM = re.compile(r"^[1-9][0-9]*[KMG]$")
+MEM_PATTERN = re.compile(r"^[1-9][0-9]*[KMG]$")
 
 
 class UmlError(RuntimeError):
@@ -100,7 +106,7 @@ class UmlSpec:
     def __post_init__(self) -> None:
         if not self.command:
             raise ValueError("command: give the command to run inside UML, e.g. `uml -- ipsec-testbed doctor`")
-        if not _MEM.match(self.mem):
+        if not MEM_PATTERN.match(self.mem):
             raise ValueError(f"mem: {self.mem!r} is not a size like 512M or 2G")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise ValueError(f"timeout_s: must be positive, not {self.timeout_s}")
@@ -167,6 +173,11 @@ def guest_env(host_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         path = f"{venv_bin}:{path}"
     env["PATH"] = path
     env.setdefault("HOME", "/root")
+    # Mininet imports distutils.version.  Where the standard library still has distutils
+    # (Python 3.11), the guest takes it rather than setuptools' stand-in, which imports
+    # all of setuptools first: a second of every Python start inside the guest.
+    if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "distutils", "version.py")):
+        env.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
     if sys.stdout.isatty():
         # The guest's console has no size; programs that lay out for a terminal need one.
         size = shutil.get_terminal_size()
@@ -202,7 +213,10 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
             f'ln -s {q(spec.modules_dir)} "{modtree}/lib/modules/$(uname -r)"',
             f"echo {q(workdir + '/modprobe')} > /proc/sys/kernel/modprobe",
             # Boot modules are best effort: a module built into a custom kernel is not
-            # an error, and `doctor` reports what is really usable.
+            # an error, and `doctor` reports what is really usable.  One process loads them
+            # all (each process start is slow in UML); only if that fails are they tried
+            # one by one, to say which is missing.
+            f"/sbin/modprobe -q -a -d {modtree} {' '.join(spec.boot_modules)} 2>/dev/null || "
             f"for m in {' '.join(spec.boot_modules)}; do",
             f"  /sbin/modprobe -d {modtree} $m 2>/dev/null || echo \"itb-init: module $m not loaded\" >/dev/console",
             "done",
@@ -298,6 +312,8 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
     # The work directory must be on a filesystem the guest sees through hostfs:
     # the guest mounts its own tmpfs on /run and /dev/shm, so use /tmp (or TMPDIR).
     workdir = tempfile.mkdtemp(prefix=f"{names.PREFIX}-{run_id}-uml-")
+    with open(f"{workdir}/owner", "w") as f:  # `clean` leaves a live owner's work directory alone
+        f.write(f"{os.getpid()}\n")
     console: list[bytes] = []
     proc: Optional[subprocess.Popen] = None
     started = time.monotonic()
