@@ -19,6 +19,7 @@ import sys
 from typing import Optional, Sequence
 
 from testbed import kernel, uml
+from testbed.errors import Parser, add_debug_option, run_main
 
 log = logging.getLogger("ipsec-testbed")
 
@@ -55,15 +56,44 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
     add_uml_options(g)
 
 
+def _uml_kernel(path: str) -> str:
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise argparse.ArgumentTypeError(f"{path!r} is not an executable file (a UML kernel: linux.uml, "
+                                         "or ./linux after `make ARCH=um`)")
+    return path
+
+
+def _uml_modules(path: str) -> str:
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is not a directory")
+    return path
+
+
+def _uml_mem(size: str) -> str:
+    if not uml.MEM_PATTERN.match(size):
+        raise argparse.ArgumentTypeError(f"{size!r} is not a size like 512M or 2G")
+    return size
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def add_uml_options(g) -> None:
-    g.add_argument("--uml-kernel", metavar="PATH",
+    g.add_argument("--uml-kernel", metavar="PATH", type=_uml_kernel,
                    help="UML kernel to boot instead of Debian's linux.uml, e.g. your tree's "
                         "./linux after `make ARCH=um`")
-    g.add_argument("--uml-modules", metavar="DIR",
+    g.add_argument("--uml-modules", metavar="DIR", type=_uml_modules,
                    help="module directory for --uml-kernel (a release dir with modules.dep, or "
                         "the lib/modules of `make ARCH=um modules_install`); omit for a kernel "
                         "with everything built in")
-    g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE",
+    g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE", type=_uml_mem,
                    help="guest memory, e.g. 1G or 512M (default: %(default)s)")
 
 
@@ -191,11 +221,12 @@ def cmd_test(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="ipsec-testbed", description="IPsec Testbed: reproduce IPsec performance experiments "
         "in network namespaces, on the host kernel or in User-Mode Linux.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    add_debug_option(parser)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("doctor", help="probe what this kernel can do and which backend will run",
@@ -237,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="example: sudo ipsec-testbed uml --timeout 600 -- .venv/bin/python -m pytest tests/integration",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_uml_options(p)
-    p.add_argument("--timeout", type=float, metavar="SECONDS", help="kill the guest after this long")
+    p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS", help="kill the guest after this long")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="what to run in the guest")
     p.set_defaults(func=cmd_uml)
 
@@ -270,11 +301,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_main("ipsec-testbed", lambda: args.func(args), args.debug)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""How every command of the testbed fails: one line, a nonzero exit, no traceback.
+
+Each entry point (``ipsec-testbed``, ``experiments/*.py``, ``ipsec-testbed report``)
+builds its parser with :class:`Parser` and runs its work through :func:`run_main`:
+
+- a bad option or value: ``prog: error: <what> (see prog --help)``, exit 2, no usage dump;
+- a value the specs reject (``ValueError``): ``prog: error: <what>``, exit 2;
+- :class:`Refused` (the command will not go on, and says why): ``prog: <why>``, exit 1;
+- any other error while working: ``prog: <what went wrong> (--debug shows where)``, exit 1;
+- ``--debug`` shows the traceback instead of the one line;
+- Ctrl-C (SIGINT) or SIGTERM: the work is unwound (every ``with`` block tears its
+  network down), then exit 130 or 143, as a shell reports a process killed by them.
+
+SIGTERM is turned into the exception :class:`Terminated` by :func:`handle_sigterm`, so
+``kill PID``, a CI runner's timeout or ``systemctl stop`` clean up exactly as Ctrl-C does.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import traceback
+from typing import Callable, NoReturn
+
+#: Exit statuses, as shells report a process ended by SIGINT or SIGTERM.
+EXIT_SIGINT = 128 + signal.SIGINT
+EXIT_SIGTERM = 128 + signal.SIGTERM
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived; a BaseException so that ``except Exception`` does not swallow it."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum
+
+
+_installed_by = 0
+
+
+def _raise_terminated(signum, _frame) -> None:
+    if os.getpid() != _installed_by:
+        # A forked copy of this program (a library's helper child): it must die as told,
+        # not unwind the parent's work from inside the copy.
+        os._exit(EXIT_SIGTERM)
+    # Once unwinding has begun, a second SIGTERM must not interrupt the teardown.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+def handle_sigterm() -> None:
+    """Turn SIGTERM into :class:`Terminated` in the main thread (call from an entry point)."""
+    global _installed_by
+    _installed_by = os.getpid()
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+class Refused(RuntimeError):
+    """The command will not go on, for the reason its message gives (not a fault: no --debug hint)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line that names the problem."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_debug_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one line: its message with the lines joined."""
+    text = " ".join(part.strip() for part in str(e).splitlines() if part.strip())
+    return text or type(e).__name__
+
+
+def run_main(prog: str, work: Callable[[], int], debug: bool = False) -> int:
+    """Run ``work()`` and turn what escapes it into an exit status (see the module docstring)."""
+    handle_sigterm()
+    try:
+        return work()
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_SIGINT
+    except Terminated:
+        print(f"{prog}: terminated", file=sys.stderr)
+        return EXIT_SIGTERM
+    except SystemExit:
+        raise
+    except Exception as e:  # noqa: BLE001 (the one place every error is reported)
+        if debug:
+            traceback.print_exc()
+        elif isinstance(e, ValueError):  # specs reject bad values with ValueError: the user's input
+            print(f"{prog}: error: {one_line(e)}", file=sys.stderr)
+        elif isinstance(e, Refused):
+            print(f"{prog}: {one_line(e)}", file=sys.stderr)
+        else:
+            print(f"{prog}: {one_line(e)} (--debug shows where)", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+
+
+def fail(prog: str, message: str, status: int = 1) -> int:
+    """Print ``prog: message`` on stderr and return ``status`` (for ``return fail(...)``)."""
+    print(f"{prog}: {message}", file=sys.stderr)
+    return status
+
