@@ -14,6 +14,7 @@ and inside User-Mode Linux otherwise, by itself.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
@@ -25,8 +26,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from testbed import kernel  # noqa: E402
 from testbed.cli import add_kernel_options  # noqa: E402
+from testbed.errors import EXIT_SIGINT, EXIT_SIGTERM, Parser, Terminated, add_debug_option, run_main  # noqa: E402
 
-log = logging.getLogger("packet_size_sweep")
+PROG = "packet_size_sweep"
+log = logging.getLogger(PROG)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 
@@ -41,8 +44,11 @@ examples:
   sudo .venv/bin/python experiments/packet_size_sweep.py --topology multi_host_to_host --clients 5 \\
         --ip 6 --mode transport --transport tcp,udp
 
-Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C: the network is torn down and
-the points measured so far stay; run the same command again to finish the sweep.
+Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C or SIGTERM: the network is torn
+down, the points measured so far stay, and the exit status is 130 or 143; run the same
+command with the same --out to finish the sweep.  A point whose iperf3 test fails twice
+is recorded as failed and measured again by the next run.  Exit status: 0 done (even
+with failed points, which the summary counts), 1 error, 2 bad arguments.
 """
 
 
@@ -63,8 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     from topologies import TOPOLOGIES
 
     d = SweepSpec.__dataclass_fields__
-    p = argparse.ArgumentParser(
-        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("what to measure")
     g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d["topology"].default,
                    help="network to build (default: %(default)s)")
@@ -104,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                 "(default: runs/<date>-<topology>)")
     o.add_argument("--dry-run", action="store_true", help="print the planned points and the estimated time, then stop")
     o.add_argument("--no-report", action="store_true", help="do not write report.html or print the table")
-    o.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
+    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
+    add_debug_option(o)
     add_kernel_options(p)
     return p
 
@@ -148,13 +154,17 @@ def measure(spec, out_dir: str) -> int:
                      f"{point.transport} rep {point.repetition + 1}")
             if record is None:
                 bar.update(task, total=total, completed=done, description=label)
+            elif record["failed"]:
+                bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
             else:
                 flag = " [CPU-bound]" if record["emulation_limited"] else ""
                 bar.update(task, completed=done,
                            description=f"{label}: {record['goodput_mbps']:.2f} Mbit/s{flag}")
         typed = os.environ.get(COMMAND_ENV)
-        counts = run_sweep(spec, out_dir, progress, command_line=shlex.split(typed) if typed else None)
-    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}",
+        # the caller holds the run directory's lock (taken on the host, before any UML boot)
+        counts = run_sweep(spec, out_dir, progress, command_line=shlex.split(typed) if typed else None, lock=False)
+    failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
+    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     return 0
 
@@ -165,37 +175,79 @@ def report(out_dir: str) -> None:
     report_main(["report", out_dir])
 
 
-def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    try:
-        spec = spec_from(args)
-    except ValueError as e:
-        print(f"packet_size_sweep: {e}", file=sys.stderr)
-        return 2
-    out_dir = os.path.abspath(args.out or os.path.join(
-        REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{spec.topology}"))
-    if args.dry_run:
-        return dry_run(spec, out_dir)
+def check_tools() -> None:
+    """The programs a sweep starts, found before anything is built or booted."""
+    import shutil
+
+    from testbed.errors import Refused
+
+    for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
+        if not shutil.which(tool):
+            raise Refused(f"{tool} not found: install Debian's {package} package "
+                          f"(apt-get install {package}, or scripts/install.sh)")
+
+
+def report_leftovers() -> None:
+    """Remove what killed runs provably left; name the command for what may still be in use."""
+    from testbed import clean, netns
+
+    for path in clean.remove_dead_leftovers():
+        print(f"{PROG}: removed {path}, left by a killed run", file=sys.stderr)
+    others = netns.list_ours()
+    if others:
+        print(f"{PROG}: note: {len(others)} testbed namespaces exist ({', '.join(others[:3])}"
+              f"{', ...' if len(others) > 3 else ''}): another run in progress, or one that was killed; "
+              "if none is running, `sudo ipsec-testbed clean` removes them", file=sys.stderr)
+
+
+def sweep(args, argv: list[str], spec, out_dir: str) -> int:
+    """Measure (here or in UML), then report; see the module docstring."""
+    from experiments.sweep import locked_run_dir, note_interrupted
+
     if os.geteuid() != 0:
-        print("packet_size_sweep: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
+        print(f"{PROG}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
     # Under UML the guest measures and the host renders: importing plotly in the guest is slow.
     os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
-    rc = kernel.follow_backend(args.kernel, __file__, [*argv, "--out", out_dir, "--no-report"],
-                               mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
-    if rc is None:
+    # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
+    # is its own kernel's and would not keep a second sweep on the host out).
+    check_tools()
+    if not kernel.in_uml():
+        report_leftovers()
+    with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():
         try:
-            rc = measure(spec, out_dir)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted; the points measured so far are in {out_dir}; run the same command "
-                  f"with --out {out_dir} to finish", file=sys.stderr)
-            return 130
-    if not args.no_report and os.path.exists(os.path.join(out_dir, "results.jsonl")):
+            rc = kernel.follow_backend(args.kernel, __file__, [*argv, "--out", out_dir, "--no-report"],
+                                       mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+            if rc is None:
+                rc = measure(spec, out_dir)
+        except (KeyboardInterrupt, Terminated) as e:
+            why = "SIGINT" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
+            note_interrupted(out_dir, why)
+            print(f"\n{PROG}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
+                  f"command with --out {out_dir} to finish", file=sys.stderr)
+            return EXIT_SIGINT if why == "SIGINT" else EXIT_SIGTERM
+    if rc == 0 and not args.no_report and os.path.exists(os.path.join(out_dir, "results.jsonl")):
         report(out_dir)
     return rc
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    def work() -> int:
+        spec = spec_from(args)  # a ValueError here is the one-line message of a bad value
+        out_dir = os.path.abspath(args.out or os.path.join(
+            REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{spec.topology}"))
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise NotADirectoryError(f"--out {out_dir}: exists and is not a directory")
+        if args.dry_run:
+            return dry_run(spec, out_dir)
+        return sweep(args, argv, spec, out_dir)
+
+    return run_main(PROG, work, args.debug)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@
     SweepSpec (data) --plan_points--> [Point, ...] --run_sweep--> run_dir/results.jsonl
                                                                   run_dir/meta.json
 
-Each network is built once per (topology, rate) and IPsec is switched on and off in
-it; within a network the points are ordered repetition, size, IP version,
+The network is built once per sweep: the shaped link is re-shaped for each rate and
+IPsec is switched on and off in place; within a rate the points are ordered repetition, size, IP version,
 transport, profile, so the plain and IPsec points of one size are measured next to
 each other, under the same machine conditions; the profile order alternates
 (ABBA) so that IPsec is switched only every other point.
@@ -14,19 +14,33 @@ each other, under the same machine conditions; the profile order alternates
 Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is
 measured; running again on the same directory measures only the points missing, so
 a sweep killed at any moment loses at most the point in flight.
+
+A point whose iperf3 test fails (the server died, the test hung) is tried once more
+with fresh servers; if that fails too it is recorded with ``"failed": true`` and the
+reason, and the sweep goes on.  A failed point counts as missing: the next run on the
+directory measures it again, and the analysis ignores the failed record.
+
+One sweep at a time writes to a run directory: it holds an exclusive lock on
+``run_dir/.lock`` while it runs, and a second sweep on the same directory is refused.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import errno
+import fcntl
 import json
 import logging
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 from typing import Callable, Optional
+
+from testbed.errors import Refused
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +49,9 @@ SIZE_MODES = ("mss", "write", "datagram")
 #: A point is flagged when the CPU was this busy and goodput fell this far below theory.
 CPU_BOUND_PCT = 90.0
 SHORTFALL = 0.90
+#: Tries per point before it is recorded as failed.
+ATTEMPTS = 2
+LOCK_FILE = ".lock"
 KEY_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
               "size_mode", "clients", "repetition")
 
@@ -67,6 +84,10 @@ class SweepSpec:
         if "none" not in profiles:
             profiles = ("none",) + profiles  # the plain baseline is always measured
         object.__setattr__(self, "profiles", profiles)
+        # A value given twice is measured once (in the order first given).
+        object.__setattr__(self, "rates_mbit", tuple(dict.fromkeys(float(r) for r in self.rates_mbit)))
+        for name in ("sizes", "ip_versions", "transports"):
+            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
         if not self.ip_versions or set(self.ip_versions) - {4, 6}:
@@ -82,6 +103,9 @@ class SweepSpec:
         if self.size_mode == "mss" and (min(self.sizes) < 88 or max(self.sizes) > self.mtu - 40):
             raise ValueError(f"with size_mode mss the sizes are TCP MSS values: 88..{self.mtu - 40} "
                              f"for MTU {self.mtu}, not {min(self.sizes)}..{max(self.sizes)}")
+        if not re.match(r"^[0-9]+(\.[0-9]+)?[KMG]?$", str(self.udp_bitrate)):
+            raise ValueError(f"udp_bitrate must be a rate as iperf3 -b takes it (0 = unlimited, 50M, 1.5G), "
+                             f"not {self.udp_bitrate!r}")
         if self.repetitions < 1:
             raise ValueError("repetitions must be >= 1")
         # iperf3 (3.12) reads -t and -O as whole seconds: 1.5 would silently be 1, 0.5 none
@@ -95,6 +119,11 @@ class SweepSpec:
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SweepSpec":
+        """The spec :meth:`to_json` wrote (JSON turned its tuples into lists)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,10 +170,10 @@ def plan_points(spec: SweepSpec) -> list[Point]:
     return points
 
 
-def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.8,
+def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.5,
                      per_network_s: float = 6.0) -> float:
-    """A rough wall-time estimate (measurement + setup) for ``points`` points."""
-    return points * (spec.duration_s + spec.omit_s + per_point_overhead_s) + len(spec.rates_mbit) * per_network_s
+    """A rough wall-time estimate (measurement + setup) for ``points`` points (UML figures)."""
+    return points * (spec.duration_s + spec.omit_s + per_point_overhead_s) + per_network_s
 
 
 # -- results files ------------------------------------------------------------------------
@@ -158,8 +187,10 @@ def load_done(path: str) -> set[tuple]:
                 if not line.endswith("\n"):
                     break  # the point in flight when a run was killed
                 try:
-                    done.add(record_key(json.loads(line)))
-                except (json.JSONDecodeError, KeyError):
+                    record = json.loads(line)
+                    if not record.get("failed"):
+                        done.add(record_key(record))
+                except (json.JSONDecodeError, KeyError, AttributeError):
                     log.warning("skipping a malformed line in %s", path)
     except FileNotFoundError:
         pass
@@ -181,6 +212,62 @@ def append(f, record: dict) -> None:
     f.write(json.dumps(record, sort_keys=True) + "\n")
     f.flush()
     os.fsync(f.fileno())
+
+
+class RunDirBusy(Refused):
+    """Another sweep is writing to this run directory."""
+
+
+@contextlib.contextmanager
+def locked_run_dir(run_dir: str):
+    """Hold ``run_dir``'s lock for the block, or raise :class:`RunDirBusy` at once.
+
+    An advisory ``flock`` on ``run_dir/.lock``; the kernel drops it when the holder
+    exits, even by SIGKILL, so a dead sweep never leaves the directory locked.
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise RunDirBusy(f"{run_dir} is being written by another sweep (pid {holder}): wait for it "
+                             "to finish, or give this one another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def note_interrupted(run_dir: str, why: str) -> None:
+    """Mark the last run in ``meta.json`` as ended by ``why`` (its process could not).
+
+    For a sweep that ran inside User-Mode Linux: on SIGINT or SIGTERM the host kills the
+    guest, whose own bookkeeping then never runs.
+    """
+    meta_path = os.path.join(run_dir, "meta.json")
+    meta = _read_json(meta_path)
+    if not meta.get("runs"):
+        return
+    last = meta["runs"][-1]
+    last.setdefault("finished", now_iso())
+    last["interrupted"] = why
+    meta["finished"] = last["finished"]
+    if meta.get("sweep"):
+        with contextlib.suppress(TypeError, ValueError):  # a sweep this version cannot read
+            meta["complete"] = is_complete(run_dir, SweepSpec.from_json(meta["sweep"]))
+    _write_json(meta_path, meta)
+
+
+def is_complete(run_dir: str, spec: SweepSpec) -> bool:
+    """Whether every point of ``spec`` has a (not failed) record in ``run_dir``."""
+    planned = {p.key() for p in plan_points(spec)}
+    return planned <= load_done(os.path.join(run_dir, "results.jsonl"))
 
 
 def machine_meta() -> dict:
@@ -271,13 +358,48 @@ def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
     }
 
 
+def measure_with_retry(net, point: Point, spec: SweepSpec, servers) -> dict:
+    """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
+
+    Before each try any server that has exited is started again; before a retry all of
+    them are (one may hang).  Only iperf3 failures are retried: an error of the network
+    or of IPsec is not the point's and ends the sweep.
+    """
+    from experiments.iperf import IperfError
+    from testbed.errors import one_line
+
+    reasons = []
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            if attempt == 1:
+                servers.start()
+            else:
+                servers.restart()
+            record = measure_point(net, point, spec, servers)
+            record.update(attempts=attempt, failed=False)
+            return record
+        except IperfError as e:
+            reasons.append(one_line(e))
+            log.warning("%s, attempt %d of %d: %s", point, attempt, ATTEMPTS, reasons[-1])
+    return {**dataclasses.asdict(point), "duration_s": spec.duration_s, "omit_s": spec.omit_s,
+            "goodput_mbps": None, "failed": True, "attempts": ATTEMPTS, "error": "; ".join(reasons),
+            "emulation_limited": False, "time": now_iso()}
+
+
 def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point, Optional[dict], int, int], None]] = None,
-              command_line: Optional[list[str]] = None) -> dict:
+              command_line: Optional[list[str]] = None, lock: bool = True) -> dict:
     """Measure every point of ``spec`` missing from ``run_dir``; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after
-    each point.  Needs root and, for IPsec profiles, a kernel with ESP.
+    each point.  Needs root and, for IPsec profiles, a kernel with ESP.  With ``lock``
+    the run directory is locked for the sweep (:func:`locked_run_dir`); pass False when
+    the caller holds the lock already.
     """
+    with locked_run_dir(run_dir) if lock else contextlib.nullcontext():
+        return _run_sweep(spec, run_dir, progress, command_line)
+
+
+def _run_sweep(spec: SweepSpec, run_dir: str, progress, command_line) -> dict:
     from experiments import iperf
     from testbed import kernel
     from topologies import build_spec
@@ -297,41 +419,43 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Callable[[Point,
     meta.update({"command_line": command_line or sys.argv, "sweep": spec.to_json(),
                  "started": meta.get("started") or now_iso()})
     _write_json(meta_path, meta)
-    measured = 0
+    measured = failed = 0
     base = len(points) - len(todo)
     backend = meta["backend"]
     try:
         with open_results(results_path) as out:
-            for rate in spec.rates_mbit:
-                batch = [p for p in todo if p.rate_mbit == float(rate)]
-                if not batch:
-                    continue
+            rates = [float(r) for r in spec.rates_mbit if any(p.rate_mbit == float(r) for p in todo)]
+            if rates:
                 topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
-                with Network(topo, shaping=ShapingSpec(rate_mbit=float(rate))) as net, \
+                with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                         iperf.Servers(flows_of(net, spec.ip_versions[0])) as servers:
                     current = "none"
-                    for point in batch:
-                        if point.profile != current:
-                            net.remove_ipsec()
-                            if point.profile != "none":
-                                net.apply_ipsec(point.profile, spec.mode, families=spec.ip_versions)
-                            current = point.profile
-                        if progress:
-                            progress(point, None, base + measured, len(points))
-                        record = measure_point(net, point, spec, servers)
-                        record.update(backend=backend, kernel_release=platform.release())
-                        append(out, record)
-                        measured += 1
-                        if progress:
-                            progress(point, record, base + measured, len(points))
+                    for rate in rates:
+                        if rate != rates[0]:
+                            net.reshape(ShapingSpec(rate_mbit=rate))
+                        for point in (p for p in todo if p.rate_mbit == rate):
+                            if point.profile != current:
+                                net.remove_ipsec()
+                                if point.profile != "none":
+                                    net.apply_ipsec(point.profile, spec.mode, families=spec.ip_versions)
+                                current = point.profile
+                            if progress:
+                                progress(point, None, base + measured, len(points))
+                            record = measure_with_retry(net, point, spec, servers)
+                            record.update(backend=backend, kernel_release=platform.release())
+                            append(out, record)
+                            measured += 1
+                            failed += record["failed"]
+                            if progress:
+                                progress(point, record, base + measured, len(points))
     finally:
         meta = _read_json(meta_path)
-        meta["runs"][-1].update(finished=now_iso(), points_measured=measured)
+        meta["runs"][-1].update(finished=now_iso(), points_measured=measured, points_failed=failed)
         meta["finished"] = now_iso()
-        meta["complete"] = len(load_done(results_path) & {p.key() for p in points}) == len(points)
+        meta["complete"] = is_complete(run_dir, spec)
         _write_json(meta_path, meta)
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured,
-            "in_uml": kernel.in_uml()}
+            "failed": failed, "in_uml": kernel.in_uml()}
 
 
 def _read_json(path: str) -> dict:

@@ -109,8 +109,41 @@ def clean(dry_run: bool = False) -> Cleaned:
     return done
 
 
+def remove_dead_leftovers() -> list[str]:
+    """Remove what killed runs left that no live run can be using; returns what was removed.
+
+    That is: UML pid directories whose guest is gone, and UML work directories that no
+    running guest boots from.  Namespaces and interfaces are left alone (a run in progress
+    may own them); :func:`clean` removes those.  Cheap enough to call when any run starts.
+    """
+    removed = []
+    for uml_id, pid in _uml_guests():
+        if not pid and not _guest_processes(uml_id):
+            shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
+            removed.append(os.path.join(names.STATE_DIR, "uml", uml_id))
+    for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
+        if os.path.isdir(workdir) and not _workdir_in_use(workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+            removed.append(workdir)
+    return removed
+
+
 def _workdir_in_use(workdir: str) -> bool:
-    """Whether a live linux.uml boots from this work directory's init script."""
+    """Whether a live run owns this work directory or a live linux.uml boots from it.
+
+    A directory without an ``owner`` file that is only seconds old counts as in use: its
+    owner has just made it and is about to write that file.
+    """
+    try:
+        with open(os.path.join(workdir, "owner")) as f:
+            if netns.is_alive(int(f.read().strip())):
+                return True
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(workdir).st_mtime < 10:
+                return True
+    except (OSError, ValueError):
+        pass
     needle = f"init={workdir}/init.sh".encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit():

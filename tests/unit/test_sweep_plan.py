@@ -1,9 +1,15 @@
 """The sweep's plan and its results file, without root."""
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from experiments.sweep import SweepSpec, append, load_done, open_results, plan_points, record_key
+from experiments.sweep import (RunDirBusy, SweepSpec, append, is_complete, load_done, locked_run_dir,
+                               note_interrupted, open_results, plan_points, record_key)
 from experiments.cpu import parse_stat, usage
 
 
@@ -18,7 +24,7 @@ def test_plain_baseline_is_always_in_and_interleaved_with_ipsec():
         ("none", 500, 1), ("aes-gcm-256", 500, 1)]
     switches = sum(a.profile != b.profile for a, b in zip(points, points[1:]))
     assert switches == 8  # every other point (alternating order would switch at all 15 boundaries)
-    # rates are outermost: one network per rate
+    # rates are outermost: the network is re-shaped once per rate
     assert [p.rate_mbit for p in points] == [10.0] * 8 + [100.0] * 8
     assert len({p.key() for p in points}) == len(points)
 
@@ -79,3 +85,74 @@ def test_warm_up_is_whole_seconds_because_iperf3_truncates_it():
     with pytest.raises(ValueError, match="whole seconds"):
         client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
     assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
+
+
+def test_repeated_values_are_measured_once():
+    spec = SweepSpec(rates_mbit=(10, 10.0, 100), sizes=(500, 500), ip_versions=(4, 4), transports=("tcp", "tcp"))
+    assert (spec.rates_mbit, spec.sizes, spec.ip_versions, spec.transports) == ((10.0, 100.0), (500,), (4,), ("tcp",))
+    points = plan_points(spec)
+    assert len({p.key() for p in points}) == len(points)
+
+
+def test_spec_survives_meta_json():
+    spec = SweepSpec(profiles=("aes-cbc-128-sha1",), rates_mbit=(34,), sizes=(100, 1460), ip_versions=(4, 6))
+    assert SweepSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
+
+
+def record(point, **extra):
+    return {**dataclasses.asdict(point), "goodput_mbps": 9.5, **extra}
+
+
+def test_a_failed_point_counts_as_missing(tmp_path):
+    spec = SweepSpec(rates_mbit=(10,), sizes=(500,), repetitions=1)
+    a, b = plan_points(spec)
+    path = tmp_path / "results.jsonl"
+    with open_results(str(path)) as f:
+        append(f, record(a))
+        append(f, record(b, goodput_mbps=None, failed=True, error="iperf3: server exited"))
+    assert load_done(str(path)) == {record_key(record(a))}
+    assert not is_complete(str(tmp_path), spec)
+    with open_results(str(path)) as f:
+        append(f, record(b, failed=False))  # the next run measured it
+    assert is_complete(str(tmp_path), spec)
+
+
+def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
+    with locked_run_dir(str(tmp_path)):
+        with pytest.raises(RunDirBusy, match=rf"being written by another sweep \(pid {os.getpid()}\)"):
+            with locked_run_dir(str(tmp_path)):
+                pass
+    with locked_run_dir(str(tmp_path)):  # released after the block
+        pass
+
+
+def test_the_lock_dies_with_a_killed_holder(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import time
+from experiments.sweep import locked_run_dir
+with locked_run_dir({str(tmp_path)!r}):
+    print("locked", flush=True)
+    time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))) or ".")
+    assert holder.stdout.readline() == "locked\n"
+    with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"):
+        with locked_run_dir(str(tmp_path)):
+            pass
+    holder.kill()
+    holder.wait()
+    with locked_run_dir(str(tmp_path)):
+        pass
+
+
+def test_an_interrupted_run_is_marked_in_meta(tmp_path):
+    spec = SweepSpec(rates_mbit=(10,), sizes=(500,), repetitions=1)
+    (tmp_path / "meta.json").write_text(json.dumps({"sweep": spec.to_json(), "runs": [
+        {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"},
+        {"started": "2026-11-23T04:00:00Z"}]}))
+    with open_results(str(tmp_path / "results.jsonl")) as f:
+        append(f, record(plan_points(spec)[0]))
+    note_interrupted(str(tmp_path), "SIGTERM")
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["runs"][0] == {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"}
+    assert meta["runs"][1]["interrupted"] == "SIGTERM" and meta["runs"][1]["finished"]
+    assert meta["complete"] is False
