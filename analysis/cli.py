@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -35,7 +36,9 @@ Needs no root: it only reads results.jsonl and meta.json.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from testbed.errors import Parser  # standard library only: no kernel layer
+
+    p = Parser(
         prog="ipsec-testbed report",
         description="Aggregate a sweep's results (means, 95 % confidence intervals, IPsec/plain ratios),\n"
                     "write a self-contained HTML report and print the table.",
@@ -102,9 +105,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     out = args.out or Path(first.run_dir) / "report.html"
     page = render_html(first.records, first.meta, compare=runs if len(runs) > 1 else ())
+    # written beside and renamed over: a crash never leaves half a report where a whole one was
+    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        out.write_text(page, encoding="utf-8")
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, out)
     except OSError as e:
+        tmp.unlink(missing_ok=True)
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 1
     print(f"report: {out} ({len(page) / 1e6:.1f} MB, opens offline)", file=sys.stderr)
