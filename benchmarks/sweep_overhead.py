@@ -74,6 +74,11 @@ def main() -> int:
     overhead = wall - measured
     print(f"points: {len(records)}; wall time {wall:.1f} s; measurement windows {measured:.1f} s "
           f"({len(records)} x (warm-up + duration))")
+    if all("measured_s" in r for r in records):
+        actual = sum(r["measured_s"] + r["omit_s"] for r in records)
+        print(f"(iperf3's receivers measured {actual:.1f} s in all, warm-ups included: each test ran "
+              f"{(actual - measured) / len(records):.2f} s past its configured window; the figures below "
+              "count that as overhead)")
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
     if boot:
         net = overhead - boot

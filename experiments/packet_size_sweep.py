@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import shlex
@@ -202,7 +203,7 @@ def report_leftovers() -> None:
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
     """Measure (here or in UML), then report; see the module docstring."""
-    from experiments.sweep import locked_run_dir, note_interrupted
+    from experiments.sweep import VERSIONS_ENV, locked_run_dir, note_interrupted, tool_versions
 
     if os.geteuid() != 0:
         print(f"{PROG}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
@@ -214,6 +215,7 @@ def sweep(args, argv: list[str], spec, out_dir: str) -> int:
     check_tools()
     if not kernel.in_uml():
         report_leftovers()
+        os.environ[VERSIONS_ENV] = json.dumps(tool_versions())  # for meta.json, found here once
     with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():
         try:
             rc = kernel.follow_backend(args.kernel, __file__, [*argv, "--out", out_dir, "--no-report"],

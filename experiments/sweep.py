@@ -52,6 +52,8 @@ SHORTFALL = 0.90
 #: Tries per point before it is recorded as failed.
 ATTEMPTS = 2
 LOCK_FILE = ".lock"
+#: meta.json's tool versions, handed from the host to a UML guest (JSON).
+VERSIONS_ENV = "IPSEC_TESTBED_VERSIONS"
 KEY_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
               "size_mode", "clients", "repetition")
 
@@ -270,19 +272,9 @@ def is_complete(run_dir: str, spec: SweepSpec) -> bool:
     return planned <= load_done(os.path.join(run_dir, "results.jsonl"))
 
 
-def machine_meta() -> dict:
-    """What the results depend on: kernel, backend, CPU, tool versions."""
-    from testbed import kernel
-
-    cpu_model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    except OSError:
-        pass
-    meta = {"kernel_release": platform.release(), "backend": "uml" if kernel.in_uml() else "host",
-            "cpu_model": cpu_model, "cpu_count": os.cpu_count(), "python": platform.python_version()}
-    versions = {}
+def tool_versions() -> dict:
+    """Versions of iperf3, pyroute2, mininet, scapy and the testbed (git) as meta.json records them."""
+    versions: dict = {}
     for name in ("pyroute2", "mininet", "scapy"):
         try:
             from importlib.metadata import version
@@ -300,6 +292,25 @@ def machine_meta() -> dict:
                                              capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.TimeoutExpired):
         versions["testbed"] = None
+    return versions
+
+
+def machine_meta() -> dict:
+    """What the results depend on: kernel, backend, CPU, tool versions."""
+    from testbed import kernel
+
+    cpu_model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    meta = {"kernel_release": platform.release(), "backend": "uml" if kernel.in_uml() else "host",
+            "cpu_model": cpu_model, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    # Found on the host before a UML boot (the same files, through hostfs), where starting
+    # the two processes below costs a fraction of the time it does in the guest.
+    shared = os.environ.get(VERSIONS_ENV)
+    versions = json.loads(shared) if shared else tool_versions()
     meta["versions"] = versions
     return meta
 
@@ -346,6 +357,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
         **dataclasses.asdict(point),
         "duration_s": spec.duration_s, "omit_s": spec.omit_s,
         "goodput_mbps": goodput,
+        # the receivers' own measuring interval (the goodput's denominator), mean over flows
+        "measured_s": sum(r.seconds for r in results) / len(results),
         "theoretical_goodput_mbps": expected,
         "loss_pct": sum(losses) / len(losses) if losses else None,
         "retransmits": sum(retrans) if retrans else None,

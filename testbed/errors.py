@@ -11,17 +11,20 @@ builds its parser with :class:`Parser` and runs its work through :func:`run_main
 - Ctrl-C (SIGINT) or SIGTERM: the work is unwound (every ``with`` block tears its
   network down), then exit 130 or 143, as a shell reports a process killed by them.
 
-SIGTERM is turned into the exception :class:`Terminated` by :func:`handle_sigterm`, so
+SIGTERM is turned into the exception :class:`Terminated` by :func:`handle_signals`, so
 ``kill PID``, a CI runner's timeout or ``systemctl stop`` clean up exactly as Ctrl-C does.
+Inside :func:`critical` blocks (building a network, switching IPsec) both signals wait
+until the block is done.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import traceback
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn, Optional
 
 #: Exit statuses, as shells report a process ended by SIGINT or SIGTERM.
 EXIT_SIGINT = 128 + signal.SIGINT
@@ -37,23 +40,52 @@ class Terminated(BaseException):
 
 
 _installed_by = 0
+_critical = 0
+_pending: Optional[BaseException] = None
 
 
-def _raise_terminated(signum, _frame) -> None:
+def _on_signal(signum, _frame) -> None:
+    global _pending
     if os.getpid() != _installed_by:
         # A forked copy of this program (a library's helper child): it must die as told,
         # not unwind the parent's work from inside the copy.
-        os._exit(EXIT_SIGTERM)
-    # Once unwinding has begun, a second SIGTERM must not interrupt the teardown.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated(signum)
+        os._exit(128 + signum)
+    # Once unwinding has begun, a second signal must not interrupt the teardown.
+    signal.signal(signum, signal.SIG_IGN)
+    exc = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    if _critical:
+        _pending = _pending or exc
+        print(f"({signal.Signals(signum).name}: stopping once this step is done)", file=sys.stderr, flush=True)
+        return
+    raise exc
 
 
-def handle_sigterm() -> None:
-    """Turn SIGTERM into :class:`Terminated` in the main thread (call from an entry point)."""
+def handle_signals() -> None:
+    """Turn SIGINT and SIGTERM into KeyboardInterrupt and :class:`Terminated` in this process,
+    held back inside :func:`critical` blocks (call from an entry point)."""
     global _installed_by
     _installed_by = os.getpid()
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+
+
+@contextlib.contextmanager
+def critical() -> Iterator[None]:
+    """A block that SIGINT and SIGTERM do not cut short: they take effect as it ends.
+
+    For work that must not stop half way through a library's state machine: building
+    or tearing down a network, installing SAs, changing qdiscs.  Raising an exception
+    at an arbitrary point of pyroute2's asyncio code leaves its generators broken.
+    """
+    global _critical, _pending
+    _critical += 1
+    try:
+        yield
+    finally:
+        _critical -= 1
+        if not _critical and _pending is not None:
+            exc, _pending = _pending, None
+            raise exc
 
 
 class Refused(RuntimeError):
@@ -79,7 +111,7 @@ def one_line(e: BaseException) -> str:
 
 def run_main(prog: str, work: Callable[[], int], debug: bool = False) -> int:
     """Run ``work()`` and turn what escapes it into an exit status (see the module docstring)."""
-    handle_sigterm()
+    handle_signals()
     try:
         return work()
     except KeyboardInterrupt:

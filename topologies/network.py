@@ -28,6 +28,7 @@ from mininet.node import Host
 from mininet.topo import Topo
 
 from testbed import names, netns
+from testbed.errors import critical
 from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_addresses
 
 log = logging.getLogger(__name__)
@@ -197,9 +198,10 @@ class Network:
     def __enter__(self) -> "Network":
         t0 = time.monotonic()
         try:
-            self.mininet = Mininet(topo=self.topo, controller=None, host=TestbedHost, build=False)
-            self._stack.callback(self._stop_mininet)
-            self.mininet.build()
+            with critical():  # a signal stops the run after the build, then tears it down
+                self.mininet = Mininet(topo=self.topo, controller=None, host=TestbedHost, build=False)
+                self._stack.callback(self._stop_mininet)
+                self.mininet.build()
         except BaseException:
             self._stack.close()
             raise
@@ -211,10 +213,11 @@ class Network:
 
     def close(self) -> None:
         """Remove IPsec, stop every node, delete every namespace; safe to call twice."""
-        try:
-            self.remove_ipsec()
-        finally:
-            self._stack.close()
+        with critical():
+            try:
+                self.remove_ipsec()
+            finally:
+                self._stack.close()
 
     def _stop_mininet(self) -> None:
         net = self.mininet
@@ -241,11 +244,12 @@ class Network:
         """
         from topologies.shaping import apply_shaping, remove_shaping
 
-        for node in self.spec.nodes:
-            for i in self.topo.shaped_interfaces(node.name):
-                remove_shaping(self.ns(node.name), i.ifname(self.run_id))
-                apply_shaping(self.ns(node.name), i.ifname(self.run_id), shaping, mtu=i.mtu)
-        self.topo.shaping = shaping
+        with critical():
+            for node in self.spec.nodes:
+                for i in self.topo.shaped_interfaces(node.name):
+                    remove_shaping(self.ns(node.name), i.ifname(self.run_id))
+                    apply_shaping(self.ns(node.name), i.ifname(self.run_id), shaping, mtu=i.mtu)
+            self.topo.shaping = shaping
 
     # -- names and addresses -----------------------------------------------------
     def ns(self, node: str) -> str:
@@ -319,8 +323,9 @@ class Network:
 
         self.remove_ipsec()
         planner = SpiPlanner()
-        for family in families:
-            for plan in self.plan_ipsec(profile, mode, family, planner):
+        plans = [plan for family in families for plan in self.plan_ipsec(profile, mode, family, planner)]
+        with critical():
+            for plan in plans:
                 apply_association(plan)
                 self._ipsec.append(plan)
         return list(self._ipsec)
@@ -329,5 +334,6 @@ class Network:
         """Remove what :meth:`apply_ipsec` installed; the network stays up."""
         from ipsec.plan import remove_association
 
-        while self._ipsec:
-            remove_association(self._ipsec.pop(), missing_ok=True)
+        with critical():
+            while self._ipsec:
+                remove_association(self._ipsec.pop(), missing_ok=True)

@@ -96,3 +96,24 @@ def test_sigterm_in_a_forked_copy_ends_the_copy_only():
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"child status {EXIT_SIGTERM}\n"
+
+
+def test_a_signal_inside_a_critical_block_waits_for_its_end():
+    out = run_py("""
+        import os, signal, sys
+        from testbed.errors import critical, run_main
+        def work():
+            try:
+                with critical():
+                    os.kill(os.getpid(), signal.SIGINT)
+                    os.kill(os.getpid(), signal.SIGINT)  # a second one must not cut the block short
+                    print("the block finished", flush=True)
+                print("after the block: never", flush=True)
+            finally:
+                print("teardown ran", flush=True)
+            return 0
+        sys.exit(run_main("tool", work))
+    """)
+    assert out.returncode == EXIT_SIGINT
+    assert out.stdout == "the block finished\nteardown ran\n"
+    assert out.stderr == "(SIGINT: stopping once this step is done)\ntool: interrupted\n"

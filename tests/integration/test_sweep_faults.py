@@ -1,0 +1,191 @@
+"""Faults a sweep must survive, injected for real on the ESP kernel.
+
+- an iperf3 server killed in the middle of a point: the point is tried again and measured;
+- a server killed again and again for a whole point: the point is recorded as failed with
+  the reason, the sweep goes on, and the next run measures that point only;
+- SIGINT and SIGTERM to the sweep script: the network is torn down, every point written
+  before the signal is still there, the exit status is 130 or 143 and meta.json says so;
+- the keys the kernel held during a run appear in none of the run's files or logs.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ip
+from experiments.sweep import SweepSpec, is_complete, run_sweep
+from testbed import netns
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+
+
+def iperf3_servers() -> list[int]:
+    """Pids of the iperf3 servers running in the testbed's namespaces."""
+    pids = []
+    for ns in netns.list_ours():
+        for pid in netns.pids_in(ns):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"iperf3") and b"-s" in argv:
+                pids.append(pid)
+    return pids
+
+
+def kill_servers() -> int:
+    killed = 0
+    for pid in iperf3_servers():
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+class Killer:
+    """Kills the sweep's iperf3 servers from a thread: once after ``delay_s``, or until stopped."""
+
+    def __init__(self, delay_s: float, repeat: bool) -> None:
+        self.stop = threading.Event()
+        self.kills = 0
+        self.thread = threading.Thread(target=self._run, args=(delay_s, repeat), daemon=True)
+        self.thread.start()
+
+    def _run(self, delay_s: float, repeat: bool) -> None:
+        if self.stop.wait(delay_s):
+            return
+        while True:
+            self.kills += kill_servers()
+            if not repeat or self.stop.wait(0.05):
+                return
+
+    def join(self) -> int:
+        self.stop.set()
+        self.thread.join(10)
+        return self.kills
+
+
+def ours() -> list[str]:
+    return netns.list_ours()
+
+
+def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path):
+    before = ours()
+    spec = SweepSpec(topology="host_to_host", profiles=("none",), rates_mbit=(50,), sizes=(1000, 1400),
+                     repetitions=2, duration_s=2, omit_s=0)
+    killers: dict[int, Killer] = {}
+
+    def progress(point, record, done, total):
+        if record is None and done == 1:      # second point: kill its server once, mid-test
+            killers[1] = Killer(0.8, repeat=False)
+        elif record is None and done == 2:    # third point: keep killing it, both tries fail
+            killers[2] = Killer(0.3, repeat=True)
+        elif record is not None and done - 1 in killers:
+            killers[done - 1].join()
+
+    counts = run_sweep(spec, str(tmp_path), progress)
+    assert killers[1].kills >= 1 and killers[2].kills >= 2, "the faults were not injected"
+    records = [json.loads(l) for l in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert counts["measured"] == len(records) == 4 and counts["failed"] == 1
+    assert [r["attempts"] for r in records] == [1, 2, 2, 1]
+    assert [r["failed"] for r in records] == [False, False, True, False]
+    assert records[1]["goodput_mbps"] > 10  # the retry measured the link
+    assert records[2]["goodput_mbps"] is None and "iperf3" in records[2]["error"]
+    assert records[3]["goodput_mbps"] > 10  # the sweep went on with fresh servers
+    assert not is_complete(str(tmp_path), spec)
+    assert ours() == before
+
+    again = run_sweep(spec, str(tmp_path))  # measures the failed point only
+    assert again["measured"] == 1 and again["failed"] == 0 and again["already"] == 3
+    assert is_complete(str(tmp_path), spec)
+    assert ours() == before
+
+
+def lines(path) -> list[str]:
+    try:
+        with open(path) as f:
+            return [l for l in f.read().split("\n")[:-1]]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_mid_sweep_tears_down_and_keeps_every_point(tmp_path, sig, status):
+    before = ours()
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, SCRIPT, "--rates", "50", "--sizes", "600,900,1200,1400",
+                             "--repetitions", "2", "--duration", "1", "--warmup", "0", "--no-report",
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 180
+    while len(lines(out / "results.jsonl")) < 3:
+        assert proc.poll() is None, f"the sweep ended early: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no 3 points within 180 s"
+        time.sleep(0.1)
+    written = lines(out / "results.jsonl")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status, err
+    assert f"stopped by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    after = lines(out / "results.jsonl")
+    assert after[:len(written)] == written, "points written before the signal were lost or changed"
+    assert all(json.loads(l)["goodput_mbps"] > 0 for l in after)
+    assert ours() == before, "the network was not torn down"
+    assert not iperf3_servers()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["runs"][-1]["interrupted"] == signal.Signals(sig).name and meta["complete"] is False
+
+
+KEY_LINE = re.compile(r"^\s*(?:aead|enc|auth|auth-trunc)\s+\S+\s+0x([0-9a-f]+)", re.M)
+
+
+def test_keys_never_reach_results_reports_or_logs(tmp_path):
+    out = tmp_path / "run"
+    keys: set[str] = set()
+    done = threading.Event()
+
+    def watch():  # the kernel's view of the keys, read with iproute2 while the sweep runs
+        while not done.is_set():
+            for ns in ours():
+                if ns.endswith("-gw1"):
+                    try:
+                        keys.update(KEY_LINE.findall(ip("-n", ns, "xfrm", "state")))
+                    except AssertionError:
+                        pass  # the namespace went away
+            time.sleep(0.1)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        run = subprocess.run([sys.executable, SCRIPT, "--rates", "50", "--sizes", "1000", "--repetitions", "2",
+                              "--duration", "1", "--warmup", "0", "--no-report", "-vv", "--out", str(out)],
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        done.set()
+        watcher.join(10)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert keys, "no key was seen in the kernel: the test would prove nothing"
+    from analysis.cli import main as report_main
+    assert report_main(["report", str(out)]) == 0
+    texts = {"stdout": run.stdout, "stderr (debug log)": run.stderr}
+    for name in os.listdir(out):
+        with open(out / name, "rb") as f:
+            texts[name] = f.read().decode("latin-1")
+    assert {"results.jsonl", "meta.json", "report.html"} <= set(texts)
+    for key in keys:
+        raw = bytes.fromhex(key)
+        forms = {key, key.upper(), base64.b64encode(raw).decode(), raw.decode("latin-1")}
+        for where, text in texts.items():
+            assert not any(form in text for form in forms), f"key material found in {where}"
