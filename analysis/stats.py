@@ -201,7 +201,8 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
         point = dict(zip(keys, key))
         measured = [r for r in group if _number(r.get("goodput_mbps")) is not None]
         if not measured:
-            log.warning("point %s: none of its %d repetitions has a goodput; left out", point, len(group))
+            # the report and the table say how many repetitions failed; this is detail
+            log.info("point %s: none of its %d repetitions has a goodput; left out", point, len(group))
             continue
         theoretical = _summary_of(measured, "theoretical_goodput_mbps")
         cpu = {f: s for f in CPU_FIELDS if (s := _summary_of(measured, f)) is not None}

@@ -90,6 +90,8 @@ class SweepSpec:
         object.__setattr__(self, "rates_mbit", tuple(dict.fromkeys(float(r) for r in self.rates_mbit)))
         for name in ("sizes", "ip_versions", "transports"):
             object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
+        # the network first: its MTU bounds the sizes checked below
+        build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
         if not self.ip_versions or set(self.ip_versions) - {4, 6}:
@@ -117,7 +119,6 @@ class SweepSpec:
             raise ValueError(f"warm-up must be whole seconds >= 0 (iperf3 -O), not {self.omit_s!r}")
         object.__setattr__(self, "duration_s", int(self.duration_s))
         object.__setattr__(self, "omit_s", int(self.omit_s))
-        build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -225,8 +226,11 @@ def locked_run_dir(run_dir: str):
     """Hold ``run_dir``'s lock for the block, or raise :class:`RunDirBusy` at once.
 
     An advisory ``flock`` on ``run_dir/.lock``; the kernel drops it when the holder
-    exits, even by SIGKILL, so a dead sweep never leaves the directory locked.
+    exits, even by SIGKILL, so a dead sweep never leaves the directory locked.  A
+    directory made here that is still empty afterwards (the sweep was refused before
+    it measured anything) is removed again.
     """
+    made = not os.path.isdir(run_dir)
     os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -241,7 +245,12 @@ def locked_run_dir(run_dir: str):
                              "to finish, or give this one another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        try:
+            yield
+        finally:
+            if made and os.listdir(run_dir) == [LOCK_FILE]:
+                os.unlink(path)
+                os.rmdir(run_dir)
     finally:
         os.close(fd)
 

@@ -112,15 +112,28 @@ def clean(dry_run: bool = False) -> Cleaned:
 def remove_dead_leftovers() -> list[str]:
     """Remove what killed runs left that no live run can be using; returns what was removed.
 
-    That is: UML pid directories whose guest is gone, and UML work directories that no
-    running guest boots from.  Namespaces and interfaces are left alone (a run in progress
+    That is: what is left of UML guests whose kernel process is gone (host processes
+    that ran their user space, pid directories), and UML work directories that no live
+    run owns.  Namespaces and interfaces are left alone (a run in progress
     may own them); :func:`clean` removes those.  Cheap enough to call when any run starts.
     """
     removed = []
+    killed = []
     for uml_id, pid in _uml_guests():
-        if not pid and not _guest_processes(uml_id):
-            shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
-            removed.append(os.path.join(names.STATE_DIR, "uml", uml_id))
+        if pid:
+            continue  # its kernel runs: a live guest
+        # The kernel process is gone, so the guest is; the host processes that ran its
+        # user space can outlive it (they carry the same umid= argument).
+        for p in _guest_processes(uml_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+                killed.append(p)
+                removed.append(f"process {p} of dead guest {uml_id}")
+        shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
+        removed.append(os.path.join(names.STATE_DIR, "uml", uml_id))
+    deadline = time.monotonic() + 10  # their files are free once they are gone
+    while any(netns.is_alive(p) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
         if os.path.isdir(workdir) and not _workdir_in_use(workdir):
             shutil.rmtree(workdir, ignore_errors=True)

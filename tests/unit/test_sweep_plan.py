@@ -156,3 +156,15 @@ def test_an_interrupted_run_is_marked_in_meta(tmp_path):
     assert meta["runs"][0] == {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"}
     assert meta["runs"][1]["interrupted"] == "SIGTERM" and meta["runs"][1]["finished"]
     assert meta["complete"] is False
+
+
+def test_a_refused_sweep_leaves_no_empty_run_directory(tmp_path):
+    fresh = tmp_path / "fresh"
+    with pytest.raises(RuntimeError, match="no kernel"):
+        with locked_run_dir(str(fresh)):
+            raise RuntimeError("no kernel can run it")
+    assert not fresh.exists()
+    kept = tmp_path / "kept"
+    with locked_run_dir(str(kept)):
+        (kept / "meta.json").write_text("{}")
+    assert sorted(os.listdir(kept)) == [".lock", "meta.json"]
