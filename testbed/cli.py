@@ -4,6 +4,7 @@
     ipsec-testbed profiles          the IPsec profiles experiments can use
     ipsec-testbed overhead          bytes per packet, inner MTU and MSS per profile
     ipsec-testbed report RUN_DIR    report.html and the table of a sweep
+    ipsec-testbed regress           a run against a baseline: the CI regression gate
     ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
     ipsec-testbed test              unit tests, then the ESP integration tests
     ipsec-testbed clean             remove every testbed namespace, interface, guest
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -22,6 +24,7 @@ from testbed import kernel, uml
 from testbed.errors import Parser, add_debug_option, run_main
 
 log = logging.getLogger("ipsec-testbed")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EPILOG = """\
 examples:
@@ -214,6 +217,90 @@ def cmd_overhead(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regress(args: argparse.Namespace) -> int:
+    import datetime
+    import subprocess
+
+    from analysis import regress
+    from analysis.results import ResultsError, load_meta, load_results
+    from experiments.suites import suite_args
+
+    prog = "ipsec-testbed regress"
+    if not (args.baseline or args.save_baseline):
+        print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one",
+              file=sys.stderr)
+        return 2
+    try:
+        run_dir = args.run
+        if run_dir is None:
+            sweep_args = suite_args(args.suite)
+            run_dir = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime(
+                "regress-%Y%m%d-%H%M%S") + f"-{args.suite}")
+            cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *sweep_args,
+                   "--out", run_dir, "--no-report", "--kernel", args.kernel, "--uml-mem", args.uml_mem,
+                   *(["--uml-kernel", args.uml_kernel] if args.uml_kernel else []),
+                   *(["--uml-modules", args.uml_modules] if args.uml_modules else [])]
+            print(f"regress: suite {args.suite} into {run_dir}", file=sys.stderr, flush=True)
+            rc = subprocess.call(cmd)
+            if rc != 0:
+                print(f"{prog}: the suite's sweep failed (exit {rc}); nothing compared", file=sys.stderr)
+                return 2
+        records, meta = load_results(run_dir), load_meta(run_dir)
+        if args.save_baseline:
+            regress.save_baseline(regress.make_baseline(records, meta, source=os.path.abspath(run_dir)),
+                                  args.save_baseline)
+            print(f"regress: baseline of {run_dir} written to {args.save_baseline}", file=sys.stderr)
+            if not args.baseline:
+                return 0
+        baseline = regress.load_baseline(args.baseline)
+        verdicts = regress.compare(baseline, records, args.max_drop / 100, args.confidence / 100)
+    except (regress.RegressError, ResultsError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    warnings = [f"the baseline was measured on another machine or kernel ({d}): differences may be the "
+                "machine's, not the change's" for d in regress.machine_differences(baseline, meta)]
+    for w in warnings:
+        print(f"WARNING: {w}", file=sys.stderr)
+    _print_verdicts(verdicts, args.max_drop / 100, args.confidence / 100)
+    for path, text in ((args.junit, regress.junit_xml(verdicts, args.max_drop / 100, args.confidence / 100,
+                                                       warnings)),
+                       (args.markdown, regress.markdown(verdicts, args.max_drop / 100, args.confidence / 100,
+                                                        warnings))):
+        if path:
+            with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
+                f.write(text)
+    return regress.exit_status(verdicts)
+
+
+def _print_verdicts(verdicts, max_drop: float, confidence: float) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"Goodput against the baseline (regressed: fell by more than {max_drop:.0%} "
+                        f"at {confidence:.0%} confidence)", title_justify="left")
+    for col in ("point", "baseline Mbit/s", "now Mbit/s", "now/baseline", "upper bound", ""):
+        table.add_column(col, justify="left" if col == "point" else "right")
+    for v in verdicts:
+        table.add_row(v.name, f"{v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f}",
+                      f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f}", f"{v.ratio:.3f}", f"{v.upper:.3f}",
+                      "[red bold]REGRESSED[/]" if v.regressed else "[green]ok[/]")
+    out = console()
+    out.print(table)
+    bad = sum(v.regressed for v in verdicts)
+    out.print(f"[bold {'red' if bad else 'green'}]{bad} of {len(verdicts)} points regressed[/]")
+
+
+def _percent(low: float, high: float):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low < value < high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage in ({low:g}, {high:g})")
+        return value
+    return parse
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     from testbed.selftest import run_suite
 
@@ -279,6 +366,42 @@ def build_parser() -> argparse.ArgumentParser:
                        "It also ends runs in progress.")
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     p.set_defaults(func=cmd_clean)
+
+    from experiments.suites import SUITES
+
+    p = sub.add_parser(
+        "regress", help="compare a run with a baseline, point by point; exit 1 on a regression",
+        description="The regression gate for CI.\n\n"
+        "Run a named suite (or take an existing run directory) and compare its goodput with a baseline\n"
+        "file, point by point. A point regresses when, at the given confidence, its goodput fell by more\n"
+        "than --max-drop: the one-sided upper confidence bound of now/baseline (ratio of means, delta\n"
+        "method, Welch-Satterthwaite degrees of freedom) lies below 1 - max-drop, so the repetitions'\n"
+        "noise is accounted for. Prints a table; writes JUnit XML and a Markdown summary on request.\n\n"
+        "Exit status: 0 nothing regressed, 1 a regression, 2 an error (including a point with fewer\n"
+        "than 2 repetitions, which cannot be judged). A baseline records kernel, backend and CPU;\n"
+        "comparing across different ones is done, with a loud warning.",
+        epilog="suites:\n" + "\n".join(f"  {n:8s} {d}" for n, (d, _) in SUITES.items()) + "\n\nexamples:\n"
+        "  sudo ipsec-testbed regress --suite smoke --save-baseline baseline.json   # on the reference kernel\n"
+        "  sudo ipsec-testbed regress --suite smoke --baseline baseline.json --junit regress.xml\n"
+        "  ipsec-testbed regress --run runs/x --baseline baseline.json --max-drop 3   # no new measurement\n"
+        "  (a GitHub Actions workflow to copy: examples/github-actions/ipsec-regress.yml)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--suite", choices=tuple(SUITES), default="smoke", help="suite to run (default: %(default)s)")
+    what.add_argument("--run", metavar="RUN_DIR", help="compare this run directory instead of running a suite")
+    p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
+    p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
+                   "compare with the old one too)")
+    p.add_argument("--max-drop", type=_percent(0, 100), default=5.0, metavar="PERCENT",
+                   help="goodput drop tolerated before a point counts as regressed (default: %(default)g)")
+    p.add_argument("--confidence", type=_percent(50, 100), default=95.0, metavar="PERCENT",
+                   help="one-sided confidence the drop must have (default: %(default)g)")
+    p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per point)")
+    p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (appended when FILE is "
+                   "$GITHUB_STEP_SUMMARY)")
+    p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
+    add_kernel_options(p)
+    p.set_defaults(func=cmd_regress)
 
     p = sub.add_parser("test", help="run the test suite: unit tests, then integration tests with ESP",
                        description="Run tests/unit on the host, then tests/integration on a kernel with ESP: "

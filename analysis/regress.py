@@ -1,0 +1,282 @@
+"""The regression gate: a run compared with a baseline, point by point, with its noise.
+
+A *baseline* is a file (JSON) that keeps, for every point of a run, the goodput of each
+repetition, plus the machine it was measured on.  :func:`compare` takes a baseline and a
+run's records and gives one :class:`Verdict` per point:
+
+- the ratio ``R = mean(current) / mean(baseline)`` of the point's goodput;
+- its standard error by the delta method, ``R * sqrt(sc²/(nc·mc²) + sb²/(nb·mb²))``, with
+  Welch-Satterthwaite degrees of freedom, as for a difference of means of unequal variances;
+- ``regressed`` when the one-sided upper confidence bound of ``R`` (at ``confidence``) lies
+  below ``1 - max_drop``: the data say, at that confidence, that goodput fell by more than
+  the allowed drop.  Noise alone (the same configuration measured again) almost never does
+  that; ``benchmarks/regress_false_alarms.py`` measures how often it does.
+
+A point with fewer than two repetitions on either side has no noise estimate and cannot be
+judged: that is an error of the gate's set-up, not a pass.  Pure functions and file
+formats only; ``ipsec-testbed regress`` runs sweeps and writes files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+from typing import Any, Iterable, Mapping, Sequence
+from xml.etree import ElementTree as ET
+
+from analysis.stats import POINT_KEYS, Summary, aggregate
+
+BASELINE_FORMAT = "ipsec-testbed-baseline/1"
+#: What a baseline records of the machine; a difference in any makes the comparison suspect.
+MACHINE_FIELDS = ("backend", "kernel_release", "cpu_model", "cpu_count")
+
+
+class RegressError(ValueError):
+    """A baseline or run that cannot be compared (unreadable, no overlap, too few repetitions)."""
+
+
+# -- Student's t ---------------------------------------------------------------------------
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 3e-16
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def _betai(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` (> 0, fractional allowed) degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"df must be positive, not {df!r}")
+    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (bisection on :func:`t_cdf`)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), not {p!r}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2.0
+
+
+# -- baselines -----------------------------------------------------------------------------
+
+def _point_id(point: Mapping[str, Any]) -> tuple:
+    return tuple(point.get(k) for k in POINT_KEYS)
+
+
+def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], source: str = "") -> dict:
+    """A baseline from a run's records and metadata: every point's repetitions, and the machine."""
+    points = []
+    for agg in aggregate(records):
+        samples = [float(r["goodput_mbps"]) for r in records
+                   if _point_id(r) == _point_id(agg.point) and r.get("goodput_mbps") is not None]
+        points.append({**agg.point, "goodput_mbps": samples})
+    if not points:
+        raise RegressError("the run has no measured point to make a baseline of")
+    return {"format": BASELINE_FORMAT, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds"), "source": source, "machine": {f: meta.get(f) for f in MACHINE_FIELDS},
+        "command_line": meta.get("command_line"), "points": points}
+
+
+def load_baseline(path: str) -> dict:
+    """Read a baseline file; :class:`RegressError` says what is wrong with it."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise RegressError(f"{path}: no such baseline file (make one with --save-baseline)") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise RegressError(f"{path}: not a readable baseline ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise RegressError(f"{path}: not an ipsec-testbed baseline (format {BASELINE_FORMAT!r} expected)")
+    for i, p in enumerate(data.get("points") or []):
+        if not isinstance(p, dict) or not isinstance(p.get("goodput_mbps"), list):
+            raise RegressError(f"{path}: point {i} has no list of goodput samples")
+    if not data.get("points"):
+        raise RegressError(f"{path}: the baseline has no points")
+    return data
+
+
+def save_baseline(baseline: dict, path: str) -> None:
+    """Write atomically (beside, then renamed over)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(baseline, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def machine_differences(baseline: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
+    """``field: baseline -> now`` for every machine field that differs."""
+    then = baseline.get("machine") or {}
+    return [f"{f}: {then.get(f)!r} -> {meta.get(f)!r}" for f in MACHINE_FIELDS if then.get(f) != meta.get(f)]
+
+
+# -- the comparison ------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One point: baseline and current goodput, their ratio and its one-sided upper bound."""
+
+    point: dict
+    baseline: Summary
+    current: Summary
+    ratio: float
+    upper: float          # one-sided upper confidence bound of the ratio
+    df: float
+    regressed: bool
+
+    @property
+    def name(self) -> str:
+        p = self.point
+        return (f"{p.get('topology')} {p.get('profile')} {p.get('mode')} IPv{p.get('ip_version')} "
+                f"{p.get('transport')} {p.get('rate_mbit'):g} Mbit/s {p.get('size_mode')} {p.get('size_bytes')} B")
+
+
+def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, confidence: float
+          ) -> tuple[float, float, float, bool]:
+    """(ratio, upper bound, df, regressed) for one point's samples; see the module docstring."""
+    if not 0.0 < max_drop < 1.0:
+        raise ValueError(f"max_drop must be a fraction in (0, 1), not {max_drop!r}")
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0.5, 1), not {confidence!r}")
+    b, c = Summary.of(list(baseline)), Summary.of(list(current))
+    if b.n < 2 or c.n < 2:
+        raise RegressError(f"a point needs at least 2 repetitions on both sides to be judged "
+                           f"(baseline {b.n}, current {c.n})")
+    if b.mean <= 0:
+        raise RegressError("the baseline's mean goodput is not positive")
+    ratio = c.mean / b.mean
+    # relative variances of the two means; the delta method adds them for a ratio
+    vc = (c.std / c.mean) ** 2 / c.n if c.mean > 0 else 0.0
+    vb = (b.std / b.mean) ** 2 / b.n
+    var = vc + vb
+    if var == 0.0:
+        return ratio, ratio, math.inf, ratio < 1.0 - max_drop
+    df = var ** 2 / ((vc ** 2 / (c.n - 1) if vc else 0.0) + vb ** 2 / (b.n - 1))
+    upper = ratio + t_quantile(confidence, df) * ratio * math.sqrt(var)
+    return ratio, upper, df, upper < 1.0 - max_drop
+
+
+def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], max_drop: float = 0.05,
+            confidence: float = 0.95) -> list[Verdict]:
+    """One verdict per baseline point; :class:`RegressError` when a point is missing from the run."""
+    current: dict[tuple, list[float]] = {}
+    for agg in aggregate(records):
+        current[_point_id(agg.point)] = []
+    for r in records:
+        key = _point_id(r)
+        if key in current and r.get("goodput_mbps") is not None:
+            current[key].append(float(r["goodput_mbps"]))
+    verdicts, missing = [], []
+    for p in baseline["points"]:
+        point = {k: p.get(k) for k in POINT_KEYS}
+        samples = current.get(_point_id(point))
+        if not samples:
+            missing.append(point)
+            continue
+        ratio, upper, df, regressed = judge(p["goodput_mbps"], samples, max_drop, confidence)
+        verdicts.append(Verdict(point, Summary.of(p["goodput_mbps"]), Summary.of(samples), ratio, upper, df,
+                                regressed))
+    if missing:
+        raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
+                           f"run (first: {missing[0]}): the run must measure what the baseline did")
+    return verdicts
+
+
+# -- reports -------------------------------------------------------------------------------
+
+def junit_xml(verdicts: Sequence[Verdict], max_drop: float, confidence: float, warnings: Iterable[str] = ()) -> str:
+    """JUnit XML: one test case per point, a failure for each regression."""
+    failures = sum(v.regressed for v in verdicts)
+    suite = ET.Element("testsuite", name="ipsec-testbed regress", tests=str(len(verdicts)),
+                       failures=str(failures), errors="0", skipped="0")
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("max_drop", f"{max_drop:g}"), ("confidence", f"{confidence:g}")):
+        ET.SubElement(props, "property", name=name, value=value)
+    for w in warnings:
+        ET.SubElement(props, "property", name="warning", value=w)
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname="goodput", name=v.name)
+        detail = (f"goodput {v.current.mean:.3f} Mbit/s vs baseline {v.baseline.mean:.3f} Mbit/s: "
+                  f"ratio {v.ratio:.4f}, {confidence:.0%} upper bound {v.upper:.4f} "
+                  f"(limit {1 - max_drop:.4f})")
+        if v.regressed:
+            ET.SubElement(case, "failure", message=f"goodput fell by more than {max_drop:.0%}").text = detail
+        else:
+            ET.SubElement(case, "system-out").text = detail
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def markdown(verdicts: Sequence[Verdict], max_drop: float, confidence: float, warnings: Sequence[str] = ()) -> str:
+    """A Markdown summary (for a CI job summary, e.g. ``$GITHUB_STEP_SUMMARY``)."""
+    regressed = [v for v in verdicts if v.regressed]
+    head = (f"**{len(regressed)} of {len(verdicts)} points regressed**" if regressed
+            else f"**No regression** in {len(verdicts)} points")
+    lines = [f"## IPsec Testbed regression gate", "",
+             f"{head} (a point regresses when, at {confidence:.0%} confidence, its goodput fell by more than "
+             f"{max_drop:.0%}).", ""]
+    lines += [f"> **Warning:** {w}" for w in warnings]
+    if warnings:
+        lines.append("")
+    lines += ["| point | baseline Mbit/s | now Mbit/s | now/baseline | upper bound | verdict |",
+              "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for v in verdicts:
+        lines.append(f"| {v.name} | {v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f} | "
+                     f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f} | {v.ratio:.3f} | {v.upper:.3f} | "
+                     f"{'**REGRESSED**' if v.regressed else 'ok'} |")
+    return "\n".join(lines) + "\n"
+
+
+def exit_status(verdicts: Sequence[Verdict]) -> int:
+    """0 when nothing regressed, 1 otherwise (2, an error, is the caller's)."""
+    return 1 if any(v.regressed for v in verdicts) else 0
+

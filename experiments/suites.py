@@ -1,0 +1,30 @@
+"""Named sweeps for the regression gate (``ipsec-testbed regress --suite NAME``).
+
+Each suite is the argument list of ``experiments/packet_size_sweep.py``: data, not code.
+They are short on purpose (a CI job runs one on every change) and repeat each point
+enough times for the gate to tell noise from a change.
+"""
+from __future__ import annotations
+
+SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "smoke": ("VPN gateways, no IPsec and AES-GCM-256 tunnel, 100 Mbit/s, MSS 500 and 1460, 5 repetitions "
+              "(about 1.5 min in UML)",
+              ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "100", "--sizes", "500,1460",
+               "--repetitions", "5", "--duration", "2", "--warmup", "1")),
+    "ciphers": ("host to host, transport mode, every ESP cipher family the seeds use, unshaped (1000 Mbit/s), "
+                "MSS 1460, 4 repetitions (about 2.5 min in UML)",
+                ("--topology", "host_to_host", "--mode", "transport", "--profiles",
+                 "aes-gcm-128,aes-gcm-256,aes-cbc-128-sha1,aes-cbc-256-sha256,3des-cbc-sha1,null-sha1",
+                 "--rates", "1000", "--sizes", "1460", "--repetitions", "4", "--duration", "2", "--warmup", "1")),
+    "ipv6": ("VPN gateways over IPv6, no IPsec and AES-GCM-256 tunnel, 100 Mbit/s, MSS 1000, 5 repetitions",
+             ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--ip", "6", "--rates", "100",
+              "--sizes", "1000", "--repetitions", "5", "--duration", "2", "--warmup", "1")),
+}
+
+
+def suite_args(name: str) -> tuple[str, ...]:
+    """The sweep arguments of suite ``name``; ValueError naming the suites otherwise."""
+    try:
+        return SUITES[name][1]
+    except KeyError:
+        raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}") from None

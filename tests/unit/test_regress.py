@@ -1,0 +1,141 @@
+"""The regression gate's statistics and files, on synthetic data with known answers."""
+import json
+import random
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from analysis import regress
+from analysis.stats import t_critical_95
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 10, 19, 30])
+def test_t_quantile_agrees_with_the_95_table(df):
+    assert regress.t_quantile(0.975, df) == pytest.approx(t_critical_95(df), abs=1e-8)
+
+
+def test_t_quantiles_at_other_levels():
+    # published one-sided values: t(0.95, 4) = 2.132, t(0.99, 10) = 2.764, t(0.90, 1) = 3.078
+    assert regress.t_quantile(0.95, 4) == pytest.approx(2.131847, abs=1e-6)
+    assert regress.t_quantile(0.99, 10) == pytest.approx(2.763769, abs=1e-6)
+    assert regress.t_quantile(0.90, 1) == pytest.approx(3.077684, abs=1e-6)
+    assert regress.t_quantile(0.05, 4) == pytest.approx(-2.131847, abs=1e-6)
+    assert regress.t_cdf(0.0, 3.5) == pytest.approx(0.5)
+
+
+def test_a_ten_percent_drop_is_flagged_and_noise_is_not():
+    base = [95.1, 95.4, 95.2, 95.3, 95.0]
+    ratio, upper, df, regressed = regress.judge(base, [g * 0.9 for g in base], 0.05, 0.95)
+    assert ratio == pytest.approx(0.9) and regressed and upper < 0.95
+    _, _, _, regressed = regress.judge(base, [95.3, 95.0, 95.2, 95.4, 95.1], 0.05, 0.95)
+    assert not regressed
+    _, _, _, regressed = regress.judge(base, [g * 1.2 for g in base], 0.05, 0.95)  # faster is no regression
+    assert not regressed
+
+
+def test_a_drop_hidden_in_noise_is_not_claimed():
+    # 10% lower on average, but the repetitions spread +-15%: no confidence in a drop
+    ratio, upper, _, regressed = regress.judge([80, 95, 110], [70, 86, 101], 0.05, 0.95)
+    assert ratio < 0.95 and upper > 0.95 and not regressed
+
+
+def test_hand_computed_bound():
+    # means 10 and 9, sample variance 4/3 each, n 4: relative variances of the means
+    # (4/3)/10^2/4 and (4/3)/9^2/4, Welch df, upper = 0.9 + t(0.95, df) * 0.9 * sqrt(vb + vc)
+    b, c = [9, 11, 9, 11], [8, 10, 8, 10]
+    vb, vc = (4 / 3) / 100 / 4, (4 / 3) / 81 / 4
+    df = (vb + vc) ** 2 / (vb ** 2 / 3 + vc ** 2 / 3)
+    ratio, upper, got_df, _ = regress.judge(b, c, 0.05, 0.95)
+    assert got_df == pytest.approx(df)
+    assert upper == pytest.approx(0.9 + regress.t_quantile(0.95, df) * 0.9 * (vb + vc) ** 0.5)
+
+
+def test_one_repetition_cannot_be_judged():
+    with pytest.raises(regress.RegressError, match="at least 2 repetitions"):
+        regress.judge([95.0], [90.0, 91.0], 0.05, 0.95)
+
+
+@pytest.mark.parametrize("drop, conf", [(0, 0.95), (1, 0.95), (0.05, 0.5), (0.05, 1.0)])
+def test_thresholds_are_checked(drop, conf):
+    with pytest.raises(ValueError):
+        regress.judge([1, 2], [1, 2], drop, conf)
+
+
+def test_false_alarm_and_detection_rates_on_simulated_noise():
+    # 2000 pairs of 3 repetitions, 1% coefficient of variation (the default sweep's spread is
+    # under 0.5%): identical configurations are almost never flagged, a 10% drop almost always.
+    rng = random.Random(20261123)
+    def sample(mean):
+        return [rng.gauss(mean, mean * 0.01) for _ in range(3)]
+    false_alarms = sum(regress.judge(sample(95), sample(95), 0.05, 0.95)[3] for _ in range(2000))
+    detected = sum(regress.judge(sample(95), sample(95 * 0.9), 0.05, 0.95)[3] for _ in range(2000))
+    assert false_alarms == 0
+    assert detected >= 1980
+
+
+def records(goodputs, profile="none", size=1000, meta_rate=100.0):
+    return [{"topology": "vpn_gateway", "profile": profile, "mode": "tunnel", "ip_version": 4, "transport": "tcp",
+             "rate_mbit": meta_rate, "size_bytes": size, "size_mode": "mss", "clients": 1, "repetition": i,
+             "goodput_mbps": g} for i, g in enumerate(goodputs)]
+
+
+META = {"backend": "uml", "kernel_release": "6.1.176", "cpu_model": "x", "cpu_count": 1}
+
+
+def test_baseline_round_trip_and_comparison(tmp_path):
+    run = records([95.0, 95.2, 95.1]) + records([60.0, 61.0, 59.0], profile="aes-gcm-256")
+    path = str(tmp_path / "base.json")
+    regress.save_baseline(regress.make_baseline(run, META, "runs/a"), path)
+    base = regress.load_baseline(path)
+    assert base["machine"] == META and len(base["points"]) == 2
+    slower = records([95.0, 95.1, 95.2]) + records([50.0, 50.5, 49.5], profile="aes-gcm-256")
+    verdicts = regress.compare(base, slower)
+    assert [(v.point["profile"], v.regressed) for v in verdicts] == [("none", False), ("aes-gcm-256", True)]
+    assert regress.exit_status(verdicts) == 1
+    assert regress.exit_status(regress.compare(base, run)) == 0
+
+
+def test_failed_repetitions_are_not_samples():
+    run = records([95.0, 95.2, None, 95.1])
+    (point,) = regress.make_baseline(run, META)["points"]
+    assert point["goodput_mbps"] == [95.0, 95.2, 95.1]
+
+
+def test_a_point_missing_from_the_run_is_an_error(tmp_path):
+    base = regress.make_baseline(records([95.0, 95.2]) + records([60.0, 61.0], size=500), META)
+    with pytest.raises(regress.RegressError, match="1 of the baseline's 2 points are not in the run"):
+        regress.compare(base, records([95.0, 95.2]))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "not a readable baseline"), ('{"format": "other"}', "not an ipsec-testbed baseline"),
+    (json.dumps({"format": regress.BASELINE_FORMAT, "points": []}), "no points"),
+    (json.dumps({"format": regress.BASELINE_FORMAT, "points": [{"goodput_mbps": 3}]}), "no list of goodput"),
+])
+def test_bad_baselines_are_named(tmp_path, text, message):
+    path = tmp_path / "b.json"
+    path.write_text(text)
+    with pytest.raises(regress.RegressError, match=message):
+        regress.load_baseline(str(path))
+    with pytest.raises(regress.RegressError, match="no such baseline"):
+        regress.load_baseline(str(tmp_path / "none.json"))
+
+
+def test_machine_differences_are_listed():
+    base = regress.make_baseline(records([1.0, 2.0]), META)
+    assert regress.machine_differences(base, META) == []
+    assert regress.machine_differences(base, {**META, "backend": "host", "kernel_release": "6.18"}) == [
+        "backend: 'uml' -> 'host'", "kernel_release: '6.1.176' -> '6.18'"]
+
+
+def test_junit_and_markdown_say_the_same():
+    base = regress.make_baseline(records([95.0, 95.2, 95.1]) + records([60.0, 61.0, 59.0], size=500), META)
+    verdicts = regress.compare(base, records([95.0, 95.1, 95.2]) + records([50.0, 50.5, 49.5], size=500))
+    suite = ET.fromstring(regress.junit_xml(verdicts, 0.05, 0.95, ["kernel differs"]))
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["vpn_gateway none tunnel IPv4 tcp 100 Mbit/s mss 500 B"]
+    assert any(p.get("value") == "kernel differs" for p in suite.iter("property"))
+    md = regress.markdown(verdicts, 0.05, 0.95, ["kernel differs"])
+    assert "**1 of 2 points regressed**" in md and "> **Warning:** kernel differs" in md
+    assert md.count("**REGRESSED**") == 1
