@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from testbed import kernel
+from testbed.isolation import differences, root_namespace_snapshot
 
 CLI = [sys.executable, "-m", "testbed.cli"]
 
@@ -33,10 +34,11 @@ def run_cli(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, **kw)
 
 
-def root_namespace_state() -> dict:
-    """What the host's root namespace holds that the testbed must never change."""
-    def run(*a):
-        return subprocess.run(a, capture_output=True, text=True).stdout
-    return {"links": sorted(l.split()[0] for l in run("ip", "-br", "link").splitlines()),
-            "xfrm_state": run("ip", "xfrm", "state"), "xfrm_policy": run("ip", "xfrm", "policy"),
-            "routes": run("ip", "route"), "routes6": run("ip", "-6", "route"), "qdiscs": run("tc", "qdisc")}
+@pytest.fixture(autouse=True)
+def root_namespace_untouched():
+    """Every test leaves the root network namespace as it found it (links, addresses,
+    routes, xfrm, qdiscs, sysctls); a difference fails the test, naming what changed."""
+    before = root_namespace_snapshot()
+    yield
+    changed = differences(before, root_namespace_snapshot())
+    assert not changed, "the root network namespace changed:\n" + "\n".join(changed)

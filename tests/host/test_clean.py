@@ -6,7 +6,8 @@ import subprocess
 import sys
 import time
 
-from conftest import CLI, root_namespace_state, run_cli
+from conftest import CLI, run_cli
+from testbed.isolation import root_namespace_snapshot
 from testbed import names
 
 
@@ -24,7 +25,7 @@ def ours_netns():
 
 
 def test_clean_after_sigkill_of_a_host_run(tmp_path):
-    before = root_namespace_state()
+    before = root_namespace_snapshot()
     rid = names.new_run_id()
     ns = names.netns_name(rid, "h1")
     # A run that made a namespace with a process in it, then is killed without cleanup.
@@ -46,7 +47,7 @@ def test_clean_after_sigkill_of_a_host_run(tmp_path):
     assert ns in out.stdout
     assert ns not in ours_netns()
     wait_for(lambda: not os.path.exists(f"/proc/{sleeper[0]}"), 10, "the process to die")
-    assert root_namespace_state() == before
+    assert root_namespace_snapshot() == before
     again = run_cli("clean")
     assert again.returncode == 0 and again.stdout.startswith("nothing to clean")
 
@@ -65,7 +66,7 @@ def guest_processes(uml_id):
 
 
 def test_clean_after_sigkill_of_a_uml_run(needs_uml):
-    before = root_namespace_state()
+    before = root_namespace_snapshot()
     known = set(glob.glob(f"{names.STATE_DIR}/uml/{names.PREFIX}-*"))
     run = subprocess.Popen([*CLI, "uml", "--mem", "512M", "--", "sh", "-c",
                             "ip netns add itb-0000aa-x; echo up; sleep 600"],
@@ -92,4 +93,4 @@ def test_clean_after_sigkill_of_a_uml_run(needs_uml):
     wait_for(lambda: not guest_processes(uml_id), 20, "the guest's processes to die")
     assert not os.path.exists(f"{names.STATE_DIR}/uml/{uml_id}")
     assert not glob.glob(f"/tmp/{names.PREFIX}-{uml_id[4:]}-uml-*")
-    assert root_namespace_state() == before
+    assert root_namespace_snapshot() == before

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 from testbed import kernel
+from testbed.isolation import differences, root_namespace_snapshot
 from topologies.veth_pair import VethPair, veth_pair
 
 
@@ -37,6 +38,16 @@ def esp_kernel() -> kernel.Probe:
                     "Run the suite with `ipsec-testbed test`, which uses User-Mode Linux here.",
                     pytrace=False)
     return report
+
+
+@pytest.fixture(autouse=True)
+def root_namespace_untouched():
+    """Every test leaves the root network namespace as it found it (links, addresses,
+    routes, xfrm, qdiscs, sysctls); a difference fails the test, naming what changed."""
+    before = root_namespace_snapshot()
+    yield
+    changed = differences(before, root_namespace_snapshot())
+    assert not changed, "the root network namespace changed:\n" + "\n".join(changed)
 
 
 def ip(*args: str) -> str:
