@@ -21,7 +21,7 @@ setup(
         "plotly>=7.1",
         "rich>=15.0",
     ],
-    extras_require={"test": ["pytest>=9.2"]},
+    extras_require={"test": ["pytest>=9.2", "pyyaml>=6.0"]},  # pyyaml: the example CI workflow's test
     entry_points={"console_scripts": ["ipsec-testbed = testbed.cli:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",

@@ -18,9 +18,10 @@ python=${PYTHON:-/usr/bin/python3}
 #   iproute2 (ip, tc: the independent checker in tests), iperf3 (measurements),
 #   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
 #   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
-#   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests).
+#   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
+#   ruby (the tests evaluate the Vagrantfile, which is Ruby).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
-              python3 python3-venv chromium)
+              python3 python3-venv chromium ruby)
 
 say() { printf 'install: %s\n' "$*" >&2; }
 
