@@ -173,6 +173,8 @@ class Verdict:
     upper: float          # one-sided upper confidence bound of the ratio
     df: float
     regressed: bool
+    low2: float = math.nan   # two-sided interval of the ratio at the same confidence
+    high2: float = math.nan
 
     @property
     def name(self) -> str:
@@ -186,8 +188,21 @@ def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, 
     """(ratio, upper bound, df, regressed) for one point's samples; see the module docstring."""
     if not 0.0 < max_drop < 1.0:
         raise ValueError(f"max_drop must be a fraction in (0, 1), not {max_drop!r}")
-    if not 0.5 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0.5, 1), not {confidence!r}")
+    ratio, half, df = _ratio_spread(baseline, current, confidence)
+    upper = ratio + half
+    return ratio, upper, df, upper < 1.0 - max_drop
+
+
+def interval(baseline: Sequence[float], current: Sequence[float], confidence: float) -> tuple[float, float]:
+    """The two-sided ``confidence`` interval of ``mean(current) / mean(baseline)``."""
+    ratio, half, _ = _ratio_spread(baseline, current, (1.0 + confidence) / 2.0)
+    return ratio - half, ratio + half
+
+
+def _ratio_spread(baseline: Sequence[float], current: Sequence[float], level: float) -> tuple[float, float, float]:
+    """(ratio of means, its one-sided ``level`` half-width, Welch-Satterthwaite df)."""
+    if not 0.5 < level < 1.0:
+        raise ValueError(f"confidence must be in (0.5, 1), not {level!r}")
     b, c = Summary.of(list(baseline)), Summary.of(list(current))
     if b.n < 2 or c.n < 2:
         raise RegressError(f"a point needs at least 2 repetitions on both sides to be judged "
@@ -200,10 +215,9 @@ def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, 
     vb = (b.std / b.mean) ** 2 / b.n
     var = vc + vb
     if var == 0.0:
-        return ratio, ratio, math.inf, ratio < 1.0 - max_drop
-    df = var ** 2 / ((vc ** 2 / (c.n - 1) if vc else 0.0) + vb ** 2 / (b.n - 1))
-    upper = ratio + t_quantile(confidence, df) * ratio * math.sqrt(var)
-    return ratio, upper, df, upper < 1.0 - max_drop
+        return ratio, 0.0, math.inf
+    df = var ** 2 / ((vc ** 2 / (c.n - 1) if vc else 0.0) + (vb ** 2 / (b.n - 1) if vb else 0.0))
+    return ratio, t_quantile(level, df) * ratio * math.sqrt(var), df
 
 
 def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], max_drop: float = 0.05,
@@ -224,8 +238,9 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
             missing.append(point)
             continue
         ratio, upper, df, regressed = judge(p["goodput_mbps"], samples, max_drop, confidence)
+        low2, high2 = interval(p["goodput_mbps"], samples, confidence)
         verdicts.append(Verdict(point, Summary.of(p["goodput_mbps"]), Summary.of(samples), ratio, upper, df,
-                                regressed))
+                                regressed, low2, high2))
     if missing:
         raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
                            f"run (first: {missing[0]}): the run must measure what the baseline did")

@@ -7,6 +7,10 @@ enough times for the gate to tell noise from a change.
 from __future__ import annotations
 
 SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "quick": ("host to host, no IPsec and AES-GCM-128 transport, 50 Mbit/s, MSS 1400, 3 repetitions of 1 s "
+              "(about 30 s in UML): to try the gate",
+              ("--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "50",
+               "--sizes", "1400", "--repetitions", "3", "--duration", "1", "--warmup", "1")),
     "smoke": ("VPN gateways, no IPsec and AES-GCM-256 tunnel, 100 Mbit/s, MSS 500 and 1460, 5 repetitions "
               "(about 1.5 min in UML)",
               ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "100", "--sizes", "500,1460",

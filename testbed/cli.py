@@ -226,9 +226,15 @@ def cmd_regress(args: argparse.Namespace) -> int:
     from experiments.suites import suite_args
 
     prog = "ipsec-testbed regress"
+    if args.ab:
+        if args.run or args.baseline or args.save_baseline:
+            print(f"{prog}: --ab measures both kernels itself: no --run, --baseline or --save-baseline with it",
+                  file=sys.stderr)
+            return 2
+        return _regress_ab(args, prog)
     if not (args.baseline or args.save_baseline):
-        print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one",
-              file=sys.stderr)
+        print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one "
+              "(or --ab A B to compare two kernels)", file=sys.stderr)
         return 2
     try:
         run_dir = args.run
@@ -261,27 +267,60 @@ def cmd_regress(args: argparse.Namespace) -> int:
                 "machine's, not the change's" for d in regress.machine_differences(baseline, meta)]
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
-    _print_verdicts(verdicts, args.max_drop / 100, args.confidence / 100)
-    for path, text in ((args.junit, regress.junit_xml(verdicts, args.max_drop / 100, args.confidence / 100,
-                                                       warnings)),
-                       (args.markdown, regress.markdown(verdicts, args.max_drop / 100, args.confidence / 100,
-                                                        warnings))):
+    return _report_verdicts(args, verdicts, warnings, ("baseline", "now"))
+
+
+def _regress_ab(args: argparse.Namespace, prog: str) -> int:
+    import datetime
+
+    from analysis import regress
+    from analysis.results import ResultsError, load_meta, load_results
+    from experiments.ab import run_ab
+    from experiments.suites import suite_args
+
+    try:
+        sweep_args = suite_args(args.suite)
+        reps = args.repetitions or int(sweep_args[sweep_args.index("--repetitions") + 1])
+        out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("ab-%Y%m%d-%H%M%S")
+                                       + f"-{args.suite}")
+        dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out,
+                              say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True))
+        baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
+        verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100)
+    except (regress.RegressError, ResultsError, ValueError, RuntimeError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    warnings = [f"kernel A is {args.ab[0]}, kernel B is {args.ab[1]}; run directories {dir_a} and {dir_b}"]
+    return _report_verdicts(args, verdicts, warnings, ("A", "B"))
+
+
+def _report_verdicts(args: argparse.Namespace, verdicts, notes: list[str], labels: tuple[str, str]) -> int:
+    """The table, the requested JUnit/Markdown files, and the exit status."""
+    from analysis import regress
+
+    max_drop, confidence = args.max_drop / 100, args.confidence / 100
+    _print_verdicts(verdicts, max_drop, confidence, labels)
+    for path, text in ((args.junit, regress.junit_xml(verdicts, max_drop, confidence, notes)),
+                       (args.markdown, regress.markdown(verdicts, max_drop, confidence, notes))):
         if path:
             with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
                 f.write(text)
     return regress.exit_status(verdicts)
 
 
-def _print_verdicts(verdicts, max_drop: float, confidence: float) -> None:
+def _print_verdicts(verdicts, max_drop: float, confidence: float, labels: tuple[str, str]) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Goodput against the baseline (regressed: fell by more than {max_drop:.0%} "
+    then, now = labels
+    table = Table(title=f"Goodput, {now} against {then} (regressed: fell by more than {max_drop:.0%} "
                         f"at {confidence:.0%} confidence)", title_justify="left")
-    for col in ("point", "baseline Mbit/s", "now Mbit/s", "now/baseline", "upper bound", ""):
+    for col in ("point", f"{then} Mbit/s", f"{now} Mbit/s", f"{now}/{then}", f"{confidence:.0%} CI",
+                "upper bound", ""):
         table.add_column(col, justify="left" if col == "point" else "right")
     for v in verdicts:
         table.add_row(v.name, f"{v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f}",
-                      f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f}", f"{v.ratio:.3f}", f"{v.upper:.3f}",
+                      f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f}", f"{v.ratio:.3f}",
+                      f"{v.low2:.3f}..{v.high2:.3f}", f"{v.upper:.3f}",
                       "[red bold]REGRESSED[/]" if v.regressed else "[green]ok[/]")
     out = console()
     out.print(table)
@@ -384,11 +423,17 @@ def build_parser() -> argparse.ArgumentParser:
         "  sudo ipsec-testbed regress --suite smoke --save-baseline baseline.json   # on the reference kernel\n"
         "  sudo ipsec-testbed regress --suite smoke --baseline baseline.json --junit regress.xml\n"
         "  ipsec-testbed regress --run runs/x --baseline baseline.json --max-drop 3   # no new measurement\n"
+        "  sudo ipsec-testbed regress --ab uml ~/linux-next/linux --suite ciphers   # two kernels, interleaved\n"
         "  (a GitHub Actions workflow to copy: examples/github-actions/ipsec-regress.yml)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
     what.add_argument("--suite", choices=tuple(SUITES), default="smoke", help="suite to run (default: %(default)s)")
     what.add_argument("--run", metavar="RUN_DIR", help="compare this run directory instead of running a suite")
+    p.add_argument("--ab", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
+                   help="A/B: run the suite on two kernels (host, uml, or the path of a UML kernel built with "
+                        "`make ARCH=um`), repetitions interleaved ABBA, and compare B with A")
+    p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions per kernel "
+                   "(default: the suite's)")
     p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")

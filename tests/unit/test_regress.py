@@ -139,3 +139,11 @@ def test_junit_and_markdown_say_the_same():
     md = regress.markdown(verdicts, 0.05, 0.95, ["kernel differs"])
     assert "**1 of 2 points regressed**" in md and "> **Warning:** kernel differs" in md
     assert md.count("**REGRESSED**") == 1
+
+
+def test_two_sided_interval_holds_the_ratio_and_is_wider_than_one_sided():
+    b, c = [95.1, 95.4, 95.2, 95.3], [90.0, 90.4, 90.1, 90.3]
+    low, high = regress.interval(b, c, 0.95)
+    ratio, upper, _, _ = regress.judge(b, c, 0.05, 0.95)
+    assert low < ratio < upper < high
+    assert high - ratio == pytest.approx(ratio - low)

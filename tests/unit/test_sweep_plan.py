@@ -168,3 +168,19 @@ def test_a_refused_sweep_leaves_no_empty_run_directory(tmp_path):
     with locked_run_dir(str(kept)):
         (kept / "meta.json").write_text("{}")
     assert sorted(os.listdir(kept)) == [".lock", "meta.json"]
+
+
+def test_ab_runs_alternate_kernels_and_add_one_repetition_each_time(tmp_path):
+    from experiments.ab import plan_ab
+
+    runs = plan_ab(["--rates", "100"], ("host", "uml"), 3, str(tmp_path))
+    assert [label for label, _ in runs] == ["a", "b", "b", "a", "a", "b"]
+    reps = [cmd[cmd.index("--repetitions") + 1] for _, cmd in runs]
+    assert reps == ["1", "1", "2", "2", "3", "3"]
+    for label, cmd in runs:
+        assert cmd[cmd.index("--out") + 1] == str(tmp_path / label)
+        assert cmd[cmd.index("--kernel") + 1] == {"a": "host", "b": "uml"}[label]
+    with pytest.raises(ValueError, match="at least 2 repetitions"):
+        plan_ab([], ("uml", "uml"), 1, str(tmp_path))
+    with pytest.raises(ValueError, match="not host, uml or an executable UML kernel"):
+        plan_ab([], ("uml", str(tmp_path / "no-such-linux")), 2, str(tmp_path))

@@ -1,0 +1,60 @@
+"""Two kernels, one suite, interleaved: A/B comparisons for kernel developers.
+
+::
+
+    repetition 1: A then B       run_dir/a  run_dir/b
+    repetition 2: B then A       (each run measures only its missing repetition:
+    repetition 3: A then B        the sweep's resume does the interleaving)
+
+Each repetition of the whole suite runs once on each kernel, in alternating order (ABBA),
+so slow drifts of the machine (thermal, other load) fall on both kernels alike.  A kernel
+is ``host`` (the running kernel), ``uml`` (Debian's linux.uml) or the path of a UML kernel
+built from a tree (``make ARCH=um``).  The comparison itself is :mod:`analysis.regress`
+with A as the baseline.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Callable, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+
+
+def kernel_options(kernel: str) -> list[str]:
+    """packet_size_sweep.py's options that select ``kernel`` (host, uml or a UML kernel path)."""
+    if kernel in ("host", "uml"):
+        return ["--kernel", kernel]
+    if not (os.path.isfile(kernel) and os.access(kernel, os.X_OK)):
+        raise ValueError(f"kernel {kernel!r} is not host, uml or an executable UML kernel")
+    return ["--kernel", "uml", "--uml-kernel", os.path.abspath(kernel)]
+
+
+def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str
+            ) -> list[tuple[str, list[str]]]:
+    """The runs, in order: (label "a" or "b", the sweep's command line).  Pure."""
+    if repetitions < 2:
+        raise ValueError("an A/B comparison needs at least 2 repetitions per kernel")
+    options = {label: kernel_options(k) for label, k in zip("ab", kernels)}
+    runs = []
+    for k in range(1, repetitions + 1):
+        for label in ("a", "b") if k % 2 else ("b", "a"):
+            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k),
+                                 "--out", os.path.join(out_dir, label), "--no-report", *options[label]]))
+    return runs
+
+
+def run_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
+           say: Callable[[str], None] = lambda s: None) -> tuple[str, str]:
+    """Measure the suite on both kernels, interleaved; returns the two run directories."""
+    runs = plan_ab(sweep_args, kernels, repetitions, out_dir)
+    for n, (label, cmd) in enumerate(runs, 1):
+        say(f"A/B run {n} of {len(runs)}: kernel {label.upper()} ({kernels['ab'.index(label)]}), "
+            f"repetition {(n + 1) // 2}")
+        rc = subprocess.call(cmd)
+        if rc != 0:
+            raise RuntimeError(f"the sweep on kernel {label.upper()} failed (exit {rc}); its run directory "
+                               f"{os.path.join(out_dir, label)} keeps what was measured")
+    return os.path.join(out_dir, "a"), os.path.join(out_dir, "b")

@@ -1,0 +1,64 @@
+"""The regression gate on real measurements: the same configuration measured twice is not
+flagged; a real run against a baseline 10% faster than it is."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SWEEP = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]
+CLI = [sys.executable, "-m", "testbed.cli", "regress"]
+#: plain and ESP on one shaped link: goodput set by the link, repetitions within a fraction of a percent
+ARGS = ["--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "40",
+        "--sizes", "1000,1400", "--repetitions", "4", "--duration", "1", "--warmup", "1", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("regress")
+    for name in ("a", "b"):
+        out = subprocess.run([*SWEEP, *ARGS, "--out", str(d / name)], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+    return d
+
+
+def regress(*args):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_the_same_configuration_again_is_not_flagged(two_runs):
+    base = two_runs / "base.json"
+    assert regress("--run", str(two_runs / "a"), "--save-baseline", str(base)).returncode == 0
+    out = regress("--run", str(two_runs / "b"), "--baseline", str(base), "--junit", str(two_runs / "same.xml"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    suite = ET.parse(two_runs / "same.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures")) == ("4", "0")
+    assert "0 of 4 points regressed" in out.stdout
+    assert "WARNING" not in out.stderr  # same machine, same kernel
+
+
+def test_a_ten_percent_drop_is_flagged(two_runs):
+    base = json.loads((two_runs / "base.json").read_text())
+    for p in base["points"]:  # the baseline as if the kernel had been 10% faster
+        p["goodput_mbps"] = [g / 0.9 for g in p["goodput_mbps"]]
+    doctored = two_runs / "faster.json"
+    doctored.write_text(json.dumps(base))
+    out = regress("--run", str(two_runs / "b"), "--baseline", str(doctored), "--markdown", str(two_runs / "r.md"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "4 of 4 points regressed" in out.stdout
+    assert (two_runs / "r.md").read_text().count("**REGRESSED**") == 4
+
+
+def test_a_baseline_from_another_kernel_is_warned_about(two_runs):
+    base = json.loads((two_runs / "base.json").read_text())
+    base["machine"]["kernel_release"] = "2.6.11"
+    other = two_runs / "old-kernel.json"
+    other.write_text(json.dumps(base))
+    out = regress("--run", str(two_runs / "b"), "--baseline", str(other))
+    assert out.returncode == 0
+    assert "WARNING: the baseline was measured on another machine or kernel (kernel_release: '2.6.11'" in out.stderr
