@@ -61,12 +61,13 @@ def _on_signal(signum, _frame) -> None:
 
 
 def handle_signals() -> None:
-    """Turn SIGINT and SIGTERM into KeyboardInterrupt and :class:`Terminated` in this process,
-    held back inside :func:`critical` blocks (call from an entry point)."""
+    """Turn SIGINT into KeyboardInterrupt, SIGTERM and SIGHUP (a closed terminal) into
+    :class:`Terminated`, in this process, held back inside :func:`critical` blocks (call
+    from an entry point)."""
     global _installed_by
     _installed_by = os.getpid()
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _on_signal)
 
 
 @contextlib.contextmanager
@@ -117,9 +118,9 @@ def run_main(prog: str, work: Callable[[], int], debug: bool = False) -> int:
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_SIGINT
-    except Terminated:
+    except Terminated as e:
         print(f"{prog}: terminated", file=sys.stderr)
-        return EXIT_SIGTERM
+        return 128 + e.signum
     except SystemExit:
         raise
     except Exception as e:  # noqa: BLE001 (the one place every error is reported)

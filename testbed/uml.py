@@ -31,6 +31,7 @@ Kernel quirks handled here (see the project's kernel notes):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -42,8 +43,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import termios
 import threading
 import time
+import tty
 from typing import BinaryIO, Mapping, Optional, Sequence
 
 from testbed import names
@@ -102,6 +105,11 @@ class UmlSpec:
     #: it behaves as it would on the host (no colours or progress redraws in a CI log).
     stdout_tty: bool = False
     stderr_tty: bool = False
+    #: The command gets the host's terminal: the guest's tty1 reads the host's standard
+    #: input and writes its standard output, and is the command's controlling terminal
+    #: (line editing, Ctrl-C), while the host terminal is in raw mode.  For shells and
+    #: the demo's Mininet CLI.
+    interactive: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -221,7 +229,12 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
             f"  /sbin/modprobe -d {modtree} $m 2>/dev/null || echo \"itb-init: module $m not loaded\" >/dev/console",
             "done",
         ]
-    lines += ["stty -F /dev/tty1 raw -echo", "stty -F /dev/tty2 raw -echo"]
+    if spec.interactive:
+        env = dict(spec.env)
+        size = f" rows {env['LINES']} cols {env['COLUMNS']}" if "LINES" in env and "COLUMNS" in env else ""
+        lines += [f"stty -F /dev/tty1 sane{size}", "stty -F /dev/tty2 raw -echo"]
+    else:
+        lines += ["stty -F /dev/tty1 raw -echo", "stty -F /dev/tty2 raw -echo"]
     lines += [f"export {k}={q(v)}" for k, v in spec.env]
     lines += [
         f"cd {q(spec.cwd)} || {{ echo 126 > {q(workdir + '/status')}; echo o > /proc/sysrq-trigger; }}",
@@ -229,13 +242,19 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     ]
     redirect = []
     for fd, tty, is_tty in ((1, "/dev/tty1", spec.stdout_tty), (2, "/dev/tty2", spec.stderr_tty)):
+        if spec.interactive:
+            break
         if is_tty:
             redirect.append(f"{fd}>{tty}")
         else:
             lines += [f"mkfifo /run/itb-fd{fd}", f"cat /run/itb-fd{fd} >{tty} &"]
             redirect.append(f"{fd}>/run/itb-fd{fd}")
+    if spec.interactive:  # tty1 as the controlling terminal of a new session
+        run = f"setsid -w -c {shlex.join(spec.command)} </dev/tty1 >/dev/tty1 2>&1"
+    else:
+        run = f"{shlex.join(spec.command)} </dev/null {' '.join(redirect)}"
     lines += [
-        f"{shlex.join(spec.command)} </dev/null {' '.join(redirect)}",
+        run,
         "rc=$?",
         "wait",  # the pipes' readers: all output is out before the status is
         f"echo $rc > {q(workdir + '/status.tmp')}",
@@ -263,6 +282,7 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
     standard input, so the guest runs the same with stdin closed (CI) as in a terminal.
     """
     con0, tty1, tty2 = console_fds
+    tty1_channel = "fd:0,fd:1" if spec.interactive else f"null,fd:{tty1}"
     return [
         # If the process that booted the guest dies (even by SIGKILL), the kernel kills
         # the guest too, so an orphaned guest never goes on writing results.
@@ -272,7 +292,7 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
         "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "rw",
         "quiet", "loglevel=4",
         f"init={workdir}/init.sh",
-        "con=null", f"con0=null,fd:{con0}", f"con1=null,fd:{tty1}", f"con2=null,fd:{tty2}",
+        "con=null", f"con0=null,fd:{con0}", f"con1={tty1_channel}", f"con2=null,fd:{tty2}",
         f"umid={uml_id}", f"uml_dir={names.STATE_DIR}/uml/",
     ]
 
@@ -316,6 +336,9 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
         f.write(f"{os.getpid()}\n")
     console: list[bytes] = []
     proc: Optional[subprocess.Popen] = None
+    watcher: Optional[subprocess.Popen] = None
+    lifeline = -1
+    terminal: Optional[list] = None
     started = time.monotonic()
     try:
         with open(f"{workdir}/init.sh", "w") as f:
@@ -329,11 +352,18 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
         write_fds = (pipes[0][1], pipes[1][1], pipes[2][1])
         cmd = plan_command_line(spec, workdir, uml_id, write_fds)
         log.debug("booting UML: %s", shlex.join(cmd))
+        if spec.interactive:
+            if not os.isatty(0):
+                raise UmlError("an interactive guest needs a terminal on standard input")
+            terminal = termios.tcgetattr(0)
+            tty.setraw(0)  # keystrokes go to the guest's tty as they are typed (Ctrl-C included)
         proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
+            stdout=None if spec.interactive else subprocess.DEVNULL, stderr=subprocess.STDOUT,
             pass_fds=write_fds, start_new_session=True)
         for _, w in pipes:
             os.close(w)
+        watcher, lifeline = _watch(proc.pid)
         pumps = [threading.Thread(target=_pump, args=(pipes[0][0], None, console), daemon=True),
                  threading.Thread(target=_pump, args=(pipes[1][0], stdout), daemon=True),
                  threading.Thread(target=_pump, args=(pipes[2][0], stderr), daemon=True)]
@@ -360,8 +390,35 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
     finally:
         if proc is not None and proc.poll() is None:
             _kill(proc)
+        if watcher is not None:
+            watcher.kill()  # before the lifeline closes: the group is gone, its id may be reused
+            watcher.wait()
+            os.close(lifeline)
+        if terminal is not None:
+            with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
+                termios.tcsetattr(0, termios.TCSADRAIN, terminal)
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(f"{names.STATE_DIR}/uml/{uml_id}", ignore_errors=True)
+
+
+def _watch(pgid: int) -> tuple[subprocess.Popen, int]:
+    """A watcher that kills the guest's process group when this process dies, however it dies.
+
+    ``setpriv --pdeathsig`` reaches only the guest kernel's main process; its helpers and
+    the guest's user processes (ptraced by it) are re-parented and can run on.  The
+    watcher blocks reading a pipe whose write end only this process holds (returned, to
+    be closed after the guest is gone): SIGKILL, a closed terminal or a crash close it,
+    and the watcher kills the whole group.
+    """
+    r, w = os.pipe()  # not inherited by other children (O_CLOEXEC)
+    try:
+        watcher = subprocess.Popen(
+            [sys.executable, "-S", "-c", f"import os, sys\nsys.stdin.buffer.read()\n"
+                                          f"try: os.killpg({pgid}, 9)\nexcept OSError: pass\n"],
+            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        os.close(r)
+    return watcher, w
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -374,10 +431,12 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 def build_spec(command: Sequence[str], kernel: Optional[str] = None, modules: Optional[str] = None,
-               mem: str = "2G", timeout_s: Optional[float] = None, cwd: Optional[str] = None) -> UmlSpec:
+               mem: str = "2G", timeout_s: Optional[float] = None, cwd: Optional[str] = None,
+               interactive: bool = False) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules."""
     kernel_path = find_kernel(kernel)
     return UmlSpec(command=tuple(command), kernel=kernel_path,
                    modules_dir=find_modules_dir(kernel_path, modules),
                    cwd=os.path.abspath(cwd or os.getcwd()), mem=mem, timeout_s=timeout_s,
-                   env=guest_env(os.environ), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty())
+                   env=guest_env(os.environ), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
+                   interactive=interactive)
