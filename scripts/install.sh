@@ -19,9 +19,9 @@ python=${PYTHON:-/usr/bin/python3}
 #   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
 #   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
 #   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
-#   ruby (the tests evaluate the Vagrantfile, which is Ruby).
+#   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
-              python3 python3-venv chromium ruby)
+              python3 python3-venv chromium ruby tmux)
 
 say() { printf 'install: %s\n' "$*" >&2; }
 

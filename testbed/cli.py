@@ -5,6 +5,7 @@
     ipsec-testbed overhead          bytes per packet, inner MTU and MSS per profile
     ipsec-testbed report RUN_DIR    report.html and the table of a sweep
     ipsec-testbed regress           a run against a baseline: the CI regression gate
+    ipsec-testbed demo TOPOLOGY     a network with IPsec and Mininet's CLI, for classrooms
     ipsec-testbed uml -- CMD...     run CMD as root inside User-Mode Linux
     ipsec-testbed test              unit tests, then the ESP integration tests
     ipsec-testbed clean             remove every testbed namespace, interface, guest
@@ -136,7 +137,7 @@ def cmd_uml(args: argparse.Namespace) -> int:
         raise SystemExit("ipsec-testbed uml: already inside a UML guest; run the command directly")
     try:
         spec = uml.build_spec(command, kernel=args.uml_kernel, modules=args.uml_modules,
-                              mem=args.uml_mem, timeout_s=args.timeout)
+                              mem=args.uml_mem, timeout_s=args.timeout, interactive=args.interactive)
         return uml.run(spec)
     except (uml.UmlError, ValueError) as e:
         print(f"ipsec-testbed uml: {e}", file=sys.stderr)
@@ -340,6 +341,31 @@ def _percent(low: float, high: float):
     return parse
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    _need_root("demo")
+    from ipsec.profiles import parse_profile
+    from topologies import build_spec
+
+    parse_profile(args.profile)  # bad input fails here, before a boot
+    build_spec(args.topology, clients=args.clients)
+    if not sys.stdin.isatty():
+        raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
+    argv = ["demo", args.topology, "--profile", args.profile, "--mode", args.mode, "--rate", f"{args.rate:g}",
+            "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
+    if not kernel.in_uml():
+        backend = kernel.choose_backend(args.kernel)
+        print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
+        if backend.name is None:
+            return 1
+        if backend.name == "uml":
+            spec = uml.build_spec([sys.executable, "-m", "testbed.cli", *argv], kernel=args.uml_kernel,
+                                  modules=args.uml_modules, mem=args.uml_mem, cwd=REPO, interactive=True)
+            return uml.run(spec)
+    from testbed.demo import run_demo
+
+    return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap)
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     from testbed.selftest import run_suite
 
@@ -395,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_uml_options(p)
     p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS", help="kill the guest after this long")
+    p.add_argument("-i", "--interactive", action="store_true",
+                   help="give the command this terminal (a shell: `ipsec-testbed uml -i -- bash`)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="what to run in the guest")
     p.set_defaults(func=cmd_uml)
 
@@ -447,6 +475,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
     add_kernel_options(p)
     p.set_defaults(func=cmd_regress)
+
+    from topologies import TOPOLOGIES
+
+    p = sub.add_parser(
+        "demo", help="a network with IPsec up and Mininet's CLI, with a guide (for classrooms)",
+        description="Build a network, shape its bottleneck, switch IPsec on and open Mininet's command line\n"
+        "with a short guide and the testbed's own commands: capture (only ESP on the untrusted link),\n"
+        "decrypt (the same packets, decrypted with the run's keys), sa (SAs and counters), speed\n"
+        "(iperf3), ipsec on|off. Runs in User-Mode Linux when the host kernel has no ESP. Exit\n"
+        "tears everything down.",
+        epilog="examples:\n  sudo ipsec-testbed demo vpn_gateway\n"
+        "  sudo ipsec-testbed demo host_to_host --profile 3des-cbc-sha1 --mode transport --rate 10\n"
+        "  sudo ipsec-testbed demo road_warrior --clients 3 --pcap ~/ipsec-lab   # captures + Wireshark keys",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("topology", choices=tuple(TOPOLOGIES), help="the network")
+    p.add_argument("--profile", default="aes-gcm-256", help="IPsec profile (default: %(default)s)")
+    p.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel", help="(default: %(default)s)")
+    p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
+    p.add_argument("--clients", type=int, default=2, metavar="N", help="road warriors / clients (default: %(default)s)")
+    p.add_argument("--pcap", metavar="DIR", help="also write each capture there, with a Wireshark configuration "
+                   "holding the keys (files 0600, directory 0700)")
+    add_kernel_options(p)
+    p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("test", help="run the test suite: unit tests, then integration tests with ESP",
                        description="Run tests/unit on the host, then tests/integration on a kernel with ESP: "

@@ -1,0 +1,249 @@
+"""``ipsec-testbed demo``: a network with IPsec up, and Mininet's CLI to explore it.
+
+For classrooms: the network is built, shaped and protected, a short guide is printed, and
+Mininet's command line opens with a few commands of the testbed's own::
+
+    mininet> h1 ping -c 3 h2          Mininet as usual: a node's name, then a command
+    mininet> capture                  a few packets on the untrusted link: only ESP
+    mininet> decrypt                  the same packets, decrypted with the run's keys
+    mininet> sa                       the SAs with their counters (keys hidden; `sa keys`)
+    mininet> speed                    iperf3 between the far hosts, 2 seconds
+    mininet> ipsec off / ipsec on     compare throughput without and with IPsec
+    mininet> exit                     tear it all down
+
+With ``--pcap DIR`` every capture is also written there with a Wireshark configuration
+holding the keys (owner-only files), so students open it decrypted:
+``WIRESHARK_CONFIG_DIR=DIR wireshark DIR/capture-1.pcap``.  Without it keys are written
+nowhere.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Optional
+
+from mininet.cli import CLI
+
+GUIDE = """\
+IPsec Testbed demo: {topology}, {profile} in {mode} mode, {rate:g} Mbit/s on the {shaped} link.
+
+  {diagram}      (= untrusted link, ~ shaped link)
+
+  Try:
+{commands}
+"""
+
+
+def guide_commands(client: str, server: str, kind: str, wan: str, ends: list[str]) -> str:
+    """The guide's list of commands, in two aligned columns."""
+    rows = [(f"{client} ping -c 3 {server}", f"a ping from {client} to {server}, through the IPsec {kind}"),
+            ("capture", f"what crosses the untrusted link ({wan}) while {client} pings {server}: only ESP"),
+            ("decrypt", "the captured packets, decrypted with this run's keys"),
+            ("sa", f"the SAs on {', '.join(ends)}, with their packet and byte counters"),
+            ("speed", f"iperf3 {client} -> {server} for 2 s"),
+            ("ipsec off", "then `speed` again: the same link without IPsec"),
+            ("ipsec on", "and back"),
+            (f"{ends[0]} ip xfrm policy", "any command in a node's namespace"),
+            ("guide", "this text again;  exit (or Ctrl-D) tears everything down")]
+    width = max(len(c) for c, _ in rows) + 3
+    return "\n".join(f"    {c.ljust(width)}{what}" for c, what in rows)
+
+
+def diagram(spec) -> str:
+    """The topology as one line: ``h1 - gw1 = gw2 - h2`` (``=`` untrusted, ``~`` shaped)."""
+    parts, seen = [], None
+    for link in spec.links:
+        a, b = link.a, link.b
+        sep = " = " if link.untrusted else (" ~ " if link.shaped else " - ")
+        if seen is None:
+            parts.append(a)
+        elif a != seen:
+            parts.append(f" | {a}")
+        parts += [sep, b]
+        seen = b
+    return "".join(parts)
+
+
+def ipsec_ends(spec, mode: str) -> list[str]:
+    """The nodes that hold SAs in ``mode``: the hosts (transport) or the tunnel ends."""
+    nodes: list[str] = []
+    for pair in spec.ipsec:
+        ends = (pair.a, pair.b) if mode == "transport" else (pair.tunnel_a, pair.tunnel_b)
+        nodes += [n for n in ends if n not in nodes]
+    return nodes
+
+
+class DemoCLI(CLI):
+    """Mininet's CLI with the testbed's commands (see the module docstring)."""
+
+    prompt = "mininet> "
+
+    def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: Optional[str] = None, **kw) -> None:
+        self.net = net
+        self.profile, self.mode = profile, mode
+        self.guide = guide
+        self.pcap_dir = pcap_dir
+        self.captured: list = []
+        self.captures = 0
+        self.ipsec_on = True
+        print(guide, flush=True)
+        super().__init__(net.mininet, **kw)
+
+    # -- helpers ----------------------------------------------------------------------
+    def _flow(self) -> tuple[str, str]:
+        return self.net.spec.flows[0]
+
+    def _ends(self) -> list[str]:
+        return ipsec_ends(self.net.spec, self.mode)
+
+    def _sas(self) -> list:
+        return [sa for plan in self.net._ipsec for sa in plan.sas]
+
+    # -- commands ---------------------------------------------------------------------
+    def do_guide(self, _line: str) -> None:
+        """Print the guide again."""
+        print(self.guide)
+
+    def do_sa(self, line: str) -> None:
+        """sa [keys]: the SAs of every IPsec end with their counters (keys hidden unless `sa keys`)."""
+        if not self.ipsec_on:
+            print("IPsec is off (`ipsec on` to switch it on)")
+        for node in self._ends():
+            text = subprocess.run(["ip", "-s", "-n", self.net.ns(node), "xfrm", "state"], capture_output=True,
+                                  text=True).stdout
+            if line.strip() != "keys":
+                text = re.sub(r"0x[0-9a-f]{16,}", "<key hidden: `sa keys` shows it>", text)
+            print(f"--- {node}: ip -s xfrm state\n{text or '(no SA)'}")
+
+    def do_capture(self, line: str) -> None:
+        """capture [N]: N pings (default 3) across the network, and what both ends of the untrusted link sent."""
+        import scapy.layers.inet  # noqa: F401 (registers the layers rdpcap decodes)
+        import scapy.layers.inet6  # noqa: F401
+        import scapy.layers.ipsec  # noqa: F401
+        import scapy.layers.l2  # noqa: F401
+        from scapy.utils import rdpcap
+
+        count = int(line) if line.strip().isdigit() else 3
+        client, server = self._flow()
+        ends = self.net.untrusted_interfaces()
+        packets = []
+        with tempfile.TemporaryDirectory(prefix="itb-demo-") as tmp:
+            dumps = []
+            for n, (ns, dev) in enumerate(ends):
+                # -Q out: what the interface sent, i.e. what crossed the wire.  A capture of
+                # what it received would also show the decrypted packets, which the kernel
+                # hands to packet taps on the receiving interface again.
+                pcap = os.path.join(tmp, f"{n}.pcap")
+                dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-n", "-U", "-Q", "out", "-c",
+                                         str(count), "-i", dev, "-w", pcap], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, text=True)
+                dump.stderr.readline()  # "listening on ...": the capture is live
+                dumps.append((dump, pcap))
+            subprocess.run(["ip", "netns", "exec", self.net.ns(client), "ping", "-c", str(count), "-i", "0.2",
+                            "-W", "2", self.net.addr(server)], stdout=subprocess.DEVNULL)
+            for dump, pcap in dumps:
+                try:
+                    dump.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    dump.terminate()
+                    dump.wait()
+                if os.path.getsize(pcap) > 24:  # more than the pcap header
+                    packets += list(rdpcap(pcap))
+        packets.sort(key=lambda p: float(p.time))
+        self.captured = packets
+        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in ends)
+        print(f"{len(packets)} packets sent onto the untrusted link by {where} while {client} pinged {server}:")
+        for i, p in enumerate(packets):
+            print(f"  {i + 1:2d}  {p.summary()}")
+        if packets and self.pcap_dir:
+            from ipsec.wire import write_wireshark
+
+            self.captures += 1
+            try:
+                written, _ = write_wireshark(f"capture-{self.captures}.pcap", packets, self._sas(), self.pcap_dir,
+                                             overwrite=True)
+                print(f"written: {written} (open it decrypted: WIRESHARK_CONFIG_DIR={self.pcap_dir} "
+                      f"wireshark {written})")
+            except ValueError as e:
+                print(f"not written: {e}")
+        if packets:
+            print("`decrypt` shows what is inside")
+
+    def do_decrypt(self, _line: str) -> None:
+        """decrypt: the last capture's ESP/AH packets, decrypted with this run's keys."""
+        from ipsec.wire import DecryptError, decrypt
+
+        if not self.captured:
+            print("nothing captured yet: `capture` first")
+            return
+        if not any(p.haslayer("ESP") or p.haslayer("AH") for p in self.captured):
+            print("no ESP or AH in the capture (is IPsec off?): the packets above are the plaintext")
+            return
+        try:
+            shown = decrypt(self.captured, self._sas())
+        except (DecryptError, ValueError) as e:
+            print(f"cannot decrypt: {e}")
+            return
+        for d in shown:
+            print(f"  {d.index + 1:2d}  {d.proto.upper()} spi 0x{d.spi:08x} seq {d.seq} ({d.mode})  ->  "
+                  f"{d.inner.summary()}")
+
+    def do_speed(self, _line: str) -> None:
+        """speed: iperf3 from the first client to its server for 2 s (after a 1 s warm-up)."""
+        from experiments import iperf
+
+        client, server = self._flow()
+        try:
+            r = iperf.measure(self.net.ns(server), self.net.ns(client), self.net.addr(server), duration_s=2,
+                              omit_s=1)
+        except iperf.IperfError as e:
+            print(f"speed: {e}")
+            return
+        state = f"with {self.profile}" if self.ipsec_on else "without IPsec"
+        print(f"{client} -> {server} {state}: {r.goodput_mbps:.2f} Mbit/s "
+              f"({r.retransmits} retransmissions)")
+
+    def do_ipsec(self, line: str) -> None:
+        """ipsec on|off: protect the network with the demo's profile, or not."""
+        word = line.strip()
+        if word == "off":
+            self.net.remove_ipsec()
+            self.ipsec_on = False
+            print("IPsec off: the untrusted link now carries plaintext (`capture` shows it)")
+        elif word == "on":
+            self.net.apply_ipsec(self.profile, self.mode, families=(4, 6))
+            self.ipsec_on = True
+            print(f"IPsec on: {self.profile} in {self.mode} mode, fresh keys")
+        else:
+            print("usage: ipsec on | ipsec off")
+
+
+def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: int,
+             pcap_dir: Optional[str] = None, stdin=None) -> int:
+    """Build the network, protect it, open the CLI; everything is removed when it ends."""
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    spec = build_spec(topology, clients=clients)
+    if pcap_dir:
+        os.makedirs(pcap_dir, mode=0o700, exist_ok=True)
+    from testbed.kernel import in_uml
+
+    print(f"building {topology} in {'User-Mode Linux' if in_uml() else 'the host kernel'}...", flush=True)
+    with Network(spec, shaping=ShapingSpec(rate_mbit=rate_mbit)) as net:
+        net.apply_ipsec(profile, mode, families=(4, 6))
+        client, server = spec.flows[0]
+        shaped = spec.shaped_link
+        ends = ipsec_ends(spec, mode)
+        wan = "-".join(sorted({n.rsplit('-', 1)[1] for n, _ in net.untrusted_interfaces()}))
+        guide = GUIDE.format(topology=topology, profile=profile, mode=mode, rate=rate_mbit,
+                             shaped=f"{shaped.a}-{shaped.b}", diagram=diagram(spec),
+                             commands=guide_commands(client, server, "tunnel" if mode == "tunnel" else "transport SAs",
+                                                     wan, ends))
+        DemoCLI(net, profile, mode, guide, pcap_dir, stdin=stdin or sys.stdin)
+    print("demo: network removed")
+    return 0
