@@ -11,8 +11,10 @@ process start costs a tenth of a second inside User-Mode Linux.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
+from typing import Iterator
 
 #: Sysctls of the root namespace that network experiments (and Mininet's set-up) change.
 SYSCTLS = (
@@ -65,3 +67,12 @@ def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
         out += [f"{area}: - {l}" for l in old if l not in new]
         out += [f"{area}: + {l}" for l in new if l not in old]
     return sorted(out)
+
+
+@contextlib.contextmanager
+def root_namespace_unchanged() -> Iterator[None]:
+    """Fail (AssertionError naming each change) if the block changed the root namespace."""
+    before = root_namespace_snapshot()
+    yield
+    changed = differences(before, root_namespace_snapshot())
+    assert not changed, "the root network namespace changed:\n" + "\n".join(changed)

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from testbed import kernel
-from testbed.isolation import differences, root_namespace_snapshot
+from testbed.isolation import root_namespace_unchanged
 
 CLI = [sys.executable, "-m", "testbed.cli"]
 
@@ -38,7 +38,5 @@ def run_cli(*args, **kw) -> subprocess.CompletedProcess:
 def root_namespace_untouched():
     """Every test leaves the root network namespace as it found it (links, addresses,
     routes, xfrm, qdiscs, sysctls); a difference fails the test, naming what changed."""
-    before = root_namespace_snapshot()
-    yield
-    changed = differences(before, root_namespace_snapshot())
-    assert not changed, "the root network namespace changed:\n" + "\n".join(changed)
+    with root_namespace_unchanged():
+        yield

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from testbed import kernel
-from testbed.isolation import differences, root_namespace_snapshot
+from testbed.isolation import root_namespace_unchanged
 from topologies.veth_pair import VethPair, veth_pair
 
 
@@ -44,10 +44,8 @@ def esp_kernel() -> kernel.Probe:
 def root_namespace_untouched():
     """Every test leaves the root network namespace as it found it (links, addresses,
     routes, xfrm, qdiscs, sysctls); a difference fails the test, naming what changed."""
-    before = root_namespace_snapshot()
-    yield
-    changed = differences(before, root_namespace_snapshot())
-    assert not changed, "the root network namespace changed:\n" + "\n".join(changed)
+    with root_namespace_unchanged():
+        yield
 
 
 def ip(*args: str) -> str:
