@@ -100,7 +100,7 @@ class DemoCLI(CLI):
         return ipsec_ends(self.net.spec, self.mode)
 
     def _sas(self) -> list:
-        return [sa for plan in self.net._ipsec for sa in plan.sas]
+        return [sa for plan in self.net.ipsec_plans for sa in plan.sas]
 
     # -- commands ---------------------------------------------------------------------
     def do_guide(self, _line: str) -> None:

@@ -330,6 +330,11 @@ class Network:
                 self._ipsec.append(plan)
         return list(self._ipsec)
 
+    @property
+    def ipsec_plans(self) -> tuple:
+        """The association plans installed now (their SAs hold the keys); empty when IPsec is off."""
+        return tuple(self._ipsec)
+
     def remove_ipsec(self) -> None:
         """Remove what :meth:`apply_ipsec` installed; the network stays up."""
         from ipsec.plan import remove_association
