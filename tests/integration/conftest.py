@@ -86,9 +86,25 @@ def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[
                 raise AssertionError(f"tcpdump did not start capturing: {seen}")
             seen += line
         yield path
+        settle(path)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def settle(path: str, quiet_s: float = 0.3, timeout_s: float = 3.0) -> None:
+    """Bounded wait until the capture file stops growing: the last packets of the block may
+    still be in the kernel's capture buffer when the block ends, and stopping tcpdump then
+    drops them (seen inside UML: the fifth of five ESP replies missing)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        if size != last:
+            last, since = size, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.05)
 
 
 def iproute_states(ns: str) -> dict[tuple[str, int], dict]:
