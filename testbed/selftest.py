@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,8 +69,15 @@ def _pytest_cmd(where: str, junit: str, extra: list[str]) -> list[str]:
 
 def run_suite(args: argparse.Namespace) -> int:
     """Run the suite as described in the module docstring; returns the exit status."""
+    out = tempfile.mkdtemp(prefix="itb-test-")  # the stages' JUnit files
+    try:
+        return _run_stages(args, out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _run_stages(args: argparse.Namespace, out: str) -> int:
     extra = list(args.pytest_args)
-    out = tempfile.mkdtemp(prefix="itb-test-")
     _banner("unit tests (tests/unit, host)")
     unit_rc = subprocess.call(_pytest_cmd("tests/unit", f"{out}/unit.xml", extra), cwd=REPO)
     unit = parse_junit(f"{out}/unit.xml")
