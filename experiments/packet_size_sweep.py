@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from testbed import kernel  # noqa: E402
 from testbed.cli import add_kernel_options  # noqa: E402
-from testbed.errors import EXIT_SIGINT, EXIT_SIGTERM, Parser, Terminated, add_debug_option, run_main  # noqa: E402
+from testbed.errors import Parser, Terminated, add_debug_option, run_main  # noqa: E402
 
 PROG = "packet_size_sweep"
 log = logging.getLogger(PROG)
@@ -223,11 +224,12 @@ def sweep(args, argv: list[str], spec, out_dir: str) -> int:
             if rc is None:
                 rc = measure(spec, out_dir)
         except (KeyboardInterrupt, Terminated) as e:
-            why = "SIGINT" if isinstance(e, KeyboardInterrupt) else "SIGTERM"
+            signum = e.signum if isinstance(e, Terminated) else signal.SIGINT  # SIGTERM, or SIGHUP
+            why = signal.Signals(signum).name
             note_interrupted(out_dir, why)
             print(f"\n{PROG}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
                   f"command with --out {out_dir} to finish", file=sys.stderr)
-            return EXIT_SIGINT if why == "SIGINT" else EXIT_SIGTERM
+            return 128 + signum
     if rc == 0 and not args.no_report and os.path.exists(os.path.join(out_dir, "results.jsonl")):
         report(out_dir)
     return rc
