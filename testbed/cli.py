@@ -61,9 +61,10 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
 
 
 def _uml_kernel(path: str) -> str:
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        raise argparse.ArgumentTypeError(f"{path!r} is not an executable file (a UML kernel: linux.uml, "
-                                         "or ./linux after `make ARCH=um`)")
+    try:
+        uml.find_kernel(path)
+    except uml.UmlError as e:
+        raise argparse.ArgumentTypeError(f"{e} (a UML kernel: linux.uml, or ./linux after `make ARCH=um`)") from None
     return path
 
 
@@ -352,15 +353,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
     argv = ["demo", args.topology, "--profile", args.profile, "--mode", args.mode, "--rate", f"{args.rate:g}",
             "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
-    if not kernel.in_uml():
-        backend = kernel.choose_backend(args.kernel)
-        print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
-        if backend.name is None:
-            return 1
-        if backend.name == "uml":
-            spec = uml.build_spec([sys.executable, "-m", "testbed.cli", *argv], kernel=args.uml_kernel,
-                                  modules=args.uml_modules, mem=args.uml_mem, cwd=REPO, interactive=True)
-            return uml.run(spec)
+    rc = kernel.follow_backend(args.kernel, __file__, argv, mem=args.uml_mem, uml_kernel=args.uml_kernel,
+                               uml_modules=args.uml_modules, interactive=True)
+    if rc is not None:
+        return rc
     from testbed.demo import run_demo
 
     return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap)

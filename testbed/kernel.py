@@ -241,7 +241,7 @@ def choose_backend(requested: str, host: Optional[Probe] = None) -> Backend:
 
 def follow_backend(requested: str, script: str, argv: Sequence[str], mem: str = "2G",
                    uml_kernel: Optional[str] = None, uml_modules: Optional[str] = None,
-                   host: Optional[Probe] = None) -> Optional[int]:
+                   host: Optional[Probe] = None, interactive: bool = False) -> Optional[int]:
     """Where a script should run, acted on: the way every experiment honours ``--kernel``.
 
     Prints the decision.  Returns None when the script should go on here (the host
@@ -259,7 +259,8 @@ def follow_backend(requested: str, script: str, argv: Sequence[str], mem: str = 
     import time
     t0 = time.monotonic()
     try:
-        rc = reexec_in_uml([os.path.abspath(script), *argv], mem=mem, kernel=uml_kernel, modules=uml_modules)
+        rc = reexec_in_uml([os.path.abspath(script), *argv], mem=mem, kernel=uml_kernel, modules=uml_modules,
+                           interactive=interactive)
     except uml.UmlError as e:
         print(f"{os.path.basename(script)}: {e}", file=sys.stderr)
         return 125
@@ -268,8 +269,11 @@ def follow_backend(requested: str, script: str, argv: Sequence[str], mem: str = 
 
 
 def reexec_in_uml(argv: Sequence[str], mem: str = "2G", timeout_s: Optional[float] = None,
-                  kernel: Optional[str] = None, modules: Optional[str] = None) -> int:
-    """Run this Python program again, with ``argv``, inside UML; returns its exit status."""
-    spec = uml.build_spec([sys.executable, *argv], kernel=kernel, modules=modules, mem=mem, timeout_s=timeout_s)
+                  kernel: Optional[str] = None, modules: Optional[str] = None, interactive: bool = False) -> int:
+    """Run this Python program again, with ``argv``, inside UML; returns its exit status.
+
+    ``interactive`` hands the command this terminal (see :class:`testbed.uml.UmlSpec`)."""
+    spec = uml.build_spec([sys.executable, *argv], kernel=kernel, modules=modules, mem=mem, timeout_s=timeout_s,
+                          interactive=interactive)
     return uml.run(spec)
 
