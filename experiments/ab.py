@@ -25,11 +25,14 @@ SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
 
 def kernel_options(kernel: str) -> list[str]:
     """packet_size_sweep.py's options that select ``kernel`` (host, uml or a UML kernel path)."""
+    from testbed.uml import UmlError, find_kernel
+
     if kernel in ("host", "uml"):
         return ["--kernel", kernel]
-    if not (os.path.isfile(kernel) and os.access(kernel, os.X_OK)):
-        raise ValueError(f"kernel {kernel!r} is not host, uml or an executable UML kernel")
-    return ["--kernel", "uml", "--uml-kernel", os.path.abspath(kernel)]
+    try:
+        return ["--kernel", "uml", "--uml-kernel", find_kernel(kernel)]
+    except UmlError:
+        raise ValueError(f"kernel {kernel!r} is not host, uml or an executable UML kernel") from None
 
 
 def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str
