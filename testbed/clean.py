@@ -97,11 +97,10 @@ def clean(dry_run: bool = False) -> Cleaned:
     deadline = time.monotonic() + 10
     while any(netns.is_alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
-        if os.path.isdir(workdir) and not _workdir_in_use(workdir):
-            if not dry_run:
-                shutil.rmtree(workdir, ignore_errors=True)
-            done.files.append(workdir)
+    for workdir in _unused_workdirs():
+        if not dry_run:
+            shutil.rmtree(workdir, ignore_errors=True)
+        done.files.append(workdir)
     for name in netns.list_ours():
         done.processes += netns.pids_in(name) if dry_run else netns.delete(name)
         done.namespaces.append(name)
@@ -134,11 +133,16 @@ def remove_dead_leftovers() -> list[str]:
     deadline = time.monotonic() + 10  # their files are free once they are gone
     while any(netns.is_alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for workdir in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*")):
-        if os.path.isdir(workdir) and not _workdir_in_use(workdir):
-            shutil.rmtree(workdir, ignore_errors=True)
-            removed.append(workdir)
+    for workdir in _unused_workdirs():
+        shutil.rmtree(workdir, ignore_errors=True)
+        removed.append(workdir)
     return removed
+
+
+def _unused_workdirs() -> list[str]:
+    """UML work directories that no live run owns and no live guest boots from."""
+    return [d for d in glob.glob(os.path.join("/tmp", f"{names.PREFIX}-*-uml-*"))
+            if os.path.isdir(d) and not _workdir_in_use(d)]
 
 
 def _workdir_in_use(workdir: str) -> bool:

@@ -240,18 +240,16 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         f"cd {q(spec.cwd)} || {{ echo 126 > {q(workdir + '/status')}; echo o > /proc/sysrq-trigger; }}",
         f"echo started > {q(workdir + '/started')}",
     ]
-    redirect = []
-    for fd, tty, is_tty in ((1, "/dev/tty1", spec.stdout_tty), (2, "/dev/tty2", spec.stderr_tty)):
-        if spec.interactive:
-            break
-        if is_tty:
-            redirect.append(f"{fd}>{tty}")
-        else:
-            lines += [f"mkfifo /run/itb-fd{fd}", f"cat /run/itb-fd{fd} >{tty} &"]
-            redirect.append(f"{fd}>/run/itb-fd{fd}")
     if spec.interactive:  # tty1 as the controlling terminal of a new session
         run = f"setsid -w -c {shlex.join(spec.command)} </dev/tty1 >/dev/tty1 2>&1"
     else:
+        redirect = []
+        for fd, tty, is_tty in ((1, "/dev/tty1", spec.stdout_tty), (2, "/dev/tty2", spec.stderr_tty)):
+            if is_tty:
+                redirect.append(f"{fd}>{tty}")
+            else:
+                lines += [f"mkfifo /run/itb-fd{fd}", f"cat /run/itb-fd{fd} >{tty} &"]
+                redirect.append(f"{fd}>/run/itb-fd{fd}")
         run = f"{shlex.join(spec.command)} </dev/null {' '.join(redirect)}"
     lines += [
         run,
