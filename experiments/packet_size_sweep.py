@@ -14,26 +14,21 @@ and inside User-Mode Linux otherwise, by itself.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import logging
 import os
-import shlex
-import signal
 import sys
 import time
 
 # Run as a script from a checkout: make the project's packages importable.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from testbed import kernel  # noqa: E402
+from experiments.runner import csv  # noqa: E402
 from testbed.cli import add_kernel_options  # noqa: E402
-from testbed.errors import Parser, Terminated, add_debug_option, run_main  # noqa: E402
+from testbed.errors import Parser, add_debug_option, run_main  # noqa: E402
 
 PROG = "packet_size_sweep"
 log = logging.getLogger(PROG)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 
 EPILOG = """\
 examples:
@@ -52,18 +47,6 @@ command with the same --out to finish the sweep.  A point whose iperf3 test fail
 is recorded as failed and measured again by the next run.  Exit status: 0 done (even
 with failed points, which the summary counts), 1 error, 2 bad arguments.
 """
-
-
-def csv(kind):
-    def parse(text: str):
-        try:
-            values = tuple(kind(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, not {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError("give at least one value")
-        return values
-    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
     g.add_argument("--mtu", type=int, default=d["mtu"].default, help="MTU of every link (default: %(default)s)")
+    g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
+                   help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
+                        "(default: the kernel's, autotuned)")
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help="run directory; an existing one is resumed "
                                                 "(default: runs/<date>-<topology>)")
@@ -123,7 +109,8 @@ def spec_from(args):
     return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
                      transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
                      clients=args.clients, repetitions=args.repetitions, duration_s=args.duration,
-                     omit_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu)
+                     omit_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
+                     socket_buffer=args.socket_buffer)
 
 
 def dry_run(spec, out_dir: str) -> int:
@@ -142,29 +129,13 @@ def dry_run(spec, out_dir: str) -> int:
 
 
 def measure(spec, out_dir: str) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
+    from experiments import runner
     from experiments.sweep import run_sweep
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, transient=False) as bar:
-        task = bar.add_task("sweep", total=None)
-
-        def progress(point, record, done, total):
-            label = (f"{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
-                     f"{point.transport} rep {point.repetition + 1}")
-            if record is None:
-                bar.update(task, total=total, completed=done, description=label)
-            elif record["failed"]:
-                bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
-            else:
-                flag = " [CPU-bound]" if record["emulation_limited"] else ""
-                bar.update(task, completed=done,
-                           description=f"{label}: {record['goodput_mbps']:.2f} Mbit/s{flag}")
-        typed = os.environ.get(COMMAND_ENV)
+    with runner.progress_bar() as bar:
+        progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
         # the caller holds the run directory's lock (taken on the host, before any UML boot)
-        counts = run_sweep(spec, out_dir, progress, command_line=shlex.split(typed) if typed else None, lock=False)
+        counts = run_sweep(spec, out_dir, progress, command_line=runner.typed_command(), lock=False)
     failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
@@ -174,65 +145,17 @@ def measure(spec, out_dir: str) -> int:
 def report(out_dir: str) -> None:
     from analysis.cli import main as report_main
 
-    report_main(["report", out_dir])
-
-
-def check_tools() -> None:
-    """The programs a sweep starts, found before anything is built or booted."""
-    import shutil
-
-    from testbed.errors import Refused
-
-    for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
-        if not shutil.which(tool):
-            raise Refused(f"{tool} not found: install Debian's {package} package "
-                          f"(apt-get install {package}, or scripts/install.sh)")
-
-
-def report_leftovers() -> None:
-    """Remove what killed runs provably left; name the command for what may still be in use."""
-    from testbed import clean, netns
-
-    for path in clean.remove_dead_leftovers():
-        print(f"{PROG}: removed {path}, left by a killed run", file=sys.stderr)
-    others = netns.list_ours()
-    if others:
-        print(f"{PROG}: note: {len(others)} testbed namespaces exist ({', '.join(others[:3])}"
-              f"{', ...' if len(others) > 3 else ''}): another run in progress, or one that was killed; "
-              "if none is running, `sudo ipsec-testbed clean` removes them", file=sys.stderr)
+    if os.path.exists(os.path.join(out_dir, "results.jsonl")):
+        report_main(["report", out_dir])
 
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
-    """Measure (here or in UML), then report; see the module docstring."""
-    from experiments.sweep import VERSIONS_ENV, locked_run_dir, note_interrupted, tool_versions
+    """Measure (here or in UML), then report; see the module docstring and :mod:`experiments.runner`."""
+    from experiments import runner
+    from experiments.sweep import note_interrupted
 
-    if os.geteuid() != 0:
-        print(f"{PROG}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
-        return 1
-    # Under UML the guest measures and the host renders: importing plotly in the guest is slow.
-    os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
-    # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
-    # is its own kernel's and would not keep a second sweep on the host out).
-    check_tools()
-    if not kernel.in_uml():
-        report_leftovers()
-        os.environ[VERSIONS_ENV] = json.dumps(tool_versions())  # for meta.json, found here once
-    with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():
-        try:
-            rc = kernel.follow_backend(args.kernel, __file__, [*argv, "--out", out_dir, "--no-report"],
-                                       mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
-            if rc is None:
-                rc = measure(spec, out_dir)
-        except (KeyboardInterrupt, Terminated) as e:
-            signum = e.signum if isinstance(e, Terminated) else signal.SIGINT  # SIGTERM, or SIGHUP
-            why = signal.Signals(signum).name
-            note_interrupted(out_dir, why)
-            print(f"\n{PROG}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
-                  f"command with --out {out_dir} to finish", file=sys.stderr)
-            return 128 + signum
-    if rc == 0 and not args.no_report and os.path.exists(os.path.join(out_dir, "results.jsonl")):
-        report(out_dir)
-    return rc
+    return runner.run(PROG, __file__, args, argv, out_dir, measure=lambda: measure(spec, out_dir),
+                      report=lambda: report(out_dir), on_interrupt=lambda why: note_interrupted(out_dir, why))
 
 
 def main(argv=None) -> int:

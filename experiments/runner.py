@@ -1,0 +1,132 @@
+"""What every experiment script does around its measurements (the packet-size sweep and the reproductions).
+
+On the host: refuse without root, find the tools before anything is built, tidy what
+killed runs left, lock the run directory, then measure here (a host kernel with ESP)
+or re-run the same script inside User-Mode Linux; stop cleanly on SIGINT, SIGTERM or
+SIGHUP (exit 128 + signal, the run directory marked interrupted); render the report
+on the host, where plotting is fast.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+from typing import Callable, Optional
+
+from testbed import kernel
+from testbed.errors import Terminated
+
+COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
+
+
+def csv(kind):
+    """An argparse type: comma-separated ``kind`` values."""
+    def parse(text: str):
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, not {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("give at least one value")
+        return values
+    return parse
+
+
+def check_tools() -> None:
+    """The programs a sweep starts, found before anything is built or booted."""
+    import shutil
+
+    from testbed.errors import Refused
+
+    for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
+        if not shutil.which(tool):
+            raise Refused(f"{tool} not found: install Debian's {package} package "
+                          f"(apt-get install {package}, or scripts/install.sh)")
+
+
+def report_leftovers(prog: str) -> None:
+    """Remove what killed runs provably left; name the command for what may still be in use."""
+    from testbed import clean, netns
+
+    for path in clean.remove_dead_leftovers():
+        print(f"{prog}: removed {path}, left by a killed run", file=sys.stderr)
+    others = netns.list_ours()
+    if others:
+        print(f"{prog}: note: {len(others)} testbed namespaces exist ({', '.join(others[:3])}"
+              f"{', ...' if len(others) > 3 else ''}): another run in progress, or one that was killed; "
+              "if none is running, `sudo ipsec-testbed clean` removes them", file=sys.stderr)
+
+
+def typed_command() -> Optional[list[str]]:
+    """The command line the user typed on the host (also inside UML), for meta.json."""
+    typed = os.environ.get(COMMAND_ENV)
+    return shlex.split(typed) if typed else None
+
+
+def progress_callback(bar, task, prefix: str = "") -> Callable:
+    """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``."""
+    def progress(point, record, done, total):
+        label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
+                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''} rep {point.repetition + 1}")
+        if record is None:
+            bar.update(task, total=total, completed=done, description=label)
+        elif record.get("failed"):
+            bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
+        else:
+            flag = " [CPU-bound]" if record.get("emulation_limited") else ""
+            value = (f"{record['goodput_mbps']:.2f} Mbit/s" if record.get("goodput_mbps") is not None
+                     else f"{record.get('mean_ms', float('nan')):.2f} ms")
+            bar.update(task, completed=done, description=f"{label}: {value}{flag}")
+    return progress
+
+
+def progress_bar():
+    """A rich progress bar with the columns every experiment shows (bar, n of N, elapsed, ETA)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    return Progress(*columns, transient=False)
+
+
+def run(prog: str, script: str, args, argv: list[str], out_dir: str, measure: Callable[[], int],
+        report: Callable[[], None], on_interrupt: Callable[[str], None]) -> int:
+    """Measure (here or in UML) with ``measure()``, then ``report()`` on the host; see the module docstring.
+
+    ``args`` carries the kernel options (``add_kernel_options``) and ``no_report``; ``argv``
+    is what the script was given, passed on to the guest with ``--out`` and ``--no-report``.
+    ``on_interrupt(signal_name)`` marks the run directory when a signal ends the run.
+    """
+    from experiments.sweep import VERSIONS_ENV, locked_run_dir, tool_versions
+
+    if os.geteuid() != 0:
+        print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
+        return 1
+    os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
+    check_tools()
+    if not kernel.in_uml():
+        report_leftovers(prog)
+        os.environ[VERSIONS_ENV] = json.dumps(tool_versions())  # for meta.json, found here once
+    # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
+    # is its own kernel's and would not keep a second run on the host out).
+    with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():
+        try:
+            # Under UML the guest measures and the host renders: importing plotly in the guest is slow.
+            rc = kernel.follow_backend(args.kernel, script, [*argv, "--out", out_dir, "--no-report"],
+                                       mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+            if rc is None:
+                rc = measure()
+        except (KeyboardInterrupt, Terminated) as e:
+            signum = e.signum if isinstance(e, Terminated) else signal.SIGINT  # SIGTERM, or SIGHUP
+            why = signal.Signals(signum).name
+            on_interrupt(why)
+            print(f"\n{prog}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
+                  f"command with --out {out_dir} to finish", file=sys.stderr)
+            return 128 + signum
+    if rc == 0 and not args.no_report:
+        report()
+    return rc
