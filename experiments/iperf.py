@@ -106,7 +106,8 @@ class Flow:
 
 
 def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, transport: str,
-                mss: Optional[int], length: Optional[int], bitrate: Optional[str]) -> list[str]:
+                mss: Optional[int], length: Optional[int], bitrate: Optional[str],
+                window: Optional[int] = None) -> list[str]:
     """The client's iperf3 arguments (pure)."""
     if transport not in ("tcp", "udp"):
         raise ValueError(f"transport: {transport!r} is not tcp or udp")
@@ -124,6 +125,8 @@ def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, t
         cmd += ["-M", str(mss)]
     if length:
         cmd += ["-l", str(length)]
+    if window:
+        cmd += ["-w", str(window)]
     return cmd
 
 
@@ -198,22 +201,22 @@ class Servers:
 def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "tcp",
                   mss: Optional[int] = None, length: Optional[int] = None, bitrate: Optional[str] = None,
                   omit_s: float = 1.0, port: int = DEFAULT_PORT, timeout_s: Optional[float] = None,
-                  on_start=None, servers: Optional[Servers] = None) -> list[Result]:
+                  on_start=None, servers: Optional[Servers] = None, window: Optional[int] = None) -> list[Result]:
     """Run the iperf3 tests of ``flows`` at the same time; one :class:`Result` per flow.
 
     ``servers`` are running :class:`Servers` for these flows; without them one-off
     servers are started for this test.  ``on_start`` is called once every client has
     been started (the measurement window begins).  ``mss`` sets the TCP MSS (``-M``),
     ``length`` the write or datagram size (``-l``), ``bitrate`` the offered rate
-    (``-b``, e.g. ``"0"`` for unlimited UDP).  The first ``omit_s`` seconds are a
+    (``-b``, e.g. ``"0"`` for unlimited UDP), ``window`` both ends' socket buffer (``-w``).  The first ``omit_s`` seconds are a
     warm-up iperf3 leaves out of the result.
     """
     if servers is None:
         with Servers(flows, port, one_off=True) as own:
             return measure_flows(flows, duration_s, transport, mss, length, bitrate, omit_s, port,
-                                 timeout_s, on_start, own)
+                                 timeout_s, on_start, own, window)
     iperf3 = check()
-    args = [client_args(f.server_addr, p, duration_s, omit_s, transport, mss, length, bitrate)
+    args = [client_args(f.server_addr, p, duration_s, omit_s, transport, mss, length, bitrate, window)
             for f, p in zip(flows, servers.ports)]
     timeout_s = timeout_s or duration_s + omit_s + 30
     clients: list[subprocess.Popen] = []

@@ -77,6 +77,8 @@ class SweepSpec:
     udp_bitrate: str = "0"
     pmtu: str = "discover"
     mtu: int = 1500
+    #: socket buffer of both iperf3 ends in bytes (iperf3 -w; seed 002's 65535), None: the kernel's
+    socket_buffer: Optional[int] = None
 
     def __post_init__(self) -> None:
         from ipsec.profiles import parse_profile
@@ -117,6 +119,10 @@ class SweepSpec:
             raise ValueError(f"duration must be whole seconds >= 1 (iperf3 -t), not {self.duration_s!r}")
         if isinstance(self.omit_s, bool) or self.omit_s != int(self.omit_s) or self.omit_s < 0:
             raise ValueError(f"warm-up must be whole seconds >= 0 (iperf3 -O), not {self.omit_s!r}")
+        if self.socket_buffer is not None and not (isinstance(self.socket_buffer, int)
+                                                   and 2048 <= self.socket_buffer <= 64 * 2**20):
+            raise ValueError(f"socket buffer must be bytes in 2048..{64 * 2**20} (iperf3 -w), "
+                             f"not {self.socket_buffer!r}")
         object.__setattr__(self, "duration_s", int(self.duration_s))
         object.__setattr__(self, "omit_s", int(self.omit_s))
 
@@ -349,7 +355,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
         flows, duration_s=spec.duration_s, transport=point.transport, omit_s=spec.omit_s,
         mss=point.size_bytes if point.size_mode == "mss" else None,
         length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
-        bitrate=spec.udp_bitrate if point.transport == "udp" else None,
+        bitrate=spec.udp_bitrate if point.transport == "udp" else None, window=spec.socket_buffer,
         on_start=lambda: window.setdefault("start", (cpu.sample(), time.monotonic())), servers=servers)
     c0, t0 = window["start"]
     use = cpu.usage(c0, cpu.sample())
