@@ -1,0 +1,299 @@
+"""The reproduction engine: one seed's experiment as named parts, measured into one run directory.
+
+A seed's script (``experiments/seed00N_*.py``) describes its experiment as
+:class:`Part` objects: each is a :class:`~experiments.sweep.SweepSpec` (or a series of
+request/response transactions) with a name the seed's reference file
+(``analysis/reference/seed00N.json``) uses in its ``where.part``.  This module runs
+them::
+
+    RUN/meta.json                the seed, every part's spec, the machine
+    RUN/<part>/results.jsonl     one line per measured point, as the sweep writes it
+    RUN/<part>/meta.json
+    RUN/comparison.json          published numbers next to ours, claims judged (host, after)
+    RUN/report.html
+
+All parts run in one process (one User-Mode Linux boot when the host kernel has no
+ESP); running the script again on the same directory measures only what is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import platform
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+from experiments.sweep import SweepSpec
+
+log = logging.getLogger(__name__)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Records of a transactions part carry this ``size_mode`` (what makes their keys unique).
+TRANSACTION_MODE = "transaction"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One measured part of a seed's experiment.
+
+    ``spec`` says what to measure; ``reference`` is the ``where.part`` of the seed's
+    published values this part answers (default: its name; two parts may answer one,
+    e.g. a TCP and a UDP part of one table).  With ``transactions`` > 0 the part is not an iperf3
+    sweep but ``transactions`` request/response transactions from the first flow's
+    client to its server, per profile and repetition, on the spec's network (its first
+    rate and IP version).
+    """
+
+    name: str
+    title: str
+    spec: SweepSpec
+    transactions: int = 0
+    reference: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.reference:
+            object.__setattr__(self, "reference", self.name)
+        if not self.name.replace("_", "").isalnum():
+            raise ValueError(f"part name {self.name!r}: letters, digits and _ only (it is a directory)")
+
+    def points(self) -> int:
+        from experiments.sweep import plan_points
+
+        if self.transactions:
+            return len(self.spec.profiles) * self.spec.repetitions
+        return len(plan_points(self.spec))
+
+    def estimate_seconds(self) -> float:
+        from experiments.sweep import estimate_seconds
+
+        if self.transactions:
+            # about 2 ms a transaction inside UML, and a network to build
+            return self.points() * (self.transactions * 0.002 + 1.0) + 6.0
+        return estimate_seconds(self.spec, self.points())
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "title": self.title, "spec": self.spec.to_json(),
+                "transactions": self.transactions, "reference": self.reference}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reproduction:
+    """A seed's experiment: its parts as a function of the script's options."""
+
+    seed: str
+    prog: str
+    doc: str
+    parts: Callable[[argparse.Namespace], list[Part]]
+    add_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    epilog: str = ""
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def _plan_transactions(part: Part) -> list:
+    from experiments.sweep import Point
+
+    spec = part.spec
+    points = []
+    for rep in range(spec.repetitions):
+        order = spec.profiles if rep % 2 == 0 else spec.profiles[::-1]  # ABBA, as the sweep
+        for profile in order:
+            points.append(Point(spec.topology, profile, spec.mode, spec.ip_versions[0], "tcp",
+                                float(spec.rates_mbit[0]), part.transactions, TRANSACTION_MODE, spec.clients, rep))
+    return points
+
+
+def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
+    """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
+    from experiments import cpu, transactions
+    from experiments.sweep import _read_json, _write_json, append, load_done, machine_meta, now_iso, open_results
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    spec = part.spec
+    os.makedirs(part_dir, exist_ok=True)
+    results_path = os.path.join(part_dir, "results.jsonl")
+    done = load_done(results_path)
+    points = _plan_transactions(part)
+    todo = [p for p in points if p.key() not in done]
+    meta_path = os.path.join(part_dir, "meta.json")
+    meta = _read_json(meta_path)
+    meta.update(machine_meta(), sweep=spec.to_json(), transactions=part.transactions)
+    meta.setdefault("started", now_iso())
+    _write_json(meta_path, meta)
+    measured = 0
+    if todo:
+        topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
+        client, server = topo.flows[0]
+        with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, open_results(results_path) as out:
+            current = "none"
+            for point in todo:
+                if point.profile != current:
+                    net.remove_ipsec()
+                    if point.profile != "none":
+                        net.apply_ipsec(point.profile, spec.mode, families=(point.ip_version,))
+                    current = point.profile
+                if progress:
+                    progress(point, None, len(points) - len(todo) + measured, len(points))
+                c0 = cpu.sample()
+                timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
+                use = cpu.usage(c0, cpu.sample())
+                record = {**dataclasses.asdict(point), "kind": "transactions", "goodput_mbps": None,
+                          **dataclasses.asdict(timing), "cpu_busy_pct": use.busy_pct,
+                          "cpu_system_pct": use.system_pct, "cpu_softirq_pct": use.softirq_pct,
+                          "failed": False, "emulation_limited": False, "backend": meta["backend"],
+                          "kernel_release": platform.release(), "time": now_iso()}
+                append(out, record)
+                measured += 1
+                if progress:
+                    progress(point, record, len(points) - len(todo) + measured, len(points))
+    meta = _read_json(meta_path)
+    meta.update(finished=now_iso(), complete=todo == [] or measured == len(todo))
+    _write_json(meta_path, meta)
+    return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
+
+
+def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> int:
+    """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's."""
+    from experiments import runner
+    from experiments.sweep import _read_json, _write_json, machine_meta, now_iso, run_sweep
+
+    meta_path = os.path.join(out_dir, "meta.json")
+    meta = _read_json(meta_path)
+    meta.update(machine_meta())
+    meta.update(seed=repro.seed, script=repro.prog, command_line=runner.typed_command() or sys.argv,
+                parts=[p.to_json() for p in parts], started=meta.get("started") or now_iso())
+    _write_json(meta_path, meta)
+    failed = 0
+    with runner.progress_bar() as bar:
+        for i, part in enumerate(parts, 1):
+            task = bar.add_task(part.name, total=part.points())
+            progress = runner.progress_callback(bar, task, prefix=f"[{i}/{len(parts)} {part.name}] ")
+            part_dir = os.path.join(out_dir, part.name)
+            if part.transactions:
+                counts = run_transactions(part, part_dir, progress)
+            else:
+                counts = run_sweep(part.spec, part_dir, progress, command_line=runner.typed_command(), lock=False)
+            failed += counts["failed"]
+            note = f", {counts['failed']} FAILED" if counts["failed"] else ""
+            bar.update(task, completed=counts["planned"], description=f"{part.name}: {counts['measured']} measured{note}")
+    meta = _read_json(meta_path)
+    meta["finished"] = now_iso()
+    _write_json(meta_path, meta)
+    if failed:
+        print(f"{failed} points FAILED; run the same command again to measure them", file=sys.stderr)
+    return 0
+
+
+def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
+    """Mark the run directory (and the part that was being measured) as ended by ``why``."""
+    from experiments.sweep import _read_json, _write_json, note_interrupted as note_part, now_iso
+
+    for part in parts:
+        if os.path.exists(os.path.join(out_dir, part.name, "meta.json")):
+            note_part(os.path.join(out_dir, part.name), why)
+    meta_path = os.path.join(out_dir, "meta.json")
+    meta = _read_json(meta_path)
+    if meta:
+        meta.update(interrupted=why, finished=now_iso())
+        _write_json(meta_path, meta)
+
+
+# -- the command line ---------------------------------------------------------------------
+
+def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
+    from testbed.cli import add_kernel_options
+    from testbed.errors import Parser, add_debug_option
+
+    p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("how long")
+    g.add_argument("--repetitions", type=int, default=None, metavar="N",
+                   help="repetitions per point, for every part (default: each part's own, shown by --dry-run)")
+    g.add_argument("--duration", type=int, default=None, metavar="SECONDS",
+                   help="measured whole seconds per point (iperf3 -t) (default: each part's own)")
+    g.add_argument("--parts", default=None, metavar="NAME,...",
+                   help="measure only these parts (default: all; --dry-run lists them)")
+    repro.add_options(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR",
+                   help=f"run directory; an existing one is resumed (default: runs/<date>-seed{repro.seed})")
+    o.add_argument("--dry-run", action="store_true", help="print the parts, their points and the estimated time")
+    o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
+    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
+    add_debug_option(o)
+    add_kernel_options(p)
+    return p
+
+
+def select_parts(repro: Reproduction, args) -> list[Part]:
+    """The parts ``args`` asks for, with --repetitions/--duration applied."""
+    parts = repro.parts(args)
+    overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration)) if v is not None}
+    if overrides:
+        parts = [dataclasses.replace(p, spec=dataclasses.replace(p.spec, **overrides)) for p in parts]
+    if args.parts:
+        wanted = [w.strip() for w in args.parts.split(",") if w.strip()]
+        unknown = sorted(set(wanted) - {p.name for p in parts})
+        if unknown:
+            raise ValueError(f"--parts: unknown part {', '.join(unknown)}; parts: {', '.join(p.name for p in parts)}")
+        parts = [p for p in parts if p.name in wanted]
+    return parts
+
+
+def dry_run(parts: Sequence[Part], out_dir: str) -> int:
+    total = 0.0
+    for part in parts:
+        s = part.spec
+        if part.transactions:
+            what = f"{part.transactions} request/response transactions"
+        else:
+            mode = "datagram" if s.transports == ("udp",) else s.size_mode
+            what = (f"{'/'.join(s.transports)}, {mode} {','.join(map(str, s.sizes))} B, "
+                    f"{','.join(f'{r:g}' for r in s.rates_mbit)} Mbit/s")
+        seconds = part.estimate_seconds()
+        total += seconds
+        clients = f", {s.clients} clients" if s.clients > 1 else ""
+        print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}, IPv{','.join(map(str, s.ip_versions))}, "
+              f"{what}, MTU {s.mtu}; {', '.join(s.profiles)}; {s.repetitions} x {s.duration_s} s: "
+              f"{part.points()} points, ~{seconds / 60:.1f} min")
+    sys.stdout.flush()
+    print(f"{len(parts)} parts into {out_dir}; estimated {total / 60:.1f} min plus a UML boot if the host kernel "
+          "has no ESP", file=sys.stderr)
+    return 0
+
+
+def report(repro: Reproduction, out_dir: str) -> None:
+    from analysis.reproduction import print_summary, write_report
+
+    path = write_report(out_dir)
+    print_summary(out_dir)
+    print(f"report: {path}", file=sys.stderr)
+
+
+def main(repro: Reproduction, script: str, argv: Optional[Sequence[str]] = None) -> int:
+    from experiments import runner
+    from testbed.errors import run_main
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(repro).parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    def work() -> int:
+        parts = select_parts(repro, args)  # a ValueError here is the one-line message of a bad value
+        out_dir = os.path.abspath(args.out or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S")
+                                                           + f"-seed{repro.seed}"))
+        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+            raise NotADirectoryError(f"--out {out_dir}: exists and is not a directory")
+        if args.dry_run:
+            return dry_run(parts, out_dir)
+        return runner.run(repro.prog, script, args, argv, out_dir, measure=lambda: measure_parts(repro, parts, out_dir),
+                          report=lambda: report(repro, out_dir),
+                          on_interrupt=lambda why: note_interrupted(out_dir, parts, why))
+
+    return run_main(repro.prog, work, args.debug)
