@@ -416,3 +416,52 @@ def expected_goodput_mbps(rate_mbit: float, mss: int, profile: ProfileArg = "non
     inner = seg_mss + TCP_HEADER_BYTES + ip_hdr
     wire = inner + (packet_overhead(prof, mode, ip_version, inner) if prof.protocols else 0) + l2_bytes
     return rate_mbit * payload / wire
+
+
+def expected_udp_goodput_mbps(rate_mbit: float, datagram: int, profile: ProfileArg = "none", mode: str = "tunnel",
+                              ip_version: int = 4, link_mtu: int = 1500, l2_bytes: int = 14) -> float:
+    """UDP goodput a perfect shaper of ``rate_mbit`` gives for ``datagram``-byte payloads through ``profile``.
+
+    A datagram larger than the MTU the profile leaves (:func:`inner_mtu`; the link MTU
+    without IPsec) is fragmented by the sender before it is protected, as Linux does for
+    a socket whose route is an xfrm bundle: fragments carry multiples of 8 bytes of the
+    UDP datagram (IPv6 adds its 8-byte fragment header to each), and each fragment is
+    one inner packet with its own :func:`packet_overhead` and ``l2_bytes`` of framing.
+    """
+    if rate_mbit <= 0:
+        raise ValueError(f"rate_mbit must be > 0, not {rate_mbit!r}")
+    if datagram < 1:
+        raise ValueError(f"datagram must be >= 1 byte, not {datagram!r}")
+    prof = _profile(profile)
+    ip_hdr = IP_HEADER_BYTES[ip_version]
+    mtu = inner_mtu(prof, mode, ip_version, link_mtu) if prof.protocols else link_mtu
+    l4 = datagram + 8  # the UDP header
+    if l4 + ip_hdr <= mtu:
+        inners = [l4 + ip_hdr]
+    else:
+        frag_hdr = 8 if ip_version == 6 else 0
+        per = (mtu - ip_hdr - frag_hdr) // 8 * 8
+        full, rest = divmod(l4, per)
+        inners = [per + ip_hdr + frag_hdr] * full + ([rest + ip_hdr + frag_hdr] if rest else [])
+    wire = sum(n + (packet_overhead(prof, mode, ip_version, n) if prof.protocols else 0) + l2_bytes for n in inners)
+    return rate_mbit * datagram / wire
+
+
+def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500) -> Optional[float]:
+    """The expected goodput of a result record's point (its transport, size and size mode), or None.
+
+    TCP with ``size_mode`` mss: :func:`expected_goodput_mbps` at that MSS; with ``write``:
+    at the largest MSS the path allows (the sender's writes are cut into full segments);
+    UDP (``datagram``): :func:`expected_udp_goodput_mbps`.  Points of other kinds (request
+    and response transactions) have none.
+    """
+    args = (point["rate_mbit"],)
+    kw = dict(profile=point["profile"], mode=point.get("mode") or "tunnel", ip_version=point["ip_version"],
+              link_mtu=link_mtu)
+    if point.get("transport") == "tcp" and point.get("size_mode") == "mss":
+        return expected_goodput_mbps(*args, point["size_bytes"], **kw)
+    if point.get("transport") == "tcp" and point.get("size_mode") == "write":
+        return expected_goodput_mbps(*args, MAX_LINK_MTU, **kw)
+    if point.get("transport") == "udp":
+        return expected_udp_goodput_mbps(*args, point["size_bytes"], **kw)
+    return None

@@ -1,0 +1,257 @@
+"""The reproduction analysis on synthetic data with known answers, and the seed scripts against their reference files."""
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from analysis import penalty, reproduction
+from analysis.reproduction import FAILS, HOLDS, UNMEASURED, Row, evaluate_claim
+from analysis.stats import RatioEstimate, Summary
+from ipsec import overhead
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "experiments"))
+SCRIPTS = {"000": "seed000_x230_gigabit", "001": "seed001_netio_3des_ah", "002": "seed002_ttcp_topologies",
+           "003": "seed003_gateway_rates", "004": "seed004_ipv6_clients"}
+
+
+# -- the overhead model for UDP and bulk writes --------------------------------------------------
+
+def test_udp_expected_goodput_without_fragmentation():
+    # 1000-byte datagrams, IPv4, no IPsec: 1000 + 8 + 20 + 14 bytes on the wire per 1000 delivered
+    assert overhead.expected_udp_goodput_mbps(100, 1000) == pytest.approx(100 * 1000 / 1042)
+
+
+def test_udp_expected_goodput_fragments_in_multiples_of_eight():
+    # 4000 + 8 = 4008 bytes of UDP over IPv4 MTU 1500: fragments carry 1480, 1480, 1048 bytes
+    wire = (1480 + 20 + 14) * 2 + (1048 + 20 + 14)
+    assert overhead.expected_udp_goodput_mbps(100, 4000) == pytest.approx(100 * 4000 / wire)
+    # IPv6 adds an 8-byte fragment header: 1500 - 40 - 8 = 1452 -> 1448 bytes per fragment
+    wire6 = (1448 + 48 + 14) * 2 + (4008 - 2 * 1448 + 48 + 14)
+    assert overhead.expected_udp_goodput_mbps(100, 4000, ip_version=6) == pytest.approx(100 * 4000 / wire6)
+
+
+def test_udp_expected_goodput_with_esp_adds_the_packets_overhead():
+    inner = 1000 + 8 + 20
+    added = overhead.packet_overhead("aes-gcm-256", "tunnel", 4, inner)
+    got = overhead.expected_udp_goodput_mbps(10, 1000, "aes-gcm-256", "tunnel", 4)
+    assert got == pytest.approx(10 * 1000 / (inner + added + 14))
+    assert got < overhead.expected_udp_goodput_mbps(10, 1000)
+
+
+def test_point_expectation_follows_transport_and_size_mode():
+    tcp = {"rate_mbit": 10.0, "profile": "none", "mode": "tunnel", "ip_version": 4, "transport": "tcp"}
+    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "mss", "size_bytes": 500}) == \
+        pytest.approx(overhead.expected_goodput_mbps(10, 500))
+    # bulk writes are cut into full segments whatever their size
+    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "write", "size_bytes": 1024}) == \
+        pytest.approx(overhead.expected_goodput_mbps(10, 1460))
+    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "transaction", "size_bytes": 100}) is None
+
+
+# -- penalty decomposition ---------------------------------------------------------------------
+
+def test_decompose_known_answer():
+    # expected 90 vs 100 Mbit/s: the bytes explain 10 %; measured 0.7: 20 % is something else
+    p = penalty.decompose(0.7, 90.0, 100.0, plain_goodput=97.0)
+    assert p.penalty == pytest.approx(0.3)
+    assert p.wire == pytest.approx(0.1)
+    assert p.other == pytest.approx(0.2)
+    assert p.plain_link_bound is True
+    assert penalty.decompose(0.7, 90.0, 100.0, plain_goodput=60.0).plain_link_bound is False
+
+
+def test_decompose_without_a_model_keeps_the_penalty_only():
+    p = penalty.decompose(0.8, None, 100.0)
+    assert p.penalty == pytest.approx(0.2) and p.wire is None and p.other is None
+
+
+def test_penalty_of_a_link_bound_point_is_all_wire():
+    from analysis.stats import aggregate, normalize
+
+    point = {"topology": "vpn_gateway", "mode": "tunnel", "ip_version": 4, "transport": "tcp", "rate_mbit": 10.0,
+             "size_bytes": 500, "size_mode": "mss", "clients": 1}
+    plain = overhead.expected_goodput_mbps(10, 500)
+    ipsec = overhead.expected_goodput_mbps(10, 500, "aes-gcm-256", "tunnel")
+    records = [{**point, "profile": p, "repetition": r, "goodput_mbps": g}
+               for r in range(3) for p, g in (("none", plain), ("aes-gcm-256", ipsec))]
+    (ratio,) = normalize(aggregate(records))
+    p = penalty.penalty_of(ratio)
+    assert p.wire == pytest.approx(1 - ipsec / plain)
+    assert p.other == pytest.approx(0.0, abs=1e-12)
+    assert p.plain_link_bound is True
+
+
+# -- claims on synthetic rows ------------------------------------------------------------------
+
+def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, **metrics) -> Row:
+    point = {"topology": "t", "profile": profile, "mode": "tunnel", "ip_version": ip, "transport": "tcp",
+             "rate_mbit": rate, "size_bytes": size, "size_mode": "mss", "clients": clients, "part": part,
+             "reference": part, "mtu": 1500}
+    wrapped = {k: RatioEstimate(v, None, None) if k == "normalized_goodput" else Summary.of([v])
+               for k, v in metrics.items()}
+    return Row(point, wrapped, limited)
+
+
+def claim(**check):
+    return {"id": "c", "statement": "s", "check": check}
+
+
+def test_value_claim_holds_only_when_every_point_is_in_range():
+    rows = [row(profile="x", size=s, normalized_goodput=v) for s, v in ((800, 0.9), (1000, 0.88), (500, 0.5))]
+    c = claim(metric="normalized_goodput", op="value", select={"size_bytes": {"min": 751}}, low=0.85, high=0.95)
+    got = evaluate_claim(c, rows)
+    assert got["verdict"] == HOLDS and got["min"] == pytest.approx(0.88) and len(got["measured"]) == 2
+    c["check"]["select"] = {}
+    assert evaluate_claim(c, rows)["verdict"] == FAILS
+
+
+def test_ratio_claim_pairs_points_equal_in_every_other_key():
+    rows = [row(ip=4, goodput_mbps=100.0), row(ip=6, goodput_mbps=98.0),
+            row(ip=4, size=500, goodput_mbps=50.0), row(ip=6, size=500, goodput_mbps=40.0)]
+    c = claim(metric="goodput_mbps", op="ratio", num={"ip_version": 6}, den={"ip_version": 4}, low=0.97, high=1.0)
+    got = evaluate_claim(c, rows)
+    assert sorted(m["value"] for m in got["measured"]) == pytest.approx([0.8, 0.98])
+    assert got["verdict"] == FAILS
+    c["check"]["select"] = {"size_bytes": 1000}
+    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+
+
+def test_difference_and_means_claims():
+    rows = [row(profile="none", cpu_system_pct=2.0), row(profile="x", cpu_system_pct=12.5)]
+    c = claim(metric="cpu_system_pct", op="difference", num={"profile": "x"}, den={"profile": "none"}, low=5, high=15)
+    assert evaluate_claim(c, rows)["measured"][0]["value"] == pytest.approx(10.5)
+    rows = [row(clients=n, goodput_mbps=g) for n, g in ((1, 90.0), (2, 30.0), (3, 20.0))]
+    c = claim(metric="goodput_mbps", op="ratio", means=True, num={"clients": {"min": 2}}, den={"clients": 1},
+              high=0.75)
+    got = evaluate_claim(c, rows)
+    assert got["measured"][0]["value"] == pytest.approx(25 / 90) and got["verdict"] == HOLDS
+
+
+def test_pairs_across_parts_ignore_the_keys_named():
+    rows = [row(part="mtu3000", size=2960, goodput_mbps=99.0), row(part="throughput", size=1460, goodput_mbps=100.0)]
+    c = claim(metric="goodput_mbps", op="ratio", num={"part": "mtu3000"}, den={"part": "throughput"}, low=0.97,
+              high=1.03)
+    assert evaluate_claim(c, rows)["verdict"] == UNMEASURED  # sizes differ: no pair
+    c["check"]["ignore"] = ["size_bytes"]
+    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+
+
+def test_a_claim_without_data_is_not_measured_and_counts_cpu_bound_points():
+    assert evaluate_claim(claim(metric="goodput_mbps", op="value", select={"part": "nope"}, low=1), [row()])[
+        "verdict"] == UNMEASURED
+    rows = [row(profile="x", limited=True, normalized_goodput=0.5)]
+    got = evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.9), rows)
+    assert got["verdict"] == FAILS and got["points_cpu_bound"] == 1
+
+
+def test_published_values_and_transfer_ratios():
+    ref = {"values": [
+        {"id": "a", "source": "s", "quote": "100 Mbit/s", "value": 100, "unit": "Mbit/s", "mbps_per_unit": 1,
+         "metric": "goodput_mbps", "where": {"part": "p", "profile": "none"}},
+        {"id": "b", "source": "s", "quote": "5000KB", "value": 5000, "unit": "KB/s", "mbps_per_unit": 0.008192,
+         "metric": "goodput_mbps", "where": {"part": "p", "profile": "x"}},
+        {"id": "c", "source": "s", "quote": "9", "value": 9, "unit": "%", "metric": "penalty_pct", "where": {}}]}
+    rows = [row(profile="none", goodput_mbps=80.0), row(profile="x", goodput_mbps=20.0)]
+    values = reproduction.compare_values(ref, rows)
+    assert [v["id"] for v in values] == ["a", "b"]  # penalty_pct is a claim's, not a table's
+    assert values[1]["seed_value"] == pytest.approx(40.96)
+    assert values[1]["ours_over_seed"] == pytest.approx(20 / 40.96)
+    (ratio,) = reproduction.transfer_ratios(ref, rows)
+    assert ratio["ratio"] == "IPsec/plain" and ratio["seed"] == pytest.approx(0.4096)
+    assert ratio["ours"] == pytest.approx(0.25)
+
+
+# -- a run directory end to end ------------------------------------------------------------------
+
+def test_report_of_a_synthetic_run(tmp_path):
+    from experiments.sweep import SweepSpec
+
+    spec = SweepSpec(topology="vpn_gateway", profiles=("none", "aes-cbc-128-md5"), rates_mbit=(10.0,),
+                     sizes=(500, 1000), repetitions=2)
+    meta = {"seed": "003", "backend": "uml", "kernel_release": "6.1.0", "cpu_model": "test CPU", "cpu_count": 1,
+            "parts": [{"name": "gateway", "title": "t", "reference": "gateway", "spec": spec.to_json(),
+                       "transactions": 0}]}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    part = tmp_path / "gateway"
+    part.mkdir()
+    lines = []
+    for size in (500, 1000):
+        plain = overhead.expected_goodput_mbps(10, size)
+        for rep in range(2):
+            for profile, share in (("none", 1.0), ("aes-cbc-128-md5", 0.9 if size == 1000 else 0.6)):
+                lines.append({"topology": "vpn_gateway", "profile": profile, "mode": "tunnel", "ip_version": 4,
+                              "transport": "tcp", "rate_mbit": 10.0, "size_bytes": size, "size_mode": "mss",
+                              "clients": 1, "repetition": rep, "goodput_mbps": plain * share + rep * 0.01,
+                              "cpu_busy_pct": 50.0, "cpu_system_pct": 20.0, "cpu_s_per_gb": 10.0 / share,
+                              "emulation_limited": False, "failed": False})
+    (part / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    path = reproduction.write_report(str(tmp_path))
+    data = json.loads((tmp_path / "comparison.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["ninety-percent"] == HOLDS  # 0.9 at 1000 bytes, 10 Mbit/s
+    assert verdicts["small-less-efficient"] == HOLDS  # 0.6 at 500 against 0.9
+    assert verdicts["cpu-small-packets"] == UNMEASURED  # no 100- or 1460-byte points
+    assert {p["point"]["size_bytes"] for p in data["penalties"]} == {500, 1000}
+    page = open(path).read()
+    assert "IPsec becomes less efficient" in page and page.count('class="holds"') == 2
+
+
+# -- the seed scripts and their reference files --------------------------------------------------
+
+@pytest.mark.parametrize("seed", sorted(SCRIPTS))
+def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
+    from experiments.reproduce import build_parser, select_parts
+
+    module = importlib.import_module(SCRIPTS[seed])
+    repro = module.REPRODUCTION
+    args = build_parser(repro).parse_args([])
+    parts = select_parts(repro, args)
+    assert parts and len({p.name for p in parts}) == len(parts)
+    # the plan's own estimate (UML figures); the measured times are in the README
+    assert sum(p.estimate_seconds() for p in parts) < 9 * 60
+    assert all(p.spec.repetitions >= 2 for p in parts), "a confidence interval needs 2 repetitions"
+
+
+@pytest.mark.parametrize("seed", sorted(SCRIPTS))
+def test_every_claim_and_compared_value_names_a_part_of_the_script(seed):
+    from experiments.reproduce import build_parser, select_parts
+
+    repro = importlib.import_module(SCRIPTS[seed]).REPRODUCTION
+    parts = select_parts(repro, build_parser(repro).parse_args([]))
+    names = {p.name for p in parts} | {p.reference for p in parts}
+    ref = reproduction.load_reference(seed)
+    for c in ref["claims"]:
+        for where in (c["check"].get(k, {}) for k in ("select", "num", "den")):
+            wanted = where.get("part", [])
+            assert set(wanted if isinstance(wanted, list) else [wanted]) <= names, (c["id"], wanted)
+    for v in ref["values"]:
+        if v["metric"] in reproduction.COMPARED_METRICS and seed in ("000", "001"):
+            assert v["where"]["part"] in names | {"summary"}, v["id"]
+
+
+def test_parts_option_selects_and_refuses_unknown_names():
+    from experiments.reproduce import build_parser, select_parts
+
+    repro = importlib.import_module(SCRIPTS["000"]).REPRODUCTION
+    args = build_parser(repro).parse_args(["--parts", "bulk,mtu3000", "--repetitions", "4"])
+    parts = select_parts(repro, args)
+    assert [p.name for p in parts] == ["bulk", "mtu3000"] and {p.spec.repetitions for p in parts} == {4}
+    with pytest.raises(ValueError, match="unknown part nope"):
+        select_parts(repro, build_parser(repro).parse_args(["--parts", "nope"]))
+
+
+def test_transaction_summary():
+    from experiments.transactions import summarize
+
+    t = summarize([0.001 * i for i in range(1, 101)], elapsed_s=5.05)
+    assert t.count == 100 and t.mean_ms == pytest.approx(50.5) and t.median_ms == pytest.approx(50.5)
+    assert t.p95_ms == pytest.approx(95.0)
+    assert not math.isnan(t.elapsed_s)
+    with pytest.raises(ValueError):
+        summarize([], 0.0)
