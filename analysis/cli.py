@@ -75,6 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from analysis.results import ResultsError
 
     console = Console()
+    if _is_reproduction(args.run_dirs[0]):
+        return _reproduction_report(args, console)
     runs = []
     for run_dir in args.run_dirs:
         if not Path(run_dir).is_dir():
@@ -115,6 +117,46 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 1
     print(f"report: {out} ({len(page) / 1e6:.1f} MB, opens offline)", file=sys.stderr)
+    return 0
+
+
+def _is_reproduction(run_dir: str) -> bool:
+    from analysis.results import load_meta
+
+    try:
+        meta = load_meta(run_dir)
+    except Exception:  # noqa: BLE001 (the sweep path reports what is wrong with it)
+        return False
+    return bool(meta.get("seed") and meta.get("parts"))
+
+
+def _reproduction_report(args, console) -> int:
+    """A seed reproduction's run (experiments/seed00N_*.py): its comparison report; with several, their claims."""
+    from analysis import reproduction
+
+    datas = []
+    for run_dir in args.run_dirs:
+        if not _is_reproduction(run_dir):
+            print(f"ipsec-testbed report: {run_dir}: not a seed reproduction run (cannot compare it with "
+                  f"{args.run_dirs[0]})", file=sys.stderr)
+            return 1
+        try:
+            datas.append(reproduction.evaluate(run_dir))
+        except (reproduction.ReproductionError, ValueError) as e:
+            print(f"ipsec-testbed report: {e}", file=sys.stderr)
+            return 1
+    reproduction.print_summary(args.run_dirs[0], datas[0])
+    if len(datas) > 1:
+        reproduction.print_claims_compared(args.run_dirs, datas)
+    if args.no_html:
+        return 0
+    out = args.out or Path(args.run_dirs[0]) / "report.html"
+    try:
+        reproduction.write_report(args.run_dirs[0], out=str(out), compare=list(zip(args.run_dirs, datas)))
+    except OSError as e:
+        print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"report: {out} (and comparison.json beside the run's results)", file=sys.stderr)
     return 0
 
 

@@ -813,14 +813,28 @@ emulated link was full).</p>
 """
 
 
-def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Mapping[Any, str]) -> str:
+def _penalty_text(ratio: Optional[Ratio], link_mtu: int) -> str:
+    """An IPsec point's penalty as 'total = wire + other' (percent of plain); see analysis.penalty."""
+    from analysis.penalty import penalty_of
+
+    p = penalty_of(ratio, link_mtu) if ratio else None
+    if p is None:
+        return ""
+    if p.wire is None:
+        return f"{100 * p.penalty:.1f} %"
+    return f"{100 * p.penalty:.1f} = {100 * p.wire:.1f} + {100 * p.other:.1f} %"
+
+
+def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Mapping[Any, str],
+                  link_mtu: int = 1500) -> str:
     by_ipsec = _ratio_index(ratios)
     varying = _varying_scenario_keys(aggs)
     head = (["scenario"] if varying else []) + ["profile", "rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)",
                                                  "±95 % CI", "min – max", "theoretical (Mbit/s)",
-                                                 "IPsec / plain", "CPU s/GB", "CPU ratio", "flag"]
+                                                 "IPsec / plain", "penalty = wire + other", "CPU s/GB",
+                                                 "CPU ratio", "flag"]
     numeric = {"rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)", "±95 % CI", "min – max",
-               "theoretical (Mbit/s)", "IPsec / plain", "CPU s/GB", "CPU ratio"}
+               "theoretical (Mbit/s)", "IPsec / plain", "penalty = wire + other", "CPU s/GB", "CPU ratio"}
     out = ['<table class="points" id="points"><thead><tr>']
     out += [f'<th class="{"num" if h in numeric else ""}">{_esc(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
@@ -850,6 +864,7 @@ def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Ma
             ("num", _esc(f"{a.goodput.min:.{lo_d}f} – {a.goodput.max:.{lo_d}f}")),
             ("num", _esc(fmt_num(a.theoretical_goodput_mbps))),
             ("num", _esc(_ratio_text(ratio.goodput if ratio else None))),
+            ("num", _esc(_penalty_text(ratio, link_mtu))),
             ("num", _esc(_summary_text(a.cpu_s_per_gb))),
             ("num", _esc(_ratio_text(ratio.cpu_s_per_gb if ratio else None))),
             ("flag", _esc(_flag(a))),
@@ -940,8 +955,10 @@ def render_html(run_dir_or_records: Union[str, os.PathLike, Sequence[Mapping[str
     parts.append("<h2>Aggregated points</h2>")
     parts.append("<p>One row per point; the plain baseline in bold, the IPsec rows after it at the same size. "
                  "CI: half-width of the 95&nbsp;% confidence interval. IPsec/plain and CPU ratio: delta-method "
-                 "intervals.</p>")
-    parts.append(_points_table(aggs, ratios, colors))
+                 "intervals. Penalty: 1 &minus; IPsec/plain in percent of the plain goodput, split into what the "
+                 "bytes IPsec adds explain on a saturated link (wire, from the overhead model) and the rest "
+                 "(other: encryption and packet processing, or an emulator out of CPU).</p>")
+    parts.append(_points_table(aggs, ratios, colors, (meta.get("sweep") or {}).get("mtu") or 1500))
     if len(compare) > 1:
         parts.append("<h2>Comparison table</h2>")
         parts.append(_compare_html(compare))

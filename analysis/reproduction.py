@@ -441,7 +441,8 @@ def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[s
     return "\n".join(out)
 
 
-def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None) -> str:
+def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
+                compare: Sequence[tuple[str, Mapping]] = ()) -> str:
     """The reproduction's page: set-ups, claims, published numbers, ratios, penalties, figures per part."""
     from analysis import report as sweep_report
 
@@ -467,6 +468,9 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None) -> str:
                 "range written next to the claim in the reference file; the range is how the seed's words were "
                 "read.</p>")
     body.append(_html_table("claims", *claim_rows(data)))
+    if len(compare) > 1:
+        body.append("<h3>The same claims in the runs compared</h3>")
+        body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
     failing = [c for c in data["claims"] if c["differs"]]
     if failing:
         body.append("<h3>What differs, where a claim does not hold</h3><ul>")
@@ -549,13 +553,49 @@ def _part_figures(run_dir: str) -> list:
     return figures
 
 
-def write_report(run_dir: str) -> str:
-    """Write ``comparison.json`` and ``report.html`` into ``run_dir``; returns the report's path."""
+def write_report(run_dir: str, out: Optional[str] = None, compare: Sequence[tuple[str, Mapping]] = ()) -> str:
+    """Write ``comparison.json`` and ``report.html`` (or ``out``) into ``run_dir``; returns the report's path.
+
+    ``compare``: (run directory, :func:`evaluate` data) of several runs of the same seed, this
+    one first, whose claims the page sets side by side.
+    """
     data = evaluate(run_dir)
     _atomic_write(os.path.join(run_dir, "comparison.json"), json.dumps(data, indent=2, sort_keys=True, default=str))
-    path = os.path.join(run_dir, "report.html")
-    _atomic_write(path, render_html(run_dir, data))
+    path = out or os.path.join(run_dir, "report.html")
+    _atomic_write(path, render_html(run_dir, data, compare))
     return path
+
+
+def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One row per claim of the first run: its verdict and measured range in every run."""
+    headers = ["claim"] + [f"{os.path.basename(os.path.normpath(d))} ({x['run'].get('backend')} "
+                           f"{x['run'].get('kernel_release')})" for d, x in zip(run_dirs, datas)]
+    rows = []
+    for claim in datas[0]["claims"]:
+        row = [claim["id"]]
+        for data in datas:
+            c = next((c for c in data["claims"] if c["id"] == claim["id"]), None)
+            if c is None or c["min"] is None:
+                row.append(UNMEASURED)
+            else:
+                span = _num(c["min"]) if c["min"] == c["max"] else f"{_num(c['min'])} .. {_num(c['max'])}"
+                row.append(f"{c['verdict']} ({span})")
+        rows.append(row)
+    return headers, rows
+
+
+def print_claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    headers, rows = claims_compared(run_dirs, datas)
+    table = Table(title="Claims across runs", box=box.SIMPLE_HEAD, title_justify="left")
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
 
 
 def _atomic_write(path: str, text: str) -> None:

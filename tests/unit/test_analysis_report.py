@@ -380,3 +380,21 @@ def test_page_colours_hold_when_a_profile_has_no_baseline():
     assert {t.meta["profile"] for t in traces(ratio_fig, "ratio")} == {"aes-gcm-256"}
     assert {t.line.color for t in traces(ratio_fig, "ratio")} == {page_colors["aes-gcm-256"]}
     assert page_colors["aes-gcm-256"] != page_colors["aes-cbc-128-sha1"]
+
+
+def test_points_table_splits_each_ipsec_penalty_into_wire_and_other():
+    from analysis.report import _points_table, profile_colors
+    from analysis.stats import aggregate, normalize
+    from ipsec.overhead import expected_goodput_mbps
+
+    point = {"topology": "vpn_gateway", "mode": "tunnel", "ip_version": 4, "transport": "tcp", "rate_mbit": 10.0,
+             "size_bytes": 1000, "size_mode": "mss", "clients": 1}
+    plain = expected_goodput_mbps(10, 1000)
+    ipsec = expected_goodput_mbps(10, 1000, "aes-gcm-256", "tunnel")
+    records = [{**point, "profile": p, "repetition": r, "goodput_mbps": g}
+               for r in range(2) for p, g in (("none", plain), ("aes-gcm-256", ipsec / 2))]
+    aggs = aggregate(records)
+    page = _points_table(aggs, normalize(aggs), profile_colors(["none", "aes-gcm-256"]))
+    wire = 1 - ipsec / plain
+    total = 1 - ipsec / 2 / plain
+    assert f"{100 * total:.1f} = {100 * wire:.1f} + {100 * (total - wire):.1f} %" in page

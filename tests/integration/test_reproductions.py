@@ -1,0 +1,103 @@
+"""The seed scripts on the ESP kernel: small versions of their defaults, measured for real, then judged.
+
+Each runs the script as a user would (a process of its own, with --out), then reads the
+run directory with the analysis: every point planned is there, the seed's published
+numbers find ours beside them, and the claims the parts measured get a verdict computed
+from those numbers (not "not measured").
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from analysis import reproduction
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def run_script(name: str, out: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, os.path.join(REPO, "experiments", name), "--out", out, "--no-report", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def records(run_dir: str, part: str) -> list[dict]:
+    with open(os.path.join(run_dir, part, "results.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_seed001_udp_table(tmp_path):
+    out = str(tmp_path / "seed001")
+    run_script("seed001_netio_3des_ah.py", out, "--parts", "netio_udp", "--sizes", "1024,16384",
+               "--repetitions", "2", "--duration", "1")
+    got = records(out, "netio_udp")
+    assert len(got) == 2 * 2 * 2 and all(r["goodput_mbps"] > 0 for r in got)
+    assert {r["profile"] for r in got} == {"none", "3des-cbc-sha1+ah-md5"}
+    data = reproduction.evaluate(out)
+    measured = [v for v in data["values"] if v["ours"] is not None]
+    # Table 2's 1 KB and 16 KB rows, with and without IPsec, have ours beside them
+    assert {v["id"] for v in measured} >= {"netio-udp-1024-none", "netio-udp-16384-ipsec"}, [v["id"] for v in measured]
+    half = next(c for c in data["claims"] if c["id"] == "half")
+    assert half["verdict"] in (reproduction.HOLDS, reproduction.FAILS) and len(half["measured"]) == 2
+    assert all(0 < m["value"] < 1.5 for m in half["measured"])
+
+
+def test_seed002_latency_transactions(tmp_path):
+    out = str(tmp_path / "seed002")
+    run_script("seed002_ttcp_topologies.py", out, "--parts", "latency", "--transactions", "100",
+               "--repetitions", "2")
+    got = records(out, "latency")
+    assert len(got) == 4 and {r["profile"] for r in got} == {"none", "3des-cbc-sha1"}
+    assert all(r["count"] == 100 and 0 < r["mean_ms"] < 1000 for r in got)
+    data = reproduction.evaluate(out)
+    latency = next(c for c in data["claims"] if c["id"] == "latency")
+    assert latency["verdict"] != reproduction.UNMEASURED and latency["measured"][0]["value"] > 0
+    path = reproduction.write_report(out)
+    assert "Request/response transactions" in open(path).read()
+
+
+def test_seed004_clients_parts(tmp_path):
+    out = str(tmp_path / "seed004")
+    run_script("seed004_ipv6_clients.py", out, "--max-clients", "2", "--repetitions", "2", "--duration", "1")
+    two = records(out, "clients2")
+    assert {r["clients"] for r in two} == {2} and {r["ip_version"] for r in two} == {6}
+    assert len(two) == 3 * 2 * 2  # profiles x transports x repetitions
+    data = reproduction.evaluate(out)
+    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    assert verdicts["aes-superior"] != reproduction.UNMEASURED
+    assert verdicts["des-udp-falls"] != reproduction.UNMEASURED
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
+    assert meta["seed"] == "004" and [p["name"] for p in meta["parts"]] == ["clients1", "clients2"]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM"])
+def test_a_reproduction_stopped_by_a_signal_resumes(tmp_path, signal_name):
+    import signal
+    import time
+
+    out = str(tmp_path / "seed003")
+    cmd = [sys.executable, os.path.join(REPO, "experiments", "seed003_gateway_rates.py"), "--out", out,
+           "--no-report", "--rates", "10", "--sizes", "500,1000", "--repetitions", "2", "--duration", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    path = os.path.join(out, "gateway", "results.jsonl")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(getattr(signal, signal_name))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + getattr(signal, signal_name), err[-2000:]
+    assert "stopped by" in err
+    with open(os.path.join(out, "meta.json")) as f:
+        assert json.load(f)["interrupted"] == signal_name
+    before = open(path).read().count("\n")
+    run_script("seed003_gateway_rates.py", out, "--rates", "10", "--sizes", "500,1000", "--repetitions", "2",
+               "--duration", "1")
+    got = records(out, "gateway")
+    keys = [(r["profile"], r["size_bytes"], r["repetition"]) for r in got]
+    assert len(keys) == len(set(keys)) == 8 and before >= 2
