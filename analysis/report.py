@@ -760,6 +760,8 @@ def _meta_rows(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     cpu = meta.get("cpu_model") or "–"
     if meta.get("cpu_count"):
         cpu = f"{cpu} × {meta['cpu_count']} CPUs"
+    if meta.get("host_cpu_model"):  # a UML guest's cpuinfo names no CPU
+        cpu = f"{cpu}, on the host's {meta['host_cpu_model']}"
     rows.append(("CPU", _esc(cpu)))
     command = meta.get("command_line")
     if isinstance(command, (list, tuple)):

@@ -186,8 +186,8 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[di
     """One entry per published throughput, loss or CPU figure: the seed's and ours."""
     out = []
     for v in reference.get("values", []):
-        if v.get("metric") not in COMPARED_METRICS:
-            continue
+        if v.get("metric") not in COMPARED_METRICS or "compare" in v.get("where", {}):
+            continue  # a value that compares two set-ups is a claim's (see "claims")
         seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == "goodput_mbps" else v["value"]
         found = select(rows, v.get("where", {}), v["metric"])
         entry = {"id": v["id"], "source": v["source"], "quote": v["quote"], "metric": v["metric"],
@@ -196,7 +196,7 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[di
         if len(found) == 1:
             mean, ci = found[0].value(v["metric"])
             entry.update(ours=mean, ci95=ci, n=found[0].metrics[v["metric"]].n, limited=found[0].limited,
-                         ours_over_seed=mean / seed_value if seed_value else None)
+                         ours_over_seed=mean / seed_value if seed_value and v["metric"] != "loss_pct" else None)
         else:
             entry["note"] = "not measured by this run" if not found else f"{len(found)} points match; not compared"
         out.append(entry)
@@ -305,7 +305,13 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row]) -> dict:
             "measured": [{"what": w, "value": v, "in_range": low <= v <= high} for w, v in computed],
             "min": min(values) if values else None, "max": max(values) if values else None,
             "points_cpu_bound": sum(1 for r in {id(r): r for r in involved}.values() if r.limited),
-            "points": len({id(r) for r in involved})}
+            "points": len({id(r) for r in involved}),
+            "cpu_busy_mean": _mean_of(involved, "cpu_busy_pct"), "cpu_system_mean": _mean_of(involved, "cpu_system_pct")}
+
+
+def _mean_of(rows: Sequence[Row], metric: str) -> Optional[float]:
+    values = [r.value(metric)[0] for r in {id(r): r for r in rows}.values() if r.value(metric) is not None]
+    return sum(values) / len(values) if values else None
 
 
 def _label(row: Row) -> str:
@@ -326,13 +332,18 @@ def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: 
         out.append(f"{verdict['points_cpu_bound']} of the {verdict['points']} points it rests on were CPU-bound "
                    "here (the emulator's CPU, not the link, limited them)")
     if meta.get("backend") == "uml":
-        out.append(f"this run: User-Mode Linux {meta.get('kernel_release', '?')} on {meta.get('cpu_model') or '?'} "
-                   "-- every host shares one CPU and crypto is the kernel's generic C code (no AES-NI)")
+        out.append(f"this run: User-Mode Linux {meta.get('kernel_release', '?')} on "
+                   f"{meta.get('host_cpu_model') or 'an unrecorded CPU'} -- every host shares one CPU and crypto "
+                   "is the kernel's generic C code (no AES-NI)")
     else:
         out.append(f"this run: Linux {meta.get('kernel_release', '?')} on {meta.get('cpu_model') or '?'} "
                    f"({meta.get('cpu_count', '?')} CPUs), all hosts on one machine")
     if verdict["metric"].startswith("cpu_"):
         out.append("CPU here is the whole machine's share (every emulated host), the seed's one host's")
+    if verdict["metric"] == "cpu_system_pct" and verdict.get("cpu_busy_mean") is not None:
+        out.append(f"on these points the CPU was {verdict['cpu_busy_mean']:.0f} % busy but only "
+                   f"{verdict['cpu_system_mean']:.1f} % system: this kernel's accounting does not put its "
+                   "network and crypto work under system time as the seed's did")
     out.append(f"the seed: {reference.get('setup', '?')}")
     return "; ".join(out)
 
@@ -350,7 +361,7 @@ def evaluate(run_dir: str) -> dict:
     penalties = [dataclasses.asdict(r.penalty) | {"part": r.point["part"], "limited": r.limited}
                  for r in rows if r.penalty is not None]
     return {"seed": meta["seed"], "title": reference.get("title"), "seed_setup": reference.get("setup"),
-            "run": {k: meta.get(k) for k in ("backend", "kernel_release", "cpu_model", "cpu_count", "started",
+            "run": {k: meta.get(k) for k in ("backend", "kernel_release", "cpu_model", "host_cpu_model", "cpu_count", "started",
                                               "finished", "command_line", "versions")},
             "parts": [{k: p[k] for k in ("name", "title", "reference")} | {"points": len(p["records"])}
                       for p in parts],
@@ -455,8 +466,9 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
             f'<p class="subtitle">{esc(data.get("title") or "")}</p>',
             '<dl class="meta">',
             f"<dt>the seed</dt><dd>{esc(data.get('seed_setup') or '')}</dd>",
-            f"<dt>this run</dt><dd>{esc(where)} on {esc(str(run.get('cpu_model')))} ({esc(str(run.get('cpu_count')))} "
-            f"CPUs); {esc(str(run.get('started')))} .. {esc(str(run.get('finished')))}</dd>",
+            f"<dt>this run</dt><dd>{esc(where)} on {esc(str(run.get('host_cpu_model') or run.get('cpu_model')))} "
+            f"({esc(str(run.get('cpu_count')))} CPU{'s' if run.get('cpu_count') != 1 else ''} for the run); "
+            f"{esc(str(run.get('started')))} .. {esc(str(run.get('finished')))}</dd>",
             f"<dt>command</dt><dd><code>{esc(' '.join(run.get('command_line') or []))}</code></dd>",
             "<dt>parts</dt><dd>" + "; ".join(f"{esc(p['name'])} ({p['points']} records): {esc(p['title'])}"
                                               for p in data["parts"]) + "</dd>",

@@ -101,7 +101,7 @@ def run(prog: str, script: str, args, argv: list[str], out_dir: str, measure: Ca
     is what the script was given, passed on to the guest with ``--out`` and ``--no-report``.
     ``on_interrupt(signal_name)`` marks the run directory when a signal ends the run.
     """
-    from experiments.sweep import VERSIONS_ENV, locked_run_dir, tool_versions
+    from experiments.sweep import HOST_CPU_ENV, VERSIONS_ENV, cpu_model, locked_run_dir, tool_versions
 
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
@@ -111,6 +111,7 @@ def run(prog: str, script: str, args, argv: list[str], out_dir: str, measure: Ca
     if not kernel.in_uml():
         report_leftovers(prog)
         os.environ[VERSIONS_ENV] = json.dumps(tool_versions())  # for meta.json, found here once
+        os.environ[HOST_CPU_ENV] = cpu_model()
     # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
     # is its own kernel's and would not keep a second run on the host out).
     with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():

@@ -54,6 +54,8 @@ ATTEMPTS = 2
 LOCK_FILE = ".lock"
 #: meta.json's tool versions, handed from the host to a UML guest (JSON).
 VERSIONS_ENV = "IPSEC_TESTBED_VERSIONS"
+#: The host's CPU model, handed to a UML guest for meta.json.
+HOST_CPU_ENV = "IPSEC_TESTBED_HOST_CPU"
 KEY_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
               "size_mode", "clients", "repetition")
 
@@ -310,18 +312,24 @@ def tool_versions() -> dict:
     return versions
 
 
+def cpu_model() -> str:
+    """This kernel's CPU model name ("UML" inside User-Mode Linux), or ""."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
 def machine_meta() -> dict:
     """What the results depend on: kernel, backend, CPU, tool versions."""
     from testbed import kernel
 
-    cpu_model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
-    except OSError:
-        pass
+    cpu_model_name = cpu_model()
     meta = {"kernel_release": platform.release(), "backend": "uml" if kernel.in_uml() else "host",
-            "cpu_model": cpu_model, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+            "cpu_model": cpu_model_name, "cpu_count": os.cpu_count(), "python": platform.python_version()}
+    if os.environ.get(HOST_CPU_ENV):  # inside UML the guest's cpuinfo says "UML"
+        meta["host_cpu_model"] = os.environ[HOST_CPU_ENV]
     # Found on the host before a UML boot (the same files, through hostfs), where starting
     # the two processes below costs a fraction of the time it does in the guest.
     shared = os.environ.get(VERSIONS_ENV)
