@@ -49,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", type=Path,
                    help="where to write the HTML (default: report.html in the first RUN_DIR)")
     p.add_argument("--no-html", action="store_true", help="print the table only, write nothing")
+    p.add_argument("--markdown", metavar="FILE", type=Path,
+                   help="for a seed reproduction run: also write its claims and tables as Markdown")
     p.add_argument("-v", "--verbose", action="store_true", help="log what is being read")
     return p
 
@@ -146,6 +148,8 @@ def _reproduction_report(args, console) -> int:
             print(f"ipsec-testbed report: {e}", file=sys.stderr)
             return 1
     reproduction.print_summary(args.run_dirs[0], datas[0])
+    if args.markdown:
+        args.markdown.write_text(reproduction.markdown(datas[0]), encoding="utf-8")
     if len(datas) > 1:
         reproduction.print_claims_compared(args.run_dirs, datas)
     if args.no_html:

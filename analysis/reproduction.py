@@ -419,6 +419,40 @@ def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
+    """'3 of 5 claims hold, 1 does not, 1 not measured' (pure)."""
+    n = {v: sum(1 for c in claims if c["verdict"] == v) for v in (HOLDS, FAILS, UNMEASURED)}
+    text = f"{n[HOLDS]} of {len(claims)} claim{'s' if len(claims) != 1 else ''} hold{'s' if len(claims) == 1 else ''}"
+    if n[FAILS]:
+        text += f", {n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not"
+    if n[UNMEASURED]:
+        text += f", {n[UNMEASURED]} not measured by this run"
+    return text
+
+
+def markdown(data: Mapping[str, Any]) -> str:
+    """The claims, the published numbers and the ratios as Markdown tables (for a README or a CI summary)."""
+    def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+        cell = lambda c: str(c).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+        return ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers),
+                *("| " + " | ".join(map(cell, r)) + " |" for r in rows), ""]
+
+    run = data["run"]
+    where = (f"User-Mode Linux {run.get('kernel_release')} on {run.get('host_cpu_model') or run.get('cpu_model')}"
+             if run.get("backend") == "uml" else
+             f"Linux {run.get('kernel_release')} on {run.get('cpu_model')} ({run.get('cpu_count')} CPUs)")
+    out = [f"Seed {data['seed']}, measured with {where}: {verdict_counts(data['claims'])}.", ""]
+    out += table(*claim_rows(data))
+    headers, rows = value_rows(data)
+    rows = [r for r in rows if r[3] and not r[3].startswith(("not measured", "2 points"))]
+    if rows:
+        out += table(headers, rows)
+    headers, rows = ratio_rows(data)
+    if rows:
+        out += table(headers, rows)
+    return "\n".join(out)
+
+
 def print_summary(run_dir: str, data: Optional[Mapping[str, Any]] = None) -> None:
     """The claims, values and ratios tables on the terminal."""
     from rich import box
@@ -474,9 +508,7 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
                                               for p in data["parts"]) + "</dd>",
             "</dl>"]
     body = []
-    counts = {v: sum(1 for c in data["claims"] if c["verdict"] == v) for v in (HOLDS, FAILS, UNMEASURED)}
-    body.append(f"<h2>Claims</h2><p>{counts[HOLDS]} hold, {counts[FAILS]} do not hold, {counts[UNMEASURED]} not "
-                "measured by this run. Each verdict compares values measured in this run directory with the "
+    body.append(f"<h2>Claims</h2><p>{esc(verdict_counts(data['claims']))}. Each verdict compares values measured in this run directory with the "
                 "range written next to the claim in the reference file; the range is how the seed's words were "
                 "read.</p>")
     body.append(_html_table("claims", *claim_rows(data)))

@@ -255,3 +255,9 @@ def test_transaction_summary():
     assert not math.isnan(t.elapsed_s)
     with pytest.raises(ValueError):
         summarize([], 0.0)
+
+
+def test_verdict_counts_reads_as_a_sentence():
+    claims = [{"verdict": HOLDS}, {"verdict": FAILS}, {"verdict": UNMEASURED}, {"verdict": HOLDS}]
+    assert reproduction.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"
+    assert reproduction.verdict_counts([{"verdict": HOLDS}]) == "1 of 1 claim holds"
