@@ -155,7 +155,7 @@ def test_published_values_and_transfer_ratios():
         {"id": "a", "source": "s", "quote": "100 Mbit/s", "value": 100, "unit": "Mbit/s", "mbps_per_unit": 1,
          "metric": "goodput_mbps", "where": {"part": "p", "profile": "none"}},
         {"id": "b", "source": "s", "quote": "5000KB", "value": 5000, "unit": "KB/s", "mbps_per_unit": 0.008192,
-         "metric": "goodput_mbps", "where": {"part": "p", "profile": "x"}},
+         "metric": "goodput_mbps", "where": {"part": "p", "profile": "x", "mode": "tunnel"}},
         {"id": "c", "source": "s", "quote": "9", "value": 9, "unit": "%", "metric": "penalty_pct", "where": {}}]}
     rows = [row(profile="none", goodput_mbps=80.0), row(profile="x", goodput_mbps=20.0)]
     values = reproduction.compare_values(ref, rows)
