@@ -22,9 +22,8 @@ import time
 # Run as a script from a checkout: make the project's packages importable.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.runner import csv  # noqa: E402
-from testbed.cli import add_kernel_options  # noqa: E402
-from testbed.errors import Parser, add_debug_option, run_main  # noqa: E402
+from experiments.runner import add_output_options, csv  # noqa: E402
+from testbed.errors import Parser, run_main  # noqa: E402
 
 PROG = "packet_size_sweep"
 log = logging.getLogger(PROG)
@@ -92,14 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
                    help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
                         "(default: the kernel's, autotuned)")
-    o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", help="run directory; an existing one is resumed "
-                                                "(default: runs/<date>-<topology>)")
-    o.add_argument("--dry-run", action="store_true", help="print the planned points and the estimated time, then stop")
-    o.add_argument("--no-report", action="store_true", help="do not write report.html or print the table")
-    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
-    add_debug_option(o)
-    add_kernel_options(p)
+    add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
     return p
 
 

@@ -109,17 +109,14 @@ def _plan_transactions(part: Part) -> list:
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
     from experiments import cpu, transactions
-    from experiments.sweep import _read_json, _write_json, append, load_done, machine_meta, now_iso, open_results
+    from experiments.sweep import _read_json, _write_json, append, machine_meta, now_iso, open_results, pending
     from topologies import build_spec
     from topologies.network import Network
     from topologies.shaping import ShapingSpec
 
     spec = part.spec
-    os.makedirs(part_dir, exist_ok=True)
-    results_path = os.path.join(part_dir, "results.jsonl")
-    done = load_done(results_path)
     points = _plan_transactions(part)
-    todo = [p for p in points if p.key() not in done]
+    results_path, todo = pending(part_dir, points)
     meta_path = os.path.join(part_dir, "meta.json")
     meta = _read_json(meta_path)
     meta.update(machine_meta(), sweep=spec.to_json(), transactions=part.transactions)
@@ -206,8 +203,8 @@ def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
 # -- the command line ---------------------------------------------------------------------
 
 def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
-    from testbed.cli import add_kernel_options
-    from testbed.errors import Parser, add_debug_option
+    from experiments.runner import add_output_options
+    from testbed.errors import Parser
 
     p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,14 +216,7 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
     g.add_argument("--parts", default=None, metavar="NAME,...",
                    help="measure only these parts (default: all; --dry-run lists them)")
     repro.add_options(p)
-    o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR",
-                   help=f"run directory; an existing one is resumed (default: runs/<date>-seed{repro.seed})")
-    o.add_argument("--dry-run", action="store_true", help="print the parts, their points and the estimated time")
-    o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
-    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
-    add_debug_option(o)
-    add_kernel_options(p)
+    add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
     return p
 
 

@@ -36,6 +36,20 @@ def csv(kind):
     return parse
 
 
+def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
+    """--out, --dry-run, --no-report, -v, --debug and the kernel options, as every experiment script has them."""
+    from testbed.cli import add_kernel_options
+    from testbed.errors import add_debug_option
+
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", help=f"run directory; an existing one is resumed (default: {default_out})")
+    o.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
+    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
+    add_debug_option(o)
+    add_kernel_options(p)
+
+
 def check_tools() -> None:
     """The programs a sweep starts, found before anything is built or booted."""
     import shutil

@@ -208,6 +208,14 @@ def load_done(path: str) -> set[tuple]:
     return done
 
 
+def pending(run_dir: str, points: list) -> tuple[str, list]:
+    """``run_dir``'s results.jsonl (the directory made if missing) and those of ``points`` it lacks, in order."""
+    os.makedirs(run_dir, exist_ok=True)
+    results_path = os.path.join(run_dir, "results.jsonl")
+    done = load_done(results_path)
+    return results_path, [p for p in points if p.key() not in done]
+
+
 def open_results(path: str):
     """``results.jsonl`` for appending, with a partial last line (a killed write) cut off."""
     if os.path.exists(path):
@@ -442,11 +450,8 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress, command_line) -> dict:
     from topologies.network import Network
     from topologies.shaping import ShapingSpec
 
-    os.makedirs(run_dir, exist_ok=True)
-    results_path = os.path.join(run_dir, "results.jsonl")
-    done = load_done(results_path)
     points = plan_points(spec)
-    todo = [p for p in points if p.key() not in done]
+    results_path, todo = pending(run_dir, points)
     meta_path = os.path.join(run_dir, "meta.json")
     meta = _read_json(meta_path)
     meta.update(machine_meta())
