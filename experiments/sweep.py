@@ -363,7 +363,7 @@ def flows_of(net, ip_version: int) -> list:
 def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
     """Measure one point in the built network ``net`` (IPsec already as the point needs)."""
     from experiments import cpu, iperf
-    from ipsec.overhead import expected_goodput_mbps
+    from ipsec.overhead import expected_point_goodput_mbps
 
     flows = flows_of(net, point.ip_version)
     window: dict = {}
@@ -377,10 +377,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
     use = cpu.usage(c0, cpu.sample())
     goodput = sum(r.goodput_mbps for r in results)
     moved = sum(r.bytes for r in results)
-    expected = None
-    if point.transport == "tcp" and point.size_mode == "mss":
-        expected = expected_goodput_mbps(point.rate_mbit, point.size_bytes, point.profile, point.mode,
-                                         point.ip_version, spec.mtu)
+    # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
+    expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu)
     limited = use.busy_pct >= CPU_BOUND_PCT and (expected is None or goodput < SHORTFALL * expected)
     losses = [r.loss_pct for r in results if r.loss_pct is not None]
     retrans = [r.retransmits for r in results if r.retransmits is not None]
