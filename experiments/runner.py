@@ -99,12 +99,10 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
 
 
 def progress_bar():
-    """A rich progress bar with the columns every experiment shows (bar, n of N, elapsed, ETA)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    """The progress bar every experiment shows (:mod:`experiments.progress`: bar, n of N, elapsed, ETA)."""
+    from experiments.progress import progress_bar as bar
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    return Progress(*columns, transient=False)
+    return bar()
 
 
 def run(prog: str, script: str, args, argv: list[str], out_dir: str, measure: Callable[[], int],

@@ -1,0 +1,125 @@
+"""A progress bar with ETA for long measurements, standard library only.
+
+Experiments run inside User-Mode Linux, where importing a large library costs half a
+second of every run; this is the little the scripts need: one line per task with a
+description, a bar, done/total, elapsed time and ETA, redrawn in place on a terminal.
+Written to a pipe or a file (a CI log) it prints one line per finished step instead,
+so the log keeps every point's result.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from typing import Optional, TextIO
+
+BAR_WIDTH = 24
+
+
+def clock(seconds: Optional[float]) -> str:
+    """``h:mm:ss`` (pure); ``-:--:--`` when unknown."""
+    if seconds is None or seconds < 0 or seconds != seconds:
+        return "-:--:--"
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def bar(done: int, total: Optional[int], width: int = BAR_WIDTH) -> str:
+    """A bar of ``width`` cells, ``done`` of ``total`` full (pure)."""
+    if not total:
+        return "-" * width
+    full = min(width, int(width * done / total))
+    return "#" * full + "-" * (width - full)
+
+
+class _Task:
+    def __init__(self, description: str, total: Optional[int]) -> None:
+        self.description = description
+        self.total = total
+        self.completed = 0
+        self.started = time.monotonic()
+        self.initial: Optional[int] = None  # what was done before this run (a resumed sweep)
+        self.first_done: Optional[float] = None  # when this run's first step finished
+        self.done_at_first = 0
+
+
+class Progress:
+    """Tasks shown one line each; ``update`` as rich's Progress (total, completed, description)."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.tasks: list[_Task] = []
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live and self.tasks:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def add_task(self, description: str, total: Optional[int] = None) -> int:
+        if self.live and self.tasks:
+            self.stream.write("\n")  # the previous task's line stays as it ended
+        self.tasks.append(_Task(description, total))
+        self._draw(self.tasks[-1])
+        return len(self.tasks) - 1
+
+    def update(self, task_id: int, *, total: Optional[int] = None, completed: Optional[int] = None,
+               description: Optional[str] = None) -> None:
+        task = self.tasks[task_id]
+        advanced = completed is not None and completed != task.completed
+        if total is not None:
+            task.total = total
+        if completed is not None:
+            if task.initial is None:
+                task.initial = completed
+            elif task.first_done is None and completed > task.completed:
+                task.first_done, task.done_at_first = time.monotonic(), completed
+            task.completed = completed
+        if description is not None:
+            task.description = description
+        if self.live:
+            self._draw(task)
+        elif advanced:
+            self.stream.write(self.line(task) + "\n")
+            self.stream.flush()
+
+    def eta(self, task: _Task) -> Optional[float]:
+        """Seconds left: at the pace since this run's first step finished, or that step's own pace before."""
+        if not task.total or task.first_done is None:
+            return None
+        if task.completed > task.done_at_first:
+            pace = (time.monotonic() - task.first_done) / (task.completed - task.done_at_first)
+        else:  # the first step's time, start-up included: an overestimate, soon replaced
+            pace = (task.first_done - task.started) / max(1, task.done_at_first - (task.initial or 0))
+        return pace * (task.total - task.completed)
+
+    def line(self, task: _Task, width: Optional[int] = None) -> str:
+        total = "?" if task.total is None else str(task.total)
+        tail = (f" {bar(task.completed, task.total)} {task.completed}/{total} "
+                f"{clock(time.monotonic() - task.started)} ETA {clock(self.eta(task))}")
+        description = task.description
+        if width:
+            room = max(10, width - len(tail) - 1)
+            if len(description) > room:
+                description = description[:room - 1] + "…"
+            description = description.ljust(room)
+        return description + tail
+
+    def _draw(self, task: _Task) -> None:
+        if not self.live or task is not self.tasks[-1]:
+            return
+        width = shutil.get_terminal_size((100, 24)).columns
+        self.stream.write("\r" + self.line(task, width - 1))
+        self.stream.flush()
+
+
+def progress_bar(stream: Optional[TextIO] = None) -> Progress:
+    """A :class:`Progress` on ``stream`` (default stderr); ``IPSEC_TESTBED_PROGRESS=lines`` forces line mode."""
+    p = Progress(stream or sys.stderr)
+    if os.environ.get("IPSEC_TESTBED_PROGRESS") == "lines":
+        p.live = False
+    return p

@@ -1,0 +1,40 @@
+"""The experiments' progress bar: its pieces, and the line-per-step output a CI log gets."""
+from __future__ import annotations
+
+import io
+
+from experiments import progress
+
+
+def test_clock_and_bar():
+    assert progress.clock(3725) == "1:02:05"
+    assert progress.clock(None) == "-:--:--"
+    assert progress.bar(0, 4, width=8) == "--------"
+    assert progress.bar(2, 4, width=8) == "####----"
+    assert progress.bar(9, 4, width=8) == "########"
+    assert progress.bar(1, None, width=4) == "----"
+
+
+def test_a_log_gets_one_line_per_step_with_counts():
+    out = io.StringIO()  # not a terminal
+    with progress.Progress(out) as p:
+        t = p.add_task("sweep")
+        p.update(t, total=3, completed=1, description="resumed")  # a resumed run starts at 1
+        p.update(t, description="measuring")  # no step: no line
+        p.update(t, completed=2, description="point 2: 9.50 Mbit/s")
+        p.update(t, completed=3, description="point 3: 9.60 Mbit/s")
+    lines = out.getvalue().splitlines()
+    assert [line.split(" #")[0].split(" -")[0] for line in lines] == [
+        "resumed", "point 2: 9.50 Mbit/s", "point 3: 9.60 Mbit/s"]
+    assert lines[-1].split()[-4:-2] == ["3/3", "0:00:00"] and "\r" not in out.getvalue()
+
+
+def test_eta_counts_only_this_runs_steps():
+    p = progress.Progress(io.StringIO())
+    t = p.add_task("x", total=10)
+    task = p.tasks[t]
+    p.update(t, completed=4)  # already measured by an earlier run
+    assert p.eta(task) is None
+    task.started -= 10  # the first point of this run took 10 s
+    p.update(t, completed=5)
+    assert 9 * 5 <= p.eta(task) <= 10 * 5 + 1
