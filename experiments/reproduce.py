@@ -213,6 +213,10 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                    help="repetitions per point, for every part (default: each part's own, shown by --dry-run)")
     g.add_argument("--duration", type=int, default=None, metavar="SECONDS",
                    help="measured whole seconds per point (iperf3 -t) (default: each part's own)")
+    g.add_argument("--udp-bitrate", default=None, metavar="RATE",
+                   help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
+                        "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
+                        "(default: each part's own)")
     g.add_argument("--parts", default=None, metavar="NAME,...",
                    help="measure only these parts (default: all; --dry-run lists them)")
     repro.add_options(p)
@@ -223,7 +227,8 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
 def select_parts(repro: Reproduction, args) -> list[Part]:
     """The parts ``args`` asks for, with --repetitions/--duration applied."""
     parts = repro.parts(args)
-    overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration)) if v is not None}
+    overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration),
+                                   ("udp_bitrate", args.udp_bitrate)) if v is not None}
     if overrides:
         parts = [dataclasses.replace(p, spec=dataclasses.replace(p.spec, **overrides)) for p in parts]
     if args.parts:
