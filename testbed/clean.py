@@ -172,7 +172,7 @@ def _workdir_in_use(workdir: str) -> bool:
 
 
 def _root_interfaces(remove: bool) -> list[str]:
-    from pyroute2 import IPRoute
+    from pyroute2.iproute.linux import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 
     removed = []

@@ -133,7 +133,7 @@ def iproute(name: str, ext_ack: bool = False):
     of a multi-threaded program (a progress bar's thread, Mininet's) can deadlock.
     ``ext_ack`` asks the kernel for its extended error messages.
     """
-    from pyroute2 import IPRoute
+    from pyroute2.iproute.linux import IPRoute
     from pyroute2.netlink import NETLINK_ROUTE
 
     return IPRoute(use_socket=socket_in(name, NETLINK_ROUTE), ext_ack=ext_ack)
