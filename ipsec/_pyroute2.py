@@ -40,3 +40,20 @@ def install() -> None:
 
     package.__getattr__ = complete
     sys.modules["pyroute2"] = package
+
+
+def preload_libc() -> None:
+    """Give ``pyroute2.netns`` the C library by its soname.
+
+    pyroute2 finds it with ``ctypes.util.find_library("c")``, which runs ``ldconfig -p``
+    (a process: 0.1 s inside User-Mode Linux) the first time a namespace is entered.
+    """
+    import ctypes
+
+    from pyroute2 import netns
+
+    if netns.__dict__.get("__libc") is None:
+        try:
+            netns.__dict__["__libc"] = ctypes.CDLL("libc.so.6", use_errno=True)
+        except OSError:
+            pass  # not glibc: pyroute2 finds it its own way
