@@ -159,6 +159,7 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> i
     from experiments import runner
     from experiments.sweep import _read_json, _write_json, machine_meta, now_iso, run_sweep
 
+    os.makedirs(out_dir, exist_ok=True)  # (on the host, the lock made it already)
     meta_path = os.path.join(out_dir, "meta.json")
     meta = _read_json(meta_path)
     meta.update(machine_meta())
