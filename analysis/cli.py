@@ -123,13 +123,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _is_reproduction(run_dir: str) -> bool:
-    from analysis.results import load_meta
+    """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts); quietly False otherwise."""
+    import json
 
     try:
-        meta = load_meta(run_dir)
-    except Exception:  # noqa: BLE001 (the sweep path reports what is wrong with it)
-        return False
-    return bool(meta.get("seed") and meta.get("parts"))
+        with open(Path(run_dir) / "meta.json", encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return False  # the sweep path says what is wrong with the directory
+    return isinstance(meta, dict) and bool(meta.get("seed") and meta.get("parts"))
 
 
 def _reproduction_report(args, console) -> int:

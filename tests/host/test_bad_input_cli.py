@@ -20,6 +20,10 @@ from testbed import kernel, netns
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWEEP = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]
 CLI = [sys.executable, "-m", "testbed.cli"]
+
+
+def seed(script: str) -> list[str]:
+    return [sys.executable, os.path.join(REPO, "experiments", script)]
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 
 
@@ -50,6 +54,12 @@ def files(tmp_path_factory):
 CASES = [
     # the sweep script: values
     ("rate zero", SWEEP, ["--rates", "0"], "rates must be positive"),
+    ("seed 003 rate zero", seed("seed003_gateway_rates.py"), ["--rates", "0"], "rates must be positive"),
+    ("seed 000 unknown part", seed("seed000_x230_gigabit.py"), ["--parts", "nope"], "--parts: unknown part nope"),
+    ("seed 002 no transactions", seed("seed002_ttcp_topologies.py"), ["--transactions", "0"],
+     "--transactions must be >= 1"),
+    ("seed 004 no clients", seed("seed004_ipv6_clients.py"), ["--max-clients", "0"], "--max-clients must be 1..16"),
+    ("seed 001 udp bitrate", seed("seed001_netio_3des_ah.py"), ["--udp-bitrate", "fast"], "udp_bitrate must be a rate"),
     ("rate negative", SWEEP, ["--rates=-5"], "rates must be positive"),
     ("rate not a number", SWEEP, ["--rates", "fast"], "argument --rates: expected comma-separated float"),
     ("rates empty", SWEEP, ["--rates", ","], "give at least one value"),
