@@ -347,7 +347,6 @@ def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: 
         out.append(f"on these points the CPU was {verdict['cpu_busy_mean']:.0f} % busy but only "
                    f"{verdict['cpu_system_mean']:.1f} % system: this kernel's accounting does not put its "
                    "network and crypto work under system time as the seed's did")
-    out.append(f"the seed: {reference.get('setup', '?')}")
     return "; ".join(out)
 
 
@@ -417,7 +416,8 @@ def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         measured = "–" if c["min"] is None else (_num(c["min"]) if c["min"] == c["max"]
                                                  else f"{_num(c['min'])} .. {_num(c['max'])}")
         measured += f" ({len(c['measured'])} values)" if len(c["measured"]) > 1 else ""
-        rng = f"{_num(c['low']) if c['low'] is not None else '-inf'} .. {_num(c['high']) if c['high'] is not None else 'inf'}"
+        rng = (f"\u2265 {_num(c['low'])}" if c["high"] is None else f"\u2264 {_num(c['high'])}" if c["low"] is None
+               else f"{_num(c['low'])} .. {_num(c['high'])}")
         rows.append([f"\u201c{c['quote']}\u201d ({c['source']})", c["statement"], rng, measured, c["verdict"]])
     return headers, rows
 
@@ -479,7 +479,7 @@ def print_summary(run_dir: str, data: Optional[Mapping[str, Any]] = None) -> Non
 
 def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     esc = html.escape
-    out = [f'<table class="points" id="{table_id}"><thead><tr>']
+    out = [f'<table class="points wrap" id="{table_id}"><thead><tr>']
     out += [f"<th>{esc(h)}</th>" for h in headers]
     out.append("</tr></thead><tbody>")
     for row in rows:
@@ -520,7 +520,8 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
         body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
     failing = [c for c in data["claims"] if c["differs"]]
     if failing:
-        body.append("<h3>What differs, where a claim does not hold</h3><ul>")
+        body.append("<h3>What differs, where a claim does not hold</h3><p>As far as this run's data shows; "
+                    "the seed's set-up is at the top of the page.</p><ul>")
         body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['differs'])}</li>" for c in failing]
         body.append("</ul>")
     headers, rows = value_rows(data)
@@ -557,8 +558,10 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
             body.append(f'<section class="figure" id="{esc(name)}">')
             body.append(sweep_report._figure_div(fig, "fig-" + name, first=i == 0))
             body.append("</section>")
-    css = sweep_report._CSS + "tr.holds td:last-child{color:#006d2c;font-weight:600}" \
-                              "tr.fails td:last-child{color:#b30000;font-weight:600}"
+    css = sweep_report._CSS + ("table.points.wrap td{white-space:normal;vertical-align:top}"
+                               "table.points.wrap td:last-child{white-space:nowrap}"
+                               "tr.holds td:last-child{color:#006d2c;font-weight:600}"
+                               "tr.fails td:last-child{color:#b30000;font-weight:600}")
     return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
                       f"<title>Seed {esc(data['seed'])} reproduction</title>",
                       '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -568,7 +571,7 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
 
 
 def _pct(x: Optional[float]) -> str:
-    return "–" if x is None else f"{100 * x:.1f} %"
+    return "–" if x is None else f"{100 * x + 0.0:.1f} %".replace("-0.0 %", "0.0 %")
 
 
 def _point_text(p: Mapping[str, Any]) -> str:
