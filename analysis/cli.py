@@ -3,6 +3,7 @@
     ipsec-testbed report RUN_DIR                 # writes RUN_DIR/report.html, prints the table
     ipsec-testbed report RUN_DIR OTHER_RUN...    # the first run's report plus a comparison
     ipsec-testbed report RUN_DIR --out FILE      # the page somewhere else
+    ipsec-testbed report SEED_RUN [--markdown F] # a seed reproduction: published numbers, claims judged
 
 ``main(argv)`` takes the words after the program name, with or without the leading ``report``
 (``main(["report", "runs/x"])`` and ``main(["runs/x"])`` are the same), so ``ipsec-testbed``
@@ -30,6 +31,8 @@ examples:
   ipsec-testbed report runs/20261122-0640            # report.html in the run directory
   ipsec-testbed report runs/host-run runs/uml-run    # compare two kernels point by point
   ipsec-testbed report runs/x --out /tmp/x.html
+  ipsec-testbed report runs/repro/seed003            # a reproduction: claims, published numbers, ratios
+  ipsec-testbed report runs/seed003-uml runs/seed003-host   # the same claims judged on two runs
 
 Needs no root: it only reads results.jsonl and meta.json.
 """
@@ -41,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="ipsec-testbed report",
         description="Aggregate a sweep's results (means, 95 % confidence intervals, IPsec/plain ratios),\n"
-                    "write a self-contained HTML report and print the table.",
+                    "write a self-contained HTML report and print the table. For a seed reproduction's run\n"
+                    "(experiments/seed00N_*.py): the seed's published numbers and claims next to this run's,\n"
+                    "each claim judged from the data, in report.html and comparison.json.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                    help="run directories (each with results.jsonl and meta.json); with several, the report "
