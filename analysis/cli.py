@@ -163,7 +163,8 @@ def _reproduction_report(args, console) -> int:
         return 0
     out = args.out or Path(args.run_dirs[0]) / "report.html"
     try:
-        reproduction.write_report(args.run_dirs[0], out=str(out), compare=list(zip(args.run_dirs, datas)))
+        reproduction.write_report(args.run_dirs[0], out=str(out), compare=list(zip(args.run_dirs, datas)),
+                                  data=datas[0])
     except OSError as e:
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 1

@@ -603,13 +603,14 @@ def _part_figures(run_dir: str) -> list:
     return figures
 
 
-def write_report(run_dir: str, out: Optional[str] = None, compare: Sequence[tuple[str, Mapping]] = ()) -> str:
+def write_report(run_dir: str, out: Optional[str] = None, compare: Sequence[tuple[str, Mapping]] = (),
+                 data: Optional[Mapping[str, Any]] = None) -> str:
     """Write ``comparison.json`` and ``report.html`` (or ``out``) into ``run_dir``; returns the report's path.
 
     ``compare``: (run directory, :func:`evaluate` data) of several runs of the same seed, this
-    one first, whose claims the page sets side by side.
+    one first, whose claims the page sets side by side; ``data``: this run's :func:`evaluate`, if made already.
     """
-    data = evaluate(run_dir)
+    data = data or evaluate(run_dir)
     _atomic_write(os.path.join(run_dir, "comparison.json"), json.dumps(data, indent=2, sort_keys=True, default=str))
     path = out or os.path.join(run_dir, "report.html")
     _atomic_write(path, render_html(run_dir, data, compare))

@@ -17,12 +17,11 @@ import argparse
 import logging
 import os
 import sys
-import time
 
 # Run as a script from a checkout: make the project's packages importable.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.runner import add_output_options, csv  # noqa: E402
+from experiments.runner import add_output_options, csv, out_dir_of  # noqa: E402
 from testbed.errors import Parser, run_main  # noqa: E402
 
 PROG = "packet_size_sweep"
@@ -158,10 +157,7 @@ def main(argv=None) -> int:
 
     def work() -> int:
         spec = spec_from(args)  # a ValueError here is the one-line message of a bad value
-        out_dir = os.path.abspath(args.out or os.path.join(
-            REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{spec.topology}"))
-        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-            raise NotADirectoryError(f"--out {out_dir}: exists and is not a directory")
+        out_dir = out_dir_of(args.out, REPO, spec.topology)
         if args.dry_run:
             return dry_run(spec, out_dir)
         return sweep(args, argv, spec, out_dir)

@@ -23,7 +23,6 @@ import logging
 import os
 import platform
 import sys
-import time
 from typing import Callable, Optional, Sequence
 
 from experiments.sweep import SweepSpec
@@ -264,10 +263,11 @@ def dry_run(parts: Sequence[Part], out_dir: str) -> int:
 
 
 def report(repro: Reproduction, out_dir: str) -> None:
-    from analysis.reproduction import print_summary, write_report
+    from analysis.reproduction import evaluate, print_summary, write_report
 
-    path = write_report(out_dir)
-    print_summary(out_dir)
+    data = evaluate(out_dir)
+    path = write_report(out_dir, data=data)
+    print_summary(out_dir, data)
     print(f"report: {path}", file=sys.stderr)
 
 
@@ -282,10 +282,7 @@ def main(repro: Reproduction, script: str, argv: Optional[Sequence[str]] = None)
 
     def work() -> int:
         parts = select_parts(repro, args)  # a ValueError here is the one-line message of a bad value
-        out_dir = os.path.abspath(args.out or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S")
-                                                           + f"-seed{repro.seed}"))
-        if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-            raise NotADirectoryError(f"--out {out_dir}: exists and is not a directory")
+        out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
         if args.dry_run:
             return dry_run(parts, out_dir)
         return runner.run(repro.prog, script, args, argv, out_dir, measure=lambda: measure_parts(repro, parts, out_dir),

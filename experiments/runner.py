@@ -50,6 +50,16 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
     add_kernel_options(p)
 
 
+def out_dir_of(out: Optional[str], repo: str, name: str) -> str:
+    """The run directory: ``--out`` or ``runs/<date>-<name>`` in the checkout; refused if a file is in the way."""
+    import time
+
+    path = os.path.abspath(out or os.path.join(repo, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{name}"))
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(f"--out {path}: exists and is not a directory")
+    return path
+
+
 def check_tools() -> None:
     """The programs a sweep starts, found before anything is built or booted."""
     import shutil
