@@ -108,7 +108,8 @@ def _plan_transactions(part: Part) -> list:
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
     from experiments import cpu, transactions
-    from experiments.sweep import _read_json, _write_json, append, machine_meta, now_iso, open_results, pending
+    from experiments.sweep import (_read_json, _write_json, append, machine_meta, now_iso, open_results, pending,
+                                   switch_ipsec)
     from topologies import build_spec
     from topologies.network import Network
     from topologies.shaping import ShapingSpec
@@ -128,11 +129,7 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
         with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, open_results(results_path) as out:
             current = "none"
             for point in todo:
-                if point.profile != current:
-                    net.remove_ipsec()
-                    if point.profile != "none":
-                        net.apply_ipsec(point.profile, spec.mode, families=(point.ip_version,))
-                    current = point.profile
+                current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,))
                 if progress:
                     progress(point, None, len(points) - len(todo) + measured, len(points))
                 c0 = cpu.sample()
@@ -148,7 +145,7 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                 if progress:
                     progress(point, record, len(points) - len(todo) + measured, len(points))
     meta = _read_json(meta_path)
-    meta.update(finished=now_iso(), complete=todo == [] or measured == len(todo))
+    meta.update(finished=now_iso(), complete=True)  # (an error or a signal leaves before this line)
     _write_json(meta_path, meta)
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
 

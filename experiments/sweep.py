@@ -360,6 +360,15 @@ def flows_of(net, ip_version: int) -> list:
             for client, server in net.spec.flows]
 
 
+def switch_ipsec(net, current: str, profile: str, mode: str, families) -> str:
+    """Put ``net`` from profile ``current`` to ``profile`` (a no-op when they are the same); returns ``profile``."""
+    if profile != current:
+        net.remove_ipsec()
+        if profile != "none":
+            net.apply_ipsec(profile, mode, families=families)
+    return profile
+
+
 def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
     """Measure one point in the built network ``net`` (IPsec already as the point needs)."""
     from experiments import cpu, iperf
@@ -473,11 +482,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress, command_line) -> dict:
                         if rate != rates[0]:
                             net.reshape(ShapingSpec(rate_mbit=rate))
                         for point in (p for p in todo if p.rate_mbit == rate):
-                            if point.profile != current:
-                                net.remove_ipsec()
-                                if point.profile != "none":
-                                    net.apply_ipsec(point.profile, spec.mode, families=spec.ip_versions)
-                                current = point.profile
+                            current = switch_ipsec(net, current, point.profile, spec.mode, spec.ip_versions)
                             if progress:
                                 progress(point, None, base + measured, len(points))
                             record = measure_with_retry(net, point, spec, servers)
