@@ -135,10 +135,11 @@ class DemoCLI(CLI):
             for n, (ns, dev) in enumerate(ends):
                 # -Q out: what the interface sent, i.e. what crossed the wire.  A capture of
                 # what it received would also show the decrypted packets, which the kernel
-                # hands to packet taps on the receiving interface again.
+                # hands to packet taps on the receiving interface again.  Only IPv4 (the ping's
+                # family): an ARP or IPv6 neighbour-discovery frame would take a packet's place.
                 pcap = os.path.join(tmp, f"{n}.pcap")
                 dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-n", "-U", "-Q", "out", "-c",
-                                         str(count), "-i", dev, "-w", pcap], stdout=subprocess.DEVNULL,
+                                         str(count), "-i", dev, "-w", pcap, "ip"], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, text=True)
                 dump.stderr.readline()  # "listening on ...": the capture is live
                 dumps.append((dump, pcap))
