@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+from typing import Optional
 
 _FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -50,3 +52,37 @@ def usage(before: CpuSample, after: CpuSample, hz: int = 0) -> CpuUsage:
     busy = total - idle
     return CpuUsage(busy_pct=100.0 * busy / total, system_pct=100.0 * d["system"] / total,
                     softirq_pct=100.0 * d["softirq"] / total, busy_s=busy / hz)
+
+
+class Window:
+    """CPU use from ``delay_s`` after now for ``length_s``, sampled by two timer threads.
+
+    A test's CPU figures should cover what its goodput covers: iperf3's measured
+    seconds, after the warm-up it omits, not the warm-up or the protocol's start and end
+    around them.  Start the window when the test starts; :meth:`usage` (after the test)
+    stops the timers and gives the use between the two samples, the second taken then
+    if the test ended before its time, or None if the window had not begun.
+    ``at_start`` is called just before the first sample, in the timer's thread.
+    """
+
+    def __init__(self, delay_s: float, length_s: float, at_start=None) -> None:
+        self._samples: list = [None, None]
+        self._at_start = at_start
+        self._timers = [threading.Timer(delay_s, self._take, (0,)),
+                        threading.Timer(delay_s + length_s, self._take, (1,))]
+        for t in self._timers:
+            t.daemon = True
+            t.start()
+
+    def _take(self, i: int) -> None:
+        if i == 0 and self._at_start:
+            self._at_start()
+        self._samples[i] = sample()
+
+    def usage(self) -> Optional[CpuUsage]:
+        for t in self._timers:
+            t.cancel()
+            t.join()
+        if self._samples[0] is None:
+            return None
+        return usage(self._samples[0], self._samples[1] or sample())

@@ -1,0 +1,77 @@
+"""iperf3 clients started ahead of their test and held (experiments.iperf.Clients), on real iperf3.
+
+The sweep starts the next point's clients during a point's warm-up; these tests check
+that such a client really waits (no connection, lowest priority) until it is let go,
+then runs an ordinary test at normal priority, and that a client held for other
+arguments is not used.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from experiments import iperf
+from topologies.veth_pair import veth_pair
+
+
+@pytest.fixture
+def pair_with_server():
+    with veth_pair() as pair:
+        flows = [iperf.Flow(pair.b, pair.a, pair.v4b)]
+        with iperf.Servers(flows) as servers:
+            yield flows, servers
+
+
+def connections_to(pid: int, port: int) -> int:
+    """TCP connections (any state but listening) to ``port`` in process ``pid``'s namespace."""
+    n = 0
+    with open(f"/proc/{pid}/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":
+                n += 1
+    return n
+
+
+def nice_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
+def wait_until_held(clients: iperf.Clients, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not clients.held():
+        assert clients.waiting(), "a held iperf3 client exited"
+        assert time.monotonic() < deadline, "iperf3 client never reached its hold"
+        time.sleep(0.02)
+
+
+def test_a_held_client_waits_unconnected_at_low_priority_then_runs_its_test(pair_with_server):
+    flows, servers = pair_with_server
+    args = iperf.flow_args(flows, servers.ports, duration_s=1, omit_s=0, mss=1000)
+    with iperf.Clients(flows, args) as clients:
+        wait_until_held(clients)
+        pid = clients.procs[0].pid
+        time.sleep(0.5)  # long enough to have connected, had it not been held
+        assert clients.waiting() and connections_to(pid, servers.ports[0]) == 0
+        assert nice_of(pid) == iperf.HELD_NICE
+        clients.go()
+        assert nice_of(pid) == 0
+        t0 = time.monotonic()
+        (out,) = clients.outputs(timeout_s=20)
+    result = iperf.parse_iperf3(out)
+    assert result.goodput_mbps > 1 and 0.9 <= result.seconds <= 1.5
+    assert time.monotonic() - t0 >= 1.0
+    assert not clients.procs and not clients.held()  # closed: pipes and processes gone
+
+
+def test_held_clients_for_other_arguments_are_closed_not_used(pair_with_server):
+    flows, servers = pair_with_server
+    other = iperf.Clients(flows, iperf.flow_args(flows, servers.ports, duration_s=1, omit_s=0, mss=500))
+    wait_until_held(other)
+    stale = other.procs[0]
+    result, = iperf.measure_flows(flows, duration_s=1, omit_s=0, mss=1000, servers=servers, held=other)
+    assert result.goodput_mbps > 1
+    assert stale.returncode is not None and not other.procs  # killed, never let go
