@@ -79,6 +79,9 @@ def main() -> int:
         print(f"(iperf3's receivers measured {actual:.1f} s in all, warm-ups included: each test ran "
               f"{(actual - measured) / len(records):.2f} s past its configured window; the figures below "
               "count that as overhead)")
+    ahead = sum(bool(r.get("clients_ahead")) for r in records)
+    print(f"points whose iperf3 clients were started during the previous point's warm-up: {ahead} of "
+          f"{len(records)} (the others paid for starting them)")
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
     if boot:
         net = overhead - boot

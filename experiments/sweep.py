@@ -9,7 +9,9 @@ The network is built once per sweep: the shaped link is re-shaped for each rate 
 IPsec is switched on and off in place; within a rate the points are ordered repetition, size, IP version,
 transport, profile, so the plain and IPsec points of one size are measured next to
 each other, under the same machine conditions; the profile order alternates
-(ABBA) so that IPsec is switched only every other point.
+(ABBA) so that IPsec is switched only every other point.  The next point's iperf3
+clients are started during each point's warm-up and held until their turn
+(:class:`Ahead`), and CPU use is sampled over the measured seconds only.
 
 Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is
 measured; running again on the same directory measures only the points missing, so
@@ -37,6 +39,7 @@ import platform
 import re
 import subprocess
 import sys
+import threading
 import time
 from typing import Callable, Optional
 
@@ -49,6 +52,8 @@ SIZE_MODES = ("mss", "write", "datagram")
 #: A point is flagged when the CPU was this busy and goodput fell this far below theory.
 CPU_BOUND_PCT = 90.0
 SHORTFALL = 0.90
+#: How far into a point's warm-up the next point's iperf3 clients are started (see Ahead).
+AHEAD_AFTER_S = 0.25
 #: Tries per point before it is recorded as failed.
 ATTEMPTS = 2
 LOCK_FILE = ".lock"
@@ -181,7 +186,7 @@ def plan_points(spec: SweepSpec) -> list[Point]:
     return points
 
 
-def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.5,
+def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.3,
                      per_network_s: float = 6.0) -> float:
     """A rough wall-time estimate (measurement + setup) for ``points`` points (UML figures)."""
     return points * (spec.duration_s + spec.omit_s + per_point_overhead_s) + per_network_s
@@ -369,26 +374,96 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families) -> str:
     return profile
 
 
-def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
-    """Measure one point in the built network ``net`` (IPsec already as the point needs)."""
+def iperf_options(point: Point, spec: SweepSpec) -> dict:
+    """:func:`experiments.iperf.measure_flows`' test options for ``point``."""
+    return dict(duration_s=spec.duration_s, transport=point.transport, omit_s=spec.omit_s,
+                mss=point.size_bytes if point.size_mode == "mss" else None,
+                length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
+                bitrate=spec.udp_bitrate if point.transport == "udp" else None, window=spec.socket_buffer)
+
+
+class Ahead:
+    """The next point's iperf3 clients, started during this point's warm-up and held there.
+
+    Starting iperf3 inside User-Mode Linux costs over a tenth of a second, most of it
+    loading its libraries; :class:`experiments.iperf.Clients` does that ahead and holds
+    the clients before they connect.  :meth:`start` is called :data:`AHEAD_AFTER_S`
+    into a point's warm-up; :meth:`settle`, when the warm-up ends, kills any that has
+    not yet reached its hold (the CPU was too busy to load it in time), so nothing but
+    the point's own test runs in its measured seconds.  Without a warm-up nothing is
+    started ahead.
+    """
+
+    def __init__(self, net, spec: SweepSpec, servers) -> None:
+        self.net, self.spec, self.servers = net, spec, servers
+        self.clients = None
+        self.killed = 0  # clients not held in time (a figure for the log)
+        self._lock = threading.Lock()
+
+    def start(self, point: Point) -> None:
+        from experiments import iperf
+
+        flows = flows_of(self.net, point.ip_version)
+        args = iperf.flow_args(flows, self.servers.ports, **iperf_options(point, self.spec))
+        with self._lock:
+            self._close()
+            try:
+                self.clients = iperf.Clients(flows, args)
+            except (iperf.IperfError, OSError) as e:  # the next point starts its own
+                log.warning("could not start the next point's iperf3 clients ahead: %s", e)
+
+    def settle(self) -> None:
+        with self._lock:
+            if self.clients is not None and not self.clients.held():
+                self.killed += 1
+                log.info("the next point's iperf3 clients were not ready at the end of the warm-up: stopped")
+                self._close()
+
+    def take(self):
+        """The clients started ahead (None if none), now the caller's."""
+        with self._lock:
+            clients, self.clients = self.clients, None
+            return clients
+
+    def _close(self) -> None:
+        if self.clients is not None:
+            self.clients.close()
+            self.clients = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
+
+
+def measure_point(net, point: Point, spec: SweepSpec, servers=None, ahead: Optional[Ahead] = None,
+                  following: Optional[Point] = None) -> dict:
+    """Measure one point in the built network ``net`` (IPsec already as the point needs).
+
+    With ``ahead``, this point uses the clients started ahead for it, if any, and
+    starts ``following``'s during its warm-up.  CPU use is sampled over the measured
+    seconds only (after the warm-up), as goodput is.
+    """
     from experiments import cpu, iperf
     from ipsec.overhead import expected_point_goodput_mbps
 
     flows = flows_of(net, point.ip_version)
     window: dict = {}
-    results = iperf.measure_flows(
-        flows, duration_s=spec.duration_s, transport=point.transport, omit_s=spec.omit_s,
-        mss=point.size_bytes if point.size_mode == "mss" else None,
-        length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
-        bitrate=spec.udp_bitrate if point.transport == "udp" else None, window=spec.socket_buffer,
-        on_start=lambda: window.setdefault("start", (cpu.sample(), time.monotonic())), servers=servers)
-    c0, t0 = window["start"]
-    use = cpu.usage(c0, cpu.sample())
+
+    def started() -> None:
+        window["t0"] = time.monotonic()
+        window["cpu"] = cpu.Window(spec.omit_s, spec.duration_s, at_start=ahead.settle if ahead else None)
+        if ahead and following and spec.omit_s > AHEAD_AFTER_S:
+            time.sleep(AHEAD_AFTER_S)
+            ahead.start(following)
+
+    held = ahead.take() if ahead else None
+    results = iperf.measure_flows(flows, on_start=started, servers=servers, held=held, **iperf_options(point, spec))
+    use = window["cpu"].usage()
     goodput = sum(r.goodput_mbps for r in results)
     moved = sum(r.bytes for r in results)
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
     expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu)
-    limited = use.busy_pct >= CPU_BOUND_PCT and (expected is None or goodput < SHORTFALL * expected)
+    limited = use is not None and use.busy_pct >= CPU_BOUND_PCT and (expected is None or goodput < SHORTFALL * expected)
     losses = [r.loss_pct for r in results if r.loss_pct is not None]
     retrans = [r.retransmits for r in results if r.retransmits is not None]
     return {
@@ -401,15 +476,19 @@ def measure_point(net, point: Point, spec: SweepSpec, servers=None) -> dict:
         "loss_pct": sum(losses) / len(losses) if losses else None,
         "retransmits": sum(retrans) if retrans else None,
         "bytes": moved,
-        "cpu_busy_pct": use.busy_pct, "cpu_system_pct": use.system_pct, "cpu_softirq_pct": use.softirq_pct,
-        "cpu_s_per_gb": use.busy_s / (moved / 1e9) if moved else None,
-        "window_s": time.monotonic() - t0,
+        "cpu_busy_pct": use and use.busy_pct, "cpu_system_pct": use and use.system_pct,
+        "cpu_softirq_pct": use and use.softirq_pct,
+        "cpu_s_per_gb": use.busy_s / (moved / 1e9) if use and moved else None,
+        "window_s": time.monotonic() - window["t0"],
+        # iperf3's clients were started during the previous point's warm-up (see Ahead)
+        "clients_ahead": held is not None and held.let_go,
         "emulation_limited": limited,
         "time": now_iso(),
     }
 
 
-def measure_with_retry(net, point: Point, spec: SweepSpec, servers) -> dict:
+def measure_with_retry(net, point: Point, spec: SweepSpec, servers, ahead: Optional[Ahead] = None,
+                       following: Optional[Point] = None) -> dict:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of
@@ -426,7 +505,7 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers) -> dict:
                 servers.start()
             else:
                 servers.restart()
-            record = measure_point(net, point, spec, servers)
+            record = measure_point(net, point, spec, servers, ahead, following)
             record.update(attempts=attempt, failed=False)
             return record
         except IperfError as e:
@@ -475,23 +554,30 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress, command_line) -> dict:
             rates = [float(r) for r in spec.rates_mbit if any(p.rate_mbit == float(r) for p in todo)]
             if rates:
                 topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
+                ordered = [p for rate in rates for p in todo if p.rate_mbit == rate]
                 with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                         iperf.Servers(flows_of(net, spec.ip_versions[0])) as servers:
                     current = "none"
-                    for rate in rates:
-                        if rate != rates[0]:
-                            net.reshape(ShapingSpec(rate_mbit=rate))
-                        for point in (p for p in todo if p.rate_mbit == rate):
+                    ahead = Ahead(net, spec, servers)
+                    try:
+                        for i, point in enumerate(ordered):
+                            if i and point.rate_mbit != ordered[i - 1].rate_mbit:
+                                net.reshape(ShapingSpec(rate_mbit=point.rate_mbit))
                             current = switch_ipsec(net, current, point.profile, spec.mode, spec.ip_versions)
                             if progress:
                                 progress(point, None, base + measured, len(points))
-                            record = measure_with_retry(net, point, spec, servers)
+                            following = ordered[i + 1] if i + 1 < len(ordered) else None
+                            record = measure_with_retry(net, point, spec, servers, ahead, following)
                             record.update(backend=backend, kernel_release=platform.release())
                             append(out, record)
                             measured += 1
                             failed += record["failed"]
                             if progress:
                                 progress(point, record, base + measured, len(points))
+                    finally:
+                        ahead.close()
+                    if ahead.killed:
+                        log.info("%d time(s) the next point's clients were not ready within a warm-up", ahead.killed)
     finally:
         meta = _read_json(meta_path)
         meta["runs"][-1].update(finished=now_iso(), points_measured=measured, points_failed=failed)

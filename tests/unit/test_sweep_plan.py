@@ -184,3 +184,41 @@ def test_ab_runs_alternate_kernels_and_add_one_repetition_each_time(tmp_path):
         plan_ab([], ("uml", "uml"), 1, str(tmp_path))
     with pytest.raises(ValueError, match="not host, uml or an executable UML kernel"):
         plan_ab([], ("uml", str(tmp_path / "no-such-linux")), 2, str(tmp_path))
+
+
+def test_cpu_window_samples_only_its_own_span():
+    from experiments.cpu import Window
+
+    calls = []
+    w = Window(0.05, 0.1, at_start=lambda: calls.append(time.monotonic()))
+    time.sleep(0.3)
+    use = w.usage()
+    assert use is not None and 0 <= use.busy_pct <= 100 and len(calls) == 1
+    # a test that ended before its warm-up did: no window, and no late sample or callback
+    late = []
+    w = Window(5.0, 1.0, at_start=lambda: late.append(1))
+    assert w.usage() is None
+    time.sleep(0.05)
+    assert late == []
+
+
+class _FakeClients:
+    def __init__(self, ready):
+        self.ready, self.closed = ready, False
+
+    def held(self):
+        return self.ready
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(ready):
+    from experiments.sweep import Ahead
+
+    ahead = Ahead(net=None, spec=SweepSpec(), servers=None)
+    ahead.clients = fake = _FakeClients(ready)
+    ahead.settle()
+    assert fake.closed is (not ready) and ahead.killed == (0 if ready else 1)
+    assert ahead.take() is (fake if ready else None) and ahead.take() is None
