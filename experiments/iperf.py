@@ -193,12 +193,17 @@ class Servers:
         self.start()
 
     def __exit__(self, *exc) -> None:
-        for p in self.procs:
-            if p is not None:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
+        _kill(self.procs)
         self.procs = [None] * len(self.flows)
+
+
+def _kill(procs: list[Optional[subprocess.Popen]]) -> None:
+    """Kill and reap every process of ``procs`` still running (None entries are skipped)."""
+    for p in procs:
+        if p is not None:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
 
 
 def _renice(pid: int, nice: int) -> None:
@@ -299,10 +304,7 @@ class Clients:
         return outputs
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _kill(self.procs)
         for fds in self._gates:
             for fd in fds:
                 os.close(fd)
