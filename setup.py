@@ -10,7 +10,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=["testbed", "ipsec", "topologies", "experiments", "analysis"],
+    packages=["testbed", "testbed.backends", "ipsec", "topologies", "analysis", "experiments", "cli"],
     # Lower bounds are the versions the test suite has run against.
     install_requires=[
         "pyroute2>=0.9.7",
@@ -22,7 +22,7 @@ setup(
         "rich>=15.0",
     ],
     extras_require={"test": ["pytest>=9.2", "pyyaml>=6.0"]},  # pyyaml: the example CI workflow's test
-    entry_points={"console_scripts": ["ipsec-testbed = testbed.cli:main"]},
+    entry_points={"console_scripts": ["ipsec-testbed = cli.main:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Operating System :: POSIX :: Linux",

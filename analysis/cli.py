@@ -79,7 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from rich.measure import Measurement
 
     from analysis.report import RunData, compare_table, render_html, terminal_table
-    from analysis.results import ResultsError
+    from testbed.rundir import ResultsError
 
     console = Console()
     if _is_reproduction(args.run_dirs[0]):

@@ -25,7 +25,7 @@ from plotly.subplots import make_subplots
 from rich import box
 from rich.table import Table
 
-from analysis.results import load_meta, load_results
+from testbed.rundir import load_meta, load_results
 from analysis.stats import (
     NO_MODE,
     PLAIN_PROFILE,

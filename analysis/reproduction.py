@@ -92,7 +92,7 @@ class Row:
 
 def load_run(run_dir: str) -> tuple[dict, list[dict]]:
     """``meta.json`` of a reproduction run and its parts, each with its records."""
-    from analysis.results import load_meta, load_results
+    from testbed.rundir import load_meta, load_results
 
     meta = load_meta(run_dir)
     if not meta.get("seed") or not meta.get("parts"):
@@ -328,19 +328,21 @@ def _label(row: Row) -> str:
     return " ".join(bits)
 
 
+def run_kernel(meta: Mapping[str, Any]) -> str:
+    """The kernel a run measured on, as its meta.json names it ("User-Mode Linux 6.1.176")."""
+    label = meta.get("backend_label") or f"{meta.get('backend') or 'the'} kernel"
+    release = meta.get("kernel_release")
+    return label if not release or release in label else f"{label} ({release})"
+
+
 def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
     """What differs between the seed's set-up and this run, as far as the data shows (for a claim that fails)."""
     out = []
     if verdict["points"]:
         out.append(f"{verdict['points_cpu_bound']} of the {verdict['points']} points it rests on were CPU-bound "
                    "here (the emulator's CPU, not the link, limited them)")
-    if meta.get("backend") == "uml":
-        out.append(f"this run: User-Mode Linux {meta.get('kernel_release', '?')} on "
-                   f"{meta.get('host_cpu_model') or 'an unrecorded CPU'} -- every host shares one CPU and crypto "
-                   "is the kernel's generic C code (no AES-NI)")
-    else:
-        out.append(f"this run: Linux {meta.get('kernel_release', '?')} on {meta.get('cpu_model') or '?'} "
-                   f"({meta.get('cpu_count', '?')} CPUs), all hosts on one machine")
+    out.append(f"this run: {run_kernel(meta)} on {meta.get('host_cpu_model') or meta.get('cpu_model') or '?'}"
+               f" -- {meta.get('backend_note') or 'all hosts on one machine'}")
     if verdict["metric"].startswith("cpu_"):
         out.append("CPU here is the whole machine's share (every emulated host), the seed's one host's")
     if verdict["metric"] == "cpu_system_pct" and verdict.get("cpu_busy_mean") is not None:
@@ -441,9 +443,7 @@ def markdown(data: Mapping[str, Any]) -> str:
                 *("| " + " | ".join(map(cell, r)) + " |" for r in rows), ""]
 
     run = data["run"]
-    where = (f"User-Mode Linux {run.get('kernel_release')} on {run.get('host_cpu_model') or run.get('cpu_model')}"
-             if run.get("backend") == "uml" else
-             f"Linux {run.get('kernel_release')} on {run.get('cpu_model')} ({run.get('cpu_count')} CPUs)")
+    where = f"{run_kernel(run)} on {run.get('host_cpu_model') or run.get('cpu_model')}"
     out = [f"Seed {data['seed']}, measured with {where}: {verdict_counts(data['claims'])}.", ""]
     out += table(*claim_rows(data))
     headers, rows = value_rows(data)
@@ -497,8 +497,7 @@ def render_html(run_dir: str, data: Optional[Mapping[str, Any]] = None,
     esc = html.escape
     data = data or evaluate(run_dir)
     run = data["run"]
-    where = (f"User-Mode Linux {run.get('kernel_release')}" if run.get("backend") == "uml"
-             else f"host kernel {run.get('kernel_release')}")
+    where = run_kernel(run)
     head = [f"<h1>Seed {esc(data['seed'])} reproduction</h1>",
             f'<p class="subtitle">{esc(data.get("title") or "")}</p>',
             '<dl class="meta">',

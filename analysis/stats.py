@@ -1,6 +1,6 @@
 """Statistics over result records: per-point summaries and IPsec/plain ratios, with 95 % intervals.
 
-Pure functions on lists of dicts (as :func:`analysis.results.load_results` returns them); numpy
+Pure functions on lists of dicts (as :func:`testbed.rundir.load_results` returns them); numpy
 is not needed, the standard library's arithmetic is exact enough for a few dozen repetitions.
 
 * :func:`t_critical_95` -- the two-sided 95 % quantile of Student's t (no scipy): a table for

@@ -39,7 +39,7 @@ def main() -> int:
     if args.runs < 2:
         sys.exit("regress_false_alarms: --runs must be at least 2")
     from analysis import regress
-    from analysis.results import load_meta, load_results
+    from testbed.rundir import load_meta, load_results
 
     out = tempfile.mkdtemp(prefix="itb-bench-regress-")
     dirs = []

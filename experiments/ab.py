@@ -8,8 +8,8 @@
 
 Each repetition of the whole suite runs once on each kernel, in alternating order (ABBA),
 so slow drifts of the machine (thermal, other load) fall on both kernels alike.  A kernel
-is ``host`` (the running kernel), ``uml`` (Debian's linux.uml) or the path of a UML kernel
-built from a tree (``make ARCH=um``).  The comparison itself is :mod:`analysis.regress`
+is a backend's name (``host``: the running kernel, ``uml``: Debian's linux.uml) or the path
+of a kernel image a backend boots (a UML kernel built from a tree with ``make ARCH=um``).  The comparison itself is :mod:`analysis.regress`
 with A as the baseline.
 """
 from __future__ import annotations
@@ -24,15 +24,14 @@ SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
 
 
 def kernel_options(kernel: str) -> list[str]:
-    """packet_size_sweep.py's options that select ``kernel`` (host, uml or a UML kernel path)."""
-    from testbed.uml import UmlError, find_kernel
+    """packet_size_sweep.py's options that select ``kernel``: a backend's name, or a kernel image
+    a backend boots (the path of a UML kernel built with ``make ARCH=um``)."""
+    from testbed import backends
 
-    if kernel in ("host", "uml"):
+    if kernel in backends.names():
         return ["--kernel", kernel]
-    try:
-        return ["--kernel", "uml", "--uml-kernel", find_kernel(kernel)]
-    except UmlError:
-        raise ValueError(f"kernel {kernel!r} is not host, uml or an executable UML kernel") from None
+    backend = backends.booting(kernel)
+    return ["--kernel", backend.name, "--uml-kernel", os.path.abspath(kernel)]
 
 
 def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str
@@ -44,7 +43,7 @@ def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: in
     runs = []
     for k in range(1, repetitions + 1):
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k),
+            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k), "--max-repetitions", str(k),
                                  "--out", os.path.join(out_dir, label), "--no-report", *options[label]]))
     return runs
 

@@ -12,7 +12,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from typing import Optional
 
@@ -49,23 +51,32 @@ def check() -> str:
     return path
 
 
-def parse_iperf3(text: str) -> Result:
-    """Parse ``iperf3 -c ... -J`` output (TCP or UDP) into a :class:`Result`."""
+#: What iperf3 3.x reports when its client is stopped with SIGINT (Clients.interrupt).
+INTERRUPTED = "interrupt - the client has terminated"
+
+
+def parse_iperf3(text: str, interrupted: bool = False) -> Result:
+    """Parse ``iperf3 -c ... -J`` output (TCP or UDP) into a :class:`Result`.
+
+    With ``interrupted`` the client was stopped with SIGINT on purpose: iperf3 then reports
+    only its own (the sender's) side, which the result carries instead of the receiver's.
+    """
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise IperfError(f"iperf3 output is not JSON ({e}): {text[:200]!r}") from None
-    if data.get("error"):
+    if data.get("error") and not (interrupted and data["error"] == INTERRUPTED):
         raise IperfError(f"iperf3: {data['error']}")
     end = data.get("end") or {}
     cpu = end.get("cpu_utilization_percent") or {}
     protocol = (data.get("start", {}).get("test_start", {}).get("protocol") or "TCP").lower()
+    sent = end.get("sum_sent") or end.get("sum") or {}
     if protocol == "udp":
-        s = end.get("sum_received") or end.get("sum") or {}
+        s = sent if interrupted else (end.get("sum_received") or end.get("sum") or {})
         retrans, loss = None, float(s.get("lost_percent", 0.0))
     else:
-        s = end.get("sum_received") or {}
-        retrans, loss = int((end.get("sum_sent") or {}).get("retransmits", 0)), None
+        s = sent if interrupted else (end.get("sum_received") or {})
+        retrans, loss = int(sent.get("retransmits", 0)), None
     if not s:
         raise IperfError("iperf3 output has no end summary (interrupted test?)")
     return Result(
@@ -161,6 +172,7 @@ class Servers:
         self.ports = [port + i for i in range(len(self.flows))]
         self.one_off = one_off
         self.procs: list[Optional[subprocess.Popen]] = [None] * len(self.flows)  # one slot per flow
+        self._logs: list = [None] * len(self.flows)
 
     def __enter__(self) -> "Servers":
         try:
@@ -175,14 +187,17 @@ class Servers:
         iperf3 = check()
         for i, (f, port) in enumerate(zip(self.flows, self.ports)):
             if self.procs[i] is None or self.procs[i].poll() is not None:
+                # stderr to a file: each interrupted test leaves a line there, which would fill a pipe
+                self._logs[i] = tempfile.TemporaryFile(mode="w+")
                 self.procs[i] = popen_in(
                     f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                    stdout=subprocess.DEVNULL, stderr=self._logs[i])
         deadline = time.monotonic() + 15
-        for f, port, server in zip(self.flows, self.ports, self.procs):
+        for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs):
             while not _listening(server.pid, port):
                 if server.poll() is not None:
-                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {server.stderr.read().strip()}")
+                    log_file.seek(0)
+                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {log_file.read().strip()[-300:]}")
                 if time.monotonic() > deadline:
                     raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
                 time.sleep(0.02)
@@ -194,16 +209,22 @@ class Servers:
 
     def __exit__(self, *exc) -> None:
         _kill(self.procs)
+        for log_file in self._logs:
+            if log_file is not None:
+                log_file.close()
         self.procs = [None] * len(self.flows)
+        self._logs = [None] * len(self.flows)
 
 
-def _kill(procs: list[Optional[subprocess.Popen]]) -> None:
-    """Kill and reap every process of ``procs`` still running (None entries are skipped)."""
+def _kill(procs: list[Optional[subprocess.Popen]], wait: bool = True) -> None:
+    """Kill every process of ``procs`` still running and, with ``wait``, reap it (None entries are skipped)."""
     for p in procs:
-        if p is not None:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        if p is not None and p.poll() is None:
+            p.kill()
+    if wait:
+        for p in procs:
+            if p is not None:
+                p.wait()
 
 
 def _renice(pid: int, nice: int) -> None:
@@ -289,6 +310,13 @@ class Clients:
             os.write(w, b"0\n")
         self.let_go = True
 
+    def interrupt(self) -> None:
+        """End every client's test now (SIGINT): it reports its side and tells its server, which
+        goes on serving (:func:`parse_iperf3` with ``interrupted``)."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+
     def outputs(self, timeout_s: float) -> list[str]:
         """Each client's standard output, once all have exited (within ``timeout_s`` of now)."""
         end = time.monotonic() + timeout_s
@@ -303,12 +331,21 @@ class Clients:
             outputs.append(out)
         return outputs
 
-    def close(self) -> None:
-        _kill(self.procs)
+    def close(self, wait: bool = True) -> None:
+        """Kill what still runs; without ``wait`` the dead are left for :meth:`reap` (a dying process
+        takes CPU time to exit, which a caller in a measured window must not wait for)."""
+        _kill(self.procs, wait)
         for fds in self._gates:
             for fd in fds:
                 os.close(fd)
-        self.procs, self._gates = [], []
+        self._gates = []
+        if wait:
+            self.procs = []
+
+    def reap(self) -> None:
+        """Wait for the processes :meth:`close` killed without waiting."""
+        _kill(self.procs)
+        self.procs = []
 
 
 def flow_args(flows: list[Flow], ports: list[int], duration_s: float = 5.0, transport: str = "tcp",

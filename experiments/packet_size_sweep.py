@@ -4,12 +4,18 @@
 With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
 the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
 tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
-gateway link shaped to 10 and 100 Mbit/s, IPv4, 3 repetitions of 2 s after a 1 s warm-up.
+gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.5 s warm-up,
+each point repeated until its 95 % confidence interval is within 2 % of its goodput
+(and 10 % of its CPU cost per GB), 2 to 4 times.
+
+Every point records what bounded it, from the kernel's own counters: the shaped link
+(`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
+(`other`), or figures that contradict each other (`anomaly`, left out of the means).
 
 Results go to a run directory: results.jsonl (one line per point, written as it is
 measured), meta.json and report.html.  Running again with the same --out measures
-only the points that are missing.  It runs on the host kernel when that can do ESP
-and inside User-Mode Linux otherwise, by itself.
+only the points that are missing.  It runs on the host kernel when that can do what
+the sweep needs (ESP for IPsec profiles) and inside User-Mode Linux otherwise, by itself.
 """
 from __future__ import annotations
 
@@ -18,11 +24,10 @@ import logging
 import os
 import sys
 
-# Run as a script from a checkout: make the project's packages importable.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from experiments.runner import add_output_options, csv, out_dir_of  # noqa: E402
-from testbed.errors import Parser, run_main  # noqa: E402
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.runner import add_output_options, out_dir_of
+from testbed.errors import Parser, run_main
+from testbed.options import csv
 
 PROG = "packet_size_sweep"
 log = logging.getLogger(PROG)
@@ -48,7 +53,7 @@ with failed points, which the summary counts), 1 error, 2 bad arguments.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from experiments.sweep import SweepSpec
+    from experiments.plan import SweepSpec
     from topologies import TOPOLOGIES
 
     d = SweepSpec.__dataclass_fields__
@@ -76,13 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transports (default: tcp)")
     g.add_argument("--udp-bitrate", default=d["udp_bitrate"].default, metavar="RATE",
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
-    g.add_argument("--duration", type=int, default=d["duration_s"].default, metavar="SECONDS",
-                   help="measured whole seconds per point (iperf3 -t) (default: %(default)s)")
-    g.add_argument("--warmup", type=int, default=d["omit_s"].default, metavar="SECONDS",
-                   help="whole seconds of warm-up left out of each point (iperf3 -O); it also drains the "
-                        "shaper's initial token bucket (default: %(default)s)")
-    g.add_argument("--repetitions", type=int, default=d["repetitions"].default, metavar="N",
-                   help="repetitions per point, for the confidence interval (default: %(default)s)")
+    g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
+                   help="the measured window of each point, in seconds (default: %(default)g)")
+    g.add_argument("--warmup", type=float, default=d["warmup_s"].default, metavar="SECONDS",
+                   help="traffic before the window opens, in seconds, counted from the moment data reaches "
+                        "the receivers: TCP's start and the shaper's initial token bucket stay out of the "
+                        "figures (default: %(default)g)")
+    g.add_argument("--repetitions", type=int, default=2, metavar="N",
+                   help="repetitions per point at least (default: %(default)s)")
+    g.add_argument("--max-repetitions", type=int, default=4, metavar="N",
+                   help="repetitions per point at most, while it is less precise than --precision; equal to "
+                        "--repetitions for a fixed count (default: %(default)s)")
+    g.add_argument("--precision", type=float, default=d["precision_pct"].default, metavar="PERCENT",
+                   help="repeat a point until the 95%% confidence interval of its goodput is within this "
+                        "share of the mean (default: %(default)g)")
+    g.add_argument("--cpu-precision", type=float, default=d["cpu_precision_pct"].default, metavar="PERCENT",
+                   help="... and that of its CPU cost per GB within this share (default: %(default)g)")
     g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
@@ -95,41 +109,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def spec_from(args):
-    from experiments.sweep import SweepSpec
+    from experiments.plan import SweepSpec
 
     return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
                      transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
-                     clients=args.clients, repetitions=args.repetitions, duration_s=args.duration,
-                     omit_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
+                     clients=args.clients, repetitions=args.repetitions,
+                     max_repetitions=max(args.max_repetitions, args.repetitions) if args.max_repetitions else None,
+                     precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
+                     warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
                      socket_buffer=args.socket_buffer)
 
 
 def dry_run(spec, out_dir: str) -> int:
-    from experiments.sweep import estimate_seconds, load_done, plan_points
+    from experiments.plan import estimate_seconds, plan_points
+    from experiments.sweep import by_point
+    from testbed.rundir import load_existing
 
+    done = by_point(load_existing(out_dir))
     points = plan_points(spec)
-    done = load_done(os.path.join(out_dir, "results.jsonl"))
-    todo = [p for p in points if p.key() not in done]
+    todo = [p for p in points if len(done.get(p.point_key(), [])) <= p.repetition]
     for p in todo:
         print(f"{p.topology} {p.profile:>22s} {p.mode} IPv{p.ip_version} {p.transport} {p.rate_mbit:g} Mbit/s "
               f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
-    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}; estimated "
-          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min plus a UML boot if the host kernel has no ESP",
-          file=sys.stderr)
+    most = len(plan_points(spec, spec.most_repetitions)) - (len(points) - len(todo))
+    more = (f", up to {most} if every point needs {spec.most_repetitions} repetitions "
+            f"(~{estimate_seconds(spec, most) / 60:.1f} min)" if spec.adaptive else "")
+    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}{more}; estimated "
+          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min for these, plus a User-Mode Linux boot if the "
+          "host kernel cannot run them", file=sys.stderr)
     return 0
 
 
 def measure(spec, out_dir: str) -> int:
     from experiments import runner
-    from experiments.sweep import run_sweep
+    from experiments.sweep import run_sweep, summary
 
     with runner.progress_bar() as bar:
         progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
-        # the caller holds the run directory's lock (taken on the host, before any UML boot)
+        # the caller holds the run directory's lock (taken on the host, before any guest boots)
         counts = run_sweep(spec, out_dir, progress, command_line=runner.typed_command(), lock=False)
     failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
+    bounds = summary(out_dir)
+    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in ("link", "cpu", "other", "anomaly"))
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
+    print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
     return 0
 
 
@@ -141,12 +165,13 @@ def report(out_dir: str) -> None:
 
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
-    """Measure (here or in UML), then report; see the module docstring and :mod:`experiments.runner`."""
-    from experiments import runner
+    """Measure (here or in a guest), then report; see the module docstring and :mod:`experiments.runner`."""
+    from experiments import doctor, runner
     from experiments.sweep import note_interrupted
 
-    return runner.run(PROG, __file__, args, argv, out_dir, measure=lambda: measure(spec, out_dir),
-                      report=lambda: report(out_dir), on_interrupt=lambda why: note_interrupted(out_dir, why))
+    return runner.run(PROG, __file__, args, argv, out_dir, doctor.needs(spec.profiles),
+                      measure=lambda: measure(spec, out_dir), report=lambda: report(out_dir),
+                      on_interrupt=lambda why: note_interrupted(out_dir, why))
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,8 @@ import platform
 import sys
 from typing import Callable, Optional, Sequence
 
-from experiments.sweep import SweepSpec
+from experiments.plan import SweepSpec
+from testbed import rundir
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +60,14 @@ class Part:
             raise ValueError(f"part name {self.name!r}: letters, digits and _ only (it is a directory)")
 
     def points(self) -> int:
-        from experiments.sweep import plan_points
+        from experiments.plan import plan_points
 
         if self.transactions:
             return len(self.spec.profiles) * self.spec.repetitions
         return len(plan_points(self.spec))
 
     def estimate_seconds(self) -> float:
-        from experiments.sweep import estimate_seconds
+        from experiments.plan import estimate_seconds
 
         if self.transactions:
             # about 2 ms a transaction inside UML, and a network to build
@@ -93,7 +94,7 @@ class Reproduction:
 # -- measuring ----------------------------------------------------------------------------
 
 def _plan_transactions(part: Part) -> list:
-    from experiments.sweep import Point
+    from experiments.plan import Point
 
     spec = part.spec
     points = []
@@ -107,61 +108,65 @@ def _plan_transactions(part: Part) -> list:
 
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
-    from experiments import cpu, transactions
-    from experiments.sweep import (_read_json, _write_json, append, machine_meta, now_iso, open_results, pending,
-                                   switch_ipsec)
+    from experiments import transactions
+    from experiments.machine import machine_meta
+    from experiments.measure import switch_ipsec
+    from experiments.monitor import proc_stat_shares
+    from testbed import backends
     from topologies import build_spec
     from topologies.network import Network
     from topologies.shaping import ShapingSpec
 
     spec = part.spec
     points = _plan_transactions(part)
-    results_path, todo = pending(part_dir, points)
-    meta_path = os.path.join(part_dir, "meta.json")
-    meta = _read_json(meta_path)
-    meta.update(machine_meta(), sweep=spec.to_json(), transactions=part.transactions)
-    meta.setdefault("started", now_iso())
-    _write_json(meta_path, meta)
+    done = {tuple(r.get(f) for f in ("profile", "repetition"))
+            for r in rundir.load_existing(part_dir) if not r.get("failed")}
+    todo = [p for p in points if (p.profile, p.repetition) not in done]
+    meter = backends.current().cpu_meter()
+    rundir.start_run(part_dir, machine_meta(), sweep=spec.to_json(), transactions=part.transactions,
+                     cpu_accounting=meter.method)
     measured = 0
-    if todo:
-        topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
-        client, server = topo.flows[0]
-        with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, open_results(results_path) as out:
-            current = "none"
-            for point in todo:
-                current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,))
-                if progress:
-                    progress(point, None, len(points) - len(todo) + measured, len(points))
-                c0 = cpu.sample()
-                timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
-                use = cpu.usage(c0, cpu.sample())
-                record = {**dataclasses.asdict(point), "kind": "transactions", "goodput_mbps": None,
-                          **dataclasses.asdict(timing), "cpu_busy_pct": use.busy_pct,
-                          "cpu_system_pct": use.system_pct, "cpu_softirq_pct": use.softirq_pct,
-                          "failed": False, "emulation_limited": False, "backend": meta["backend"],
-                          "kernel_release": platform.release(), "time": now_iso()}
-                append(out, record)
-                measured += 1
-                if progress:
-                    progress(point, record, len(points) - len(todo) + measured, len(points))
-    meta = _read_json(meta_path)
-    meta.update(finished=now_iso(), complete=True)  # (an error or a signal leaves before this line)
-    _write_json(meta_path, meta)
+    try:
+        if todo:
+            topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
+            client, server = topo.flows[0]
+            with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, \
+                    rundir.open_results(part_dir) as out:
+                current = "none"
+                for point in todo:
+                    current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,))
+                    if progress:
+                        progress(point, None, len(points) - len(todo) + measured, len(points))
+                    c0, s0 = meter.sample(), proc_stat_shares()
+                    timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
+                    c1, s1 = meter.sample(), proc_stat_shares()
+                    busy, system, softirq = s0.until(s1)
+                    record = {**dataclasses.asdict(point), "kind": "transactions", "goodput_mbps": None,
+                              **dataclasses.asdict(timing),
+                              "cpu_busy_pct": 100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
+                              "cpu_kernel_busy_pct": busy, "cpu_system_pct": system, "cpu_softirq_pct": softirq,
+                              "failed": False, "bound": None, "emulation_limited": False,
+                              "backend": backends.current().name, "kernel_release": platform.release(),
+                              "time": rundir.now_iso()}
+                    rundir.append(out, record)
+                    measured += 1
+                    if progress:
+                        progress(point, record, len(points) - len(todo) + measured, len(points))
+    finally:
+        meter.close()
+        rundir.finish_run(part_dir, points_measured=measured, complete=measured == len(todo))
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
 
 
 def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> int:
     """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's."""
     from experiments import runner
-    from experiments.sweep import _read_json, _write_json, machine_meta, now_iso, run_sweep
+    from experiments.machine import machine_meta
+    from experiments.sweep import run_sweep
 
-    os.makedirs(out_dir, exist_ok=True)  # (on the host, the lock made it already)
-    meta_path = os.path.join(out_dir, "meta.json")
-    meta = _read_json(meta_path)
-    meta.update(machine_meta())
-    meta.update(seed=repro.seed, script=repro.prog, command_line=runner.typed_command() or sys.argv,
-                parts=[p.to_json() for p in parts], started=meta.get("started") or now_iso())
-    _write_json(meta_path, meta)
+    command_line = runner.typed_command() or sys.argv
+    rundir.start_run(out_dir, machine_meta(), seed=repro.seed, script=repro.prog, command_line=command_line,
+                     parts=[p.to_json() for p in parts])
     failed = 0
     with runner.progress_bar() as bar:
         for i, part in enumerate(parts, 1):
@@ -171,13 +176,11 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> i
             if part.transactions:
                 counts = run_transactions(part, part_dir, progress)
             else:
-                counts = run_sweep(part.spec, part_dir, progress, command_line=runner.typed_command(), lock=False)
+                counts = run_sweep(part.spec, part_dir, progress, command_line=command_line, lock=False)
             failed += counts["failed"]
             note = f", {counts['failed']} FAILED" if counts["failed"] else ""
             bar.update(task, completed=counts["planned"], description=f"{part.name}: {counts['measured']} measured{note}")
-    meta = _read_json(meta_path)
-    meta["finished"] = now_iso()
-    _write_json(meta_path, meta)
+    rundir.finish_run(out_dir)
     if failed:
         print(f"{failed} points FAILED; run the same command again to measure them", file=sys.stderr)
     return 0
@@ -185,16 +188,13 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> i
 
 def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
     """Mark the run directory (and the part that was being measured) as ended by ``why``."""
-    from experiments.sweep import _read_json, _write_json, note_interrupted as note_part, now_iso
+    from experiments.sweep import note_interrupted as note_part
 
     for part in parts:
-        if os.path.exists(os.path.join(out_dir, part.name, "meta.json")):
+        if os.path.exists(os.path.join(out_dir, part.name, rundir.META_FILE)):
             note_part(os.path.join(out_dir, part.name), why)
-    meta_path = os.path.join(out_dir, "meta.json")
-    meta = _read_json(meta_path)
-    if meta:
-        meta.update(interrupted=why, finished=now_iso())
-        _write_json(meta_path, meta)
+    if os.path.exists(os.path.join(out_dir, rundir.META_FILE)):
+        rundir.finish_run(out_dir, interrupted=why)
 
 
 # -- the command line ---------------------------------------------------------------------
@@ -208,8 +208,8 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
     g = p.add_argument_group("how long")
     g.add_argument("--repetitions", type=int, default=None, metavar="N",
                    help="repetitions per point, for every part (default: each part's own, shown by --dry-run)")
-    g.add_argument("--duration", type=int, default=None, metavar="SECONDS",
-                   help="measured whole seconds per point (iperf3 -t) (default: each part's own)")
+    g.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="the measured window of each point, in seconds (default: each part's own)")
     g.add_argument("--udp-bitrate", default=None, metavar="RATE",
                    help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
                         "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
@@ -269,7 +269,7 @@ def report(repro: Reproduction, out_dir: str) -> None:
 
 
 def main(repro: Reproduction, script: str, argv: Optional[Sequence[str]] = None) -> int:
-    from experiments import runner
+    from experiments import doctor, runner
     from testbed.errors import run_main
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -282,7 +282,9 @@ def main(repro: Reproduction, script: str, argv: Optional[Sequence[str]] = None)
         out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
         if args.dry_run:
             return dry_run(parts, out_dir)
-        return runner.run(repro.prog, script, args, argv, out_dir, measure=lambda: measure_parts(repro, parts, out_dir),
+        needs = doctor.needs(p for part in parts for p in part.spec.profiles)
+        return runner.run(repro.prog, script, args, argv, out_dir, needs,
+                          measure=lambda: measure_parts(repro, parts, out_dir),
                           report=lambda: report(repro, out_dir),
                           on_interrupt=lambda why: note_interrupted(out_dir, parts, why))
 

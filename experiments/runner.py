@@ -10,35 +10,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import shlex
 import signal
 import sys
 from typing import Callable, Optional
 
-from testbed import kernel
+from testbed import backends, rundir
+from testbed.capabilities import Needs
 from testbed.errors import Terminated
+from testbed.options import add_kernel_options, backend_options
 
 COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 
 
-def csv(kind):
-    """An argparse type: comma-separated ``kind`` values."""
-    def parse(text: str):
-        try:
-            values = tuple(kind(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, not {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError("give at least one value")
-        return values
-    return parse
-
-
 def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
     """--out, --dry-run, --no-report, -v, --debug and the kernel options, as every experiment script has them."""
-    from testbed.cli import add_kernel_options
     from testbed.errors import add_debug_option
 
     o = p.add_argument_group("output")
@@ -101,7 +88,8 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
         elif record.get("failed"):
             bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
         else:
-            flag = " [CPU-bound]" if record.get("emulation_limited") else ""
+            bound = record.get("bound")
+            flag = f" [{bound}-bound]" if bound in ("cpu", "other") else " [ANOMALY]" if bound == "anomaly" else ""
             value = (f"{record['goodput_mbps']:.2f} Mbit/s" if record.get("goodput_mbps") is not None
                      else f"{record.get('mean_ms', float('nan')):.2f} ms")
             bar.update(task, completed=done, description=f"{label}: {value}{flag}")
@@ -115,32 +103,63 @@ def progress_bar():
     return bar()
 
 
-def run(prog: str, script: str, args, argv: list[str], out_dir: str, measure: Callable[[], int],
+def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interactive: bool = False) -> Optional[int]:
+    """Where the work of ``script`` should run, acted on: how every entry point honours ``--kernel``.
+
+    Prints the decision.  Returns None when the work runs here (on the kernel this process
+    runs on: the host's, or inside the guest already); otherwise runs ``script argv...`` on the
+    chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
+    guest could not run).
+    """
+    import time
+
+    from experiments import doctor
+
+    choice = doctor.choose(getattr(args, "kernel", backends.AUTO), needs, backend_options(args))
+    if choice.backend is not None and not choice.backend.runs_here and choice.backend.inside():
+        return None
+    print(f"kernel: {choice.name or 'none'} ({choice.reason})", file=sys.stderr)
+    if choice.backend is None:
+        return 1
+    if choice.backend.runs_here:
+        return None
+    t0 = time.monotonic()
+    try:
+        rc = choice.backend.run(doctor.guest_command(script, argv), interactive=interactive,
+                                modules=doctor.kernel_modules())
+    except backends.BackendError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 125
+    print(f"({choice.backend.title} run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)
+    return rc
+
+
+def run(prog: str, script: str, args, argv: list[str], out_dir: str, needs: Needs, measure: Callable[[], int],
         report: Callable[[], None], on_interrupt: Callable[[str], None]) -> int:
-    """Measure (here or in UML) with ``measure()``, then ``report()`` on the host; see the module docstring.
+    """Measure (here or in a guest) with ``measure()``, then ``report()`` on the host; see the module docstring.
 
     ``args`` carries the kernel options (``add_kernel_options``) and ``no_report``; ``argv``
     is what the script was given, passed on to the guest with ``--out`` and ``--no-report``.
-    ``on_interrupt(signal_name)`` marks the run directory when a signal ends the run.
+    ``needs`` is what the work needs of a kernel.  ``on_interrupt(signal_name)`` marks the run
+    directory when a signal ends the run.
     """
-    from experiments.sweep import HOST_CPU_ENV, VERSIONS_ENV, cpu_model, locked_run_dir, tool_versions
+    from experiments.machine import hand_to_guest
 
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
     os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
     check_tools()
-    if not kernel.in_uml():
+    on_host = backends.current().runs_here
+    if on_host:
         report_leftovers(prog)
-        os.environ[VERSIONS_ENV] = json.dumps(tool_versions())  # for meta.json, found here once
-        os.environ[HOST_CPU_ENV] = cpu_model()
+        hand_to_guest()  # meta.json's versions and CPU model, found here once
     # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
     # is its own kernel's and would not keep a second run on the host out).
-    with locked_run_dir(out_dir) if not kernel.in_uml() else contextlib.nullcontext():
+    with rundir.locked(out_dir) if on_host else contextlib.nullcontext():
         try:
-            # Under UML the guest measures and the host renders: importing plotly in the guest is slow.
-            rc = kernel.follow_backend(args.kernel, script, [*argv, "--out", out_dir, "--no-report"],
-                                       mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+            # In a guest the work measures and the host renders: importing plotly in a guest is slow.
+            rc = follow(prog, script, [*argv, "--out", out_dir, "--no-report"], args, needs)
             if rc is None:
                 rc = measure()
         except (KeyboardInterrupt, Terminated) as e:

@@ -48,7 +48,7 @@ def parts(args) -> list[Part]:
 
     def spec(**kw) -> SweepSpec:
         base = dict(topology="host_to_host", mode="tunnel", rates_mbit=(RATE,), repetitions=3, duration_s=2,
-                    omit_s=1, udp_bitrate="0")
+                    warmup_s=0.5, udp_bitrate="0")
         return SweepSpec(**{**base, **kw})
 
     tcp = dict(transports=("tcp",), sizes=(1460,), size_mode="mss")

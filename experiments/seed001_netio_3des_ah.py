@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.reproduce import Part, Reproduction, main  # noqa: E402
-from experiments.runner import csv  # noqa: E402
+from testbed.options import csv  # noqa: E402
 from experiments.sweep import SweepSpec  # noqa: E402
 
 EPILOG = """\
@@ -42,7 +42,7 @@ def parts(args) -> list[Part]:
     def spec(transport: str) -> SweepSpec:
         return SweepSpec(topology="host_to_host", mode="transport", profiles=("none", "3des-cbc-sha1+ah-md5"),
                          ip_versions=(4,), transports=(transport,), rates_mbit=(args.rate,), sizes=args.sizes,
-                         size_mode="write", repetitions=3, duration_s=2, omit_s=1, udp_bitrate="0")
+                         size_mode="write", repetitions=3, duration_s=2, warmup_s=0.5, udp_bitrate="0")
 
     return [Part("netio_tcp", "Table 1: netio TCP, without and with IPsec", spec("tcp"), reference="netio"),
             Part("netio_udp", "Table 2: netio UDP, without and with IPsec", spec("udp"), reference="netio")]

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.reproduce import Part, Reproduction, main  # noqa: E402
-from experiments.runner import csv  # noqa: E402
+from testbed.options import csv  # noqa: E402
 from experiments.sweep import SweepSpec  # noqa: E402
 
 EPILOG = """\
@@ -56,7 +56,7 @@ def parts(args) -> list[Part]:
     out = [Part(name, title, SweepSpec(topology=topo, mode=mode, clients=clients, profiles=PROFILES,
                                        ip_versions=(4,), transports=("tcp",), rates_mbit=(args.rate,),
                                        sizes=args.sizes, size_mode="write", socket_buffer=65535,
-                                       repetitions=2, duration_s=2, omit_s=1))
+                                       repetitions=2, duration_s=2, warmup_s=0.5))
            for name, topo, mode, clients, title in TOPOLOGIES]
     out.append(Part("latency", "Figure 13: 1000 small request/response transactions, plain and 3DES",
                     SweepSpec(topology="host_to_host", mode="transport", profiles=("none", "3des-cbc-sha1"),

@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.reproduce import Part, Reproduction, main  # noqa: E402
-from experiments.runner import csv  # noqa: E402
+from testbed.options import csv  # noqa: E402
 from experiments.sweep import SweepSpec  # noqa: E402
 
 EPILOG = """\
@@ -49,7 +49,7 @@ def parts(args) -> list[Part]:
     return [Part("gateway", "Figures 6-7: throughput and normalized throughput against packet size and rate",
                  SweepSpec(topology="vpn_gateway", mode="tunnel", profiles=("none", args.profile), ip_versions=(4,),
                            transports=("tcp",), rates_mbit=args.rates, sizes=args.sizes, size_mode="mss",
-                           pmtu=args.pmtu, repetitions=2, duration_s=2, omit_s=1))]
+                           pmtu=args.pmtu, repetitions=2, duration_s=2, warmup_s=0.5))]
 
 
 REPRODUCTION = Reproduction(seed="003", prog="seed003_gateway_rates", doc=__doc__, parts=parts,

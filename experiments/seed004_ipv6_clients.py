@@ -43,7 +43,7 @@ def parts(args) -> list[Part]:
                  SweepSpec(topology="multi_host_to_host", clients=n, mode="transport",
                            profiles=("none", "des-cbc-md5", "aes-cbc-128-md5"), ip_versions=(6,),
                            transports=("tcp", "udp"), rates_mbit=(args.rate,), sizes=(1400,), size_mode="mss",
-                           udp_bitrate="0", repetitions=2, duration_s=2, omit_s=1))
+                           udp_bitrate="0", repetitions=2, duration_s=2, warmup_s=0.5))
             for n in range(1, args.max_clients + 1)]
 
 

@@ -19,6 +19,10 @@ followed by a 32-bit salt (RFC 4106 section 8.1), so ``aes-gcm-128`` has
 ``modules`` names the kernel modules (as in the kernel tree, e.g. Debian's
 ``/usr/lib/uml/modules/<release>``) that provide the algorithm; some kernels build them
 in.  :data:`PROTOCOL_MODULES` does the same for the IPsec protocols themselves.
+
+This table is the one source of every fact about an algorithm: the profile grammar
+(:mod:`ipsec.profiles`), the names scapy and Wireshark give it (:mod:`ipsec.wire`) and
+the modules a guest kernel loads (:func:`kernel_modules`) are all derived from it.
 """
 from __future__ import annotations
 
@@ -48,6 +52,13 @@ class Algorithm:
         salt_bits: part of the key that is a nonce salt, not cipher key (AEAD only).
         modules: kernel modules that provide the algorithm.
         rfc: the document that defines its use in IPsec.
+        profile_name: its word in profile names (``sha1`` in ``aes-cbc-128-sha1``; a cipher
+            with several key sizes takes ``-<bits>``: ``aes-cbc-128``); "" when profiles
+            name it by ``name`` (AES-GCM) or not at all.
+        scapy_name: scapy's name for it (``scapy.layers.ipsec`` CRYPT_ALGOS / AUTH_ALGOS),
+            "" when scapy has none.
+        wireshark_name: the ESP dissector's name for it (``packet-ipsec.c``), with
+            ``{icv_bytes}`` where it depends on the ICV length; "" when it has none.
     """
 
     name: str
@@ -62,6 +73,9 @@ class Algorithm:
     salt_bits: int = 0
     modules: tuple[str, ...] = ()
     rfc: str = ""
+    profile_name: str = ""
+    scapy_name: str = ""
+    wireshark_name: str = ""
 
     def __post_init__(self) -> None:
         # The catalog is data written by hand: check it as strictly as user input.
@@ -100,7 +114,9 @@ def _aes_gcm(aes_bits: int) -> Algorithm:
         name=f"aes-gcm-{aes_bits}", kernel_name="rfc4106(gcm(aes))", kind="aead",
         key_bits=aes_bits + 32, key_bits_allowed=(aes_bits + 32,),
         icv_bits=128, icv_bits_allowed=(64, 96, 128),
-        block_bytes=1, iv_bytes=8, salt_bits=32, modules=_GCM_MODULES, rfc="RFC 4106")
+        block_bytes=1, iv_bytes=8, salt_bits=32, modules=_GCM_MODULES, rfc="RFC 4106",
+        # scapy splits the RFC 4106 key as AES key + 4-byte salt, as the kernel does
+        scapy_name="AES-GCM", wireshark_name="AES-GCM with {icv_bytes} octet ICV [RFC4106]")
 
 
 #: Every algorithm the testbed offers, in a stable order (AEAD, crypt, auth, comp).
@@ -110,25 +126,32 @@ ALGORITHMS: tuple[Algorithm, ...] = (
     _aes_gcm(256),
     Algorithm(name="aes-cbc", kernel_name="cbc(aes)", kind="crypt",
               key_bits=128, key_bits_allowed=(128, 192, 256),
-              block_bytes=16, iv_bytes=16, modules=_CBC_AES_MODULES, rfc="RFC 3602"),
+              block_bytes=16, iv_bytes=16, modules=_CBC_AES_MODULES, rfc="RFC 3602",
+              profile_name="aes-cbc", scapy_name="AES-CBC", wireshark_name="AES-CBC [RFC3602]"),
     Algorithm(name="3des-cbc", kernel_name="cbc(des3_ede)", kind="crypt",
               key_bits=192, key_bits_allowed=(192,),
-              block_bytes=8, iv_bytes=8, modules=_CBC_DES_MODULES, rfc="RFC 2451"),
+              block_bytes=8, iv_bytes=8, modules=_CBC_DES_MODULES, rfc="RFC 2451",
+              profile_name="3des-cbc", scapy_name="3DES", wireshark_name="TripleDES-CBC [RFC2451]"),
     Algorithm(name="des-cbc", kernel_name="cbc(des)", kind="crypt",
               key_bits=64, key_bits_allowed=(64,),
-              block_bytes=8, iv_bytes=8, modules=_CBC_DES_MODULES, rfc="RFC 2405"),
+              block_bytes=8, iv_bytes=8, modules=_CBC_DES_MODULES, rfc="RFC 2405",
+              profile_name="des-cbc", scapy_name="DES", wireshark_name="DES-CBC [RFC2405]"),
     Algorithm(name="null", kernel_name="ecb(cipher_null)", kind="crypt",
               key_bits=0, key_bits_allowed=(0,),
-              block_bytes=1, iv_bytes=0, modules=("crypto_null", "authenc"), rfc="RFC 2410"),
+              block_bytes=1, iv_bytes=0, modules=("crypto_null", "authenc"), rfc="RFC 2410",
+              profile_name="null", scapy_name="NULL", wireshark_name="NULL"),
     Algorithm(name="hmac-sha1-96", kernel_name="hmac(sha1)", kind="auth",
               key_bits=160, key_bits_allowed=(160,), icv_bits=96, icv_bits_allowed=(96,),
-              modules=("hmac", "sha1_generic"), rfc="RFC 2404"),
+              modules=("hmac", "sha1_generic"), rfc="RFC 2404",
+              profile_name="sha1", scapy_name="HMAC-SHA1-96", wireshark_name="HMAC-SHA-1-96 [RFC2404]"),
     Algorithm(name="hmac-sha256-128", kernel_name="hmac(sha256)", kind="auth",
               key_bits=256, key_bits_allowed=(256,), icv_bits=128, icv_bits_allowed=(128,),
-              modules=("hmac", "sha256_generic"), rfc="RFC 4868"),
+              modules=("hmac", "sha256_generic"), rfc="RFC 4868",
+              profile_name="sha256", scapy_name="SHA2-256-128", wireshark_name="HMAC-SHA-256-128 [RFC4868]"),
     Algorithm(name="hmac-md5-96", kernel_name="hmac(md5)", kind="auth",
               key_bits=128, key_bits_allowed=(128,), icv_bits=96, icv_bits_allowed=(96,),
-              modules=("hmac", "md5"), rfc="RFC 2403"),
+              modules=("hmac", "md5"), rfc="RFC 2403",
+              profile_name="md5", scapy_name="HMAC-MD5-96", wireshark_name="HMAC-MD5-96 [RFC2403]"),
     Algorithm(name="deflate", kernel_name="deflate", kind="comp",
               key_bits=0, key_bits_allowed=(0,), modules=("deflate",), rfc="RFC 2394"),
 )
@@ -143,6 +166,27 @@ PROTOCOL_MODULES: dict[str, dict[int, tuple[str, ...]]] = {
     "comp": {4: ("ipcomp", "xfrm_ipcomp", "xfrm4_tunnel"),
              6: ("ipcomp6", "xfrm_ipcomp", "xfrm6_tunnel")},
 }
+
+
+#: Modules every IPsec SA needs: the xfrm netlink interface and its algorithm table.
+XFRM_MODULES: tuple[str, ...] = ("xfrm_user", "xfrm_algo")
+#: The kernel's random number generators, which seqiv and echainiv draw IVs from (drbg's
+#: default instance is HMAC-SHA512).
+RNG_MODULES: tuple[str, ...] = ("drbg", "jitterentropy_rng", "ansi_cprng", "sha512_generic")
+#: Extended sequence numbers (authencesn), which an SA may ask for.
+ESN_MODULES: tuple[str, ...] = ("authencesn",)
+
+
+def kernel_modules() -> tuple[str, ...]:
+    """Every module the testbed's IPsec may need, derived from this table (for a guest's boot)."""
+    mods: list[str] = list(XFRM_MODULES)
+    for protocol in PROTOCOL_MODULES.values():
+        for family in (4, 6):
+            mods += protocol[family]
+    for alg in ALGORITHMS:
+        mods += alg.modules
+    mods += RNG_MODULES + ESN_MODULES
+    return tuple(dict.fromkeys(mods))
 
 
 def algorithm_names(kind: Optional[str] = None) -> tuple[str, ...]:

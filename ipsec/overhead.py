@@ -85,6 +85,7 @@ Deliberate choices and assumptions:
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Iterable, Optional, Sequence, Union
 
 from ipsec.algorithms import get_algorithm
@@ -92,6 +93,15 @@ from ipsec.profiles import Profile, parse_profile
 
 #: IP header bytes without options / extension headers: ``struct iphdr``, ``struct ipv6hdr``.
 IP_HEADER_BYTES: dict[int, int] = {4: 20, 6: 40}
+#: How a shaper counts a packet (topologies.shaping): "tc" = tc's default, the packet plus
+#: the Ethernet header; "ethernet" = a physical wire's frame.
+FRAMINGS: tuple[str, ...] = ("tc", "ethernet")
+#: Bytes of the Ethernet header tc counts (skb->len includes it; veth too).
+ETHERNET_HEADER_BYTES = 14
+#: What a physical Ethernet also spends per frame: preamble + SFD 8, FCS 4, inter-frame gap 12.
+ETHERNET_WIRE_OVERHEAD_BYTES = 24
+#: Smallest Ethernet frame without FCS (64 with it): shorter ones are padded on the wire.
+ETHERNET_MIN_FRAME_BYTES = 60
 #: Smallest link MTU per IP version (RFC 791 section 3.2, RFC 8200 section 5).
 MIN_LINK_MTU: dict[int, int] = {4: 68, 6: 1280}
 MAX_LINK_MTU = 65535
@@ -392,6 +402,33 @@ def render_rows(rows: Iterable[OverheadRow],
         names = [COLUMNS[i] for i in index]
         cells = [[row[i] for i in index] for row in cells]
     return names, cells
+
+
+def theoretical_goodput_mbps(rate_mbit: float, mss: int, ip_version: int = 4, framing: str = "tc",
+                             timestamps: bool = True) -> float:
+    """TCP goodput (Mbit/s) a perfect shaper of ``rate_mbit`` gives full segments of ``mss``.
+
+    ``mss`` is the TCP MSS as iperf3 ``-M`` and the SYN carry it (options excluded, e.g.
+    1460 over IPv4 at MTU 1500).  With timestamps every segment carries 12 option bytes
+    inside the MSS, so the payload is ``mss - 12``.  The shaper counts the IP packet plus
+    the 14-byte Ethernet header (``framing="tc"``), or the frame padded to 60 bytes plus
+    24 more (``"ethernet"``: preamble, FCS, gap).  Goodput = rate * payload / counted.
+    Acknowledgements travel the other direction and do not count.
+    """
+    if isinstance(rate_mbit, bool) or not isinstance(rate_mbit, (int, float)) or not 0 < rate_mbit < math.inf:
+        raise ValueError(f"rate_mbit must be > 0 (Mbit/s), not {rate_mbit!r}")
+    if ip_version not in IP_HEADER_BYTES:
+        raise ValueError(f"ip_version must be 4 or 6, not {ip_version!r}")
+    if framing not in FRAMINGS:
+        raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
+    options = TCP_TIMESTAMPS_BYTES if timestamps else 0
+    if isinstance(mss, bool) or not isinstance(mss, int) or not options < mss <= 65535:
+        raise ValueError(f"mss must be an integer in {options + 1}..65535, not {mss!r}")
+    payload = mss - options
+    frame = mss + TCP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
+    if framing == "ethernet":
+        frame = max(frame, ETHERNET_MIN_FRAME_BYTES) + ETHERNET_WIRE_OVERHEAD_BYTES
+    return rate_mbit * payload / frame
 
 
 def expected_goodput_mbps(rate_mbit: float, mss: int, profile: ProfileArg = "none", mode: str = "tunnel",

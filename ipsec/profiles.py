@@ -19,21 +19,41 @@ mode on top of it, as the kernel's policy templates expect.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from typing import Optional
 
-AUTHS: dict[str, str] = {"sha1": "hmac-sha1-96", "sha256": "hmac-sha256-128", "md5": "hmac-md5-96"}
-CIPHERS: dict[str, tuple[str, Optional[int]]] = {
-    "aes-cbc-128": ("aes-cbc", 128), "aes-cbc-192": ("aes-cbc", 192), "aes-cbc-256": ("aes-cbc", 256),
-    "3des-cbc": ("3des-cbc", None), "des-cbc": ("des-cbc", None), "null": ("null", None),
-}
-_GCM = re.compile(r"^aes-gcm-(128|192|256)(?:-icv(8|12|16))?$")
+from ipsec.algorithms import ALGORITHMS
+
+#: Profile words of the integrity algorithms -> catalog names ("sha1" -> "hmac-sha1-96").
+AUTHS: dict[str, str] = {a.profile_name: a.name for a in ALGORITHMS if a.kind == "auth" and a.profile_name}
+
+
+def _ciphers() -> dict[str, tuple[str, Optional[int]]]:
+    """Profile words of the ESP ciphers -> (catalog name, key bits or None for the only size)."""
+    out: dict[str, tuple[str, Optional[int]]] = {}
+    for a in ALGORITHMS:
+        if a.kind == "crypt" and a.profile_name:
+            if len(a.key_bits_allowed) > 1:
+                out.update({f"{a.profile_name}-{bits}": (a.name, bits) for bits in a.key_bits_allowed})
+            else:
+                out[a.profile_name] = (a.name, None)
+    return out
+
+
+CIPHERS: dict[str, tuple[str, Optional[int]]] = _ciphers()
+_AEADS = [a for a in ALGORITHMS if a.kind == "aead"]
+_ICVS = sorted({bits // 8 for a in _AEADS for bits in a.icv_bits_allowed})
+_GCM = re.compile(rf"^({'|'.join(map(re.escape, (a.name for a in _AEADS)))})"
+                  rf"(?:-icv({'|'.join(map(str, _ICVS))}))?$")
 _CBC = re.compile(rf"^({'|'.join(map(re.escape, CIPHERS))})-({'|'.join(AUTHS)})$")
 _AH = re.compile(rf"^ah-({'|'.join(AUTHS)})$")
 
+_AEAD_STEM = os.path.commonprefix([a.name for a in _AEADS])  # "aes-gcm-"
 GRAMMAR = ("none | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is "
-           "aes-gcm-{128,192,256}[-icv{8,12,16}] or CIPHER-AUTH with CIPHER in "
-           f"{', '.join(CIPHERS)} and AUTH in {', '.join(AUTHS)}")
+           f"{_AEAD_STEM}{{{','.join(a.name[len(_AEAD_STEM):] for a in _AEADS)}}}"
+           f"[-icv{{{','.join(map(str, _ICVS))}}}] or CIPHER-AUTH with "
+           f"CIPHER in {', '.join(CIPHERS)} and AUTH in {', '.join(AUTHS)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +127,7 @@ def _part(part: str, whole: str) -> tuple[str, dict]:
     m = _GCM.match(part)
     if m:
         icv = int(m.group(2)) * 8 if m.group(2) else None
-        return "ESP", {"aead": f"aes-gcm-{m.group(1)}", "aead_icv_bits": icv}
+        return "ESP", {"aead": m.group(1), "aead_icv_bits": icv}
     m = _CBC.match(part)
     if m:
         crypt, bits = CIPHERS[m.group(1)]

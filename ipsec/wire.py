@@ -62,6 +62,7 @@ from scapy.layers.inet6 import IPv6, ICMPv6EchoReply, ICMPv6EchoRequest
 from scapy.packet import NoPayload, Packet
 from scapy.utils import PcapWriter
 
+from ipsec.algorithms import ALGORITHMS
 from ipsec.sa import SASpec
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ _ICMPV6 = 58
 _IPV6_EXTENSIONS: frozenset[int] = frozenset({0, 43, 44, 60})
 _FRAGMENT = 44
 
+# The names below are the algorithm table's (ipsec.algorithms: Algorithm.scapy_name and
+# .wireshark_name); this says where they come from.
 # --- scapy's names -----------------------------------------------------------------------
 # scapy 2.8.0, scapy/layers/ipsec.py: CRYPT_ALGOS has 'NULL', 'AES-CBC', 'AES-CTR', 'AES-GCM',
 # 'AES-NULL-GMAC', 'AES-CCM', 'CHACHA20-POLY1305', 'DES', '3DES', 'CAST', 'Blowfish' (all but
@@ -88,18 +91,6 @@ _FRAGMENT = 44
 # 'AES-CMAC-96'.  SecurityAssociation.__init__ splits a key of an algorithm with a salt
 # (AES-GCM: salt_size=4) as key[:-4] + salt key[-4:], exactly the RFC 4106 layout the kernel
 # and our specs use, so the whole aead_key is passed as crypt_key.
-_SCAPY_CRYPT: dict[str, str] = {
-    "rfc4106(gcm(aes))": "AES-GCM",
-    "cbc(aes)": "AES-CBC",
-    "cbc(des3_ede)": "3DES",
-    "cbc(des)": "DES",
-    "ecb(cipher_null)": "NULL",
-}
-_SCAPY_AUTH: dict[tuple[str, int], str] = {
-    ("hmac(sha1)", 96): "HMAC-SHA1-96",
-    ("hmac(sha256)", 128): "SHA2-256-128",
-    ("hmac(md5)", 96): "HMAC-MD5-96",
-}
 
 # --- Wireshark's names -------------------------------------------------------------------
 # epan/dissectors/packet-ipsec.c (the ESP dissector): the UAT "ESP SAs" is stored in the
@@ -114,23 +105,6 @@ _SCAPY_AUTH: dict[tuple[str, int], str] = {
 # with tshark 4.0.17, Debian 12); the 4.5 development API docs show two more record members
 # (sn_length, sn_upper, for extended sequence numbers), not written here.
 WIRESHARK_IPV: dict[int, str] = {4: "IPv4", 6: "IPv6"}
-WIRESHARK_ENCRYPTION: dict[str, str] = {
-    "cbc(aes)": "AES-CBC [RFC3602]",
-    "cbc(des3_ede)": "TripleDES-CBC [RFC2451]",
-    "cbc(des)": "DES-CBC [RFC2405]",
-    "ecb(cipher_null)": "NULL",
-}
-#: rfc4106(gcm(aes)) by ICV bits.
-WIRESHARK_AES_GCM: dict[int, str] = {
-    64: "AES-GCM with 8 octet ICV [RFC4106]",
-    96: "AES-GCM with 12 octet ICV [RFC4106]",
-    128: "AES-GCM with 16 octet ICV [RFC4106]",
-}
-WIRESHARK_AUTHENTICATION: dict[tuple[str, int], str] = {
-    ("hmac(sha1)", 96): "HMAC-SHA-1-96 [RFC2404]",
-    ("hmac(sha256)", 128): "HMAC-SHA-256-128 [RFC4868]",
-    ("hmac(md5)", 96): "HMAC-MD5-96 [RFC2403]",
-}
 WIRESHARK_NO_AUTHENTICATION = "NULL"
 #: The ESP SA table alone is not used until decryption is switched on (packet-ipsec.c:
 #: prefs "enable_encryption_decode" and "enable_authentication_check" of module "esp").
@@ -360,10 +334,10 @@ def scapy_sa(spec: SASpec) -> scapy_ipsec.SecurityAssociation:
     if spec.proto == "esp":
         cipher = spec.aead or spec.crypt
         assert cipher is not None  # SASpec guarantees aead or crypt for esp
-        name = _SCAPY_CRYPT.get(cipher.kernel_name)
-        if name is None:
+        name = cipher.scapy_name
+        if not name:
             raise ValueError(f"{spec.describe()}: no scapy name for cipher {cipher.kernel_name!r}; "
-                             f"supported: {', '.join(_SCAPY_CRYPT)}")
+                             f"supported: {', '.join(_named('scapy_name', 'aead', 'crypt'))}")
         if spec.aead is not None:
             if spec.aead_icv_bits != 128:
                 raise ValueError(f"{spec.describe()}: AES-GCM with a {spec.aead_icv_bits}-bit ICV "
@@ -374,11 +348,11 @@ def scapy_sa(spec: SASpec) -> scapy_ipsec.SecurityAssociation:
             kwargs.update(crypt_algo=name, crypt_key=spec.crypt_key or None)
         _require(name, scapy_ipsec.CRYPT_ALGOS, spec)
     if spec.auth is not None:
-        name = _SCAPY_AUTH.get((spec.auth.kernel_name, spec.auth.icv_bits))
-        if name is None:
+        name = spec.auth.scapy_name
+        if not name:
             raise ValueError(f"{spec.describe()}: no scapy name for {spec.auth.kernel_name} "
                              f"truncated to {spec.auth.icv_bits} bits; supported: "
-                             + ", ".join(f"{k} {t}" for k, t in _SCAPY_AUTH))
+                             + ", ".join(_named("scapy_name", "auth")))
         _require(name, scapy_ipsec.AUTH_ALGOS, spec)
         kwargs.update(auth_algo=name, auth_key=spec.auth_key)
     if spec.mode == "tunnel":
@@ -538,7 +512,8 @@ def esp_sa_lines(specs: Iterable[SASpec]) -> list[str]:
     """Wireshark ``esp_sa`` records (without newlines) for the ESP SAs in ``specs``.
 
     AH and IPComp SAs are skipped: Wireshark's AH dissector needs no keys, and IPComp has
-    none.  Format and algorithm names: see the comment on :data:`WIRESHARK_ENCRYPTION`.
+    none.  Algorithm names: :attr:`ipsec.algorithms.Algorithm.wireshark_name`; format: the comment above
+    :data:`WIRESHARK_IPV`.
 
     Raises:
         ValueError: an ESP algorithm Wireshark's table does not offer.
@@ -549,25 +524,23 @@ def esp_sa_lines(specs: Iterable[SASpec]) -> list[str]:
             continue
         if spec.aead is not None:
             assert spec.aead_icv_bits is not None
-            encryption = WIRESHARK_AES_GCM.get(spec.aead_icv_bits) \
-                if spec.aead.kernel_name == "rfc4106(gcm(aes))" else None
+            encryption = spec.aead.wireshark_name.format(icv_bytes=spec.aead_icv_bits // 8)
             key = spec.aead_key
             cipher = spec.aead.kernel_name
         else:
             assert spec.crypt is not None
-            encryption = WIRESHARK_ENCRYPTION.get(spec.crypt.kernel_name)
+            encryption = spec.crypt.wireshark_name
             key = spec.crypt_key
             cipher = spec.crypt.kernel_name
-        if encryption is None:
+        if not encryption:
             raise ValueError(f"{spec.describe()}: Wireshark's ESP table has no cipher for "
-                             f"{cipher!r}; supported: {', '.join(WIRESHARK_ENCRYPTION)}, "
-                             "rfc4106(gcm(aes))")
+                             f"{cipher!r}; supported: {', '.join(_named('wireshark_name', 'aead', 'crypt'))}")
         if spec.auth is None:
             authentication, auth_key = WIRESHARK_NO_AUTHENTICATION, b""
         else:
-            authentication = WIRESHARK_AUTHENTICATION.get((spec.auth.kernel_name, spec.auth.icv_bits))
+            authentication = spec.auth.wireshark_name
             auth_key = spec.auth_key
-            if authentication is None:
+            if not authentication:
                 raise ValueError(f"{spec.describe()}: Wireshark's ESP table has no "
                                  f"{spec.auth.kernel_name} truncated to {spec.auth.icv_bits} bits")
         fields = (WIRESHARK_IPV[spec.family], spec.src, spec.dst, f"0x{spec.spi:08x}",
@@ -577,6 +550,11 @@ def esp_sa_lines(specs: Iterable[SASpec]) -> list[str]:
                 raise ValueError(f"unexpected character in esp_sa field {field!r}")
         lines.append(",".join(f'"{field}"' for field in fields))
     return lines
+
+
+def _named(attribute: str, *kinds: str) -> list[str]:
+    """Kernel names of the algorithms of ``kinds`` that have a name in ``attribute``."""
+    return list(dict.fromkeys(a.kernel_name for a in ALGORITHMS if a.kind in kinds and getattr(a, attribute)))
 
 
 def _hex(key: bytes) -> str:

@@ -1,4 +1,7 @@
-"""The ipsec-testbed command and what it stands on: kernel probe, User-Mode Linux, namespaces, clean-up."""
-from ipsec import _pyroute2
+"""The platform the testbed stands on: names, namespaces, kernel backends, run directories, errors.
 
-_pyroute2.install()  # before any pyroute2 import of the project's: see ipsec/_pyroute2.py
+The bottom layer: it imports no other package of the project.
+"""
+from testbed import _pyroute2
+
+_pyroute2.install()  # before any pyroute2 import of the project's: see testbed/_pyroute2.py

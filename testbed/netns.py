@@ -19,7 +19,7 @@ T = TypeVar("T")
 
 from pyroute2 import netns as _netns
 
-from ipsec import _pyroute2
+from testbed import _pyroute2
 from testbed import names
 
 _pyroute2.preload_libc()

@@ -15,6 +15,10 @@ TOPOLOGIES: dict[str, Callable[..., TopologySpec]] = {
     "multi_host_to_host": multi_host_to_host.spec,
 }
 MULTI_CLIENT = ("road_warrior", "multi_host_to_host")
+#: Kernel modules the networks use: IPv6, veth pairs, bridges for switches, the qdiscs of
+#: topologies.shaping, and what ingress shaping would take (ifb, u32, mirred).
+KERNEL_MODULES: tuple[str, ...] = ("ipv6", "veth", "bridge", "dummy", "ifb", "sch_tbf", "sch_htb", "sch_netem",
+                                   "sch_ingress", "cls_u32", "act_mirred")
 
 
 def build_spec(name: str, clients: int = 3, mtu: int = 1500, pmtu: str = "discover") -> TopologySpec:

@@ -266,6 +266,11 @@ class Network:
                     apply_shaping(self.ns(node.name), i.ifname(self.run_id), shaping, mtu=i.mtu)
             self.topo.shaping = shaping
 
+    @property
+    def shaping(self):
+        """The shaped link's :class:`~topologies.shaping.ShapingSpec` now (None: not shaped)."""
+        return self.topo.shaping
+
     # -- names and addresses -----------------------------------------------------
     def ns(self, node: str) -> str:
         """The namespace name of ``node`` (``ip -n`` takes it)."""

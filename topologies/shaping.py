@@ -21,19 +21,28 @@ Design choices, with the kernel behaviour behind them:
   (a 10 Mbit tbf then gives TCP 10 * 1448/1514 Mbit/s at MSS 1460); ``framing="ethernet"``
   adds tc's ``overhead 24`` and ``mpu 84`` (the 60-byte minimum frame + 24), so goodput is
   what a physical 10 Mbit/s Ethernet carries (10 * 1448/1538).  Both are exact for
-  GSO packets too: the kernel counts every segment's headers (``qdisc_pkt_len_init``),
-  and for the once-per-packet ``overhead`` a tbf gets a peak bucket just under two
-  packets, which makes it split each GSO packet of full-size segments before charging
-  (see :data:`PEAK_RATE_BYTES_PER_S`; that splitting costs CPU at 1 Gbit/s).  htb cannot
-  split: it charged the overhead once per GSO packet and gave 1.4..1.6% too much
-  goodput, so ``framing="ethernet"`` is refused with ``qdisc="htb"``.
+  GSO packets too: the kernel counts every segment's headers (``qdisc_pkt_len_init``).
+* **Frames, not GSO packets.**  A tbf gets a peak bucket just under two packets, which
+  makes it split every GSO packet into its frames at enqueue and release them one at a
+  time, as a wire does (see :data:`PEAK_RATE_BYTES_PER_S`).  Without it a sender's 64 KB
+  GSO packet left a 10 Mbit/s shaper in one piece, a 52 ms burst: a 2-second window then
+  carried up to 2.6 % more than the rate, or less, depending on where its ends fell
+  (measured in User-Mode Linux: 0.996..1.026 of the rate; with the split 0.9997..1.0004).
+  The split also charges ``framing="ethernet"``'s once-per-packet overhead per frame.
+  Its cost is CPU: every frame crosses the rest of the path on its own (in UML plain TCP
+  at 100 Mbit/s then took most of the guest's CPU, against a seventh as GSO packets).
+  htb cannot split: it charged the overhead once per GSO packet and gave 1.4..1.6% too
+  much goodput, so ``framing="ethernet"`` is refused with ``qdisc="htb"``.
 * **Burst.**  Tokens beyond ``burst`` are lost, so the bucket must cover the time the
   qdisc may wait for its timer: :func:`default_burst_bytes` gives
-  ``max(4 frames, burst_time_s of the rate)``, with 4 ms on a real kernel and 100 ms
-  inside User-Mode Linux, whose timers fire late when the host is busy (measured in
-  ``benchmarks/shaping_accuracy.py``: with 4 ms, UML gave 0.83..0.94 of the target
-  goodput at 10..100 Mbit; with 100 ms, 0.99..1.00).  A burst is also what the link lets
-  through at full speed after an idle moment, so it is kept no bigger than that.
+  ``max(4 frames, burst_time_s of the rate)``, with the kernel backend's
+  ``shaper_burst_s``: 4 ms on a real kernel, 10 ms (a tick) inside User-Mode Linux, whose
+  timers fire late when its CPU is busy.  A burst is also what the link lets through at
+  full speed after an idle moment, above its rate, so it is kept no bigger than that: with
+  the guest on one host CPU and frames released one by one, 10 ms kept 2-second windows at
+  0.9999..1.0001 of the rate at 10 and 100 Mbit/s and at 0.994..0.999 with the guest's CPU
+  saturated by ESP; 100 ms (needed before, when the guest wandered between host CPUs)
+  let a window carry up to 5 % more than the rate after the link had idled.
 * **Queue.**  ``latency_ms`` sizes the shaper's queue as ``tc ... latency`` does: tbf's
   byte ``limit`` is rate * latency + burst (latency is the longest wait behind a full
   bucket; under sustained load, with the bucket empty, a packet may wait latency +
@@ -65,21 +74,13 @@ import os
 import types
 from typing import Iterator, Mapping, Optional, Union
 
+from ipsec.overhead import (ETHERNET_HEADER_BYTES, ETHERNET_MIN_FRAME_BYTES, ETHERNET_WIRE_OVERHEAD_BYTES, FRAMINGS,
+                            IP_HEADER_BYTES, TCP_HEADER_BYTES)
+
 log = logging.getLogger(__name__)
 
 QDISCS: tuple[str, ...] = ("tbf", "htb")
-FRAMINGS: tuple[str, ...] = ("tc", "ethernet")
 
-#: Bytes of the Ethernet header tc counts (skb->len includes it; veth too).
-ETHERNET_HEADER_BYTES = 14
-#: What a physical Ethernet also spends per frame: preamble + SFD 8, FCS 4, inter-frame gap 12.
-ETHERNET_WIRE_OVERHEAD_BYTES = 24
-#: Smallest Ethernet frame without FCS (64 with it): shorter ones are padded on the wire.
-ETHERNET_MIN_FRAME_BYTES = 60
-#: IPv4 / IPv6 and TCP header bytes without options; TCP timestamps add 12 (10 + 2 NOP).
-IP_HEADER_BYTES = {4: 20, 6: 40}
-TCP_HEADER_BYTES = 20
-TCP_TIMESTAMP_OPTION_BYTES = 12
 
 #: tc_ratespec.rate is 32-bit bytes/s and pyroute2 sends no TCA_TBF_RATE64: 34.36 Gbit/s at most.
 MAX_RATE_MBIT = (2**32 - 1) * 8 / 1e6
@@ -92,8 +93,6 @@ MAX_DELAY_MS = 60_000.0
 BURST_MIN_FRAMES = 4
 #: ... and this many seconds at the rate: 4 ms (a tick at HZ=250) on a real kernel ...
 BURST_TIME_S = 0.004
-#: ... and 100 ms inside User-Mode Linux (10 of its HZ=100 ticks; see the module docstring).
-UML_BURST_TIME_S = 0.1
 #: tbf peak rate for framing="ethernet" (see the module docstring): tc's 32-bit maximum,
 #: 34 Gbit/s.  The peak bucket holds almost two frames, so after one frame it lacks a few
 #: bytes for the next: a few nanoseconds at this rate, which the next dequeue has taken.
@@ -257,10 +256,24 @@ def default_burst_bytes(rate_bytes_per_s: int, mtu: int = 1500, framing: str = "
 
 
 def kernel_burst_time_s() -> float:
-    """:data:`UML_BURST_TIME_S` inside User-Mode Linux, :data:`BURST_TIME_S` elsewhere."""
-    from testbed.kernel import in_uml
+    """How long a token bucket must last on the kernel this runs on (its backend's ``shaper_burst_s``)."""
+    from testbed.backends import current
 
-    return UML_BURST_TIME_S if in_uml() else BURST_TIME_S
+    return current().shaper_burst_s
+
+
+def shaper_handle(spec: ShapingSpec) -> int:
+    """The handle of the qdisc that shapes (tbf or htb): the root, or netem's child."""
+    return SHAPER_UNDER_NETEM if spec.needs_netem else ROOT_HANDLE
+
+
+def burst_bytes(spec: ShapingSpec, mtu: int = 1500, burst_time_s: Optional[float] = None) -> int:
+    """The token bucket :func:`plan_shaping` gives ``spec`` on this kernel (``burst_time_s``:
+    :func:`kernel_burst_time_s` when None)."""
+    if spec.burst_bytes is not None:
+        return spec.burst_bytes
+    return default_burst_bytes(spec.rate_bytes_per_s, mtu, spec.framing,
+                               kernel_burst_time_s() if burst_time_s is None else burst_time_s)
 
 
 def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST_TIME_S) -> list[TcOp]:
@@ -277,8 +290,7 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
     frame = frame_bytes(mtu, spec.framing)
     if not 0 < burst_time_s <= 1:
         raise ValueError(f"burst_time_s must be > 0 and <= 1 second, not {burst_time_s!r}")
-    burst = spec.burst_bytes if spec.burst_bytes is not None else \
-        default_burst_bytes(rate, mtu, spec.framing, burst_time_s)
+    burst = burst_bytes(spec, mtu, burst_time_s)
     if burst < frame:
         raise ValueError(f"burst_bytes {burst} is smaller than one full-size frame at mtu {mtu} "
                          f"({frame} bytes as {spec.framing!r} framing counts it): the shaper would "
@@ -311,10 +323,10 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
             "limit_bytes": limit_bytes,
             **overhead,
         }
-        if spec.framing == "ethernet" and rate < PEAK_RATE_BYTES_PER_S:
+        if rate < PEAK_RATE_BYTES_PER_S:
             # A peak burst just under two full packets caps tbf's max_size there, so tbf
-            # splits every GSO packet of full-size segments and charges the 24-byte
-            # overhead per segment.  The peak rate itself never binds (see PEAK_*).
+            # splits every GSO packet into its frames (released one by one, each charged any
+            # per-frame overhead).  The peak rate itself never binds (see PEAK_*).
             params["peak_rate_bytes_per_s"] = PEAK_RATE_BYTES_PER_S
             params["peak_burst_bytes"] = 2 * (mtu + ETHERNET_HEADER_BYTES) - 1
         ops.append(TcOp("qdisc", "tbf", shaper, shaper_parent, params))
@@ -337,34 +349,6 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
     ops.append(TcOp("qdisc", "pfifo", LEAF_HANDLE, cls,
                     {"limit_packets": max(2, math.ceil(limit_bytes / frame))}))
     return ops
-
-
-def theoretical_goodput_mbps(rate_mbit: float, mss: int, ip_version: int = 4, framing: str = "tc",
-                             timestamps: bool = True) -> float:
-    """TCP goodput (Mbit/s) a perfect shaper of ``rate_mbit`` gives full segments of ``mss``.
-
-    ``mss`` is the TCP MSS as iperf3 ``-M`` and the SYN carry it (options excluded, e.g.
-    1460 over IPv4 at MTU 1500).  With timestamps every segment carries 12 option bytes
-    inside the MSS, so the payload is ``mss - 12``.  The shaper counts the IP packet plus
-    the 14-byte Ethernet header (``framing="tc"``), or the frame padded to 60 bytes plus
-    24 more (``"ethernet"``: preamble, FCS, gap).  Goodput = rate * payload / counted.
-    Acknowledgements travel the other direction and do not count.
-    """
-    _number("rate_mbit", rate_mbit, "Mbit/s > 0")
-    if rate_mbit <= 0:
-        raise ValueError(f"rate_mbit must be > 0, not {rate_mbit!r}")
-    if ip_version not in IP_HEADER_BYTES:
-        raise ValueError(f"ip_version must be 4 or 6, not {ip_version!r}")
-    if framing not in FRAMINGS:
-        raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, not {framing!r}")
-    options = TCP_TIMESTAMP_OPTION_BYTES if timestamps else 0
-    if isinstance(mss, bool) or not isinstance(mss, int) or not options < mss <= 65535:
-        raise ValueError(f"mss must be an integer in {options + 1}..65535, not {mss!r}")
-    payload = mss - options
-    frame = mss + TCP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
-    if framing == "ethernet":
-        frame = max(frame, ETHERNET_MIN_FRAME_BYTES) + ETHERNET_WIRE_OVERHEAD_BYTES
-    return rate_mbit * payload / frame
 
 
 # -- apply: the only part that talks to the kernel -------------------------------------------

@@ -136,6 +136,26 @@ class TopologySpec:
     def shaped_link(self) -> LinkSpec:
         return next(l for l in self.links if l.shaped)
 
+    def shaped_sender(self, client: str) -> tuple[str, str]:
+        """(node, peer) of the shaped link as ``client``'s data crosses it: the end on the
+        client's side, whose egress shaper carries the data (the other end's carries the ACKs)."""
+        link = self.shaped_link
+        seen, todo = {client}, [client]
+        while todo:
+            here = todo.pop()
+            for l in self.links:
+                if l is link or here not in (l.a, l.b):
+                    continue
+                other = l.b if here == l.a else l.a
+                if other not in seen:
+                    seen.add(other)
+                    todo.append(other)
+        if link.a in seen and link.b not in seen:
+            return link.a, link.b
+        if link.b in seen and link.a not in seen:
+            return link.b, link.a
+        raise ValueError(f"{self.name}: {client} is not on one side of the shaped link {link.a}-{link.b}")
+
 
 @dataclasses.dataclass(frozen=True)
 class Interface:

@@ -10,17 +10,17 @@ import sys
 
 import pytest
 
-from testbed import kernel
+from testbed import backends
 from testbed.isolation import root_namespace_unchanged
 
-CLI = [sys.executable, "-m", "testbed.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 
 
 @pytest.fixture(scope="session", autouse=True)
 def host_root():
     if os.geteuid() != 0:
         pytest.fail("host tests need root: run `sudo ipsec-testbed test`", pytrace=False)
-    if kernel.in_uml():
+    if not backends.current().runs_here:
         pytest.fail("host tests run on the host, not inside UML", pytrace=False)
 
 

@@ -15,11 +15,12 @@ import sys
 
 import pytest
 
-from testbed import kernel, netns
+from experiments import doctor
+from testbed import netns
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWEEP = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]
-CLI = [sys.executable, "-m", "testbed.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 
 
 def seed(script: str) -> list[str]:
@@ -28,7 +29,7 @@ NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"
 
 
 def _host_lacks_esp() -> bool:
-    return bool(kernel.probe(tools=False).missing_required())
+    return bool(doctor.probe(tools=False).missing())
 
 
 @pytest.fixture(scope="module")

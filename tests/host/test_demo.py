@@ -45,7 +45,7 @@ def session(tmp_path):
     assert shutil.which("tmux"), "tmux not found: scripts/install.sh installs it"
     before = leftovers()
     pcap = tmp_path / "lab"
-    command = (f"cd {REPO} && {sys.executable} -m testbed.cli demo vpn_gateway --pcap {pcap}; "
+    command = (f"cd {REPO} && {sys.executable} -m cli.main demo vpn_gateway --pcap {pcap}; "
                f"echo DEMO-EXITED rc=$?; sleep 600")
     tmux("new-session", "-d", "-s", "demo", "-x", "160", "-y", "50", command)
     try:

@@ -11,7 +11,7 @@ import sys
 import time
 
 from conftest import run_cli
-from testbed import kernel
+from experiments import doctor
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
 ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--duration", "1",
@@ -40,7 +40,7 @@ def leftovers():
 def test_sigkill_then_resume_has_every_point_once(tmp_path):
     # Other testbed runs on this machine are not ours to judge; the suite itself
     # (CI, a fresh machine) has none.
-    backend = kernel.choose_backend("auto").name
+    backend = doctor.choose("auto").name
     before = leftovers()
     out = str(tmp_path / "run")
     results = os.path.join(out, "results.jsonl")

@@ -15,23 +15,24 @@ from typing import Iterator
 
 import pytest
 
-from testbed import kernel
+from experiments import doctor
+from testbed import backends
+from testbed.capabilities import Probe
 from testbed.isolation import root_namespace_unchanged
 from topologies.veth_pair import VethPair, veth_pair
 
 
 def pytest_report_header(config):
-    where = "User-Mode Linux guest" if kernel.in_uml() else "host"
-    return f"ESP integration tests on the {where} kernel {os.uname().release}"
+    return f"ESP integration tests on the {backends.current().label()} ({os.uname().release})"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def esp_kernel() -> kernel.Probe:
+def esp_kernel() -> Probe:
     """Fail every test at once, with the reason, unless this kernel can do ESP."""
     if os.geteuid() != 0:
         pytest.fail("integration tests need root: run `sudo ipsec-testbed test`", pytrace=False)
-    report = kernel.probe(tools=False)
-    missing = report.missing_required()
+    report = doctor.probe(tools=False)
+    missing = report.missing()
     if missing:
         detail = "; ".join(f"{c.name}: {c.detail}" for c in report.checks if c.name in missing)
         pytest.fail(f"NO ESP: kernel {report.kernel_release} lacks {', '.join(missing)} ({detail}). "

@@ -12,7 +12,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SWEEP = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]
-CLI = [sys.executable, "-m", "testbed.cli", "regress"]
+CLI = [sys.executable, "-m", "cli.main", "regress"]
 #: plain and ESP on one shaped link: goodput set by the link, repetitions within a fraction of a percent
 ARGS = ["--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "40",
         "--sizes", "1000,1400", "--repetitions", "4", "--duration", "1", "--warmup", "1", "--no-report"]

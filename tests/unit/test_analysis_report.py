@@ -1,4 +1,4 @@
-"""analysis.results, analysis.report and analysis.cli on a synthetic run directory.
+"""testbed.rundir, analysis.report and analysis.cli on a synthetic run directory.
 
 The figures are checked through the plotly Figure objects (which traces, where, with which error
 bars and markers); tests/host/test_report_chromium.py checks that a browser really draws them.
@@ -28,7 +28,7 @@ from analysis.report import (
     render_html,
     terminal_table,
 )
-from analysis.results import ResultsError, load_meta, load_results
+from testbed.rundir import ResultsError, load_meta, load_results
 from analysis.stats import aggregate, normalize
 
 RATES = (10.0, 34.0)
@@ -84,7 +84,7 @@ def traces(fig, kind):
 def test_trailing_partial_line_is_ignored_with_a_warning(tmp_path, caplog):
     records = synthetic_records()[:4]
     run = write_run(tmp_path / "run", records, tail='{"topology": "vpn_gateway", "profile": "aes-gc')
-    with caplog.at_level(logging.WARNING, logger="analysis.results"):
+    with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         loaded = load_results(run)
     assert loaded == records
     assert "results.jsonl:5: skipped a partial record" in caplog.text and "last line" in caplog.text
@@ -102,7 +102,7 @@ def test_partial_line_followed_by_a_resumed_run(tmp_path, caplog):
     text = (json.dumps(a) + "\n" + json.dumps(b)[:40] + "\n"  # killed; the resumed run started a new line
             + json.dumps(b)[:33] + json.dumps(c) + "\n")  # killed again; resumed without a newline
     (tmp_path / "results.jsonl").write_text(text)
-    with caplog.at_level(logging.WARNING, logger="analysis.results"):
+    with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         loaded = load_results(tmp_path)
     assert loaded == [a, c]
     assert ":2: skipped a partial record" in caplog.text
@@ -123,7 +123,7 @@ def test_unreadable_lines_are_errors_with_their_line_number(tmp_path, line, mess
 def test_missing_files(tmp_path, caplog):
     with pytest.raises(ResultsError, match="no such file"):
         load_results(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="analysis.results"):
+    with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         assert load_meta(tmp_path) == {}
     assert "meta.json: missing" in caplog.text
     (tmp_path / "meta.json").write_text('{"backend": "u')
@@ -310,7 +310,7 @@ def test_html_warns_when_kernels_are_mixed():
 
 def test_cli_writes_the_report_and_prints_the_table(tmp_path, capsys, caplog):
     run = write_run(tmp_path / "run", synthetic_records(), tail='{"partial')
-    with caplog.at_level(logging.WARNING, logger="analysis.results"):
+    with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         assert cli.main(["report", str(run)]) == 0
     out, err = capsys.readouterr()
     assert (run / "report.html").read_text().startswith("<!DOCTYPE html>")

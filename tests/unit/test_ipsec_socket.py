@@ -91,7 +91,7 @@ def test_flush_refused_when_the_named_namespace_is_the_root(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "root-ns"
     root.touch()
-    monkeypatch.setattr("ipsec.xfrm.ROOT_NETNS", str(root))
+    monkeypatch.setattr("ipsec.xfrm.apply.ROOT_NETNS", str(root))
     netlink = FakeNetlink()
     with pytest.raises(XfrmError, match="is the root network namespace"):
         XfrmSocket._attach(netlink, netns=str(root)).flush_sa()
@@ -105,7 +105,7 @@ def test_flush_refused_when_the_named_namespace_is_the_root(tmp_path: Path,
 
 def test_flush_refused_when_the_check_is_impossible(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ipsec.xfrm.ROOT_NETNS", str(tmp_path / "missing"))
+    monkeypatch.setattr("ipsec.xfrm.apply.ROOT_NETNS", str(tmp_path / "missing"))
     ns = tmp_path / "ns"
     ns.touch()
     netlink = FakeNetlink()

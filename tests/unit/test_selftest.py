@@ -1,5 +1,5 @@
 """The suite runner's bookkeeping: counts from JUnit XML and the closing verdict."""
-from testbed.selftest import Counts, _summary, parse_junit
+from cli.selftest import Counts, _summary, parse_junit
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1"
 failures="2" skipped="3" tests="10" time="1.0"></testsuite></testsuites>"""

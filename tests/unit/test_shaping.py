@@ -4,11 +4,12 @@ import errno
 
 import pytest
 
-from testbed import uml
+from ipsec.overhead import theoretical_goodput_mbps
+from testbed.backends import GUEST_ENV, UmlBackend
 from topologies import shaping
 from topologies.shaping import (
     ROOT_HANDLE, TC_H_ROOT, ShapingError, ShapingSpec, TcOp, apply_shaping, default_burst_bytes, format_handle,
-    plan_shaping, remove_shaping, theoretical_goodput_mbps,
+    plan_shaping, remove_shaping,
 )
 
 
@@ -99,7 +100,8 @@ def test_tbf_burst_and_limit_at_the_seed_rates(rate, burst):
     # limit = rate * latency + burst, as `tc ... latency 50ms` computes it
     assert op.params["limit_bytes"] == rate * 125_000 * 50 // 1000 + burst
     assert (op.params["overhead_bytes"], op.params["mpu_bytes"]) == (0, 0)
-    assert "peak_rate_bytes_per_s" not in op.params
+    # frames, not GSO packets: a peak bucket under two frames makes tbf split every GSO packet
+    assert op.params["peak_burst_bytes"] == 2 * 1514 - 1 < 2 * 1514
 
 
 def test_tbf_10mbit_by_hand():
@@ -115,13 +117,13 @@ def test_burst_grows_with_the_mtu():
 
 
 @pytest.mark.parametrize("rate,burst", [
-    (1, 12_500),           # 125_000 * 0.1
-    (10, 125_000),         # 1_250_000 * 0.1
-    (100, 1_250_000),
-    (1000, 12_500_000),
+    (1, 6_056),            # 4 frames: 125_000 * 0.01 = 1250 is less
+    (10, 12_500),          # 1_250_000 * 0.01
+    (100, 125_000),
+    (1000, 1_250_000),
 ])
 def test_burst_time_for_user_mode_linux(rate, burst):
-    p = plan_shaping(ShapingSpec(rate), 1500, burst_time_s=shaping.UML_BURST_TIME_S)[0].params
+    p = plan_shaping(ShapingSpec(rate), 1500, burst_time_s=UmlBackend.shaper_burst_s)[0].params
     assert p["burst_bytes"] == burst
     assert p["limit_bytes"] == rate * 125_000 // 20 + burst       # 50 ms of queue + the bucket
 
@@ -133,10 +135,10 @@ def test_bad_burst_time(bad):
 
 
 def test_kernel_burst_time_follows_the_kernel(monkeypatch):
-    monkeypatch.delenv(uml.IN_UML_ENV, raising=False)
+    monkeypatch.delenv(GUEST_ENV, raising=False)
     assert shaping.kernel_burst_time_s() == 0.004
-    monkeypatch.setenv(uml.IN_UML_ENV, "1")
-    assert shaping.kernel_burst_time_s() == 0.1
+    monkeypatch.setenv(GUEST_ENV, "uml")
+    assert shaping.kernel_burst_time_s() == 0.01
 
 
 @pytest.mark.parametrize("rate,burst", [(1, 6_152), (10, 6_152), (100, 50_000), (1000, 500_000)])
@@ -269,7 +271,8 @@ def test_describe_reads_like_tc():
     op = plan_shaping(ShapingSpec(10), 1500)[0]
     assert op.describe("itb1a2b3ca") == ("qdisc add dev itb1a2b3ca root handle 1: tbf rate_bytes_per_s 1250000 "
                                          "burst_bytes 6056 latency_us 50000 limit_bytes 68556 "
-                                         "overhead_bytes 0 mpu_bytes 0")
+                                         "overhead_bytes 0 mpu_bytes 0 peak_rate_bytes_per_s 4294967295 "
+                                         "peak_burst_bytes 3027")
     cls = plan_shaping(ShapingSpec(10, qdisc="htb"), 1500)[1]
     assert cls.describe().startswith("class add dev DEV parent 1: classid 1:10 htb rate_bytes_per_s 1250000")
 
@@ -364,12 +367,12 @@ def test_tbf_message_carries_exact_bursts_overhead_and_peak(monkeypatch):
     assert parms["buffer"] == 76_890
 
 
-def test_tc_framing_tbf_message_has_no_peak():
+def test_tc_framing_tbf_message_has_the_frame_splitting_peak_too():
     op = plan_shaping(ShapingSpec(1000), 1500)[0]
     opts = shaping._tbf_options(op.params)
     names = [a[0] for a in opts["attrs"]]
-    assert names == ["TCA_TBF_PARMS", "TCA_TBF_RTAB", "TCA_TBF_BURST"]
-    assert "peak" not in opts["attrs"][0][1]
+    assert names == ["TCA_TBF_PARMS", "TCA_TBF_RTAB", "TCA_TBF_BURST", "TCA_TBF_PTAB", "TCA_TBF_PBURST"]
+    assert (opts["attrs"][0][1]["peak"], opts["attrs"][0][1]["peak_overhead"]) == (2**32 - 1, 0)
 
 
 # -- apply: what reaches pyroute2, and what happens on failure (a fake IPRoute, no kernel) ------

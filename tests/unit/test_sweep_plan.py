@@ -1,4 +1,4 @@
-"""The sweep's plan and its results file, without root."""
+"""The sweep's plan, its adaptive repetitions and its run directory, without root."""
 import dataclasses
 import json
 import os
@@ -8,9 +8,10 @@ import time
 
 import pytest
 
-from experiments.sweep import (RunDirBusy, SweepSpec, append, is_complete, load_done, locked_run_dir,
-                               note_interrupted, open_results, plan_points, record_key)
-from experiments.cpu import parse_stat, usage
+from experiments.plan import SweepSpec, needs_more, plan_points, plan_round, record_key, relative_ci
+from experiments.sweep import _next_round, by_point, is_complete, note_interrupted
+from testbed.rundir import RunDirBusy, append, load_existing, open_results
+from testbed.rundir import locked as locked_run_dir
 
 
 def test_plain_baseline_is_always_in_and_interleaved_with_ipsec():
@@ -54,37 +55,41 @@ def record(point, goodput=1.0):
 def test_resume_skips_measured_points_and_cuts_a_partial_line(tmp_path):
     spec = SweepSpec(sizes=(500, 1000), rates_mbit=(10,), repetitions=1)
     points = plan_points(spec)
-    path = str(tmp_path / "results.jsonl")
-    with open_results(path) as f:
+    with open_results(tmp_path) as f:
         append(f, record(points[0]))
         append(f, record(points[1]))
-    with open(path, "a") as f:
+    with open(tmp_path / "results.jsonl", "a") as f:
         f.write(json.dumps(record(points[2]))[:40])  # killed mid-write
-    assert load_done(path) == {points[0].key(), points[1].key()}
-    with open_results(path) as f:
+    groups = by_point(load_existing(tmp_path))
+    assert sorted(groups) == sorted({points[0].point_key(), points[1].point_key()})
+    assert [p.key() for p in _next_round(spec, 10.0, groups)] == [p.key() for p in points[2:]]
+    with open_results(tmp_path) as f:
         append(f, record(points[2]))
-    lines = open(path).read().splitlines()
-    assert [record_key(json.loads(l)) for l in lines] == [p.key() for p in points[:3]]
+    lines = (tmp_path / "results.jsonl").read_text().splitlines()
+    assert [record_key(json.loads(line)) for line in lines] == [p.key() for p in points[:3]]
 
 
-def test_cpu_usage_from_proc_stat_deltas():
-    a = parse_stat("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")
-    b = parse_stat("cpu  160 0 80 860 50 0 50 0 0 0\n")
-    u = usage(a, b, hz=100)
-    # delta: user 60, system 30, idle 60, softirq 50 -> total 200, busy 140
-    assert (u.busy_pct, u.system_pct, u.softirq_pct, u.busy_s) == (70.0, 15.0, 25.0, 1.4)
-
-
-def test_warm_up_is_whole_seconds_because_iperf3_truncates_it():
-    # iperf3 3.12 parses "-O 0.5" as 0: a fractional warm-up would silently be none
-    with pytest.raises(ValueError, match="whole seconds"):
-        SweepSpec(omit_s=0.5)
-    with pytest.raises(ValueError, match="whole seconds"):
-        SweepSpec(duration_s=1.5)
+def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own_warm_up():
+    spec = SweepSpec(duration_s=1.5, warmup_s=0.25)
+    assert (spec.duration_s, spec.warmup_s) == (1.5, 0.25)
+    for kw, match in ((dict(duration_s=0.1), "duration must be seconds in 0.5"),
+                      (dict(warmup_s=0.0), "warm-up must be seconds in 0.2")):
+        with pytest.raises(ValueError, match=match):
+            SweepSpec(**kw)
+    from experiments.measure import IPERF_SPARE_S, iperf_options
+    options = iperf_options(plan_points(spec)[0], spec)
+    assert options["omit_s"] == 0 and options["duration_s"] == 2 + IPERF_SPARE_S  # ceil(1.75) + spare
+    # iperf3 (3.12) reads -t and -O as whole seconds: the arguments are checked to be whole
     from experiments.iperf import client_args
     with pytest.raises(ValueError, match="whole seconds"):
         client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
     assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
+
+
+def test_an_old_meta_json_with_iperf3s_warm_up_still_reads():
+    old = {**SweepSpec().to_json(), "omit_s": 1}
+    del old["warmup_s"]
+    assert SweepSpec.from_json(old).warmup_s == 1.0
 
 
 def test_repeated_values_are_measured_once():
@@ -106,20 +111,69 @@ def record(point, **extra):
 def test_a_failed_point_counts_as_missing(tmp_path):
     spec = SweepSpec(rates_mbit=(10,), sizes=(500,), repetitions=1)
     a, b = plan_points(spec)
-    path = tmp_path / "results.jsonl"
-    with open_results(str(path)) as f:
+    with open_results(tmp_path) as f:
         append(f, record(a))
         append(f, record(b, goodput_mbps=None, failed=True, error="iperf3: server exited"))
-    assert load_done(str(path)) == {record_key(record(a))}
+    assert [p.key() for p in _next_round(spec, 10.0, by_point(load_existing(tmp_path)))] == [b.key()]
     assert not is_complete(str(tmp_path), spec)
-    with open_results(str(path)) as f:
+    with open_results(tmp_path) as f:
         append(f, record(b, failed=False))  # the next run measured it
     assert is_complete(str(tmp_path), spec)
 
 
+# -- adaptive repetitions ---------------------------------------------------------------------
+
+def test_relative_ci_is_students_t_half_width_over_the_mean():
+    assert relative_ci([10.0]) is None and relative_ci([0.0, 0.0]) is None
+    # n = 4, mean 10, s = 0.8165, t(3) = 3.182: 3.182 * 0.8165 / 2 / 10
+    assert relative_ci([9.0, 10.0, 10.0, 11.0]) == pytest.approx(0.12991, rel=1e-4)
+
+
+def recs(goodputs, cpu=None, **extra):
+    cpu = cpu or [1.0] * len(goodputs)
+    return [{"goodput_mbps": g, "cpu_s_per_gb": c, **extra} for g, c in zip(goodputs, cpu)]
+
+
+@pytest.mark.parametrize("records,more", [
+    (recs([]), True),                                    # never measured
+    (recs([9.5]), True),                                 # below the minimum of 2
+    (recs([9.50, 9.51]), False),                         # 12.7 * 0.00707 / 1.414 / 9.505 = 0.67 %: precise
+    (recs([9.5, 9.0]), True),                            # 12.7 * 0.354 / 1.414 / 9.25 = 34 %: again
+    (recs([9.5, 9.0, 9.4, 9.1, 9.3, 9.2, 9.35, 9.15]), False),  # noisy but at the most repetitions
+    (recs([9.5, 9.5], cpu=[1.0, 1.3]), True),            # precise goodput, imprecise CPU cost
+    (recs([9.5, 9.5], bound="anomaly") + recs([9.5]), True),     # anomalies do not count towards the mean
+    (recs([9.5, 9.5], failed=True), True),               # nor do failures
+])
+def test_a_point_is_repeated_until_precise_or_at_the_most(records, more):
+    spec = SweepSpec(repetitions=2, max_repetitions=8, precision_pct=2, cpu_precision_pct=10)
+    assert needs_more(spec, records) is more
+
+
+def test_fixed_repetitions_stop_at_the_count_however_noisy():
+    spec = SweepSpec(repetitions=3)
+    assert not spec.adaptive and spec.most_repetitions == 3
+    assert needs_more(spec, recs([9.0, 9.5])) and not needs_more(spec, recs([8.0, 9.0, 10.0]))
+
+
+def test_rounds_measure_only_the_imprecise_points_with_their_next_repetition():
+    spec = SweepSpec(rates_mbit=(10,), sizes=(500, 1000), repetitions=2, max_repetitions=5)
+    first = plan_round(spec, 10.0, 0) + plan_round(spec, 10.0, 1)
+    assert [(p.profile, p.size_bytes, p.repetition) for p in first[:4]] == [
+        ("none", 500, 0), ("aes-gcm-256", 500, 0), ("aes-gcm-256", 1000, 0), ("none", 1000, 0)]
+    noisy = ("none", 1000)
+    records = [{**record(p, goodput_mbps=9.0 + (p.repetition if (p.profile, p.size_bytes) == noisy else 0)),
+                "cpu_s_per_gb": 1.0} for p in first]
+    todo = _next_round(spec, 10.0, by_point(records))
+    assert [(p.profile, p.size_bytes, p.repetition) for p in todo] == [("none", 1000, 2)]
+    # resumed after a kill during the first round: the point it missed catches up beside the others
+    todo = _next_round(spec, 10.0, by_point(records[:3]))
+    assert [(p.profile, p.size_bytes, p.repetition) for p in todo] == [
+        ("none", 500, 1), ("aes-gcm-256", 500, 1), ("aes-gcm-256", 1000, 1), ("none", 1000, 0)]
+
+
 def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
     with locked_run_dir(str(tmp_path)):
-        with pytest.raises(RunDirBusy, match=rf"being written by another sweep \(pid {os.getpid()}\)"):
+        with pytest.raises(RunDirBusy, match=rf"being written by another run \(pid {os.getpid()}\)"):
             with locked_run_dir(str(tmp_path)):
                 pass
     with locked_run_dir(str(tmp_path)):  # released after the block
@@ -129,8 +183,8 @@ def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
 def test_the_lock_dies_with_a_killed_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", f"""
 import time
-from experiments.sweep import locked_run_dir
-with locked_run_dir({str(tmp_path)!r}):
+from testbed.rundir import locked
+with locked({str(tmp_path)!r}):
     print("locked", flush=True)
     time.sleep(60)
 """], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))) or ".")
@@ -149,7 +203,7 @@ def test_an_interrupted_run_is_marked_in_meta(tmp_path):
     (tmp_path / "meta.json").write_text(json.dumps({"sweep": spec.to_json(), "runs": [
         {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"},
         {"started": "2026-11-23T04:00:00Z"}]}))
-    with open_results(str(tmp_path / "results.jsonl")) as f:
+    with open_results(tmp_path) as f:
         append(f, record(plan_points(spec)[0]))
     note_interrupted(str(tmp_path), "SIGTERM")
     meta = json.loads((tmp_path / "meta.json").read_text())
@@ -182,43 +236,33 @@ def test_ab_runs_alternate_kernels_and_add_one_repetition_each_time(tmp_path):
         assert cmd[cmd.index("--kernel") + 1] == {"a": "host", "b": "uml"}[label]
     with pytest.raises(ValueError, match="at least 2 repetitions"):
         plan_ab([], ("uml", "uml"), 1, str(tmp_path))
-    with pytest.raises(ValueError, match="not host, uml or an executable UML kernel"):
+    with pytest.raises(ValueError, match="not one of host, uml nor a kernel image a backend can boot"):
         plan_ab([], ("uml", str(tmp_path / "no-such-linux")), 2, str(tmp_path))
-
-
-def test_cpu_window_samples_only_its_own_span():
-    from experiments.cpu import Window
-
-    calls = []
-    w = Window(0.05, 0.1, at_start=lambda: calls.append(time.monotonic()))
-    time.sleep(0.3)
-    use = w.usage()
-    assert use is not None and 0 <= use.busy_pct <= 100 and len(calls) == 1
-    # a test that ended before its warm-up did: no window, and no late sample or callback
-    late = []
-    w = Window(5.0, 1.0, at_start=lambda: late.append(1))
-    assert w.usage() is None
-    time.sleep(0.05)
-    assert late == []
 
 
 class _FakeClients:
     def __init__(self, ready):
-        self.ready, self.closed = ready, False
+        self.ready, self.closed, self.reaped = ready, None, False
 
     def held(self):
         return self.ready
 
-    def close(self):
-        self.closed = True
+    def close(self, wait=True):
+        self.closed = "waited" if wait else "killed"
+
+    def reap(self):
+        self.reaped = True
 
 
 @pytest.mark.parametrize("ready", [True, False])
 def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(ready):
-    from experiments.sweep import Ahead
+    from experiments.measure import Ahead
 
     ahead = Ahead(net=None, spec=SweepSpec(), servers=None)
     ahead.clients = fake = _FakeClients(ready)
     ahead.settle()
-    assert fake.closed is (not ready) and ahead.killed == (0 if ready else 1)
+    # killed without waiting for them to exit (the window opens now), reaped afterwards
+    assert fake.closed == (None if ready else "killed") and ahead.killed == (0 if ready else 1)
     assert ahead.take() is (fake if ready else None) and ahead.take() is None
+    ahead.reap()
+    assert fake.reaped is (not ready)

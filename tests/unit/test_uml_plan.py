@@ -2,13 +2,15 @@
 
 import pytest
 
-from testbed import names, uml
+from experiments.doctor import kernel_modules
+from testbed import names
+from testbed.backends import GUEST_ENV, uml
 
 
 def spec(**kw):
     base = dict(command=("python3", "-c", "print('a b')"), kernel="/usr/bin/linux.uml",
                 modules_dir="/usr/lib/uml/modules/6.1.176", cwd="/work/repo",
-                env=(("FOO", "x y"), (uml.IN_UML_ENV, "1")))
+                env=(("FOO", "x y"), (GUEST_ENV, "uml")), boot_modules=kernel_modules())
     base.update(kw)
     return uml.UmlSpec(**base)
 
@@ -58,6 +60,21 @@ def test_command_line_uses_hostfs_root_and_the_given_console_fds():
     assert {"mem=1G", "rootfstype=hostfs", "rootflags=/", "rw", "init=/tmp/wd/init.sh",
             "con0=null,fd:7", "con1=null,fd:8", "con2=null,fd:9", "umid=itb-abcdef"} <= set(cmd)
     assert f"uml_dir={names.STATE_DIR}/uml/" in cmd
+    assert not any(a.startswith("con3=") for a in cmd)
+
+
+def test_the_cpu_meter_is_tty3_on_two_pipes_and_the_guest_starts_in_its_cgroup():
+    cmd = uml.plan_command_line(spec(cpu_meter=True), "/tmp/wd", "itb-abcdef", (7, 8, 9), (10, 11),
+                                "/sys/fs/cgroup/cpuacct/itb-abcdef")
+    assert "con3=fd:10,fd:11" in cmd
+    # the shell moves itself into the cgroup, then becomes the guest: every process of it is inside
+    assert cmd[:4] == ["sh", "-c", 'echo $$ > "$0" && exec "$@"', "/sys/fs/cgroup/cpuacct/itb-abcdef/cgroup.procs"]
+    assert cmd[4:9] == ["setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/linux.uml"]
+    pinned = uml.plan_command_line(spec(host_cpu=1), "/tmp/wd", "itb-abcdef", (7, 8, 9))
+    assert pinned[:5] == ["taskset", "-c", "1", "setpriv", "--pdeathsig"]
+    text = uml.plan_init_script(spec(cpu_meter=True), "/tmp/wd")
+    assert f"export {uml.METER_ENV}=/dev/tty3" in text and "stty -F /dev/tty3 raw -echo" in text
+    assert uml.METER_ENV not in uml.plan_init_script(spec(), "/tmp/wd")
 
 
 @pytest.mark.parametrize("field,kw,match", [
@@ -74,7 +91,7 @@ def test_bad_specs_name_the_field(field, kw, match):
 def test_guest_env_marks_the_guest_and_drops_host_session_variables():
     env = dict(uml.guest_env({"PATH": "/usr/bin", "SSH_AUTH_SOCK": "/s", "LANG": "C.UTF-8",
                               "BAD-NAME": "x", "SUDO_USER": "me"}))
-    assert env[uml.IN_UML_ENV] == "1"
+    assert env[GUEST_ENV] == "uml"
     assert env["LANG"] == "C.UTF-8"
     assert "SSH_AUTH_SOCK" not in env and "BAD-NAME" not in env and "SUDO_USER" not in env
     assert env["PATH"].endswith(":/usr/bin") and env["PATH"].split(":")[0].endswith("bin")

@@ -21,8 +21,10 @@ import signal
 import sys
 from typing import Optional, Sequence
 
-from testbed import kernel, uml
+from testbed import backends
+from testbed.backends import uml
 from testbed.errors import Parser, add_debug_option, run_main
+from testbed.options import add_kernel_options, add_uml_options, backend_options, percent, positive_seconds
 
 log = logging.getLogger("ipsec-testbed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,70 +53,19 @@ def _need_root(what: str) -> None:
         raise SystemExit(f"ipsec-testbed {what}: needs root (network namespaces, xfrm); run it with sudo")
 
 
-def add_kernel_options(p: argparse.ArgumentParser) -> None:
-    """The options every command that may boot UML shares (experiments use them too)."""
-    g = p.add_argument_group("kernel")
-    g.add_argument("--kernel", choices=kernel.KERNEL_CHOICES, default="auto",
-                   help="where IPsec runs: the host kernel, User-Mode Linux, or auto = the host "
-                        "kernel when it passes the ESP probe, UML otherwise (default: %(default)s)")
-    add_uml_options(g)
-
-
-def _uml_kernel(path: str) -> str:
-    try:
-        uml.find_kernel(path)
-    except uml.UmlError as e:
-        raise argparse.ArgumentTypeError(f"{e} (a UML kernel: linux.uml, or ./linux after `make ARCH=um`)") from None
-    return path
-
-
-def _uml_modules(path: str) -> str:
-    if not os.path.isdir(path):
-        raise argparse.ArgumentTypeError(f"{path!r} is not a directory")
-    return path
-
-
-def _uml_mem(size: str) -> str:
-    if not uml.MEM_PATTERN.match(size):
-        raise argparse.ArgumentTypeError(f"{size!r} is not a size like 512M or 2G")
-    return size
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
-
-
-def add_uml_options(g) -> None:
-    g.add_argument("--uml-kernel", metavar="PATH", type=_uml_kernel,
-                   help="UML kernel to boot instead of Debian's linux.uml, e.g. your tree's "
-                        "./linux after `make ARCH=um`")
-    g.add_argument("--uml-modules", metavar="DIR", type=_uml_modules,
-                   help="module directory for --uml-kernel (a release dir with modules.dep, or "
-                        "the lib/modules of `make ARCH=um modules_install`); omit for a kernel "
-                        "with everything built in")
-    g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE", type=_uml_mem,
-                   help="guest memory, e.g. 1G or 512M (default: %(default)s)")
-
-
 def cmd_doctor(args: argparse.Namespace) -> int:
     _need_root("doctor")
-    report = kernel.probe()
-    backend = kernel.choose_backend(args.kernel, report)
+    from experiments import doctor
+
+    report = doctor.probe()
+    choice = backends.choose(args.kernel, doctor.needs(("aes-gcm-256",)), lambda: report)
     if args.json:
-        print(json.dumps({**report.to_json(), "backend": backend.name, "backend_reason": backend.reason},
-                         indent=2))
-        return 0 if backend.name else 1
+        print(json.dumps({**report.to_json(), "choice": choice.name, "choice_reason": choice.reason}, indent=2))
+        return 0 if choice.backend else 1
     from rich.table import Table
 
-    where = "User-Mode Linux guest" if report.in_uml else "host"
-    table = Table(title=f"IPsec Testbed doctor: {where} kernel {report.kernel_release}",
-                  title_justify="left")
+    title = backends.current().title
+    table = Table(title=f"IPsec Testbed doctor: {title} {report.kernel_release}", title_justify="left")
     for col in ("area", "capability", "", "detail"):
         table.add_column(col)
     last = None
@@ -124,23 +75,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         last = c.group
     out = console()
     out.print(table)
-    colour = "green" if backend.name else "red"
-    out.print(f"[bold {colour}]backend: {backend.name or 'none'}[/] ({backend.reason})")
-    return 0 if backend.name else 1
+    colour = "green" if choice.backend else "red"
+    out.print(f"[bold {colour}]backend: {choice.name or 'none'}[/] ({choice.reason})")
+    return 0 if choice.backend else 1
 
 
 def cmd_uml(args: argparse.Namespace) -> int:
     _need_root("uml")
+    from experiments import doctor
+
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise SystemExit("ipsec-testbed uml: give a command after --, e.g. `ipsec-testbed uml -- ipsec-testbed doctor`")
-    if kernel.in_uml():
+    guest = backends.get("uml", backend_options(args))
+    if guest.inside():
         raise SystemExit("ipsec-testbed uml: already inside a UML guest; run the command directly")
     try:
-        spec = uml.build_spec(command, kernel=args.uml_kernel, modules=args.uml_modules,
-                              mem=args.uml_mem, timeout_s=args.timeout, interactive=args.interactive)
-        return uml.run(spec)
-    except (uml.UmlError, ValueError) as e:
+        return guest.run(command, timeout_s=args.timeout, interactive=args.interactive,
+                         modules=doctor.kernel_modules())
+    except (backends.BackendError, ValueError) as e:
         print(f"ipsec-testbed uml: {e}", file=sys.stderr)
         return 125
 
@@ -153,15 +106,16 @@ def cmd_clean(args: argparse.Namespace) -> int:
     if done.empty():
         print("nothing to clean: no testbed guest, namespace or interface")
         return 0
-    verb = "would be " if args.dry_run else ""
-    for label, items in ((f"UML guests {verb}killed", done.uml_guests),
-                         (f"namespaces {verb}removed", done.namespaces),
-                         (f"processes {verb}killed", done.processes),
-                         (f"interfaces {verb}removed", done.interfaces),
-                         (f"work directories {verb}removed", done.files)):
-        if items:
-            print(f"{label} ({len(items)}): {', '.join(map(str, items))}")
+    verb = "would be removed" if args.dry_run else "removed"
+    for kind, items in done.removed.items():
+        print(f"{_plural(kind)} {verb} ({len(items)}): {', '.join(items)}")
     return 0
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y"):
+        return noun[:-1] + "ies"
+    return noun + ("es" if noun.endswith("s") else "s")
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
@@ -224,7 +178,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     import subprocess
 
     from analysis import regress
-    from analysis.results import ResultsError, load_meta, load_results
+    from testbed.rundir import ResultsError, load_meta, load_results
     from experiments.suites import suite_args
 
     prog = "ipsec-testbed regress"
@@ -276,7 +230,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     import datetime
 
     from analysis import regress
-    from analysis.results import ResultsError, load_meta, load_results
+    from testbed.rundir import ResultsError, load_meta, load_results
     from experiments.ab import run_ab
     from experiments.suites import suite_args
 
@@ -330,18 +284,6 @@ def _print_verdicts(verdicts, max_drop: float, confidence: float, labels: tuple[
     out.print(f"[bold {'red' if bad else 'green'}]{bad} of {len(verdicts)} points regressed[/]")
 
 
-def _percent(low: float, high: float):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not low < value < high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage in ({low:g}, {high:g})")
-        return value
-    return parse
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     _need_root("demo")
     from ipsec.profiles import parse_profile
@@ -353,17 +295,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
     argv = ["demo", args.topology, "--profile", args.profile, "--mode", args.mode, "--rate", f"{args.rate:g}",
             "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
-    rc = kernel.follow_backend(args.kernel, __file__, argv, mem=args.uml_mem, uml_kernel=args.uml_kernel,
-                               uml_modules=args.uml_modules, interactive=True)
+    from experiments import doctor, runner
+
+    rc = runner.follow("ipsec-testbed demo", __file__, argv, args, doctor.needs((args.profile,)), interactive=True)
     if rc is not None:
         return rc
-    from testbed.demo import run_demo
+    from cli.demo import run_demo
 
     return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    from testbed.selftest import run_suite
+    from cli.selftest import run_suite
 
     return run_suite(args)
 
@@ -383,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "mnexec and User-Mode Linux; then say which kernel the testbed will use and why. "
                        "Exit status 1 when no kernel can run the testbed.")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--kernel", choices=kernel.KERNEL_CHOICES, default="auto",
+    p.add_argument("--kernel", choices=(backends.AUTO, *backends.names()), default=backends.AUTO,
                    help="the choice to explain (default: %(default)s)")
     p.set_defaults(func=cmd_doctor)
 
@@ -416,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="example: sudo ipsec-testbed uml --timeout 600 -- .venv/bin/python -m pytest tests/integration",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_uml_options(p)
-    p.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS", help="kill the guest after this long")
+    p.add_argument("--timeout", type=positive_seconds, metavar="SECONDS", help="kill the guest after this long")
     p.add_argument("-i", "--interactive", action="store_true",
                    help="give the command this terminal (a shell: `ipsec-testbed uml -i -- bash`)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...", help="what to run in the guest")
@@ -461,9 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")
-    p.add_argument("--max-drop", type=_percent(0, 100), default=5.0, metavar="PERCENT",
+    p.add_argument("--max-drop", type=percent(0, 100), default=5.0, metavar="PERCENT",
                    help="goodput drop tolerated before a point counts as regressed (default: %(default)g)")
-    p.add_argument("--confidence", type=_percent(50, 100), default=95.0, metavar="PERCENT",
+    p.add_argument("--confidence", type=percent(50, 100), default=95.0, metavar="PERCENT",
                    help="one-sided confidence the drop must have (default: %(default)g)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per point)")
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (appended when FILE is "

@@ -20,11 +20,12 @@ import tempfile
 import xml.etree.ElementTree as ET
 from typing import Optional
 
-from testbed import kernel, uml
+from testbed import backends
+from testbed.options import backend_options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: A generous bound for the integration suite inside UML (CI allows 90 minutes in all).
-UML_TIMEOUT_S = 50 * 60
+#: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).
+GUEST_TIMEOUT_S = 50 * 60
 
 
 @dataclasses.dataclass
@@ -88,36 +89,34 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
         print("ipsec-testbed test: the host and integration tests need root; run with sudo "
               "(or --unit-only)", file=sys.stderr)
         return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: not root")
-    if kernel.in_uml():
+    if not backends.current().runs_here:
         host_rc = 0
     else:
-        _banner("host tests (tests/host, root on the host kernel: UML boot, clean)")
+        _banner("host tests (tests/host, root on the host kernel: guest boots, clean)")
         host_rc = subprocess.call(_pytest_cmd("tests/host", f"{out}/host.xml", extra), cwd=REPO)
         if host_rc == 5 and extra:  # a -k filter that selects no host test is not a failure
             host_rc = 0
     unit = unit + parse_junit(f"{out}/host.xml")
     unit_rc = unit_rc or host_rc
-    backend = kernel.choose_backend(args.kernel)
-    if backend.name is None:
-        _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{backend.reason}\n"
+    from experiments import doctor
+
+    choice = doctor.choose(args.kernel, options=backend_options(args))
+    if choice.backend is None:
+        _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{choice.reason}\n"
                 "Install Debian's user-mode-linux package (scripts/install.sh does) or use a kernel "
                 "with CONFIG_INET_ESP/CONFIG_INET6_ESP.")
         return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
 
     cmd = _pytest_cmd("tests/integration", f"{out}/integration.xml", extra)
-    if backend.name == "host":
-        where = f"host kernel {os.uname().release}"
-        _banner(f"integration tests with ESP on the {where}\n({backend.reason})")
+    backend = choice.backend
+    where = backend.label()
+    _banner(f"integration tests with ESP on {where}\n({choice.reason})")
+    if backend.runs_here:
         integ_rc = subprocess.call(cmd, cwd=REPO)
     else:
-        where = "User-Mode Linux"
-        _banner(f"integration tests with ESP inside User-Mode Linux\n({backend.reason})")
         try:
-            spec = uml.build_spec(cmd, kernel=args.uml_kernel, modules=args.uml_modules,
-                                  mem=args.uml_mem, timeout_s=UML_TIMEOUT_S, cwd=REPO)
-            where = f"User-Mode Linux {os.path.basename(spec.modules_dir or spec.kernel)}"
-            integ_rc = uml.run(spec)
-        except uml.UmlError as e:
+            integ_rc = backend.run(cmd, cwd=REPO, timeout_s=GUEST_TIMEOUT_S, modules=doctor.kernel_modules())
+        except backends.BackendError as e:
             print(f"ipsec-testbed test: {e}", file=sys.stderr)
             integ_rc = 125
     integ = parse_junit(f"{out}/integration.xml")

@@ -232,9 +232,9 @@ def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: 
     spec = build_spec(topology, clients=clients)
     if pcap_dir:
         os.makedirs(pcap_dir, mode=0o700, exist_ok=True)
-    from testbed.kernel import in_uml
+    from testbed.backends import current
 
-    print(f"building {topology} in {'User-Mode Linux' if in_uml() else 'the host kernel'}...", flush=True)
+    print(f"building {topology} in {current().label()}...", flush=True)
     with Network(spec, shaping=ShapingSpec(rate_mbit=rate_mbit)) as net:
         net.apply_ipsec(profile, mode, families=(4, 6))
         client, server = spec.flows[0]

@@ -1,18 +1,15 @@
-"""What the running kernel can do, found by trying it, and which kernel the testbed uses.
+"""What the running kernel can do, found by trying it; and what the testbed needs of a kernel.
 
 :func:`probe` works in a throwaway namespace ``itb-<run>-doctor``: it adds and
 removes one SA for every algorithm the testbed offers, puts each qdisc on a veth,
 and looks for the tools the testbed runs.  Nothing is read from kernel config
 files: a kernel built without ``CONFIG_INET_ESP`` fails the ESP probe however its
-config is packaged.
-
-:func:`choose_backend` turns a probe into a decision: the host kernel when it can
-run the ESP data path, User-Mode Linux otherwise.  :func:`reexec_in_uml` is how a
-script follows that decision without the user doing anything.
+config is packaged.  :func:`needs` says what some work needs of a kernel, and
+:func:`kernel_modules` which modules provide it (a guest loads them at boot); the
+backends (:mod:`testbed.backends`) decide where the work runs from the two.
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import logging
 import os
@@ -20,61 +17,14 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
-from testbed import names, netns, uml
+from testbed import backends, names, netns
+from testbed.capabilities import BASE_NEEDS, Check, Needs, Probe
 
 log = logging.getLogger(__name__)
 
-KERNEL_CHOICES = ("auto", "host", "uml")
 QDISCS = ("tbf", "htb", "netem")
-#: What the testbed needs from a kernel to run its experiments at all.  Missing
-#: single algorithms only rule out the profiles that use them.
-REQUIRED = ("esp", "veth", "qdisc tbf")
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One probed capability: ``group`` is kernel, ipsec, algorithm, qdisc, tool or uml."""
-
-    group: str
-    name: str
-    ok: bool
-    detail: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Probe:
-    """All checks of one kernel, and where they ran."""
-
-    kernel_release: str
-    in_uml: bool
-    checks: tuple[Check, ...]
-
-    def ok(self, name: str) -> bool:
-        """Whether the check called ``name`` passed (False when it was not run)."""
-        return any(c.ok for c in self.checks if c.name == name)
-
-    def missing_required(self) -> list[str]:
-        return [n for n in REQUIRED if not self.ok(n)]
-
-    def to_json(self) -> dict:
-        return {"kernel_release": self.kernel_release, "in_uml": self.in_uml,
-                "checks": [dataclasses.asdict(c) for c in self.checks]}
-
-
-@dataclasses.dataclass(frozen=True)
-class Backend:
-    """The decision: run on ``"host"`` or ``"uml"`` (None: neither is possible), and why."""
-
-    name: Optional[str]
-    reason: str
-
-
-def in_uml() -> bool:
-    """True inside a guest booted by :mod:`testbed.uml`."""
-    return os.environ.get(uml.IN_UML_ENV) == "1"
 
 
 def probe(run_id: Optional[str] = None, tools: bool = True) -> Probe:
@@ -86,7 +36,7 @@ def probe(run_id: Optional[str] = None, tools: bool = True) -> Probe:
         netns.create(name)
     except OSError as e:
         checks.append(Check("kernel", "netns", False, f"cannot create a network namespace: {e}"))
-        return Probe(platform.release(), in_uml(), tuple(checks + (_tool_checks() if tools else [])))
+        return Probe(platform.release(), backends.current().name, tuple(checks + (_tool_checks() if tools else [])))
     try:
         checks.append(Check("kernel", "netns", True, "network namespaces"))
         checks.append(Check("kernel", "ipv6", os.path.isdir("/proc/sys/net/ipv6"),
@@ -97,7 +47,7 @@ def probe(run_id: Optional[str] = None, tools: bool = True) -> Probe:
         netns.delete(name)
     if tools:
         checks += _tool_checks()
-    return Probe(platform.release(), in_uml(), tuple(checks))
+    return Probe(platform.release(), backends.current().name, tuple(checks))
 
 
 #: One representative algorithm per protocol, probed for IPv4 and IPv6 (esp4 and
@@ -197,83 +147,47 @@ def _tool_checks() -> list[Check]:
             version = _version(cmd, pattern) if cmd else None
             checks.append(Check("tool", tool, True, f"{version} ({shutil.which(tool)})" if version
                                 else shutil.which(tool)))
-    if in_uml():
-        checks.append(Check("uml", "linux.uml", True, "this is the UML guest"))
-        return checks
-    try:
-        kernel = uml.find_kernel()
-        mods = uml.find_modules_dir(kernel)
-        checks.append(Check("uml", "linux.uml", True, f"{kernel}, modules {mods or 'built in'}"))
-    except uml.UmlError as e:
-        checks.append(Check("uml", "linux.uml", False, str(e)))
+    here = backends.current()
+    for name in backends.names():
+        backend = backends.get(name)
+        if backend.runs_here:
+            continue
+        if here.name == name:
+            checks.append(Check("backend", name, True, f"this is the {backend.title} guest"))
+            continue
+        why = backend.unavailable()
+        describe = getattr(backend, "describe_kernel", lambda: backend.title)
+        checks.append(Check("backend", name, why is None, describe() if why is None else why))
     return checks
 
 
-def choose_backend(requested: str, host: Optional[Probe] = None) -> Backend:
-    """Pick the kernel for ``--kernel requested`` (auto, host or uml).
+def needs(profiles: Iterable[str] = ()) -> Needs:
+    """What work with IPsec ``profiles`` needs of a kernel: veth and tbf, plus each profile's
+    protocols over IPv4 (``esp``, ``ah``, ``comp``); plain work (``none``) needs no IPsec."""
+    from ipsec.profiles import parse_profile
 
-    ``host`` is a probe of the running kernel; it is taken when ``requested`` needs it
-    and not given.  Inside a UML guest the answer is always the guest itself.
-    """
-    if requested not in KERNEL_CHOICES:
-        raise ValueError(f"kernel: {requested!r} is not one of {', '.join(KERNEL_CHOICES)}")
-    if in_uml():
-        return Backend("uml", "running inside the User-Mode Linux guest")
-    if requested == "uml":
-        try:
-            uml.find_kernel()
-        except uml.UmlError as e:
-            return Backend(None, str(e))
-        return Backend("uml", "--kernel uml was requested")
-    host = host or probe(tools=False)
-    missing = host.missing_required()
-    if not missing:
-        return Backend("host", f"host kernel {host.kernel_release} passes the probe (ESP, veth, tbf)")
-    lacks = f"host kernel {host.kernel_release} lacks {', '.join(missing)}"
-    if requested == "host":
-        return Backend(None, f"--kernel host, but {lacks}")
-    try:
-        uml.find_kernel()
-    except uml.UmlError as e:
-        return Backend(None, f"{lacks}, and {e}")
-    return Backend("uml", f"{lacks}; using User-Mode Linux")
+    protocols = [proto for p in profiles for proto in parse_profile(p).protocols]
+    return Needs(BASE_NEEDS + tuple(dict.fromkeys(protocols)))
 
 
-def follow_backend(requested: str, script: str, argv: Sequence[str], mem: str = "2G",
-                   uml_kernel: Optional[str] = None, uml_modules: Optional[str] = None,
-                   host: Optional[Probe] = None, interactive: bool = False) -> Optional[int]:
-    """Where a script should run, acted on: the way every experiment honours ``--kernel``.
+def kernel_modules() -> tuple[str, ...]:
+    """Every kernel module the testbed's work may use (a guest loads them at boot)."""
+    from ipsec.algorithms import kernel_modules as ipsec_modules
+    from topologies import KERNEL_MODULES
 
-    Prints the decision.  Returns None when the script should go on here (the host
-    kernel, or already inside UML); otherwise runs ``script argv...`` inside UML and
-    returns its exit status (1 when no kernel can run it).
-    """
-    if in_uml():
-        return None
-    backend = choose_backend(requested, host)
-    print(f"kernel: {backend.name or 'none'} ({backend.reason})", file=sys.stderr)
-    if backend.name is None:
-        return 1
-    if backend.name == "host":
-        return None
-    import time
-    t0 = time.monotonic()
-    try:
-        rc = reexec_in_uml([os.path.abspath(script), *argv], mem=mem, kernel=uml_kernel, modules=uml_modules,
-                           interactive=interactive)
-    except uml.UmlError as e:
-        print(f"{os.path.basename(script)}: {e}", file=sys.stderr)
-        return 125
-    print(f"(User-Mode Linux run: {time.monotonic() - t0:.0f} s, boot included)", file=sys.stderr)
-    return rc
+    return tuple(dict.fromkeys(KERNEL_MODULES + ipsec_modules()))
 
 
-def reexec_in_uml(argv: Sequence[str], mem: str = "2G", timeout_s: Optional[float] = None,
-                  kernel: Optional[str] = None, modules: Optional[str] = None, interactive: bool = False) -> int:
-    """Run this Python program again, with ``argv``, inside UML; returns its exit status.
+def choose(requested: str = backends.AUTO, work_needs: Optional[Needs] = None,
+           options: backends.Options = backends.Options()) -> backends.Choice:
+    """:func:`testbed.backends.choose` with this module's probe of the running kernel."""
+    from testbed.capabilities import ESP_NEEDS
 
-    ``interactive`` hands the command this terminal (see :class:`testbed.uml.UmlSpec`)."""
-    spec = uml.build_spec([sys.executable, *argv], kernel=kernel, modules=modules, mem=mem, timeout_s=timeout_s,
-                          interactive=interactive)
-    return uml.run(spec)
+    return backends.choose(requested, work_needs or ESP_NEEDS, lambda: probe(tools=False), options)
 
+
+def guest_command(script: str, argv: Sequence[str]) -> list[str]:
+    """The command that runs this Python ``script`` again, with ``argv``, in a guest."""
+    import sys
+
+    return [sys.executable, os.path.abspath(script), *argv]

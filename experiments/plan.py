@@ -1,0 +1,256 @@
+"""What a sweep measures: its spec (data, checked on construction) and its points in measuring order.
+
+::
+
+    SweepSpec --plan_points--> [Point, ...]            (pure: no kernel, no files)
+    SweepSpec, records so far --plan_round--> [Point, ...]   the next round's points
+
+Within a rate the points are measured in rounds, one repetition of each point per round,
+ordered size, IP version, transport, profile, so the plain and IPsec points of one size are
+measured next to each other, under the same machine conditions; the profile order
+alternates (ABBA) so that IPsec is switched only every other point.
+
+Repetitions adapt (netperf's ``-i``/``-I`` idea): every point is measured at least
+``repetitions`` times, then again in later rounds while the 95 % confidence interval of its
+goodput is wider than ``precision_pct`` of the mean (or that of its CPU cost per GB wider
+than ``cpu_precision_pct``), up to ``max_repetitions``.  Quiet points stop early, noisy
+ones get more; the rounds keep every point's repetitions interleaved with the others'.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Callable, Optional, Sequence
+
+from analysis.stats import t_critical_95
+
+TRANSPORTS = ("tcp", "udp")
+SIZE_MODES = ("mss", "write", "datagram")
+#: What makes a point; its repetitions share all of these.
+POINT_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
+                "size_mode", "clients")
+KEY_FIELDS = POINT_FIELDS + ("repetition",)
+#: Hard bound of the repetitions.
+MAX_REPETITIONS = 50
+#: Rounds a rate may take beyond its most repetitions: failed points are measured again.
+EXTRA_ROUNDS = 2
+#: The shortest window and warm-up a point may have, in seconds.
+MIN_DURATION_S = 0.5
+MIN_WARMUP_S = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    """What to measure; checked on construction (no kernel needed)."""
+
+    topology: str = "vpn_gateway"
+    profiles: tuple[str, ...] = ("none", "aes-gcm-256")
+    mode: str = "tunnel"
+    ip_versions: tuple[int, ...] = (4,)
+    transports: tuple[str, ...] = ("tcp",)
+    rates_mbit: tuple[float, ...] = (10.0, 100.0)
+    sizes: tuple[int, ...] = (100, 250, 500, 750, 1000, 1250, 1460)
+    size_mode: str = "mss"
+    clients: int = 1
+    #: at least this many repetitions of every point ...
+    repetitions: int = 3
+    #: ... and at most this many (None: exactly ``repetitions``), while a point is less precise than:
+    max_repetitions: Optional[int] = None
+    #: the goodput's 95 % confidence interval half-width, in percent of its mean
+    precision_pct: float = 2.0
+    #: the CPU cost per GB's, likewise
+    cpu_precision_pct: float = 10.0
+    #: the measured window, in seconds, and the traffic before it (TCP's start, the shaper's
+    #: initial bucket); iperf3 is stopped when the window ends
+    duration_s: float = 2.0
+    warmup_s: float = 0.5
+    udp_bitrate: str = "0"
+    pmtu: str = "discover"
+    mtu: int = 1500
+    #: socket buffer of both iperf3 ends in bytes (iperf3 -w; seed 002's 65535), None: the kernel's
+    socket_buffer: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        from ipsec.profiles import parse_profile
+        from topologies import build_spec
+
+        profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
+        if "none" not in profiles:
+            profiles = ("none",) + profiles  # the plain baseline is always measured
+        object.__setattr__(self, "profiles", profiles)
+        # A value given twice is measured once (in the order first given).
+        object.__setattr__(self, "rates_mbit", tuple(dict.fromkeys(float(r) for r in self.rates_mbit)))
+        for name in ("sizes", "ip_versions", "transports"):
+            object.__setattr__(self, name, tuple(dict.fromkeys(getattr(self, name))))
+        # the network first: its MTU bounds the sizes checked below
+        build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
+        if self.mode not in ("transport", "tunnel"):
+            raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
+        if not self.ip_versions or set(self.ip_versions) - {4, 6}:
+            raise ValueError(f"ip_versions must be 4, 6 or both, not {self.ip_versions!r}")
+        if not self.transports or set(self.transports) - set(TRANSPORTS):
+            raise ValueError(f"transports must be among {', '.join(TRANSPORTS)}, not {self.transports!r}")
+        if not self.rates_mbit or min(self.rates_mbit) <= 0:
+            raise ValueError(f"rates must be positive Mbit/s values, not {self.rates_mbit!r}")
+        if self.size_mode not in SIZE_MODES:
+            raise ValueError(f"size_mode must be one of {', '.join(SIZE_MODES)}, not {self.size_mode!r}")
+        if not self.sizes or min(self.sizes) < 16 or max(self.sizes) > 65000:
+            raise ValueError(f"sizes must be bytes in 16..65000, not {self.sizes!r}")
+        if self.size_mode == "mss" and (min(self.sizes) < 88 or max(self.sizes) > self.mtu - 40):
+            raise ValueError(f"with size_mode mss the sizes are TCP MSS values: 88..{self.mtu - 40} "
+                             f"for MTU {self.mtu}, not {min(self.sizes)}..{max(self.sizes)}")
+        if not re.match(r"^[0-9]+(\.[0-9]+)?[KMG]?$", str(self.udp_bitrate)):
+            raise ValueError(f"udp_bitrate must be a rate as iperf3 -b takes it (0 = unlimited, 50M, 1.5G), "
+                             f"not {self.udp_bitrate!r}")
+        if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int) \
+                or not 1 <= self.repetitions <= MAX_REPETITIONS:
+            raise ValueError(f"repetitions must be 1..{MAX_REPETITIONS}, not {self.repetitions!r}")
+        if self.max_repetitions is not None and not (isinstance(self.max_repetitions, int)
+                                                     and self.repetitions <= self.max_repetitions <= MAX_REPETITIONS):
+            raise ValueError(f"max_repetitions must be {self.repetitions}..{MAX_REPETITIONS} (at least the "
+                             f"repetitions), not {self.max_repetitions!r}")
+        for name in ("precision_pct", "cpu_precision_pct"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 100:
+                raise ValueError(f"{name} must be a percentage in (0, 100], not {value!r}")
+        for name, low, high in (("duration_s", MIN_DURATION_S, 3600.0), ("warmup_s", MIN_WARMUP_S, 600.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"{name.replace('_s', '').replace('warmup', 'warm-up')} must be seconds in "
+                                 f"{low:g}..{high:g}, not {value!r}")
+        if self.socket_buffer is not None and not (isinstance(self.socket_buffer, int)
+                                                   and 2048 <= self.socket_buffer <= 64 * 2**20):
+            raise ValueError(f"socket buffer must be bytes in 2048..{64 * 2**20} (iperf3 -w), "
+                             f"not {self.socket_buffer!r}")
+        object.__setattr__(self, "duration_s", float(self.duration_s))
+        object.__setattr__(self, "warmup_s", float(self.warmup_s))
+
+    @property
+    def most_repetitions(self) -> int:
+        return self.max_repetitions or self.repetitions
+
+    @property
+    def adaptive(self) -> bool:
+        return self.most_repetitions > self.repetitions
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> SweepSpec:
+        """The spec :meth:`to_json` wrote (JSON turned its tuples into lists).
+
+        Earlier versions let iperf3 time the warm-up (its ``-O``, ``omit_s``); it is the same
+        quantity now timed by the testbed.
+        """
+        data = dict(data)
+        if "omit_s" in data:
+            data.setdefault("warmup_s", data.pop("omit_s"))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One measurement: its key fields, as in ``results.jsonl``."""
+
+    topology: str
+    profile: str
+    mode: str
+    ip_version: int
+    transport: str
+    rate_mbit: float
+    size_bytes: int
+    size_mode: str
+    clients: int
+    repetition: int
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f) for f in KEY_FIELDS)
+
+    def point_key(self) -> tuple:
+        """The key without the repetition: what its repetitions share."""
+        return tuple(getattr(self, f) for f in POINT_FIELDS)
+
+
+def record_key(record: dict) -> tuple:
+    """The key of a result record (what makes a point unique)."""
+    return tuple(float(record[f]) if f == "rate_mbit" else record[f] for f in KEY_FIELDS)
+
+
+def point_key(record: dict) -> tuple:
+    """The key of a record's point, its repetition left out."""
+    return tuple(float(record[f]) if f == "rate_mbit" else record[f] for f in POINT_FIELDS)
+
+
+def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
+               wanted: Optional[Callable[[Point], bool]] = None) -> list[Point]:
+    """The points of one round at ``rate_mbit``: repetition ``repetition`` of every point
+    ``wanted`` accepts (all by default), in measuring order (see the module docstring)."""
+    points = []
+    turn = repetition * len(spec.sizes) * len(spec.ip_versions) * len(spec.transports)
+    for size in spec.sizes:
+        for ipv in spec.ip_versions:
+            for transport in spec.transports:
+                size_mode = "datagram" if transport == "udp" else spec.size_mode
+                # ABBA order (none, IPsec, IPsec, none, ...): still side by side, but each
+                # profile is measured twice running, so IPsec is switched half as often.
+                order = spec.profiles if turn % 2 == 0 else spec.profiles[::-1]
+                turn += 1
+                for profile in order:
+                    p = Point(spec.topology, profile, spec.mode, ipv, transport, float(rate_mbit), size, size_mode,
+                              spec.clients, repetition)
+                    if wanted is None or wanted(p):
+                        points.append(p)
+    return points
+
+
+def plan_points(spec: SweepSpec, repetitions: Optional[int] = None) -> list[Point]:
+    """Every point of ``spec`` with ``repetitions`` repetitions (default: the minimum), in measuring order."""
+    reps = spec.repetitions if repetitions is None else repetitions
+    return [p for rate in spec.rates_mbit for rep in range(reps) for p in plan_round(spec, rate, rep)]
+
+
+def relative_ci(values: Sequence[float]) -> Optional[float]:
+    """The 95 % confidence interval half-width of the mean of ``values``, as a share of the
+    mean (None below two values or for a mean of 0)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = math.fsum(values) / n
+    if mean == 0:
+        return None
+    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return t_critical_95(n - 1) * std / math.sqrt(n) / abs(mean)
+
+
+def usable(record: dict) -> bool:
+    """Whether a record counts towards its point's means: measured, and not an anomaly."""
+    return not record.get("failed") and record.get("bound") != "anomaly" and record.get("goodput_mbps") is not None
+
+
+def attempts(records: Sequence[dict]) -> int:
+    """Repetitions a point has had: its records that measured something (anomalies included)."""
+    return sum(1 for r in records if not r.get("failed"))
+
+
+def needs_more(spec: SweepSpec, records: Sequence[dict]) -> bool:
+    """Whether a point with these records (its repetitions so far) is measured again (pure)."""
+    if attempts(records) >= spec.most_repetitions:
+        return False
+    ok = [r for r in records if usable(r)]
+    if len(ok) < spec.repetitions:
+        return True
+    for field, target in (("goodput_mbps", spec.precision_pct), ("cpu_s_per_gb", spec.cpu_precision_pct)):
+        values = [r[field] for r in ok if isinstance(r.get(field), (int, float))]
+        ci = relative_ci(values)
+        if values and (ci is None or ci > target / 100):
+            return True
+    return False
+
+
+def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.3,
+                     per_network_s: float = 6.0) -> float:
+    """A rough wall-time estimate (measurement + setup) for ``points`` points (User-Mode Linux figures)."""
+    return points * (spec.duration_s + spec.warmup_s + per_point_overhead_s) + per_network_s

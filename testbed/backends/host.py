@@ -1,0 +1,98 @@
+"""The running kernel itself: work runs in this process, on the host's own namespaces."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from typing import Callable, Optional, Sequence
+
+from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
+from testbed.capabilities import Needs, Probe
+
+#: Whole-machine CPU time in nanoseconds: the root of the cgroup v1 cpuacct hierarchy.
+CPUACCT_V1 = "/sys/fs/cgroup/cpuacct/cpuacct.usage"
+#: The same in microseconds from cgroup v2's root (where it is mounted at /sys/fs/cgroup).
+CPU_STAT_V2 = "/sys/fs/cgroup/cpu.stat"
+
+
+class ProcStatMeter(CpuMeter):
+    """Busy time of all CPUs from /proc/stat: clock ticks (10 ms at USER_HZ 100), the coarse fallback."""
+
+    method = "/proc/stat busy ticks, all CPUs"
+
+    def __init__(self) -> None:
+        self.cpus = float(os.cpu_count() or 1)
+        self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+        return busy * self._tick_ns, time.monotonic_ns()
+
+
+class CgroupMeter(CpuMeter):
+    """CPU time of every task of a cgroup (nanoseconds in v1, microseconds in v2)."""
+
+    def __init__(self, path: str, method: str, cpus: float) -> None:
+        self.path, self.method, self.cpus = path, method, cpus
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> tuple[int, int]:
+        text = os.pread(self._fd, 4096, 0).decode()
+        if self.path.endswith("cpu.stat"):
+            usec = next(int(line.split()[1]) for line in text.splitlines() if line.startswith("usage_usec"))
+            return usec * 1000, time.monotonic_ns()
+        return int(text), time.monotonic_ns()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def host_meter() -> CpuMeter:
+    """The finest whole-machine CPU account this host offers."""
+    cpus = float(os.cpu_count() or 1)
+    for path, method in ((CPUACCT_V1, "cgroup v1 cpuacct.usage of the root cgroup (whole machine, ns)"),
+                         (CPU_STAT_V2, "cgroup v2 cpu.stat usage_usec of the root cgroup (whole machine)")):
+        try:
+            meter = CgroupMeter(path, method, cpus)
+            meter.read()
+            return meter
+        except (OSError, ValueError, StopIteration):
+            continue
+    return ProcStatMeter()
+
+
+class HostBackend(KernelBackend):
+    """The kernel this process runs on (when it can do what the work needs)."""
+
+    name = "host"
+    title = "the host kernel"
+    runs_here = True
+    note = "every emulated host runs on this one machine's kernel and CPUs"
+
+    def unavailable(self) -> Optional[str]:
+        return None
+
+    def lacks(self, needs: Needs, probe_host: Callable[[], Probe]) -> list[str]:
+        return probe_host().missing(needs)
+
+    def run(self, argv: Sequence[str], *, cwd: Optional[str] = None, timeout_s: Optional[float] = None,
+            interactive: bool = False, modules: Sequence[str] = ()) -> int:
+        env = {**os.environ, GUEST_ENV: self.name}
+        try:
+            return subprocess.run(list(argv), cwd=cwd, env=env, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+    def label(self) -> str:
+        return f"host kernel {platform.release()}"
+
+    def metadata(self) -> dict:
+        return {**super().metadata(), "kernel_release": platform.release()}
+
+    def cpu_meter(self) -> CpuMeter:
+        return host_meter()

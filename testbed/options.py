@@ -1,0 +1,96 @@
+"""Command-line options and argument types shared by every entry point (``ipsec-testbed``,
+the experiment scripts, the benchmarks)."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from typing import Callable
+
+from testbed import backends
+from testbed.backends import uml
+
+
+def csv(kind: Callable) -> Callable[[str], tuple]:
+    """An argparse type: comma-separated ``kind`` values."""
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {kind.__name__} values, not {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError("give at least one value")
+        return values
+    return parse
+
+
+def percent(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number strictly between ``low`` and ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not low < value < high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage in ({low:g}, {high:g})")
+        return value
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _uml_kernel(path: str) -> str:
+    try:
+        uml.find_kernel(path)
+    except uml.UmlError as e:
+        raise argparse.ArgumentTypeError(f"{e} (a UML kernel: linux.uml, or ./linux after `make ARCH=um`)") from None
+    return path
+
+
+def _uml_modules(path: str) -> str:
+    if not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path!r} is not a directory")
+    return path
+
+
+def _uml_mem(size: str) -> str:
+    if not uml.MEM_PATTERN.match(size):
+        raise argparse.ArgumentTypeError(f"{size!r} is not a size like 512M or 2G")
+    return size
+
+
+def add_kernel_options(p: argparse.ArgumentParser) -> None:
+    """--kernel and the guest's options, as every command that may boot a guest has them."""
+    g = p.add_argument_group("kernel")
+    g.add_argument("--kernel", choices=(backends.AUTO, *backends.names()), default=backends.AUTO,
+                   help="where the work runs: the host kernel, User-Mode Linux, or auto = the host "
+                        "kernel when it has what the work needs (ESP for IPsec profiles), UML otherwise "
+                        "(default: %(default)s)")
+    add_uml_options(g)
+
+
+def add_uml_options(g) -> None:
+    g.add_argument("--uml-kernel", metavar="PATH", type=_uml_kernel,
+                   help="UML kernel to boot instead of Debian's linux.uml, e.g. your tree's "
+                        "./linux after `make ARCH=um`")
+    g.add_argument("--uml-modules", metavar="DIR", type=_uml_modules,
+                   help="module directory for --uml-kernel (a release dir with modules.dep, or "
+                        "the lib/modules of `make ARCH=um modules_install`); omit for a kernel "
+                        "with everything built in")
+    g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE", type=_uml_mem,
+                   help="guest memory, e.g. 1G or 512M (default: %(default)s)")
+
+
+def backend_options(args: argparse.Namespace) -> backends.Options:
+    """The :class:`~testbed.backends.Options` of parsed ``--uml-*`` options."""
+    return backends.Options(kernel=getattr(args, "uml_kernel", None), modules=getattr(args, "uml_modules", None),
+                            mem=getattr(args, "uml_mem", "2G"))

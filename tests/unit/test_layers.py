@@ -1,0 +1,123 @@
+"""The packages import one way, and only the backends know a backend by its name.
+
+::
+
+    testbed (platform: names, namespaces, errors, backends, run directories, options)
+      <- ipsec <- topologies <- analysis <- experiments <- cli
+
+A module may import its own package and the packages below it, never one above.  The walk
+reads every module's source (``ast``), deferred imports inside functions included, so an
+import against the layers fails here however it is written.
+"""
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
+#: Entry-point scripts import from any layer; they are programs, not library modules.
+SCRIPTS = ("benchmarks",)
+
+
+def modules() -> list[Path]:
+    found = []
+    for layer in LAYERS:
+        found += sorted((REPO / layer).rglob("*.py"))
+    return found
+
+
+def project_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level package) of every import of one of the project's packages in ``path``."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in LAYERS:
+                found.append((node.lineno, top))
+    return found
+
+
+def violations(path: Path) -> list[str]:
+    layer = path.relative_to(REPO).parts[0]
+    rank = LAYERS.index(layer)
+    return [f"{path.relative_to(REPO)}:{line} imports {top} (layer {LAYERS.index(top)} above {layer}'s {rank})"
+            for line, top in project_imports(path) if LAYERS.index(top) > rank]
+
+
+def test_every_layer_has_modules():
+    assert {p.relative_to(REPO).parts[0] for p in modules()} == set(LAYERS)
+
+
+def test_packages_import_only_their_own_layer_and_those_below():
+    bad = [v for path in modules() for v in violations(path)]
+    assert not bad, "imports against the layers:\n" + "\n".join(bad)
+
+
+def test_the_check_fails_on_an_import_against_the_layers(tmp_path, monkeypatch):
+    # the same walk, on a copy of a platform module with one upward import added back
+    module = REPO / "testbed" / "rundir.py"
+    fake_repo = tmp_path / "repo"
+    (fake_repo / "testbed").mkdir(parents=True)
+    (fake_repo / "testbed" / "rundir.py").write_text(module.read_text() + "\n\ndef _late():\n"
+                                                     "    from experiments.sweep import run_sweep  # noqa\n")
+    monkeypatch.setattr(__import__(__name__), "REPO", fake_repo)
+    found = violations(fake_repo / "testbed" / "rundir.py")
+    assert len(found) == 1 and "imports experiments" in found[0]
+
+
+BACKEND_NAMES = ("host", "uml")
+
+
+def backend_name_comparisons(path: Path) -> list[str]:
+    """Comparisons of a backend's name (``x == "uml"``, ``kernel in ("host", "uml")``, ``meta["backend"] == ...``).
+
+    A comparison counts when one side is a string that names a backend and the other side is
+    about a backend or kernel (a name, attribute or key with "backend" or "kernel" in it):
+    ``node.role == "host"`` (a topology's host node) does not.
+    """
+    source = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        parts = [node.left, *node.comparators]
+        strings = {c.value for p in parts for c in ast.walk(p) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if not strings & set(BACKEND_NAMES):
+            continue
+        about = [p for p in parts if not (isinstance(p, ast.Constant) or isinstance(p, (ast.Tuple, ast.List, ast.Set)))]
+        text = " ".join(ast.get_source_segment(source, p) or "" for p in about).lower()
+        if "backend" in text or "kernel" in text:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if "backends" not in p.parts],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_outside_the_backends_compares_a_backends_name(path):
+    found = backend_name_comparisons(path)
+    assert not found, "ask the backend what it can do instead:\n" + "\n".join(found)
+
+
+def test_the_name_check_finds_the_comparisons_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text('a = meta.get("backend") == "uml"\nb = kernel in ("host", "uml")\n'
+                      'c = node.role == "host"\nd = choice.name != "host"\n')
+    assert [f.split(":")[1] for f in backend_name_comparisons(sample)] == ["1", "2"]
+
+
+def test_scripts_may_import_anything_but_not_the_command_line():
+    for path in sorted(p for d in SCRIPTS for p in (REPO / d).glob("*.py") if not p.is_symlink()):
+        assert "cli" not in {top for _, top in project_imports(path)}, f"{path}: imports the cli package"
+    assert os.path.islink(REPO / "benchmarks" / "_bootstrap.py")
