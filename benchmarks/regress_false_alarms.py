@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+
+REPO = _bootstrap.REPO
 
 
 def main() -> int:

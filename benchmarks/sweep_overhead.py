@@ -7,9 +7,9 @@
 Runs experiments/packet_size_sweep.py as a user would (booting UML when the host
 kernel has no ESP) into a fresh directory, and prints:
 
-- wall time against the sum of the measurement windows (iperf3's warm-up plus its
-  measured seconds, per point): the rest is the testbed's overhead (network builds,
-  IPsec switching, process starts, the UML boot), also given net of one UML boot;
+- wall time against the sum of every point's warm-up and window: the rest is the
+  testbed's overhead (network builds, IPsec switching, process starts, a guest's boot),
+  also given net of one guest run of `true` (boot and power-off);
 - per point, the spread across repetitions (coefficient of variation of goodput).
 """
 from __future__ import annotations
@@ -24,29 +24,22 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+
+REPO = _bootstrap.REPO
 
 
-def uml_boot_s() -> float:
-    """Boot-to-command time of one UML guest, measured now (median of 3)."""
-    from testbed import uml
+def boot_s(backend) -> float:
+    """Wall time of a trivial command on ``backend`` (a guest's boot and power-off), median of 3."""
+    from experiments.doctor import kernel_modules
 
-    class First:
-        at = None
-
-        def write(self, b):
-            self.at = self.at or time.monotonic()
-            return len(b)
-
-        def flush(self):
-            pass
+    if backend.runs_here:
+        return 0.0
     times = []
     for _ in range(3):
-        out = First()
         t0 = time.monotonic()
-        uml.run(uml.build_spec(["echo", "up"], mem="2G"), stdout=out, stderr=First())
-        times.append(out.at - t0)
+        backend.run(["true"], modules=kernel_modules())
+        times.append(time.monotonic() - t0)
     return statistics.median(times)
 
 
@@ -56,36 +49,33 @@ def main() -> int:
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("sweep_overhead: needs root; run with sudo")
-    from testbed import kernel
+    from experiments import doctor
 
     out = tempfile.mkdtemp(prefix="itb-bench-sweep-")
     cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *args.sweep_args,
            "--out", out, "--no-report"]
-    backend = kernel.choose_backend("auto")
-    print(f"running: {' '.join(cmd[1:])}\nbackend: {backend.name} ({backend.reason})", flush=True)
+    choice = doctor.choose("auto")
+    print(f"running: {' '.join(cmd[1:])}\nbackend: {choice.name} ({choice.reason})", flush=True)
     t0 = time.monotonic()
     rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
     wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"the sweep failed (exit {rc})")
-    records = [json.loads(l) for l in open(os.path.join(out, "results.jsonl"))]
-    measured = sum(r["duration_s"] + r["omit_s"] for r in records)
-    boot = uml_boot_s() if backend.name == "uml" else 0.0
+    from testbed.rundir import load_results
+
+    records = load_results(out)
+    measured = sum(r["duration_s"] + r["warmup_s"] for r in records)
+    boot = boot_s(choice.backend) if choice.backend else 0.0
     overhead = wall - measured
-    print(f"points: {len(records)}; wall time {wall:.1f} s; measurement windows {measured:.1f} s "
-          f"({len(records)} x (warm-up + duration))")
-    if all("measured_s" in r for r in records):
-        actual = sum(r["measured_s"] + r["omit_s"] for r in records)
-        print(f"(iperf3's receivers measured {actual:.1f} s in all, warm-ups included: each test ran "
-              f"{(actual - measured) / len(records):.2f} s past its configured window; the figures below "
-              "count that as overhead)")
+    print(f"points: {len(records)}; wall time {wall:.1f} s; warm-ups and windows {measured:.1f} s "
+          f"({len(records)} x (warm-up + window))")
     ahead = sum(bool(r.get("clients_ahead")) for r in records)
     print(f"points whose iperf3 clients were started during the previous point's warm-up: {ahead} of "
           f"{len(records)} (the others paid for starting them)")
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
     if boot:
         net = overhead - boot
-        print(f"one UML boot (measured now): {boot:.2f} s; overhead beyond it: {net:.1f} s = "
+        print(f"one {choice.backend.title} run of `true` (measured now): {boot:.2f} s; overhead beyond it: {net:.1f} s = "
               f"{100 * net / measured:.1f}% (target <= 15%: {'MET' if net <= 0.15 * measured else 'NOT MET'})")
     groups = collections.defaultdict(list)
     for r in records:

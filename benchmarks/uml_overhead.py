@@ -3,7 +3,7 @@
 
     sudo .venv/bin/python benchmarks/uml_overhead.py [--repeat 5]
 
-Each figure is measured on the host clock around testbed.uml.run(): "boot to
+Each figure is measured on the host clock around testbed.backends.uml.run(): "boot to
 command" is the time until the guest command's first output byte reaches the host,
 "total" until run() returns (boot, module loading, the command, power-off).
 """
@@ -15,9 +15,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from testbed import uml  # noqa: E402
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.doctor import kernel_modules
+from testbed.backends import uml
 
 
 class FirstByte:
@@ -38,12 +38,16 @@ class FirstByte:
 
 
 def once(command: list[str], mem: str) -> tuple[float, float, int]:
-    spec = uml.build_spec(command, mem=mem)
+    spec = uml.build_spec(command, mem=mem, boot_modules=kernel_modules())
     out = FirstByte()
     t0 = time.monotonic()
     rc = uml.run(spec, stdout=out, stderr=FirstByte())
     total = time.monotonic() - t0
     return ((out.at or float("nan")) - t0, total, rc)
+
+
+def _spread(xs: list[float]) -> str:
+    return f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"
 
 
 def main() -> int:
@@ -58,7 +62,7 @@ def main() -> int:
         ("echo (boot to command)", ["echo", "ready"]),
         ("true (trivial command)", ["true"]),
         ("python3 start", [py, "-c", "print('ready')"]),
-        ("python: import pyroute2 + testbed", [py, "-c", "import pyroute2, ipsec.xfrm, testbed.kernel; print('ready')"]),
+        ("python: import pyroute2 + testbed", [py, "-c", "import pyroute2, ipsec.xfrm, experiments.doctor; print('ready')"]),
     ]
     print(f"UML overhead on {os.uname().release} host, {os.cpu_count()} CPUs, kernel {uml.find_kernel()}, "
           f"mem={args.mem}, {args.repeat} boots per case")
@@ -71,9 +75,8 @@ def main() -> int:
                 sys.exit(f"{label}: the guest command exited {rc}")
             firsts.append(first)
             totals.append(total)
-        fmt = lambda xs: f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"  # noqa: E731
-        first_col = fmt(firsts) if not any(f != f for f in firsts) else "(no output)"
-        print(f"{label:38s} {first_col:>32s} {fmt(totals):>28s}", flush=True)
+        first_col = _spread(firsts) if not any(f != f for f in firsts) else "(no output)"
+        print(f"{label:38s} {first_col:>32s} {_spread(totals):>28s}", flush=True)
     t0 = time.monotonic()
     os.spawnvp(os.P_WAIT, "true", ["true"])
     print(f"for comparison, `true` on the host: {time.monotonic() - t0:.4f} s")

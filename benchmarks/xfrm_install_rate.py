@@ -65,12 +65,12 @@ import time
 from typing import Callable, Optional, Sequence
 
 # Run as a script from a checkout: make the project's packages importable.
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from ipsec.algorithms import get_algorithm  # noqa: E402
-from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, random_key  # noqa: E402
-from testbed import kernel, names, netns  # noqa: E402
-from testbed.cli import add_kernel_options  # noqa: E402
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments import doctor, runner
+from ipsec.algorithms import get_algorithm
+from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, random_key
+from testbed import backends, names, netns
+from testbed.options import add_kernel_options
 
 log = logging.getLogger("xfrm_install_rate")
 
@@ -568,13 +568,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_install_rate: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    rc = kernel.follow_backend(args.kernel, __file__, argv if argv is not None else sys.argv[1:],
-                               mem=args.uml_mem, uml_kernel=args.uml_kernel, uml_modules=args.uml_modules)
+    rc = runner.follow("xfrm_install_rate", __file__, list(argv if argv is not None else sys.argv[1:]), args,
+                       doctor.needs((args.algorithm,)))
     if rc is not None:
         return rc
     signal.signal(signal.SIGTERM, _terminate)
-    where = (f"{'User-Mode Linux guest' if kernel.in_uml() else 'host'} kernel {os.uname().release}"
-             f"{' (uniprocessor)' if kernel.in_uml() else ''}")
+    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     try:
         rows = measure(args)
     except KeyboardInterrupt:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 
-from experiments.reproduce import Part, Reproduction, main  # noqa: E402
-from testbed.options import csv  # noqa: E402
-from experiments.sweep import SweepSpec  # noqa: E402
+from experiments.plan import SweepSpec
+from experiments.reproduce import Part, Reproduction, main
+from testbed.options import csv
 
 EPILOG = """\
 examples:
