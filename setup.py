@@ -1,4 +1,6 @@
 """IPsec Testbed: reproduce published IPsec performance experiments on one Linux machine."""
+from pathlib import Path
+
 from setuptools import setup
 
 setup(
@@ -6,7 +8,7 @@ setup(
     version="0.1.0",
     description="Emulated IPsec testbed: namespaces, kernel xfrm over netlink, tc shaping, "
                 "packet-size sweeps; runs in User-Mode Linux when the host kernel has no ESP.",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",

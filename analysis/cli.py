@@ -18,11 +18,12 @@ import logging
 import os
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analysis.report import RunData
+    from analysis.run import RunData
 
 log = logging.getLogger("ipsec-testbed.report")
 
@@ -60,13 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _labels(runs: Sequence["RunData"]) -> list[str]:
+def _labels(runs: Sequence[RunData]) -> list[str]:
     """Runs labelled by backend and kernel; the directory name added where two would read the same."""
     counts = Counter(r.label for r in runs)
     return [f"{r.label} ({Path(r.run_dir).name})" if counts[r.label] > 1 else r.label for r in runs]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "report":
         argv = argv[1:]
@@ -78,7 +79,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from rich.console import Console
     from rich.measure import Measurement
 
-    from analysis.report import RunData, compare_table, render_html, terminal_table
+    from analysis.page import render_html
+    from analysis.run import RunData
+    from analysis.tables import compare_table, terminal_table
     from testbed.rundir import ResultsError
 
     console = Console()
@@ -98,7 +101,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"ipsec-testbed report: {run_dir}: no measured points in results.jsonl", file=sys.stderr)
             return 1
         runs.append(run)
-    runs = [dataclasses.replace(r, label=label) for r, label in zip(runs, _labels(runs))]
+    runs = [dataclasses.replace(r, label=label) for r, label in zip(runs, _labels(runs), strict=True)]
 
     first = runs[0]
     tables = [terminal_table(first.aggregates, first.ratios,
@@ -128,7 +131,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _is_reproduction(run_dir: str) -> bool:
-    """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts); quietly False otherwise."""
+    """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts).
+
+    Quietly False otherwise."""
     import json
 
     try:
@@ -141,7 +146,7 @@ def _is_reproduction(run_dir: str) -> bool:
 
 def _reproduction_report(args, console) -> int:
     """A seed reproduction's run (experiments/seed00N_*.py): its comparison report; with several, their claims."""
-    from analysis import reproduction
+    from analysis import reproduction, reproduction_report
 
     datas = []
     for run_dir in args.run_dirs:
@@ -154,16 +159,17 @@ def _reproduction_report(args, console) -> int:
         except (reproduction.ReproductionError, ValueError) as e:
             print(f"ipsec-testbed report: {e}", file=sys.stderr)
             return 1
-    reproduction.print_summary(args.run_dirs[0], datas[0])
+    reproduction_report.print_summary(args.run_dirs[0], datas[0])
     if args.markdown:
-        args.markdown.write_text(reproduction.markdown(datas[0]), encoding="utf-8")
+        args.markdown.write_text(reproduction_report.markdown(datas[0]), encoding="utf-8")
     if len(datas) > 1:
-        reproduction.print_claims_compared(args.run_dirs, datas)
+        reproduction_report.print_claims_compared(args.run_dirs, datas)
     if args.no_html:
         return 0
     out = args.out or Path(args.run_dirs[0]) / "report.html"
     try:
-        reproduction.write_report(args.run_dirs[0], out=str(out), compare=list(zip(args.run_dirs, datas)),
+        reproduction_report.write_report(args.run_dirs[0], out=str(out),
+                                         compare=list(zip(args.run_dirs, datas, strict=True)),
                                   data=datas[0])
     except OSError as e:
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)

@@ -19,7 +19,6 @@ within noise.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from analysis.stats import Ratio
 
@@ -34,13 +33,13 @@ class Penalty:
     point: dict
     ratio: float
     penalty: float
-    wire: Optional[float]
-    other: Optional[float]
-    plain_link_bound: Optional[bool]
+    wire: float | None
+    other: float | None
+    plain_link_bound: bool | None
 
 
-def decompose(measured_ratio: float, expected_ipsec: Optional[float], expected_plain: Optional[float],
-              plain_goodput: Optional[float] = None, point: Optional[dict] = None) -> Penalty:
+def decompose(measured_ratio: float, expected_ipsec: float | None, expected_plain: float | None,
+              plain_goodput: float | None = None, point: dict | None = None) -> Penalty:
     """The :class:`Penalty` of a point from its measured ratio and the two expected goodputs (pure)."""
     penalty = 1.0 - measured_ratio
     if not expected_ipsec or not expected_plain:
@@ -50,7 +49,7 @@ def decompose(measured_ratio: float, expected_ipsec: Optional[float], expected_p
     return Penalty(dict(point or {}), measured_ratio, penalty, wire, penalty - wire, bound)
 
 
-def penalty_of(ratio: Ratio, link_mtu: int = 1500) -> Optional[Penalty]:
+def penalty_of(ratio: Ratio, link_mtu: int = 1500) -> Penalty | None:
     """:func:`decompose` for an IPsec/plain :class:`~analysis.stats.Ratio` of a sweep; None without a ratio."""
     from ipsec.overhead import expected_point_goodput_mbps
 

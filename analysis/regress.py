@@ -13,8 +13,9 @@ run's records and gives one :class:`Verdict` per point:
   that; ``benchmarks/regress_false_alarms.py`` measures how often it does.
 
 A point with fewer than two repetitions on either side has no noise estimate and cannot be
-judged: that is an error of the gate's set-up, not a pass.  Pure functions and file
-formats only; ``ipsec-testbed regress`` runs sweeps and writes files.
+judged: that is an error of the gate's set-up, not a pass.  Pure functions and the baseline's file
+format only; :mod:`analysis.regress_report` writes verdicts as JUnit XML and Markdown, and
+``ipsec-testbed regress`` runs sweeps and writes files.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import datetime
 import json
 import math
 import os
-from typing import Any, Iterable, Mapping, Sequence
-from xml.etree import ElementTree as ET
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from analysis.stats import POINT_KEYS, Summary, aggregate
 
@@ -121,7 +122,7 @@ def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any],
         points.append({**agg.point, "goodput_mbps": samples})
     if not points:
         raise RegressError("the run has no measured point to make a baseline of")
-    return {"format": BASELINE_FORMAT, "created": datetime.datetime.now(datetime.timezone.utc).isoformat(
+    return {"format": BASELINE_FORMAT, "created": datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"), "source": source, "machine": {f: meta.get(f) for f in MACHINE_FIELDS},
         "command_line": meta.get("command_line"), "points": points}
 
@@ -245,50 +246,6 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
         raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
                            f"run (first: {missing[0]}): the run must measure what the baseline did")
     return verdicts
-
-
-# -- reports -------------------------------------------------------------------------------
-
-def junit_xml(verdicts: Sequence[Verdict], max_drop: float, confidence: float, warnings: Iterable[str] = ()) -> str:
-    """JUnit XML: one test case per point, a failure for each regression."""
-    failures = sum(v.regressed for v in verdicts)
-    suite = ET.Element("testsuite", name="ipsec-testbed regress", tests=str(len(verdicts)),
-                       failures=str(failures), errors="0", skipped="0")
-    props = ET.SubElement(suite, "properties")
-    for name, value in (("max_drop", f"{max_drop:g}"), ("confidence", f"{confidence:g}")):
-        ET.SubElement(props, "property", name=name, value=value)
-    for w in warnings:
-        ET.SubElement(props, "property", name="warning", value=w)
-    for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname="goodput", name=v.name)
-        detail = (f"goodput {v.current.mean:.3f} Mbit/s vs baseline {v.baseline.mean:.3f} Mbit/s: "
-                  f"ratio {v.ratio:.4f}, {confidence:.0%} upper bound {v.upper:.4f} "
-                  f"(limit {1 - max_drop:.4f})")
-        if v.regressed:
-            ET.SubElement(case, "failure", message=f"goodput fell by more than {max_drop:.0%}").text = detail
-        else:
-            ET.SubElement(case, "system-out").text = detail
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def markdown(verdicts: Sequence[Verdict], max_drop: float, confidence: float, warnings: Sequence[str] = ()) -> str:
-    """A Markdown summary (for a CI job summary, e.g. ``$GITHUB_STEP_SUMMARY``)."""
-    regressed = [v for v in verdicts if v.regressed]
-    head = (f"**{len(regressed)} of {len(verdicts)} points regressed**" if regressed
-            else f"**No regression** in {len(verdicts)} points")
-    lines = [f"## IPsec Testbed regression gate", "",
-             f"{head} (a point regresses when, at {confidence:.0%} confidence, its goodput fell by more than "
-             f"{max_drop:.0%}).", ""]
-    lines += [f"> **Warning:** {w}" for w in warnings]
-    if warnings:
-        lines.append("")
-    lines += ["| point | baseline Mbit/s | now Mbit/s | now/baseline | upper bound | verdict |",
-              "| --- | ---: | ---: | ---: | ---: | --- |"]
-    for v in verdicts:
-        lines.append(f"| {v.name} | {v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f} | "
-                     f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f} | {v.ratio:.3f} | {v.upper:.3f} | "
-                     f"{'**REGRESSED**' if v.regressed else 'ok'} |")
-    return "\n".join(lines) + "\n"
 
 
 def exit_status(verdicts: Sequence[Verdict]) -> int:

@@ -16,7 +16,7 @@ import logging
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,9 @@ MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_
 
 #: CPU fields summarised per point (percent of all CPUs, and CPU-seconds per gigabyte delivered).
 CPU_FIELDS = ("cpu_busy_pct", "cpu_system_pct", "cpu_softirq_pct", "cpu_s_per_gb")
+
+#: What can bound a point (experiments.monitor), the more cautious first.
+BOUND_ORDER = ("cpu", "other", "link", "anomaly")
 
 #: ``mode`` values a plain baseline may carry when the sweep records no IPsec mode for it.
 NO_MODE = (None, "none", "")
@@ -68,7 +71,7 @@ def t_critical_95(df: float) -> float:
         return _Z975
     if df <= 30:
         # 1e-9: a Welch df of 3.9999999999 is 4 computed in floating point, not 3
-        return _T95_TABLE[min(30, int(math.floor(df + 1e-9))) - 1]
+        return _T95_TABLE[min(30, math.floor(df + 1e-9)) - 1]
     z = _Z975
     g1 = (z ** 3 + z) / 4
     g2 = (5 * z ** 5 + 16 * z ** 3 + 3 * z) / 96
@@ -88,13 +91,13 @@ class Summary:
 
     n: int
     mean: float
-    std: Optional[float]
-    ci95: Optional[float]
+    std: float | None
+    ci95: float | None
     min: float
     max: float
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> "Summary":
+    def of(cls, values: Sequence[float]) -> Summary:
         if not values:
             raise ValueError("a summary needs at least one value")
         n = len(values)
@@ -116,7 +119,7 @@ class _PointFields:
         return self.point.get("profile")
 
     @property
-    def rate_mbit(self) -> Optional[float]:
+    def rate_mbit(self) -> float | None:
         return self.point.get("rate_mbit")
 
     @property
@@ -130,40 +133,57 @@ class Aggregate(_PointFields):
 
     ``point`` maps the grouping keys to their values (``profile``, ``rate_mbit``, ``size_bytes``,
     ...). ``cpu`` holds a :class:`Summary` per field of :data:`CPU_FIELDS` that the records carry.
-    ``n_emulation_limited`` counts repetitions the runner flagged as limited by the emulator's CPU
-    rather than by the emulated link; ``n_failed`` those without a goodput.
+    ``bounds`` counts the repetitions by what bounded them (``link``, ``cpu``, ``other``,
+    ``anomaly``; see :mod:`experiments.monitor`); anomalies are left out of every summary.
+    ``n_emulation_limited`` counts repetitions limited by the emulator's CPU rather than by the
+    emulated link (``cpu``, or the flag of runs from before the classes); ``n_failed`` those
+    without a goodput.
     """
 
     point: Mapping[str, Any]
     goodput: Summary  # Mbit/s
     cpu: Mapping[str, Summary]
-    theoretical_goodput_mbps: Optional[float]
-    retransmits: Optional[Summary]
-    loss_pct: Optional[Summary]
+    theoretical_goodput_mbps: float | None
+    retransmits: Summary | None
+    loss_pct: Summary | None
     n_emulation_limited: int = 0
     n_failed: int = 0
-
+    bounds: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def is_plain(self) -> bool:
         return self.profile == PLAIN_PROFILE
 
     @property
+    def bound(self) -> str | None:
+        """What bounded most of the point's repetitions (anomalies aside); ties go to the more
+        cautious class (cpu, other, link). Runs from before the monitor carry only the CPU flag:
+        ``cpu`` when a repetition was flagged, else None (not known)."""
+        counted = {b: n for b, n in self.bounds.items() if b in BOUND_ORDER and b != "anomaly"}
+        if not counted:
+            return "cpu" if self.n_emulation_limited else None
+        return max(counted, key=lambda b: (counted[b], -BOUND_ORDER.index(b)))
+
+    @property
+    def n_anomaly(self) -> int:
+        return self.bounds.get("anomaly", 0)
+
+    @property
     def emulation_limited(self) -> bool:
         return self.n_emulation_limited > 0
 
     @property
-    def cpu_s_per_gb(self) -> Optional[Summary]:
+    def cpu_s_per_gb(self) -> Summary | None:
         return self.cpu.get("cpu_s_per_gb")
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def _summary_of(records: Sequence[Mapping[str, Any]], field: str) -> Optional[Summary]:
+def _summary_of(records: Sequence[Mapping[str, Any]], field: str) -> Summary | None:
     values = [v for v in (_number(r.get(field)) for r in records) if v is not None]
     return Summary.of(values) if values else None
 
@@ -198,11 +218,17 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
         groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
     out = []
     for key, group in groups.items():
-        point = dict(zip(keys, key))
-        measured = [r for r in group if _number(r.get("goodput_mbps")) is not None]
+        point = dict(zip(keys, key, strict=True))
+        with_goodput = [r for r in group if _number(r.get("goodput_mbps")) is not None]
+        bounds: dict[str, int] = {}
+        for r in with_goodput:
+            if r.get("bound"):
+                bounds[r["bound"]] = bounds.get(r["bound"], 0) + 1
+        # an anomaly's figures contradict each other: counted, never averaged
+        measured = [r for r in with_goodput if r.get("bound") != "anomaly"]
         if not measured:
             # the report and the table say how many repetitions failed; this is detail
-            log.info("point %s: none of its %d repetitions has a goodput; left out", point, len(group))
+            log.info("point %s: none of its %d repetitions has a usable goodput; left out", point, len(group))
             continue
         theoretical = _summary_of(measured, "theoretical_goodput_mbps")
         cpu = {f: s for f in CPU_FIELDS if (s := _summary_of(measured, f)) is not None}
@@ -213,8 +239,10 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
             theoretical_goodput_mbps=theoretical.mean if theoretical else None,
             retransmits=_summary_of(measured, "retransmits"),
             loss_pct=_summary_of(measured, "loss_pct"),
-            n_emulation_limited=sum(1 for r in measured if r.get("emulation_limited") is True),
-            n_failed=len(group) - len(measured),
+            n_emulation_limited=sum(1 for r in measured if r.get("bound") == "cpu"
+                                    or (r.get("bound") is None and r.get("emulation_limited") is True)),
+            n_failed=len(group) - len(with_goodput),
+            bounds=bounds,
         ))
     out.sort(key=lambda a: sort_key(a.point, keys))
     return out
@@ -246,19 +274,19 @@ class RatioEstimate:
     """
 
     value: float
-    ci95: Optional[float]
-    df: Optional[float]
+    ci95: float | None
+    df: float | None
 
     @property
-    def low(self) -> Optional[float]:
+    def low(self) -> float | None:
         return None if self.ci95 is None else self.value - self.ci95
 
     @property
-    def high(self) -> Optional[float]:
+    def high(self) -> float | None:
         return None if self.ci95 is None else self.value + self.ci95
 
 
-def ratio_of_means(num: Summary, den: Summary) -> Optional[RatioEstimate]:
+def ratio_of_means(num: Summary, den: Summary) -> RatioEstimate | None:
     """``num.mean / den.mean`` with a 95 % interval by the delta method; None when ``den.mean`` is 0.
 
     The two samples are independent (different runs), so the first-order Taylor expansion of
@@ -295,16 +323,22 @@ class Ratio(_PointFields):
     point: Mapping[str, Any]  # the IPsec aggregate's point (profile included)
     ipsec: Aggregate
     plain: Aggregate
-    goodput: Optional[RatioEstimate]
-    cpu_s_per_gb: Optional[RatioEstimate]
+    goodput: RatioEstimate | None
+    cpu_s_per_gb: RatioEstimate | None
 
+    @property
+    def bound(self) -> str | None:
+        """The more cautious class of the two sides: a ratio is no more a property of the link
+        than its less link-bound side (cpu, then other, then link)."""
+        sides = [b for b in (self.ipsec.bound, self.plain.bound) if b is not None]
+        return min(sides, key=BOUND_ORDER.index) if sides else None
 
 
 def _match_key(point: Mapping[str, Any], *, any_mode: bool = False) -> tuple:
     return tuple(None if (any_mode and k == "mode") else point.get(k) for k in MATCH_KEYS)
 
 
-def find_baseline(point: Mapping[str, Any], plain: Sequence[Aggregate]) -> Optional[Aggregate]:
+def find_baseline(point: Mapping[str, Any], plain: Sequence[Aggregate]) -> Aggregate | None:
     """The plain aggregate matching ``point`` on :data:`MATCH_KEYS`.
 
     A plain record has no IPsec mode; when the sweep wrote it with ``mode`` null or "none"

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+import _bootstrap
 
 REPO = _bootstrap.REPO
 
@@ -57,7 +57,7 @@ def main() -> int:
     drop, conf = args.max_drop / 100, args.confidence / 100
     compared = flagged = detected = 0
     worst = 1.0
-    for (i, (base_rec, base_meta)), (j, (rec, _)) in itertools.permutations(enumerate(runs), 2):
+    for (_i, (base_rec, base_meta)), (_j, (rec, _)) in itertools.permutations(enumerate(runs), 2):
         baseline = regress.make_baseline(base_rec, base_meta)
         verdicts = regress.compare(baseline, rec, drop, conf)
         compared += len(verdicts)

@@ -30,13 +30,12 @@ ten runs at 10 Mbit it gave 0.93..1.10, where reno gave 0.999..1.000.
 from __future__ import annotations
 
 import argparse
-import math
 import logging
+import math
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from experiments import runner
@@ -66,10 +65,7 @@ def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> in
     (see the module docstring)."""
     ops = plan_shaping(spec, mtu, kernel_burst_time_s())
     shaper = next(op for op in ops if op.kind in QDISCS)
-    if spec.qdisc == "tbf":
-        queue_bytes = shaper.params["limit_bytes"]
-    else:
-        queue_bytes = ops[-1].params["limit_packets"] * (mtu + 14)
+    queue_bytes = shaper.params["limit_bytes"] if spec.qdisc == "tbf" else ops[-1].params["limit_packets"] * (mtu + 14)
     rate = spec.rate_bytes_per_s
     return math.ceil(max(min_duration_s, MIN_PACKETS_PER_RUN * (mtu + 14) / rate,
                          MIN_QUEUES_PER_RUN * queue_bytes / rate))
@@ -140,7 +136,8 @@ def measure(args: argparse.Namespace) -> tuple[str, float, list[dict]]:
         print(f"  CPU ceiling: {args.qdisc} at {CEILING_RATE_MBIT} Mbit ...", file=sys.stderr, flush=True)
         free = ShapingSpec(CEILING_RATE_MBIT, qdisc=args.qdisc, framing=args.framing)
         with shaped(p.a, p.if_a, free, p.mtu), shaped(p.b, p.if_b, free, p.mtu):
-            ceiling = iperf.measure(p.b, p.a, p.v4b, duration_s=math.ceil(min(args.duration, 3.0)), mss=args.mss).goodput_mbps
+            ceiling = iperf.measure(p.b, p.a, p.v4b, duration_s=math.ceil(min(args.duration, 3.0)),
+                                    mss=args.mss).goodput_mbps
         for rate in args.rates:
             spec = ShapingSpec(rate, qdisc=args.qdisc, framing=args.framing)
             seconds = run_seconds(spec, args.duration, p.mtu)

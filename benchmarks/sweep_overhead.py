@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import os
 import statistics
 import subprocess
@@ -24,7 +23,7 @@ import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+import _bootstrap
 
 REPO = _bootstrap.REPO
 
@@ -75,7 +74,8 @@ def main() -> int:
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
     if boot:
         net = overhead - boot
-        print(f"one {choice.backend.title} run of `true` (measured now): {boot:.2f} s; overhead beyond it: {net:.1f} s = "
+        print(f"one {choice.backend.title} run of `true` (measured now): {boot:.2f} s; "
+              f"overhead beyond it: {net:.1f} s = "
               f"{100 * net / measured:.1f}% (target <= 15%: {'MET' if net <= 0.15 * measured else 'NOT MET'})")
     groups = collections.defaultdict(list)
     for r in records:
@@ -83,7 +83,7 @@ def main() -> int:
             r["goodput_mbps"])
     print(f"\n{'profile':>14s} {'Mbit/s':>7s} {'size':>5s}  {'mean':>8s} {'stdev':>7s} {'CV %':>6s}  n")
     cvs = []
-    for (profile, rate, size, ipv, tr), vals in sorted(groups.items()):
+    for (profile, rate, size, _ipv, _tr), vals in sorted(groups.items()):
         mean = statistics.mean(vals)
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         cv = 100 * sd / mean if mean else 0.0

@@ -36,7 +36,8 @@ def run_here(clients: int, repeat: int, profile: str) -> None:
     where = f"{backends.current().label()} ({os.uname().release})"
     print(f"\n{where}; {repeat} build(s) per topology; IPsec: {profile} tunnel, IPv4+IPv6"
           + ("" if esp else " (not measured: this kernel has no ESP)"))
-    print(f"{'topology':32s} {'nodes':>5s} {'build s':>9s} {'IPsec on s':>11s} {'IPsec off s':>12s} {'teardown s':>11s}")
+    print(f"{'topology':32s} {'nodes':>5s} {'build s':>9s} {'IPsec on s':>11s} {'IPsec off s':>12s} "
+          f"{'teardown s':>11s}")
     cases = [(name, 1 if name not in MULTI_CLIENT else clients) for name in TOPOLOGIES]
     cases.insert(2, ("road_warrior", 1))
     for name, n in cases:

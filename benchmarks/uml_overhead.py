@@ -62,7 +62,8 @@ def main() -> int:
         ("echo (boot to command)", ["echo", "ready"]),
         ("true (trivial command)", ["true"]),
         ("python3 start", [py, "-c", "print('ready')"]),
-        ("python: import pyroute2 + testbed", [py, "-c", "import pyroute2, ipsec.xfrm, experiments.doctor; print('ready')"]),
+        ("python: import pyroute2 + testbed",
+         [py, "-c", "import pyroute2, ipsec.xfrm, experiments.doctor; print('ready')"]),
     ]
     print(f"UML overhead on {os.uname().release} host, {os.cpu_count()} CPUs, kernel {uml.find_kernel()}, "
           f"mem={args.mem}, {args.repeat} boots per case")

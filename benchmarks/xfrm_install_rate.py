@@ -62,7 +62,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 # Run as a script from a checkout: make the project's packages importable.
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
@@ -81,7 +81,7 @@ PEER_BASE = ipaddress.IPv4Address("198.19.0.0")
 MAX_PAIRS = 65534  # host numbers 1..65534 in each /16
 FIRST_SPI = 0x10000
 #: ``--algorithm`` choices: (ESP aead, crypt, auth) catalog names.
-ALGORITHMS: dict[str, tuple[Optional[str], Optional[str], Optional[str]]] = {
+ALGORITHMS: dict[str, tuple[str | None, str | None, str | None]] = {
     "aes-gcm-256": ("aes-gcm-256", None, None),
     "aes-cbc-hmac-sha1": (None, "aes-cbc", "hmac-sha1-96"),
 }
@@ -114,11 +114,11 @@ class Workload:
         """Adds plus deletes."""
         return 2 * self.adds
 
-    def first(self, pairs: int) -> "Workload":
+    def first(self, pairs: int) -> Workload:
         """The first ``pairs`` pairs of this workload (the same SAs, keys and policies)."""
         return Workload(pairs, self.sas[:2 * pairs], self.policies[:2 * pairs])
 
-    def rest(self, pairs: int) -> "Workload":
+    def rest(self, pairs: int) -> Workload:
         """Every pair after the first ``pairs``."""
         return Workload(self.pairs - pairs, self.sas[2 * pairs:], self.policies[2 * pairs:])
 
@@ -216,7 +216,7 @@ def parse_policy_count(text: str) -> dict[str, int]:
     m = re.search(r"SPD IN\s+(\d+)\s+OUT\s+(\d+)\s+FWD\s+(\d+)", text)
     if not m:
         raise BenchError(f"cannot read `ip xfrm policy count` output: {text.strip()!r}")
-    return dict(zip(("in", "out", "fwd"), map(int, m.groups())))
+    return dict(zip(("in", "out", "fwd"), map(int, m.groups()), strict=True))
 
 
 def parse_state_listing(text: str) -> dict[int, tuple[str, str, str, str]]:
@@ -269,7 +269,7 @@ def ip(ns: str, *args: str) -> str:
     return r.stdout
 
 
-def verify(ns: str, method: str, phase: str, w: Optional[Workload]) -> None:
+def verify(ns: str, method: str, phase: str, w: Workload | None) -> None:
     """Check with iproute2 that ``ns`` holds exactly ``w`` (None: nothing); raise BenchError otherwise."""
     want_sas = expected_states(w) if w else {}
     want_pols = expected_policies(w) if w else set()
@@ -285,7 +285,10 @@ def verify(ns: str, method: str, phase: str, w: Optional[Workload]) -> None:
         missing = sorted(set(want_sas) - set(have_sas))
         extra = sorted(set(have_sas) - set(want_sas))
         differ = sorted(s for s in set(want_sas) & set(have_sas) if want_sas[s] != have_sas[s])
-        show = lambda spis: ", ".join(f"{s:#x}" for s in spis[:5]) + (" ..." if len(spis) > 5 else "")  # noqa: E731
+
+        def show(spis: list[int]) -> str:
+            return ", ".join(f"{s:#x}" for s in spis[:5]) + (" ..." if len(spis) > 5 else "")
+
         raise BenchError(f"{where}: `ip xfrm state` differs from the plan: {len(missing)} SPIs missing "
                          f"({show(missing)}), {len(extra)} unexpected ({show(extra)}), {len(differ)} with "
                          f"other addresses, algorithms or keys ({show(differ)})")
@@ -520,7 +523,7 @@ def print_report(rows: list[Row], args: argparse.Namespace, where: str) -> None:
           f"({netlink.rate:,.0f} vs {per_process.rate:,.1f} ops/s); target >= {TARGET_RATIO:.0f}x: {verdict}")
 
 
-def ip_sample(text: str) -> Optional[int]:
+def ip_sample(text: str) -> int | None:
     """``--ip-sample``: a number of pairs, or ``all`` (None)."""
     if text == "all":
         return None
@@ -558,7 +561,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through the namespace context managers
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not 1 <= args.pairs <= MAX_PAIRS:
@@ -579,7 +582,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("xfrm_install_rate: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # noqa: BLE001 - the benchmark's one error exit, with the cause
+    except Exception as e:
         from ipsec.xfrm import XfrmError
 
         if not isinstance(e, (BenchError, XfrmError, OSError, subprocess.SubprocessError, ValueError)):

@@ -23,7 +23,6 @@ import re
 import subprocess
 import sys
 import tempfile
-from typing import Optional
 
 from mininet.cli import CLI
 
@@ -81,7 +80,7 @@ class DemoCLI(CLI):
 
     prompt = "mininet> "
 
-    def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: Optional[str] = None, **kw) -> None:
+    def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: str | None = None, **kw) -> None:
         self.net = net
         self.profile, self.mode = profile, mode
         self.guide = guide
@@ -120,9 +119,9 @@ class DemoCLI(CLI):
 
     def do_capture(self, line: str) -> None:
         """capture [N]: N pings (default 3) across the network, and what both ends of the untrusted link sent."""
-        import scapy.layers.inet  # noqa: F401 (registers the layers rdpcap decodes)
-        import scapy.layers.inet6  # noqa: F401
-        import scapy.layers.ipsec  # noqa: F401
+        import scapy.layers.inet
+        import scapy.layers.inet6
+        import scapy.layers.ipsec
         import scapy.layers.l2  # noqa: F401
         from scapy.utils import rdpcap
 
@@ -223,7 +222,7 @@ class DemoCLI(CLI):
 
 
 def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: int,
-             pcap_dir: Optional[str] = None, stdin=None) -> int:
+             pcap_dir: str | None = None, stdin=None) -> int:
     """Build the network, protect it, open the CLI; everything is removed when it ends."""
     from topologies import build_spec
     from topologies.network import Network

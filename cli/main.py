@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from testbed import backends
-from testbed.backends import uml
 from testbed.errors import Parser, add_debug_option, run_main
 from testbed.options import add_kernel_options, add_uml_options, backend_options, percent, positive_seconds
 
@@ -157,7 +155,7 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         return 2
     columns, cells = render_rows(rows)
     if args.json:
-        print(json.dumps([dict(zip(columns, c)) for c in cells], indent=2))
+        print(json.dumps([dict(zip(columns, c, strict=True)) for c in cells], indent=2))
         return 0
     from rich.table import Table
 
@@ -178,8 +176,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
     import subprocess
 
     from analysis import regress
-    from testbed.rundir import ResultsError, load_meta, load_results
     from experiments.suites import suite_args
+    from testbed.rundir import ResultsError, load_meta, load_results
 
     prog = "ipsec-testbed regress"
     if args.ab:
@@ -230,9 +228,9 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     import datetime
 
     from analysis import regress
-    from testbed.rundir import ResultsError, load_meta, load_results
     from experiments.ab import run_ab
     from experiments.suites import suite_args
+    from testbed.rundir import ResultsError, load_meta, load_results
 
     try:
         sweep_args = suite_args(args.suite)
@@ -252,12 +250,12 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
 
 def _report_verdicts(args: argparse.Namespace, verdicts, notes: list[str], labels: tuple[str, str]) -> int:
     """The table, the requested JUnit/Markdown files, and the exit status."""
-    from analysis import regress
+    from analysis import regress, regress_report
 
     max_drop, confidence = args.max_drop / 100, args.confidence / 100
     _print_verdicts(verdicts, max_drop, confidence, labels)
-    for path, text in ((args.junit, regress.junit_xml(verdicts, max_drop, confidence, notes)),
-                       (args.markdown, regress.markdown(verdicts, max_drop, confidence, notes))):
+    for path, text in ((args.junit, regress_report.junit_xml(verdicts, max_drop, confidence, notes)),
+                       (args.markdown, regress_report.markdown(verdicts, max_drop, confidence, notes))):
         if path:
             with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
                 f.write(text)
@@ -339,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("overhead", help="bytes IPsec adds per packet, inner MTU and largest TCP MSS",
                        description="The overhead model: for each profile, mode and IP version, the inner MTU "
                        "the kernel leaves on a link, the largest TCP MSS, and the bytes added per packet. "
-                       "No root needed.", epilog="example: ipsec-testbed overhead aes-gcm-256 aes-cbc-128-sha1 --mtu 1500")
+                       "No root needed.",
+                       epilog="example: ipsec-testbed overhead aes-gcm-256 aes-cbc-128-sha1 --mtu 1500")
     p.add_argument("profiles", nargs="*", metavar="PROFILE", help="profiles (default: the catalog)")
     p.add_argument("--mtu", type=int, default=1500, help="link MTU (default: %(default)s)")
     p.add_argument("--mode", nargs="+", choices=("transport", "tunnel"), default=["transport", "tunnel"])
@@ -356,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
                        "the IPsec and tc modules, run COMMAND as root in the current directory, stream its "
                        "output live and exit with its status (124: time limit, 125: the guest could not run).",
-                       epilog="example: sudo ipsec-testbed uml --timeout 600 -- .venv/bin/python -m pytest tests/integration",
+                       epilog="example: sudo ipsec-testbed uml --timeout 600 -- "
+                              ".venv/bin/python -m pytest tests/integration",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_uml_options(p)
     p.add_argument("--timeout", type=positive_seconds, metavar="SECONDS", help="kill the guest after this long")
@@ -449,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     # Behave like a Unix tool when the reader goes away (`ipsec-testbed profiles | head`).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = list(sys.argv[1:] if argv is None else argv)

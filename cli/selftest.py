@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
-from typing import Optional
 
 from testbed import backends
 from testbed.options import backend_options
@@ -40,7 +39,7 @@ class Counts:
     def total(self) -> int:
         return self.passed + self.failed + self.skipped
 
-    def __add__(self, other: "Counts") -> "Counts":
+    def __add__(self, other: Counts) -> Counts:
         return Counts(self.passed + other.passed, self.failed + other.failed, self.skipped + other.skipped)
 
 
@@ -123,7 +122,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     return _summary(unit, unit_rc, integ, integ_rc, where)
 
 
-def _summary(unit: Counts, unit_rc: int, integ: Optional[Counts], integ_rc: int, where: str) -> int:
+def _summary(unit: Counts, unit_rc: int, integ: Counts | None, integ_rc: int, where: str) -> int:
     _banner("summary")
     print(f"unit + host tests: {unit.passed} passed, {unit.failed} failed, {unit.skipped} skipped"
           f" (exit {unit_rc})")
@@ -142,5 +141,6 @@ def _summary(unit: Counts, unit_rc: int, integ: Optional[Counts], integ_rc: int,
             total = total + Counts(failed=1)
     else:
         print(f"integration tests: {where}")
-    print(f"tests: {total.passed} passed, {total.failed} failed" + (f", {total.skipped} skipped" if total.skipped else ""))
+    skipped = f", {total.skipped} skipped" if total.skipped else ""
+    print(f"tests: {total.passed} passed, {total.failed} failed{skipped}")
     return 0 if ok else 1

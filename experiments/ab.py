@@ -9,7 +9,8 @@
 Each repetition of the whole suite runs once on each kernel, in alternating order (ABBA),
 so slow drifts of the machine (thermal, other load) fall on both kernels alike.  A kernel
 is a backend's name (``host``: the running kernel, ``uml``: Debian's linux.uml) or the path
-of a kernel image a backend boots (a UML kernel built from a tree with ``make ARCH=um``).  The comparison itself is :mod:`analysis.regress`
+of a kernel image a backend boots (a UML kernel built from a tree with ``make ARCH=um``).
+The comparison itself is :mod:`analysis.regress`
 with A as the baseline.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
@@ -39,11 +40,12 @@ def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: in
     """The runs, in order: (label "a" or "b", the sweep's command line).  Pure."""
     if repetitions < 2:
         raise ValueError("an A/B comparison needs at least 2 repetitions per kernel")
-    options = {label: kernel_options(k) for label, k in zip("ab", kernels)}
+    options = {label: kernel_options(k) for label, k in zip("ab", kernels, strict=True)}
     runs = []
     for k in range(1, repetitions + 1):
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k), "--max-repetitions", str(k),
+            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k),
+                                 "--max-repetitions", str(k),
                                  "--out", os.path.join(out_dir, label), "--no-report", *options[label]]))
     return runs
 

@@ -17,7 +17,7 @@ import platform
 import re
 import shutil
 import subprocess
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 from testbed import backends, names, netns
 from testbed.capabilities import BASE_NEEDS, Check, Needs, Probe
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 QDISCS = ("tbf", "htb", "netem")
 
 
-def probe(run_id: Optional[str] = None, tools: bool = True) -> Probe:
+def probe(run_id: str | None = None, tools: bool = True) -> Probe:
     """Probe the running kernel for real (needs root); see the module docstring."""
     run_id = run_id or names.new_run_id()
     checks: list[Check] = []
@@ -124,7 +124,7 @@ def _link_checks(ns: str, run_id: str) -> list[Check]:
     return checks
 
 
-def _version(cmd: Sequence[str], pattern: str) -> Optional[str]:
+def _version(cmd: Sequence[str], pattern: str) -> str | None:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
@@ -156,8 +156,8 @@ def _tool_checks() -> list[Check]:
             checks.append(Check("backend", name, True, f"this is the {backend.title} guest"))
             continue
         why = backend.unavailable()
-        describe = getattr(backend, "describe_kernel", lambda: backend.title)
-        checks.append(Check("backend", name, why is None, describe() if why is None else why))
+        detail = getattr(backend, "describe_kernel", backend.label)() if why is None else why
+        checks.append(Check("backend", name, why is None, detail))
     return checks
 
 
@@ -178,8 +178,8 @@ def kernel_modules() -> tuple[str, ...]:
     return tuple(dict.fromkeys(KERNEL_MODULES + ipsec_modules()))
 
 
-def choose(requested: str = backends.AUTO, work_needs: Optional[Needs] = None,
-           options: backends.Options = backends.Options()) -> backends.Choice:
+def choose(requested: str = backends.AUTO, work_needs: Needs | None = None,
+           options: backends.Options = backends.DEFAULT_OPTIONS) -> backends.Choice:
     """:func:`testbed.backends.choose` with this module's probe of the running kernel."""
     from testbed.capabilities import ESP_NEEDS
 

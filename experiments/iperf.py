@@ -7,6 +7,7 @@ the parser is tested on captured output without root.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -16,7 +17,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Optional
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,10 @@ class Result:
     goodput_mbps: float
     bytes: int
     seconds: float
-    retransmits: Optional[int]
-    loss_pct: Optional[float]
-    cpu_sender_pct: Optional[float]
-    cpu_receiver_pct: Optional[float]
+    retransmits: int | None
+    loss_pct: float | None
+    cpu_sender_pct: float | None
+    cpu_receiver_pct: float | None
 
 
 def check() -> str:
@@ -120,8 +120,8 @@ class Flow:
 
 
 def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, transport: str,
-                mss: Optional[int], length: Optional[int], bitrate: Optional[str],
-                window: Optional[int] = None) -> list[str]:
+                mss: int | None, length: int | None, bitrate: str | None,
+                window: int | None = None) -> list[str]:
     """The client's iperf3 arguments (pure)."""
     if transport not in ("tcp", "udp"):
         raise ValueError(f"transport: {transport!r} is not tcp or udp")
@@ -171,10 +171,10 @@ class Servers:
         self.flows = list(flows)
         self.ports = [port + i for i in range(len(self.flows))]
         self.one_off = one_off
-        self.procs: list[Optional[subprocess.Popen]] = [None] * len(self.flows)  # one slot per flow
+        self.procs: list[subprocess.Popen | None] = [None] * len(self.flows)  # one slot per flow
         self._logs: list = [None] * len(self.flows)
 
-    def __enter__(self) -> "Servers":
+    def __enter__(self) -> Servers:
         try:
             self.start()
         except BaseException:
@@ -185,15 +185,15 @@ class Servers:
     def start(self) -> None:
         """Start a server for every flow whose server is not running, and wait until each listens."""
         iperf3 = check()
-        for i, (f, port) in enumerate(zip(self.flows, self.ports)):
+        for i, (f, port) in enumerate(zip(self.flows, self.ports, strict=True)):
             if self.procs[i] is None or self.procs[i].poll() is not None:
                 # stderr to a file: each interrupted test leaves a line there, which would fill a pipe
-                self._logs[i] = tempfile.TemporaryFile(mode="w+")
+                self._logs[i] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in __exit__)
                 self.procs[i] = popen_in(
                     f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
                     stdout=subprocess.DEVNULL, stderr=self._logs[i])
         deadline = time.monotonic() + 15
-        for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs):
+        for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs, strict=True):
             while not _listening(server.pid, port):
                 if server.poll() is not None:
                     log_file.seek(0)
@@ -216,7 +216,7 @@ class Servers:
         self._logs = [None] * len(self.flows)
 
 
-def _kill(procs: list[Optional[subprocess.Popen]], wait: bool = True) -> None:
+def _kill(procs: list[subprocess.Popen | None], wait: bool = True) -> None:
     """Kill every process of ``procs`` still running and, with ``wait``, reap it (None entries are skipped)."""
     for p in procs:
         if p is not None and p.poll() is None:
@@ -228,10 +228,8 @@ def _kill(procs: list[Optional[subprocess.Popen]], wait: bool = True) -> None:
 
 
 def _renice(pid: int, nice: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # (exited: its output says why)
         os.setpriority(os.PRIO_PROCESS, pid, nice)
-    except ProcessLookupError:
-        pass  # (exited: its output says why)
 
 
 def _readlink(path: str) -> str:
@@ -269,7 +267,7 @@ class Clients:
         self._gates: list[tuple[int, int]] = []
         iperf3 = check()
         try:
-            for f, a in zip(self.flows, self.args):
+            for f, a in zip(self.flows, self.args, strict=True):
                 r, w = os.pipe()  # (not inherited: iperf3 opens it by its /proc path)
                 self._gates.append((r, w))
                 log.debug("iperf3 in %s: %s", f.client_ns, " ".join(a))
@@ -281,7 +279,7 @@ class Clients:
             self.close()
             raise
 
-    def __enter__(self) -> "Clients":
+    def __enter__(self) -> Clients:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -293,7 +291,7 @@ class Clients:
 
     def held(self) -> bool:
         """Whether every client has reached its pid file, i.e. is waiting for :meth:`go` with its loading done."""
-        for p, (r, _) in zip(self.procs, self._gates):
+        for p, (r, _) in zip(self.procs, self._gates, strict=True):
             gate = f"pipe:[{os.fstat(r).st_ino}]"
             try:
                 fds = os.listdir(f"/proc/{p.pid}/fd")
@@ -305,7 +303,7 @@ class Clients:
 
     def go(self) -> None:
         """Let every client connect and run its test (at normal priority)."""
-        for p, (_, w) in zip(self.procs, self._gates):
+        for p, (_, w) in zip(self.procs, self._gates, strict=True):
             _renice(p.pid, 0)
             os.write(w, b"0\n")
         self.let_go = True
@@ -349,18 +347,18 @@ class Clients:
 
 
 def flow_args(flows: list[Flow], ports: list[int], duration_s: float = 5.0, transport: str = "tcp",
-              mss: Optional[int] = None, length: Optional[int] = None, bitrate: Optional[str] = None,
-              omit_s: float = 1.0, window: Optional[int] = None) -> list[list[str]]:
+              mss: int | None = None, length: int | None = None, bitrate: str | None = None,
+              omit_s: float = 1.0, window: int | None = None) -> list[list[str]]:
     """Every client's arguments for one test of ``flows`` against servers on ``ports``."""
     return [client_args(f.server_addr, p, duration_s, omit_s, transport, mss, length, bitrate, window)
-            for f, p in zip(flows, ports)]
+            for f, p in zip(flows, ports, strict=True)]
 
 
 def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "tcp",
-                  mss: Optional[int] = None, length: Optional[int] = None, bitrate: Optional[str] = None,
-                  omit_s: float = 1.0, port: int = DEFAULT_PORT, timeout_s: Optional[float] = None,
-                  on_start=None, servers: Optional[Servers] = None, window: Optional[int] = None,
-                  held: Optional[Clients] = None) -> list[Result]:
+                  mss: int | None = None, length: int | None = None, bitrate: str | None = None,
+                  omit_s: float = 1.0, port: int = DEFAULT_PORT, timeout_s: float | None = None,
+                  on_start=None, servers: Servers | None = None, window: int | None = None,
+                  held: Clients | None = None) -> list[Result]:
     """Run the iperf3 tests of ``flows`` at the same time; one :class:`Result` per flow.
 
     ``servers`` are running :class:`Servers` for these flows; without them one-off
@@ -389,9 +387,9 @@ def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "
 
 
 def measure(server_ns: str, client_ns: str, server_addr: str, duration_s: float = 5.0,
-            transport: str = "tcp", mss: Optional[int] = None, length: Optional[int] = None,
-            bitrate: Optional[str] = None, omit_s: float = 1.0, port: int = DEFAULT_PORT,
-            timeout_s: Optional[float] = None) -> Result:
+            transport: str = "tcp", mss: int | None = None, length: int | None = None,
+            bitrate: str | None = None, omit_s: float = 1.0, port: int = DEFAULT_PORT,
+            timeout_s: float | None = None) -> Result:
     """One iperf3 test from ``client_ns`` to ``server_addr`` in ``server_ns``; see :func:`measure_flows`."""
     return measure_flows([Flow(server_ns, client_ns, server_addr)], duration_s, transport, mss, length,
                          bitrate, omit_s, port, timeout_s)[0]

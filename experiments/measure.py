@@ -22,7 +22,6 @@ import math
 import platform
 import threading
 import time
-from typing import Optional
 
 from experiments import iperf
 from experiments.monitor import Monitor, classify, evidence, no_gc, realtime
@@ -57,7 +56,7 @@ def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
     node, peer = net.spec.shaped_sender(client)
     shaper = (net.ns(node), net.ifname(node, peer), shaper_handle(net.shaping))
     receivers = [(net.ns(server), port, proc.pid)
-                 for (_client, server), port, proc in zip(net.spec.flows, servers.ports, servers.procs)]
+                 for (_client, server), port, proc in zip(net.spec.flows, servers.ports, servers.procs, strict=True)]
     return Monitor(shaper, receivers, [net.ns(c) for c, _s in net.spec.flows], meter)
 
 
@@ -93,7 +92,7 @@ class Ahead:
 
     def __init__(self, net, spec: SweepSpec, servers) -> None:
         self.net, self.spec, self.servers = net, spec, servers
-        self.clients: Optional[iperf.Clients] = None
+        self.clients: iperf.Clients | None = None
         self.killed = 0  # clients not held in time (a figure for the log)
         self._dying: list[iperf.Clients] = []  # killed by settle(), reaped outside the window
         self._lock = threading.Lock()
@@ -125,7 +124,7 @@ class Ahead:
         while self._dying:
             self._dying.pop().reap()
 
-    def take(self) -> Optional[iperf.Clients]:
+    def take(self) -> iperf.Clients | None:
         """The clients started ahead (None if none), now the caller's."""
         with self._lock:
             clients, self.clients = self.clients, None
@@ -149,7 +148,7 @@ def _sleep_until(t: float) -> None:
 
 
 def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
-                  ahead: Optional[Ahead] = None, following: Optional[Point] = None) -> dict:
+                  ahead: Ahead | None = None, following: Point | None = None) -> dict:
     """Measure one point in the built network ``net`` (IPsec already as the point needs); its record.
 
     With ``ahead``, this point uses the clients started ahead for it, if any, and starts
@@ -234,7 +233,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
 
 
 def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
-                       ahead: Optional[Ahead] = None, following: Optional[Point] = None) -> dict:
+                       ahead: Ahead | None = None, following: Point | None = None) -> dict:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of

@@ -33,7 +33,7 @@ import os
 import socket
 import struct
 import time
-from typing import Iterator, Optional, Sequence
+from collections.abc import Iterator, Sequence
 
 from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, SockDiag
 from testbed import netns
@@ -196,12 +196,12 @@ class FlowCounters:
 
     received: int
     out_of_order: int = 0
-    busy_us: Optional[int] = None
-    rwnd_limited_us: Optional[int] = None
-    sndbuf_limited_us: Optional[int] = None
-    retransmits: Optional[int] = None      # TCP segments the senders retransmitted
-    sent_datagrams: Optional[int] = None   # UDP datagrams the senders' namespaces sent ...
-    received_datagrams: Optional[int] = None  # ... and the receivers' took in
+    busy_us: int | None = None
+    rwnd_limited_us: int | None = None
+    sndbuf_limited_us: int | None = None
+    retransmits: int | None = None      # TCP segments the senders retransmitted
+    sent_datagrams: int | None = None   # UDP datagrams the senders' namespaces sent ...
+    received_datagrams: int | None = None  # ... and the receivers' took in
 
     @property
     def arrived(self) -> int:
@@ -224,9 +224,9 @@ class ProcStat:
 
     ticks: tuple[int, ...]  # user, nice, system, idle, iowait, irq, softirq, steal
 
-    def until(self, later: "ProcStat") -> tuple[float, float, float]:
+    def until(self, later: ProcStat) -> tuple[float, float, float]:
         """Busy, system and softirq shares (percent) of the ticks between this reading and ``later``."""
-        delta = [b - a for a, b in zip(self.ticks, later.ticks)]
+        delta = [b - a for a, b in zip(self.ticks, later.ticks, strict=True)]
         total = sum(delta) or 1
         return (100.0 * (total - delta[3] - delta[4]) / total, 100.0 * delta[2] / total,
                 100.0 * delta[6] / total)
@@ -262,7 +262,7 @@ class Monitor:
         for d in self._diag.values():
             d.close()
 
-    def __enter__(self) -> "Monitor":
+    def __enter__(self) -> Monitor:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -271,7 +271,7 @@ class Monitor:
     def follow(self, servers) -> None:
         """Take the pids of ``servers`` (:class:`experiments.iperf.Servers`), restarted or not."""
         self.receivers = [(ns, port, proc.pid if proc is not None else pid)
-                          for (ns, port, pid), proc in zip(self.receivers, servers.procs)]
+                          for (ns, port, pid), proc in zip(self.receivers, servers.procs, strict=True)]
 
     def for_test(self, transport: str, datagram_bytes: int = 0, sender_pids: Sequence[int] = ()) -> Monitor:
         """Count what the next test moves: TCP bytes, or UDP datagrams of ``datagram_bytes`` sent by the
@@ -291,7 +291,7 @@ class Monitor:
                                 sent_datagrams=sum(_udp_counter(pid, "OutDatagrams") for pid in self.sender_pids))
         received = sum(s.bytes_received or 0 for ns, port, _pid in self.receivers
                        for s in self._diag[ns].tcp(local_ports=[port]))
-        senders = [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers)
+        senders = [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
                    for s in self._diag[ns].tcp(remote_ports=[port])]
         limits = [(s.busy_us, s.rwnd_limited_us, s.sndbuf_limited_us) for s in senders]
         ooo, retrans = sum(s.sacked_bytes for s in senders), sum(s.total_retrans for s in senders)
@@ -390,19 +390,19 @@ class Evidence:
     link_packets: int
     link_drops: int
     link_overlimits: int
-    queue_busy: Optional[float]     # share of backlog samples with a queue
-    queue_mean_bytes: Optional[float]
+    queue_busy: float | None     # share of backlog samples with a queue
+    queue_mean_bytes: float | None
     queue_samples: int
-    shaper_goodput_mbps: Optional[float]  # link_utilization * the model's goodput at full rate
+    shaper_goodput_mbps: float | None  # link_utilization * the model's goodput at full rate
     cpu_busy: float                 # share of the backend's CPUs busy (its meter's account)
     cpu_s: float                    # CPU seconds the meter accounted over the window
     proc_busy_pct: float            # this kernel's own /proc/stat view: busy, system, softirq
     proc_system_pct: float
     proc_softirq_pct: float
-    sender_rwnd_limited: Optional[float]   # share of the window
-    sender_sndbuf_limited: Optional[float]
-    retransmits: Optional[int]      # TCP segments retransmitted in the window
-    loss_pct: Optional[float]       # UDP datagrams sent in the window and not received
+    sender_rwnd_limited: float | None   # share of the window
+    sender_sndbuf_limited: float | None
+    retransmits: int | None      # TCP segments retransmitted in the window
+    loss_pct: float | None       # UDP datagrams sent in the window and not received
     clock_skew: float               # (meter's clock window - local window) / local window
     max_reading_spread_s: float     # the widest bracket of any reading (how well placed they are)
     goodput_uncertainty: float = 0.0      # how far the goodput may be off from its readings' timing alone
@@ -410,7 +410,7 @@ class Evidence:
 
 
 def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, cpus: float,
-             expected_mbps: Optional[float]) -> Evidence:
+             expected_mbps: float | None) -> Evidence:
     """The :class:`Evidence` of the window between readings ``a`` and ``b``."""
     qa, qb = a.shaper.value, b.shaper.value
     fa, fb = a.flows.value, b.flows.value
@@ -451,7 +451,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper)
 
 
-def classify(ev: Evidence, expected_mbps: Optional[float], burst_share: float = 0.0) -> tuple[str, str]:
+def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[str, str]:
     """What bounded the point, and why in one sentence (see the module docstring).
 
     ``burst_share``: the shaper's token bucket over what its rate moves in the window (it may

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d["topology"].default,
                    help="network to build (default: %(default)s)")
     g.add_argument("--clients", type=int, default=d["clients"].default, metavar="N",
-                   help="clients of road_warrior / multi_host_to_host; they send at the same time (default: %(default)s)")
+                   help="clients of road_warrior / multi_host_to_host; they send at the same time "
+                        "(default: %(default)s)")
     g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
                    help="IPsec profiles to compare with the plain baseline, which is always measured "
                         "(default: aes-gcm-256; list: ipsec-testbed profiles)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from analysis.stats import t_critical_95
 
@@ -56,7 +56,7 @@ class SweepSpec:
     #: at least this many repetitions of every point ...
     repetitions: int = 3
     #: ... and at most this many (None: exactly ``repetitions``), while a point is less precise than:
-    max_repetitions: Optional[int] = None
+    max_repetitions: int | None = None
     #: the goodput's 95 % confidence interval half-width, in percent of its mean
     precision_pct: float = 2.0
     #: the CPU cost per GB's, likewise
@@ -69,7 +69,7 @@ class SweepSpec:
     pmtu: str = "discover"
     mtu: int = 1500
     #: socket buffer of both iperf3 ends in bytes (iperf3 -w; seed 002's 65535), None: the kernel's
-    socket_buffer: Optional[int] = None
+    socket_buffer: int | None = None
 
     def __post_init__(self) -> None:
         from ipsec.profiles import parse_profile
@@ -185,7 +185,7 @@ def point_key(record: dict) -> tuple:
 
 
 def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
-               wanted: Optional[Callable[[Point], bool]] = None) -> list[Point]:
+               wanted: Callable[[Point], bool] | None = None) -> list[Point]:
     """The points of one round at ``rate_mbit``: repetition ``repetition`` of every point
     ``wanted`` accepts (all by default), in measuring order (see the module docstring)."""
     points = []
@@ -206,13 +206,13 @@ def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
     return points
 
 
-def plan_points(spec: SweepSpec, repetitions: Optional[int] = None) -> list[Point]:
+def plan_points(spec: SweepSpec, repetitions: int | None = None) -> list[Point]:
     """Every point of ``spec`` with ``repetitions`` repetitions (default: the minimum), in measuring order."""
     reps = spec.repetitions if repetitions is None else repetitions
     return [p for rate in spec.rates_mbit for rep in range(reps) for p in plan_round(spec, rate, rep)]
 
 
-def relative_ci(values: Sequence[float]) -> Optional[float]:
+def relative_ci(values: Sequence[float]) -> float | None:
     """The 95 % confidence interval half-width of the mean of ``values``, as a share of the
     mean (None below two values or for a mean of 0)."""
     n = len(values)

@@ -12,20 +12,20 @@ import os
 import shutil
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 BAR_WIDTH = 24
 
 
-def clock(seconds: Optional[float]) -> str:
+def clock(seconds: float | None) -> str:
     """``h:mm:ss`` (pure); ``-:--:--`` when unknown."""
     if seconds is None or seconds < 0 or seconds != seconds:
         return "-:--:--"
-    s = int(round(seconds))
+    s = round(seconds)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def bar(done: int, total: Optional[int], width: int = BAR_WIDTH) -> str:
+def bar(done: int, total: int | None, width: int = BAR_WIDTH) -> str:
     """A bar of ``width`` cells, ``done`` of ``total`` full (pure)."""
     if not total:
         return "-" * width
@@ -34,13 +34,13 @@ def bar(done: int, total: Optional[int], width: int = BAR_WIDTH) -> str:
 
 
 class _Task:
-    def __init__(self, description: str, total: Optional[int]) -> None:
+    def __init__(self, description: str, total: int | None) -> None:
         self.description = description
         self.total = total
         self.completed = 0
         self.started = time.monotonic()
-        self.initial: Optional[int] = None  # what was done before this run (a resumed sweep)
-        self.first_done: Optional[float] = None  # when this run's first step finished
+        self.initial: int | None = None  # what was done before this run (a resumed sweep)
+        self.first_done: float | None = None  # when this run's first step finished
         self.done_at_first = 0
 
 
@@ -52,7 +52,7 @@ class Progress:
         self.live = stream.isatty()
         self.tasks: list[_Task] = []
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -60,15 +60,15 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
 
-    def add_task(self, description: str, total: Optional[int] = None) -> int:
+    def add_task(self, description: str, total: int | None = None) -> int:
         if self.live and self.tasks:
             self.stream.write("\n")  # the previous task's line stays as it ended
         self.tasks.append(_Task(description, total))
         self._draw(self.tasks[-1])
         return len(self.tasks) - 1
 
-    def update(self, task_id: int, *, total: Optional[int] = None, completed: Optional[int] = None,
-               description: Optional[str] = None) -> None:
+    def update(self, task_id: int, *, total: int | None = None, completed: int | None = None,
+               description: str | None = None) -> None:
         task = self.tasks[task_id]
         advanced = completed is not None and completed != task.completed
         if total is not None:
@@ -87,7 +87,7 @@ class Progress:
             self.stream.write(self.line(task) + "\n")
             self.stream.flush()
 
-    def eta(self, task: _Task) -> Optional[float]:
+    def eta(self, task: _Task) -> float | None:
         """Seconds left: at the pace since this run's first step finished, or that step's own pace before."""
         if not task.total or task.first_done is None:
             return None
@@ -97,7 +97,7 @@ class Progress:
             pace = (task.first_done - task.started) / max(1, task.done_at_first - (task.initial or 0))
         return pace * (task.total - task.completed)
 
-    def line(self, task: _Task, width: Optional[int] = None) -> str:
+    def line(self, task: _Task, width: int | None = None) -> str:
         total = "?" if task.total is None else str(task.total)
         tail = (f" {bar(task.completed, task.total)} {task.completed}/{total} "
                 f"{clock(time.monotonic() - task.started)} ETA {clock(self.eta(task))}")
@@ -117,7 +117,7 @@ class Progress:
         self.stream.flush()
 
 
-def progress_bar(stream: Optional[TextIO] = None) -> Progress:
+def progress_bar(stream: TextIO | None = None) -> Progress:
     """A :class:`Progress` on ``stream`` (default stderr); ``IPSEC_TESTBED_PROGRESS=lines`` forces line mode."""
     p = Progress(stream or sys.stderr)
     if os.environ.get("IPSEC_TESTBED_PROGRESS") == "lines":

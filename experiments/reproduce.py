@@ -23,7 +23,7 @@ import logging
 import os
 import platform
 import sys
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from experiments.plan import SweepSpec
 from testbed import rundir
@@ -143,7 +143,8 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                     busy, system, softirq = s0.until(s1)
                     record = {**dataclasses.asdict(point), "kind": "transactions", "goodput_mbps": None,
                               **dataclasses.asdict(timing),
-                              "cpu_busy_pct": 100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
+                              "cpu_busy_pct": 100.0 * (c1.cpu_ns - c0.cpu_ns)
+                              / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
                               "cpu_kernel_busy_pct": busy, "cpu_system_pct": system, "cpu_softirq_pct": softirq,
                               "failed": False, "bound": None, "emulation_limited": False,
                               "backend": backends.current().name, "kernel_release": platform.release(),
@@ -179,7 +180,8 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> i
                 counts = run_sweep(part.spec, part_dir, progress, command_line=command_line, lock=False)
             failed += counts["failed"]
             note = f", {counts['failed']} FAILED" if counts["failed"] else ""
-            bar.update(task, completed=counts["planned"], description=f"{part.name}: {counts['measured']} measured{note}")
+            bar.update(task, completed=counts["planned"],
+                       description=f"{part.name}: {counts['measured']} measured{note}")
     rundir.finish_run(out_dir)
     if failed:
         print(f"{failed} points FAILED; run the same command again to measure them", file=sys.stderr)
@@ -250,7 +252,8 @@ def dry_run(parts: Sequence[Part], out_dir: str) -> int:
         seconds = part.estimate_seconds()
         total += seconds
         clients = f", {s.clients} clients" if s.clients > 1 else ""
-        print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}, IPv{','.join(map(str, s.ip_versions))}, "
+        versions = ",".join(map(str, s.ip_versions))
+        print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}, IPv{versions}, "
               f"{what}, MTU {s.mtu}; {', '.join(s.profiles)}; {s.repetitions} x {s.duration_s} s: "
               f"{part.points()} points, ~{seconds / 60:.1f} min")
     sys.stdout.flush()
@@ -260,7 +263,8 @@ def dry_run(parts: Sequence[Part], out_dir: str) -> int:
 
 
 def report(repro: Reproduction, out_dir: str) -> None:
-    from analysis.reproduction import evaluate, print_summary, write_report
+    from analysis.reproduction import evaluate
+    from analysis.reproduction_report import print_summary, write_report
 
     data = evaluate(out_dir)
     path = write_report(out_dir, data=data)
@@ -268,7 +272,7 @@ def report(repro: Reproduction, out_dir: str) -> None:
     print(f"report: {path}", file=sys.stderr)
 
 
-def main(repro: Reproduction, script: str, argv: Optional[Sequence[str]] = None) -> int:
+def main(repro: Reproduction, script: str, argv: Sequence[str] | None = None) -> int:
     from experiments import doctor, runner
     from testbed.errors import run_main
 

@@ -14,7 +14,7 @@ import os
 import shlex
 import signal
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from testbed import backends, rundir
 from testbed.capabilities import Needs
@@ -37,7 +37,7 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
     add_kernel_options(p)
 
 
-def out_dir_of(out: Optional[str], repo: str, name: str) -> str:
+def out_dir_of(out: str | None, repo: str, name: str) -> str:
     """The run directory: ``--out`` or ``runs/<date>-<name>`` in the checkout; refused if a file is in the way."""
     import time
 
@@ -72,7 +72,7 @@ def report_leftovers(prog: str) -> None:
               "if none is running, `sudo ipsec-testbed clean` removes them", file=sys.stderr)
 
 
-def typed_command() -> Optional[list[str]]:
+def typed_command() -> list[str] | None:
     """The command line the user typed on the host (also inside UML), for meta.json."""
     typed = os.environ.get(COMMAND_ENV)
     return shlex.split(typed) if typed else None
@@ -103,7 +103,7 @@ def progress_bar():
     return bar()
 
 
-def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interactive: bool = False) -> Optional[int]:
+def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interactive: bool = False) -> int | None:
     """Where the work of ``script`` should run, acted on: how every entry point honours ``--kernel``.
 
     Prints the decision.  Returns None when the work runs here (on the kernel this process

@@ -14,11 +14,9 @@ datagrams are 1350 bytes, so no point is fragmented by the tunnel.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-
 from experiments.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction, main
 

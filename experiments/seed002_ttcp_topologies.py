@@ -16,11 +16,9 @@ The seed's hardware accelerator has no counterpart: every cipher here is softwar
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-
 from experiments.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction, main
 from testbed.options import csv

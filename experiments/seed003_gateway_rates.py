@@ -13,11 +13,9 @@ size), TCP MSS as the packet size.  --pmtu fragment brings back the era's behavi
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-
 from experiments.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction, main
 from testbed.options import csv

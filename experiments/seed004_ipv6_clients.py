@@ -13,11 +13,9 @@ every host shares one CPU, so "server CPU" cannot be told apart.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-
 from experiments.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction, main
 

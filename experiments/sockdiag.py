@@ -17,7 +17,7 @@ import dataclasses
 import os
 import socket
 import struct
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 from testbed import netns
 
@@ -53,11 +53,11 @@ class TcpSocket:
     cookie: int
     local_port: int
     remote_port: int
-    bytes_received: Optional[int]
-    bytes_acked: Optional[int]
-    busy_us: Optional[int]
-    rwnd_limited_us: Optional[int]
-    sndbuf_limited_us: Optional[int]
+    bytes_received: int | None
+    bytes_acked: int | None
+    busy_us: int | None
+    rwnd_limited_us: int | None
+    sndbuf_limited_us: int | None
     receive_queue: int
     snd_mss: int = 0
     sacked: int = 0
@@ -69,7 +69,7 @@ class TcpSocket:
         return self.sacked * self.snd_mss
 
 
-def _u64(info: bytes, offset: int) -> Optional[int]:
+def _u64(info: bytes, offset: int) -> int | None:
     return struct.unpack_from("=Q", info, offset)[0] if len(info) >= offset + 8 else None
 
 
@@ -142,7 +142,7 @@ class SockDiag:
     def close(self) -> None:
         self._sock.close()
 
-    def __enter__(self) -> "SockDiag":
+    def __enter__(self) -> SockDiag:
         return self
 
     def __exit__(self, *exc) -> None:

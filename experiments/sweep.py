@@ -32,16 +32,15 @@ import gc
 import logging
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from experiments.machine import machine_meta
-from experiments.plan import (EXTRA_ROUNDS, Point, SweepSpec, needs_more, plan_points, plan_round,
-                              point_key)
+from experiments.plan import EXTRA_ROUNDS, Point, SweepSpec, needs_more, plan_points, plan_round, point_key
 from testbed import rundir
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[Point, Optional[dict], int, int], None]
+Progress = Callable[[Point, dict | None, int, int], None]
 
 
 def by_point(records: Sequence[dict]) -> dict[tuple, list[dict]]:
@@ -92,8 +91,8 @@ def note_interrupted(run_dir: str, why: str) -> None:
     rundir.finish_run(run_dir, interrupted=why, **({} if complete is None else {"complete": complete}))
 
 
-def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Progress] = None,
-              command_line: Optional[list[str]] = None, lock: bool = True) -> dict:
+def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
+              command_line: list[str] | None = None, lock: bool = True) -> dict:
     """Measure every point of ``spec`` that ``run_dir`` still needs; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after each
@@ -105,7 +104,7 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Progress] = None
         return _run_sweep(spec, run_dir, progress, command_line)
 
 
-def _run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Progress], command_line) -> dict:
+def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line) -> dict:
     from experiments import iperf
     from experiments.measure import Ahead, measure_with_retry, monitor_for, switch_ipsec
     from testbed import backends
@@ -136,9 +135,10 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Optional[Progress], comm
                     for rate in rates:
                         if net.shaping.rate_mbit != rate:
                             net.reshape(ShapingSpec(rate_mbit=rate))
-                        rounds = 0
-                        while (todo := _next_round(spec, rate, groups)) and rounds < spec.most_repetitions + EXTRA_ROUNDS:
-                            rounds += 1
+                        for _round in range(spec.most_repetitions + EXTRA_ROUNDS):
+                            todo = _next_round(spec, rate, groups)
+                            if not todo:
+                                break
                             total = max(total, already + measured + len(todo))
                             for i, point in enumerate(todo):
                                 current = switch_ipsec(net, current, point.profile, spec.mode, spec.ip_versions)

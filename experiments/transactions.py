@@ -11,6 +11,7 @@ not the cost of starting curl.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import socket
 import statistics
@@ -89,14 +90,12 @@ class Server:
                 self.errors.append(str(e))
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self.sock.close()
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         return self
 
     def __exit__(self, *exc) -> None:

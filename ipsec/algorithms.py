@@ -27,7 +27,6 @@ the modules a guest kernel loads (:func:`kernel_modules`) are all derived from i
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 KINDS: tuple[str, ...] = ("aead", "crypt", "auth", "comp")
 
@@ -189,14 +188,14 @@ def kernel_modules() -> tuple[str, ...]:
     return tuple(dict.fromkeys(mods))
 
 
-def algorithm_names(kind: Optional[str] = None) -> tuple[str, ...]:
+def algorithm_names(kind: str | None = None) -> tuple[str, ...]:
     """User-facing names of all algorithms, or of one kind."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"algorithm kind must be one of {', '.join(KINDS)}, not {kind!r}")
     return tuple(alg.name for alg in ALGORITHMS if kind is None or alg.kind == kind)
 
 
-def get_algorithm(name: str, kind: Optional[str] = None) -> Algorithm:
+def get_algorithm(name: str, kind: str | None = None) -> Algorithm:
     """The catalog entry called ``name``; with ``kind``, it must also be of that kind.
 
     Raises:
@@ -209,8 +208,8 @@ def get_algorithm(name: str, kind: Optional[str] = None) -> Algorithm:
     return alg
 
 
-def find_by_kernel_name(kernel_name: str, kind: str, key_bits: Optional[int] = None,
-                        icv_bits: Optional[int] = None) -> Optional[Algorithm]:
+def find_by_kernel_name(kernel_name: str, kind: str, key_bits: int | None = None,
+                        icv_bits: int | None = None) -> Algorithm | None:
     """The catalog entry for an algorithm as the kernel reports it, or None.
 
     ``rfc4106(gcm(aes))`` is three entries told apart by ``key_bits``; an HMAC is only

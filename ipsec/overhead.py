@@ -86,7 +86,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
 
 from ipsec.algorithms import get_algorithm
 from ipsec.profiles import Profile, parse_profile
@@ -121,7 +121,7 @@ AH_ALIGN = 8
 MODES: tuple[str, ...] = ("transport", "tunnel")
 IP_VERSIONS: tuple[int, ...] = (4, 6)
 
-ProfileArg = Union[Profile, str]
+ProfileArg = Profile | str
 
 
 def _align(value: int, to: int) -> int:
@@ -382,7 +382,7 @@ COLUMNS: tuple[str, ...] = ("profile", "mode", "IP", "link MTU", "inner MTU", "m
 
 
 def render_rows(rows: Iterable[OverheadRow],
-                columns: Optional[Sequence[str]] = None) -> tuple[list[str], list[list[str]]]:
+                columns: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Column titles and string cells for a table of ``rows`` (the caller prints them).
 
     ``bytes added`` is ``min-max`` over inner packet sizes (one number when constant);
@@ -484,7 +484,7 @@ def expected_udp_goodput_mbps(rate_mbit: float, datagram: int, profile: ProfileA
     return rate_mbit * datagram / wire
 
 
-def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500) -> Optional[float]:
+def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500) -> float | None:
     """The expected goodput of a result record's point (its transport, size and size mode), or None.
 
     TCP with ``size_mode`` mss: :func:`expected_goodput_mbps` at that MSS; with ``write``:

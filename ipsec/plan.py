@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import itertools
-from typing import Optional
 
 from ipsec.algorithms import get_algorithm
 from ipsec.profiles import Profile, parse_profile
@@ -32,7 +31,7 @@ class Endpoint:
 
     ns: str
     address: str
-    subnet: Optional[str] = None  # None: the address itself (/32 or /128)
+    subnet: str | None = None  # None: the address itself (/32 or /128)
 
     def __post_init__(self) -> None:
         addr = ipaddress.ip_address(self.address)
@@ -145,7 +144,7 @@ def _sa(profile: Profile, proto: str, mode: str, src: str, dst: str, spi: int, r
                   auth=auth, auth_key=random_key(auth))
 
 
-def plan_association(spec: AssociationSpec, planner: Optional[SpiPlanner] = None) -> AssociationPlan:
+def plan_association(spec: AssociationSpec, planner: SpiPlanner | None = None) -> AssociationPlan:
     """SAs and policies for ``spec`` (see the module docstring); pure but for fresh keys."""
     planner = planner or SpiPlanner()
     profile = spec.profile

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Optional
 
 from ipsec.algorithms import ALGORITHMS
 
@@ -29,9 +28,9 @@ from ipsec.algorithms import ALGORITHMS
 AUTHS: dict[str, str] = {a.profile_name: a.name for a in ALGORITHMS if a.kind == "auth" and a.profile_name}
 
 
-def _ciphers() -> dict[str, tuple[str, Optional[int]]]:
+def _ciphers() -> dict[str, tuple[str, int | None]]:
     """Profile words of the ESP ciphers -> (catalog name, key bits or None for the only size)."""
-    out: dict[str, tuple[str, Optional[int]]] = {}
+    out: dict[str, tuple[str, int | None]] = {}
     for a in ALGORITHMS:
         if a.kind == "crypt" and a.profile_name:
             if len(a.key_bits_allowed) > 1:
@@ -41,7 +40,7 @@ def _ciphers() -> dict[str, tuple[str, Optional[int]]]:
     return out
 
 
-CIPHERS: dict[str, tuple[str, Optional[int]]] = _ciphers()
+CIPHERS: dict[str, tuple[str, int | None]] = _ciphers()
 _AEADS = [a for a in ALGORITHMS if a.kind == "aead"]
 _ICVS = sorted({bits // 8 for a in _AEADS for bits in a.icv_bits_allowed})
 _GCM = re.compile(rf"^({'|'.join(map(re.escape, (a.name for a in _AEADS)))})"
@@ -64,12 +63,12 @@ class Profile:
     """
 
     name: str
-    aead: Optional[str] = None
-    aead_icv_bits: Optional[int] = None
-    crypt: Optional[str] = None
-    crypt_key_bits: Optional[int] = None
-    esp_auth: Optional[str] = None
-    ah_auth: Optional[str] = None
+    aead: str | None = None
+    aead_icv_bits: int | None = None
+    crypt: str | None = None
+    crypt_key_bits: int | None = None
+    esp_auth: str | None = None
+    ah_auth: str | None = None
     ipcomp: bool = False
 
     @property

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import secrets
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from ipsec.algorithms import KINDS, Algorithm, get_algorithm
 
@@ -53,9 +53,9 @@ LEGACY_REPLAY_WINDOW = 32
 #: ESP/AH SPI values 1..255 are reserved by IANA (RFC 4303 section 2.1); 0 is invalid.
 MIN_SPI = 0x100
 
-Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
-AlgorithmArg = Union[Algorithm, str, None]
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+AlgorithmArg = Algorithm | str | None
 
 
 def _address(field: str, value: object) -> Address:
@@ -115,9 +115,9 @@ class SelectorSpec:
 
     src: str
     dst: str
-    proto: Union[int, str] = 0
-    sport: Optional[int] = None
-    dport: Optional[int] = None
+    proto: int | str = 0
+    sport: int | None = None
+    dport: int | None = None
 
     def __post_init__(self) -> None:
         src = _network("selector.src", self.src)
@@ -168,7 +168,7 @@ class SelectorSpec:
         return text
 
 
-def _algorithm(field: str, value: AlgorithmArg, kind: str) -> Optional[Algorithm]:
+def _algorithm(field: str, value: AlgorithmArg, kind: str) -> Algorithm | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -222,14 +222,14 @@ class SASpec:
     reqid: int = 0
     aead: AlgorithmArg = None
     aead_key: bytes = b""
-    aead_icv_bits: Optional[int] = None
+    aead_icv_bits: int | None = None
     crypt: AlgorithmArg = None
     crypt_key: bytes = b""
     auth: AlgorithmArg = None
     auth_key: bytes = b""
     comp: AlgorithmArg = None
-    replay_window: Optional[int] = None
-    selector: Optional[SelectorSpec] = None
+    replay_window: int | None = None
+    selector: SelectorSpec | None = None
 
     def __post_init__(self) -> None:
         src = _address("src", self.src)
@@ -324,8 +324,8 @@ class TemplateSpec:
     proto: str = "esp"
     mode: str = "transport"
     reqid: int = 0
-    src: Optional[str] = None
-    dst: Optional[str] = None
+    src: str | None = None
+    dst: str | None = None
     optional: bool = False
 
     def __post_init__(self) -> None:
@@ -350,7 +350,7 @@ class TemplateSpec:
                              "with template.mode 'tunnel'")
 
     @property
-    def family(self) -> Optional[int]:
+    def family(self) -> int | None:
         """4 or 6 for a tunnel template; None when it takes the policy's family."""
         return family_of(self.src) if self.src is not None else None
 
@@ -402,7 +402,7 @@ class PolicySpec:
         return text
 
 
-def random_key(algorithm: Union[Algorithm, str], key_bits: Optional[int] = None) -> bytes:
+def random_key(algorithm: Algorithm | str, key_bits: int | None = None) -> bytes:
     """A fresh random key for ``algorithm`` from :mod:`secrets`.
 
     ``key_bits`` defaults to the algorithm's default (for AES-GCM: AES key plus the
@@ -423,7 +423,7 @@ PROBE_ADDRESSES: dict[int, tuple[str, str]] = {4: ("192.0.2.1", "192.0.2.2"),
 PROBE_SPI = 0x0000BEEF
 
 
-def probe_spec(algorithm_name: str, family: int = 4, proto: Optional[str] = None,
+def probe_spec(algorithm_name: str, family: int = 4, proto: str | None = None,
                spi: int = PROBE_SPI) -> SASpec:
     """A throw-away SA that exercises exactly ``algorithm_name`` and nothing optional.
 

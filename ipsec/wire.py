@@ -53,12 +53,12 @@ import ipaddress
 import logging
 import os
 import stat
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from scapy.layers import ipsec as scapy_ipsec
 from scapy.layers.inet import ICMP, IP
-from scapy.layers.inet6 import IPv6, ICMPv6EchoReply, ICMPv6EchoRequest
+from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6
 from scapy.packet import NoPayload, Packet
 from scapy.utils import PcapWriter
 
@@ -112,7 +112,7 @@ WIRESHARK_PREFERENCES = ("# Written by ipsec.wire: decrypt ESP with the SAs in e
                          "esp.enable_encryption_decode: TRUE\n"
                          "esp.enable_authentication_check: TRUE\n")
 
-Endpoint = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+Endpoint = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 # --- classify ----------------------------------------------------------------------------
@@ -199,7 +199,7 @@ class _L3:
     first_fragment: bool   # False for a non-first fragment (no upper-layer header)
 
 
-def _outer_ip(packet: Packet) -> Optional[Packet]:
+def _outer_ip(packet: Packet) -> Packet | None:
     layer = packet
     while not isinstance(layer, NoPayload):
         if isinstance(layer, (IP, IPv6)):
@@ -208,7 +208,7 @@ def _outer_ip(packet: Packet) -> Optional[Packet]:
     return None
 
 
-def _l3(packet: Packet) -> Optional[_L3]:
+def _l3(packet: Packet) -> _L3 | None:
     layer = _outer_ip(packet)
     if layer is None:
         return None
@@ -237,7 +237,7 @@ def _network(value: str) -> Endpoint:
         raise ValueError(f"endpoints must be IPv4/IPv6 addresses or prefixes, not {value!r}") from None
 
 
-def _protos(expected: Union[str, Iterable[str]]) -> frozenset[str]:
+def _protos(expected: str | Iterable[str]) -> frozenset[str]:
     names = (expected,) if isinstance(expected, str) else tuple(expected)
     for name in names:
         if name not in PROTO_NUMBERS:
@@ -247,7 +247,7 @@ def _protos(expected: Union[str, Iterable[str]]) -> frozenset[str]:
 
 
 def classify(packets: Iterable[Packet], endpoints: Sequence[str],
-             expected_protos: Union[str, Iterable[str]]) -> WireReport:
+             expected_protos: str | Iterable[str]) -> WireReport:
     """Count what crossed the wire between two endpoints and find plaintext leaks.
 
     Args:
@@ -304,7 +304,7 @@ def classify(packets: Iterable[Packet], endpoints: Sequence[str],
     return report
 
 
-def _spi(name: str, raw: bytes, offset: int) -> Optional[int]:
+def _spi(name: str, raw: bytes, offset: int) -> int | None:
     # ESP: SPI is the first word (RFC 4303); AH: the second (RFC 4302);
     # IPComp: next header, flags, then the 16-bit CPI (RFC 3173).
     start, size = {"esp": (0, 4), "ah": (4, 4), "comp": (2, 2)}[name]
@@ -445,9 +445,9 @@ def _decrypt_one(index: int, l3: _L3, table: Mapping[tuple[str, int, object], SA
                  scapy_sas: dict[int, scapy_ipsec.SecurityAssociation]) -> DecryptedPacket:
     # scapy's decrypt changes the packet it is given: always hand it a fresh copy.
     current: Packet = type(l3.layer)(l3.raw)
-    first: Optional[tuple[str, int, int, str]] = None
+    first: tuple[str, int, int, str] | None = None
     layers: list[tuple[str, int]] = []
-    step: Optional[_L3] = l3
+    step: _L3 | None = l3
     while step is not None and step.protocol in (50, 51) and len(layers) < _MAX_NESTING:
         proto = _PROTO_NAMES[step.protocol]
         raw = step.raw
@@ -491,7 +491,7 @@ def _decrypt_one(index: int, l3: _L3, table: Mapping[tuple[str, int, object], SA
                            current, tuple(layers))
 
 
-def echo_data(packet: Packet) -> Optional[bytes]:
+def echo_data(packet: Packet) -> bytes | None:
     """The data of an ICMP/ICMPv6 echo request or reply in ``packet``, or None.
 
     What ``ping -p PATTERN`` fills: Linux ping puts a timestamp first, then repeats the
@@ -578,8 +578,8 @@ def _write_private(path: Path, data: bytes, overwrite: bool) -> None:
         f.write(data)
 
 
-def write_wireshark(pcap_path: Union[str, os.PathLike], packets: Sequence[Packet],
-                    specs: Iterable[SASpec], directory: Union[str, os.PathLike], *,
+def write_wireshark(pcap_path: str | os.PathLike, packets: Sequence[Packet],
+                    specs: Iterable[SASpec], directory: str | os.PathLike, *,
                     overwrite: bool = False) -> tuple[Path, Path]:
     """Write the capture and a Wireshark configuration that opens it decrypted.
 

@@ -11,6 +11,7 @@ NDB``) gets it: the first such access runs the real ``__init__``.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -53,7 +54,5 @@ def preload_libc() -> None:
     from pyroute2 import netns
 
     if netns.__dict__.get("__libc") is None:
-        try:
+        with contextlib.suppress(OSError):  # not glibc: pyroute2 finds it its own way
             netns.__dict__["__libc"] = ctypes.CDLL("libc.so.6", use_errno=True)
-        except OSError:
-            pass  # not glibc: pyroute2 finds it its own way

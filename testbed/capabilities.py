@@ -33,7 +33,7 @@ class Needs:
     def __post_init__(self) -> None:
         object.__setattr__(self, "capabilities", tuple(dict.fromkeys(self.capabilities)))
 
-    def plus(self, *names: str) -> "Needs":
+    def plus(self, *names: str) -> Needs:
         return Needs(self.capabilities + names)
 
     def describe(self) -> str:

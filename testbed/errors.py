@@ -24,7 +24,8 @@ import os
 import signal
 import sys
 import traceback
-from typing import Callable, Iterator, NoReturn, Optional
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 #: Exit statuses, as shells report a process ended by SIGINT or SIGTERM.
 EXIT_SIGINT = 128 + signal.SIGINT
@@ -41,7 +42,7 @@ class Terminated(BaseException):
 
 _installed_by = 0
 _critical = 0
-_pending: Optional[BaseException] = None
+_pending: BaseException | None = None
 
 
 def _on_signal(signum, _frame) -> None:
@@ -89,7 +90,7 @@ def critical() -> Iterator[None]:
             raise exc
 
 
-class Refused(RuntimeError):
+class Refused(RuntimeError):  # noqa: N818 (raise Refused(why): a verdict, not a fault)
     """The command will not go on, for the reason its message gives (not a fault: no --debug hint)."""
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import subprocess
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Sysctls of the root namespace that network experiments (and Mininet's set-up) change.
 SYSCTLS = (
@@ -64,8 +64,8 @@ def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
     for area in before.keys() | after.keys():
         old = before.get(area, "").splitlines()
         new = after.get(area, "").splitlines()
-        out += [f"{area}: - {l}" for l in old if l not in new]
-        out += [f"{area}: + {l}" for l in new if l not in old]
+        out += [f"{area}: - {line}" for line in old if line not in new]
+        out += [f"{area}: + {line}" for line in new if line not in old]
     return sorted(out)
 
 

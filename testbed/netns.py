@@ -13,14 +13,14 @@ import signal
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from pyroute2 import netns as _netns
 
-from testbed import _pyroute2
-from testbed import names
+from testbed import _pyroute2, names
+
+T = TypeVar("T")
 
 _pyroute2.preload_libc()
 
@@ -108,7 +108,7 @@ def run_in(name: str, fn: Callable[[], T]) -> T:
         try:
             pr_netns.setns(fd, flags=0)
             result["value"] = fn()
-        except BaseException as exc:  # handed to the caller's thread
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller's thread, which raises it)
             result["error"] = exc
 
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from testbed import backends
 from testbed.backends import uml

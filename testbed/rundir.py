@@ -27,8 +27,9 @@ import fcntl
 import json
 import logging
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Optional, Sequence, Union
+from typing import IO, Any
 
 from testbed.errors import Refused
 
@@ -41,7 +42,7 @@ LOCK_FILE = ".lock"
 #: Fields every record carries (a measured point's); the rest are optional (missing = null).
 REQUIRED_FIELDS = ("profile", "size_bytes", "goodput_mbps")
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 
 class ResultsError(ValueError):
@@ -54,7 +55,7 @@ class RunDirBusy(Refused):
 
 def now_iso() -> str:
     """The time now, UTC, as meta.json and records write it."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- whole files ----------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def load_existing(run_dir: PathLike) -> list[dict[str, Any]]:
         raise
 
 
-def _parse_line(path: Path, number: int, line: str, *, unterminated: bool) -> Optional[dict[str, Any]]:
+def _parse_line(path: Path, number: int, line: str, *, unterminated: bool) -> dict[str, Any] | None:
     try:
         value = json.loads(line)
     except json.JSONDecodeError:

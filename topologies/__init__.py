@@ -2,7 +2,7 @@
 :mod:`topologies.network` with Mininet."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from topologies import host_to_host, multi_host_to_host, road_warrior, vpn_gateway
 from topologies.spec import TopologySpec

@@ -23,12 +23,11 @@ import logging
 import os
 import shutil
 import time
-from typing import Optional
 
 from mininet.net import Mininet
 from mininet.node import Host, Node
-from mininet.util import numCores
 from mininet.topo import Topo
+from mininet.util import numCores
 
 from testbed import names, netns
 from testbed.errors import critical
@@ -78,7 +77,7 @@ class TestbedHost(Host):
         pr_netns.attach(self.netns_name, self.shell.pid)
 
     def config(self, interfaces=(), routes=(), forward=False, bridge=False, pmtu="discover",
-               shaping=None, **params):  # noqa: D401
+               shaping=None, **params):
         """Addresses, MTU, bridge, routes and sysctls, through pyroute2 and sysctl."""
         # No duplicate address detection: these segments are ours alone, and DAD would
         # hold IPv6 back for a second after every link comes up.
@@ -162,14 +161,14 @@ class TestbedTopo(Topo):
 
     __test__ = False
 
-    def __init__(self, spec: TopologySpec, run_id: Optional[str] = None, shaping=None, **opts) -> None:
+    def __init__(self, spec: TopologySpec, run_id: str | None = None, shaping=None, **opts) -> None:
         self.spec = spec
         self.run_id = run_id or names.new_run_id()
         self.plan: AddressPlan = plan_addresses(spec)
         self.shaping = shaping
         super().__init__(**opts)
 
-    def build(self, **_opts) -> None:  # noqa: D102
+    def build(self, **_opts) -> None:
         spec, plan, rid = self.spec, self.plan, self.run_id
         for node in spec.nodes:
             mine = plan.of(node.name)
@@ -199,18 +198,18 @@ class TestbedTopo(Topo):
 class Network:
     """A built network: ``with Network(spec) as net: ...``; see the module docstring."""
 
-    def __init__(self, spec: TopologySpec, run_id: Optional[str] = None, shaping=None) -> None:
+    def __init__(self, spec: TopologySpec, run_id: str | None = None, shaping=None) -> None:
         self.spec = spec
         self.run_id = run_id or names.new_run_id()
         self.topo = TestbedTopo(spec, self.run_id, shaping=shaping)
         self.plan = self.topo.plan
-        self.mininet: Optional[Mininet] = None
+        self.mininet: Mininet | None = None
         self._ipsec: list = []
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
 
     # -- lifecycle ---------------------------------------------------------------
-    def __enter__(self) -> "Network":
+    def __enter__(self) -> Network:
         t0 = time.monotonic()
         try:
             with critical():  # a signal stops the run after the build, then tears it down
@@ -332,7 +331,8 @@ class Network:
     def _outer_address(self, gw: str, family: int) -> str:
         """A gateway's address on its untrusted link (or its first one)."""
         for i in self.plan.of(gw):
-            link = next(l for l in self.spec.links if {l.a, l.b} == {gw, i.peer} and l.segment == i.segment)
+            link = next(link for link in self.spec.links
+                        if {link.a, link.b} == {gw, i.peer} and link.segment == i.segment)
             if link.untrusted and i.address(family):
                 return i.address(family)
         return self.addr(gw, family)

@@ -72,10 +72,16 @@ import logging
 import math
 import os
 import types
-from typing import Iterator, Mapping, Optional, Union
+from collections.abc import Iterator, Mapping
 
-from ipsec.overhead import (ETHERNET_HEADER_BYTES, ETHERNET_MIN_FRAME_BYTES, ETHERNET_WIRE_OVERHEAD_BYTES, FRAMINGS,
-                            IP_HEADER_BYTES, TCP_HEADER_BYTES)
+from ipsec.overhead import (
+    ETHERNET_HEADER_BYTES,
+    ETHERNET_MIN_FRAME_BYTES,
+    ETHERNET_WIRE_OVERHEAD_BYTES,
+    FRAMINGS,
+    IP_HEADER_BYTES,
+    TCP_HEADER_BYTES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +119,7 @@ SHAPER_UNDER_NETEM = 0x20000   # 2:
 HTB_DEFAULT_MINOR = 0x10       # class <major>:10
 LEAF_HANDLE = 0x100000         # 10:
 
-Number = Union[int, float]
+Number = int | float
 
 
 def _number(name: str, value: object, allowed: str) -> float:
@@ -140,11 +146,11 @@ class ShapingSpec:
 
     rate_mbit: float
     qdisc: str = "tbf"
-    burst_bytes: Optional[int] = None
+    burst_bytes: int | None = None
     latency_ms: float = 50.0
     framing: str = "tc"
-    delay_ms: Optional[float] = None
-    loss_pct: Optional[float] = None
+    delay_ms: float | None = None
+    loss_pct: float | None = None
 
     def __post_init__(self) -> None:
         rate = _number("rate_mbit", self.rate_mbit, f"Mbit/s, > 0 and <= {MAX_RATE_MBIT:.0f}")
@@ -267,7 +273,7 @@ def shaper_handle(spec: ShapingSpec) -> int:
     return SHAPER_UNDER_NETEM if spec.needs_netem else ROOT_HANDLE
 
 
-def burst_bytes(spec: ShapingSpec, mtu: int = 1500, burst_time_s: Optional[float] = None) -> int:
+def burst_bytes(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float | None = None) -> int:
     """The token bucket :func:`plan_shaping` gives ``spec`` on this kernel (``burst_time_s``:
     :func:`kernel_burst_time_s` when None)."""
     if spec.burst_bytes is not None:
@@ -356,8 +362,8 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
 class ShapingError(RuntimeError):
     """A shaping operation failed; ``op`` is the failed :class:`TcOp` (None: not an op)."""
 
-    def __init__(self, netns: str, ifname: str, reason: str, op: Optional[TcOp] = None,
-                 errno_: Optional[int] = None) -> None:
+    def __init__(self, netns: str, ifname: str, reason: str, op: TcOp | None = None,
+                 errno_: int | None = None) -> None:
         where = f"{ifname} in {netns}"
         super().__init__(f"{where}: {op.describe(ifname)}: {reason}" if op else f"{where}: {reason}")
         self.netns = netns
@@ -408,7 +414,7 @@ def _tbf_message():
     if _TBF_MESSAGE_CLASS is None:
         from pyroute2.netlink.rtnl.tcmsg import sched_tbf, tcmsg
 
-        class tbf_options(sched_tbf.options):
+        class tbf_options(sched_tbf.options):  # noqa: N801 (pyroute2 names messages as the kernel does)
             # pyroute2 caches the compiled nla_map in a class attribute that subclasses
             # inherit: once a plain tcmsg or tbf options object has been built (any qdisc
             # dump does it), a subclass would silently use its parent's map and drop the
@@ -426,7 +432,7 @@ def _tbf_message():
                 ("TCA_TBF_PAD", "hex"),
             )
 
-        class tbf_tcmsg(tcmsg):
+        class tbf_tcmsg(tcmsg):  # noqa: N801 (as above)
             _nlmsg_base__compiled_nla = False
 
             @staticmethod
@@ -491,7 +497,7 @@ def _add(ipr, index: int, op: TcOp) -> None:
         raise ValueError(f"cannot apply a {op.target} of kind {op.kind!r}")
 
 
-def _root_qdisc(ipr, index: int) -> Optional[tuple[str, int]]:
+def _root_qdisc(ipr, index: int) -> tuple[str, int] | None:
     """(kind, handle) of the interface's root qdisc, or None when there is none."""
     for msg in ipr.get_qdiscs(index=index):
         if msg["parent"] == TC_H_ROOT:
@@ -507,7 +513,7 @@ def _lookup(ipr, netns: str, ifname: str) -> int:
 
 
 def apply_shaping(netns: str, ifname: str, spec: ShapingSpec, mtu: int = 1500,
-                  burst_time_s: Optional[float] = None) -> list[TcOp]:
+                  burst_time_s: float | None = None) -> list[TcOp]:
     """Shape ``ifname`` in namespace ``netns`` as ``spec`` says; returns the ops applied.
 
     ``burst_time_s`` (None: :func:`kernel_burst_time_s`) sizes the default burst.
@@ -579,7 +585,7 @@ def remove_shaping(netns: str, ifname: str) -> bool:
 
 @contextlib.contextmanager
 def shaped(netns: str, ifname: str, spec: ShapingSpec, mtu: int = 1500,
-           burst_time_s: Optional[float] = None) -> Iterator[list[TcOp]]:
+           burst_time_s: float | None = None) -> Iterator[list[TcOp]]:
     """Shaping for the ``with`` block, removed after it whatever happens."""
     ops = apply_shaping(netns, ifname, spec, mtu, burst_time_s)
     try:

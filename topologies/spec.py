@@ -17,7 +17,6 @@ import collections
 import dataclasses
 import ipaddress
 import re
-from typing import Optional
 
 ROLES = ("host", "gateway", "switch")
 MIN_MTU = 1280  # IPv6 needs at least this (RFC 8200); every segment is dual-stack
@@ -123,7 +122,7 @@ class TopologySpec:
                     raise ValueError(f"{self.name}: IPsec pair names unknown node {end!r}")
         if self.pmtu not in PMTU_MODES:
             raise ValueError(f"pmtu must be one of {', '.join(PMTU_MODES)}, not {self.pmtu!r}")
-        if sum(l.shaped for l in self.links) != 1:
+        if sum(link.shaped for link in self.links) != 1:
             raise ValueError(f"{self.name}: exactly one link must be the shaped one")
 
     def node(self, name: str) -> NodeSpec:
@@ -134,7 +133,7 @@ class TopologySpec:
 
     @property
     def shaped_link(self) -> LinkSpec:
-        return next(l for l in self.links if l.shaped)
+        return next(link for link in self.links if link.shaped)
 
     def shaped_sender(self, client: str) -> tuple[str, str]:
         """(node, peer) of the shaped link as ``client``'s data crosses it: the end on the
@@ -143,10 +142,10 @@ class TopologySpec:
         seen, todo = {client}, [client]
         while todo:
             here = todo.pop()
-            for l in self.links:
-                if l is link or here not in (l.a, l.b):
+            for hop in self.links:
+                if hop is link or here not in (hop.a, hop.b):
                     continue
-                other = l.b if here == l.a else l.a
+                other = hop.b if here == hop.a else hop.a
                 if other not in seen:
                     seen.add(other)
                     todo.append(other)
@@ -166,14 +165,14 @@ class Interface:
     segment: int
     peer: str
     mtu: int
-    v4: Optional[str]  # "198.18.1.2/24"
-    v6: Optional[str]
+    v4: str | None  # "198.18.1.2/24"
+    v6: str | None
 
     def ifname(self, run_id: str) -> str:
         """``itb<run id><node>e<index>``, within 15 characters."""
         return f"itb{run_id}{self.node}e{self.index}"
 
-    def address(self, family: int) -> Optional[str]:
+    def address(self, family: int) -> str | None:
         value = self.v4 if family == 4 else self.v6
         return value.split("/")[0] if value else None
 

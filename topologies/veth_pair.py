@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator, Optional
+from collections.abc import Iterator
 
 from testbed import names, netns
 
@@ -46,7 +46,7 @@ class VethPair:
 
 
 @contextlib.contextmanager
-def veth_pair(run_id: Optional[str] = None, mtu: int = 1500) -> Iterator[VethPair]:
+def veth_pair(run_id: str | None = None, mtu: int = 1500) -> Iterator[VethPair]:
     """Build the pair for the ``with`` block; both namespaces are deleted after it."""
 
     if not 1280 <= mtu <= 65535:

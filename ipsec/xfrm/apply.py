@@ -5,8 +5,9 @@ import errno
 import logging
 import os
 import socket
+from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from pyroute2.netlink import (
     NETLINK_XFRM,
@@ -81,7 +82,7 @@ class XfrmNetlinkSocket(NetlinkSocket):
 
     async_class = _AsyncXfrmNetlinkSocket
 
-    def __init__(self, netns_file: Optional[str] = None) -> None:
+    def __init__(self, netns_file: str | None = None) -> None:
         super().__init__(family=NETLINK_XFRM, netns=netns_file, flags=0)
 
 
@@ -94,9 +95,9 @@ class XfrmSocket:
     from one thread.
     """
 
-    def __init__(self, netns: Optional[str] = None) -> None:
+    def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
-        self._path: Optional[str] = None
+        self._path: str | None = None
         if netns is not None:
             self._path = netns_path(netns)
             if not os.path.exists(self._path):
@@ -104,14 +105,14 @@ class XfrmSocket:
                                 f"no such network namespace ({self._path} does not exist)",
                                 errno.ENOENT)
         try:
-            self._nl: Optional[XfrmNetlinkSocket] = XfrmNetlinkSocket(self._path)
+            self._nl: XfrmNetlinkSocket | None = XfrmNetlinkSocket(self._path)
         except OSError as exc:
             raise XfrmError("open", f"netns {netns or '(current)'}",
                             f"cannot open a NETLINK_XFRM socket: {exc}", exc.errno) from exc
         log.debug("xfrm socket open in netns %s", netns or "(current)")
 
     @classmethod
-    def _attach(cls, netlink: Any, netns: Optional[str] = None) -> "XfrmSocket":
+    def _attach(cls, netlink: Any, netns: str | None = None) -> XfrmSocket:
         """An XfrmSocket over an existing netlink object (anything with ``nlm_request``
         and ``close``), without opening a socket; for tests."""
         self = cls.__new__(cls)
@@ -127,11 +128,11 @@ class XfrmSocket:
             self._nl.close()
             self._nl = None
 
-    def __enter__(self) -> "XfrmSocket":
+    def __enter__(self) -> XfrmSocket:
         return self
 
-    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
+    def __exit__(self, exc_type: type | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -175,11 +176,11 @@ class XfrmSocket:
         """Install one SA (EEXIST if an SA with the same dst/spi/proto exists)."""
         self.request(plan_add_sa(spec))
 
-    def del_sa(self, dst: str, spi: int, proto: str, src: Optional[str] = None) -> None:
+    def del_sa(self, dst: str, spi: int, proto: str, src: str | None = None) -> None:
         """Delete the SA (dst, spi, proto); XfrmError with errno ESRCH if there is none."""
         self.request(plan_del_sa(dst, spi, proto, src))
 
-    def get_sa(self, dst: str, spi: int, proto: str, src: Optional[str] = None) -> SAState:
+    def get_sa(self, dst: str, spi: int, proto: str, src: str | None = None) -> SAState:
         """The SA (dst, spi, proto) with its counters; XfrmError (ESRCH) if there is none."""
         request = plan_get_sa(dst, spi, proto, src)
         replies = [m for m in self.request(request) if m["header"]["type"] == XFRM_MSG_NEWSA]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ipsec.algorithms import PROTOCOL_MODULES, Algorithm
 from ipsec.sa import (
@@ -25,7 +25,7 @@ class XfrmError(RuntimeError):
     """
 
     def __init__(self, operation: str, subject: str, reason: str,
-                 errno_: Optional[int] = None, kernel_message: Optional[str] = None,
+                 errno_: int | None = None, kernel_message: str | None = None,
                  missing_modules: Sequence[str] = ()) -> None:
         super().__init__(f"{operation} {subject}: {reason}")
         self.operation = operation
@@ -41,7 +41,7 @@ _EXTACK_KINDS = {"AEAD": "aead", "CRYPT": "crypt", "AUTH_TRUNC": "auth", "AUTH":
                  "COMP": "comp"}
 
 
-def _missing_algorithms(spec: SASpec, extack: Optional[str]) -> list[Algorithm]:
+def _missing_algorithms(spec: SASpec, extack: str | None) -> list[Algorithm]:
     for word, kind in _EXTACK_KINDS.items():
         if extack and f"Requested {word} algorithm" in extack:
             alg = getattr(spec, kind)
@@ -49,7 +49,7 @@ def _missing_algorithms(spec: SASpec, extack: Optional[str]) -> list[Algorithm]:
     return list(spec.algorithms)
 
 
-def error_for(request: XfrmRequest, code: int, extack: Optional[str] = None) -> XfrmError:
+def error_for(request: XfrmRequest, code: int, extack: str | None = None) -> XfrmError:
     """The XfrmError for ``request`` failing with kernel errno ``code`` (pure).
 
     Names the operation and its SA/policy; for a missing algorithm (ENOSYS, or ENOENT

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Optional
+from typing import ClassVar
 
 from pyroute2.netlink import (
     NLM_F_ACK_TLVS,
@@ -74,7 +74,7 @@ ALGO_NAME_BYTES = 64
 class xfrm_base(nlmsg):
     """Common attribute space of all xfrm messages (enum xfrm_attr_type_t)."""
 
-    defaults = _ADDRESS_DEFAULTS
+    defaults: ClassVar[dict] = _ADDRESS_DEFAULTS
     nla_map = (
         ("XFRMA_UNSPEC", "none"),
         ("XFRMA_ALG_AUTH", "xfrm_algo"),
@@ -115,14 +115,14 @@ class xfrm_base(nlmsg):
         """struct xfrm_algo{,_auth,_aead}: name[64], lengths, then the key bytes."""
 
         fields: tuple = ()
-        defaults = {"alg_key": b""}
+        defaults: ClassVar[dict] = {"alg_key": b""}
 
         def ft_decode(self, offset: int) -> None:
             # The key has no fixed size: take alg_key_len bits, bounded by the NLA.
             fixed = struct.calcsize("=" + "".join(fmt for _, fmt in self.fields[:-1]))
             values = struct.unpack_from("=" + "".join(fmt for _, fmt in self.fields[:-1]),
                                         self.data, offset)
-            for (name, _), value in zip(self.fields[:-1], values):
+            for (name, _), value in zip(self.fields[:-1], values, strict=True):
                 self[name] = value
             end = self.offset + self.length
             key_len = (self["alg_key_len"] + 7) // 8
@@ -156,7 +156,7 @@ class xfrm_base(nlmsg):
             end = self.offset + self.length
             templates = []
             while offset + USER_TMPL.size <= end:
-                templates.append(dict(zip(USER_TMPL_NAMES, USER_TMPL.unpack_from(self.data, offset))))
+                templates.append(dict(zip(USER_TMPL_NAMES, USER_TMPL.unpack_from(self.data, offset), strict=True)))
                 offset += USER_TMPL.size
             self.value = templates
             self.pop("attrs", None)
@@ -189,7 +189,7 @@ class xfrm_base(nlmsg):
 class xfrm_usersa_info(xfrm_base):
     """struct xfrm_usersa_info (224 bytes): XFRM_MSG_NEWSA requests and SA replies."""
 
-    defaults = {**_ADDRESS_DEFAULTS, **LIFETIME_DEFAULTS}
+    defaults: ClassVar[dict] = {**_ADDRESS_DEFAULTS, **LIFETIME_DEFAULTS}
     fields = SELECTOR_FIELDS + (
         ("id_daddr", "16s"),        # struct xfrm_id id (24 bytes)
         ("id_spi", ">I"),
@@ -219,7 +219,7 @@ class xfrm_usersa_id(xfrm_base):
 class xfrm_userpolicy_info(xfrm_base):
     """struct xfrm_userpolicy_info (168 bytes): XFRM_MSG_NEWPOLICY and policy replies."""
 
-    defaults = {**_ADDRESS_DEFAULTS, **LIFETIME_DEFAULTS}
+    defaults: ClassVar[dict] = {**_ADDRESS_DEFAULTS, **LIFETIME_DEFAULTS}
     fields = SELECTOR_FIELDS + LIFETIME_CFG_FIELDS + LIFETIME_CUR_FIELDS + (
         ("priority", "I"),
         ("index", "I"),
@@ -284,7 +284,7 @@ class xfrm_nlmsgerr(nlmsg):
 class KernelError(NetlinkError):
     """A NetlinkError that keeps the kernel's extended-ack message separately."""
 
-    def __init__(self, code: int, extack: Optional[str] = None) -> None:
+    def __init__(self, code: int, extack: str | None = None) -> None:
         super().__init__(code, extack or os.strerror(code))
         self.extack = extack
 
@@ -292,7 +292,7 @@ class KernelError(NetlinkError):
 class XfrmMarshal(Marshal):
     """Maps xfrm message types to their classes; decodes extended-ack errors."""
 
-    msg_map = {
+    msg_map: ClassVar[dict] = {
         XFRM_MSG_NEWSA: xfrm_usersa_info,
         XFRM_MSG_UPDSA: xfrm_usersa_info,
         XFRM_MSG_DELSA: xfrm_usersa_id,

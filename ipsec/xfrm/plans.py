@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 from pyroute2.netlink import (
     nlmsg,
@@ -68,7 +69,7 @@ class XfrmRequest:
     msg_class: type
     fields: Mapping[str, Any]
     attrs: tuple[tuple[str, Any], ...] = ()
-    spec: Union[SASpec, PolicySpec, None] = dataclasses.field(default=None, compare=False)
+    spec: SASpec | PolicySpec | None = dataclasses.field(default=None, compare=False)
 
     def to_nlmsg(self) -> nlmsg:
         """A fresh pyroute2 message (encoding mutates messages, so never reuse one)."""
@@ -99,7 +100,7 @@ def _copy_value(value: Any) -> Any:
     return value
 
 
-def pack_address(address: Optional[str]) -> bytes:
+def pack_address(address: str | None) -> bytes:
     """xfrm_address_t bytes for an address string (None: all zero)."""
     if address is None:
         return bytes(16)
@@ -113,7 +114,7 @@ def unpack_address(raw: bytes, version: int) -> str:
     return str(ipaddress.IPv6Address(bytes(raw[:16])))
 
 
-def _selector_fields(selector: Optional[SelectorSpec]) -> dict[str, Any]:
+def _selector_fields(selector: SelectorSpec | None) -> dict[str, Any]:
     if selector is None:  # family 0: the kernel fills in the SA's own family
         return {"sel_daddr": bytes(16), "sel_saddr": bytes(16)}
     src, dst = selector.src_network, selector.dst_network
@@ -180,7 +181,7 @@ def plan_add_sa(spec: SASpec) -> XfrmRequest:
 
 
 def _sa_id_request(operation: str, msg_type: int, flags: int, dst: str, spi: int,
-                   proto: str, src: Optional[str]) -> XfrmRequest:
+                   proto: str, src: str | None) -> XfrmRequest:
     if proto not in PROTO_NUMBERS:
         raise ValueError(f"proto must be one of {', '.join(PROTO_NUMBERS)}, not {proto!r}")
     if isinstance(spi, bool) or not isinstance(spi, int) or not 0 < spi <= 0xFFFFFFFF:
@@ -197,12 +198,12 @@ def _sa_id_request(operation: str, msg_type: int, flags: int, dst: str, spi: int
     return XfrmRequest(operation, subject, msg_type, flags, xfrm_usersa_id, fields, attrs)
 
 
-def plan_del_sa(dst: str, spi: int, proto: str, src: Optional[str] = None) -> XfrmRequest:
+def plan_del_sa(dst: str, spi: int, proto: str, src: str | None = None) -> XfrmRequest:
     """XFRM_MSG_DELSA for the SA (dst, spi, proto), as ``ip xfrm state delete``."""
     return _sa_id_request("del_sa", XFRM_MSG_DELSA, FLAGS_ACKED, dst, spi, proto, src)
 
 
-def plan_get_sa(dst: str, spi: int, proto: str, src: Optional[str] = None) -> XfrmRequest:
+def plan_get_sa(dst: str, spi: int, proto: str, src: str | None = None) -> XfrmRequest:
     """XFRM_MSG_GETSA for one SA, as ``ip xfrm state get``; the reply is the SA."""
     return _sa_id_request("get_sa", XFRM_MSG_GETSA, FLAGS_GET, dst, spi, proto, src)
 

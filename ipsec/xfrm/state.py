@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from typing import Any, Mapping, Optional, Union
+from collections.abc import Mapping
+from typing import Any
 
 from pyroute2.netlink import (
     nlmsg,
@@ -31,7 +32,7 @@ class AlgorithmState:
     icv_bits: int = 0
 
     @property
-    def algorithm(self) -> Optional[Algorithm]:
+    def algorithm(self) -> Algorithm | None:
         """The catalog entry it corresponds to, or None if the testbed does not offer it."""
         return find_by_kernel_name(self.kernel_name, self.kind, self.key_bits,
                                    self.icv_bits if self.kind in ("aead", "auth") else None)
@@ -60,11 +61,11 @@ class SAState:
     family: int
     replay_window: int
     flags: int
-    selector: Optional[SelectorSpec]
-    aead: Optional[AlgorithmState] = None
-    crypt: Optional[AlgorithmState] = None
-    auth: Optional[AlgorithmState] = None
-    comp: Optional[AlgorithmState] = None
+    selector: SelectorSpec | None
+    aead: AlgorithmState | None = None
+    crypt: AlgorithmState | None = None
+    auth: AlgorithmState | None = None
+    comp: AlgorithmState | None = None
     bytes: int = 0
     packets: int = 0
     add_time: int = 0
@@ -82,7 +83,7 @@ class SAState:
         """
         kwargs: dict[str, Any] = {}
         for kind in ("aead", "crypt", "auth", "comp"):
-            state: Optional[AlgorithmState] = getattr(self, kind)
+            state: AlgorithmState | None = getattr(self, kind)
             if state is None:
                 continue
             alg = state.algorithm
@@ -116,8 +117,8 @@ class TemplateState:
     proto: str
     mode: str
     reqid: int
-    src: Optional[str]
-    dst: Optional[str]
+    src: str | None
+    dst: str | None
     optional: bool
     spi: int = 0
 
@@ -151,7 +152,7 @@ class PolicyState:
                           templates=tuple(t.to_spec() for t in self.templates))
 
 
-def _parse_selector(msg: nlmsg) -> Optional[SelectorSpec]:
+def _parse_selector(msg: nlmsg) -> SelectorSpec | None:
     version = AF_VERSIONS.get(msg["sel_family"])
     if version is None:
         return None
@@ -166,13 +167,13 @@ def _parse_selector(msg: nlmsg) -> Optional[SelectorSpec]:
     )
 
 
-def _alg_name(raw: Union[bytes, str]) -> str:
+def _alg_name(raw: bytes | str) -> str:
     if isinstance(raw, str):
         return raw.rstrip("\0")
     return bytes(raw).split(b"\0", 1)[0].decode("ascii", "replace")
 
 
-def _parse_algorithm(kind: str, value: Mapping[str, Any], icv_field: Optional[str]) -> AlgorithmState:
+def _parse_algorithm(kind: str, value: Mapping[str, Any], icv_field: str | None) -> AlgorithmState:
     return AlgorithmState(kind=kind, kernel_name=_alg_name(value["alg_name"]),
                           key=bytes(value.get("alg_key", b"")), key_bits=value["alg_key_len"],
                           icv_bits=value[icv_field] if icv_field else 0)

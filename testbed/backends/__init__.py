@@ -24,17 +24,43 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable, Optional
+from collections.abc import Callable
 
-from testbed.backends.base import (GUEST_ENV, BackendError, CpuMeter, CpuSample, KernelBackend, Leftover,
-                                   Options)
+from testbed.backends.base import (
+    DEFAULT_OPTIONS,
+    GUEST_ENV,
+    BackendError,
+    CpuMeter,
+    CpuSample,
+    KernelBackend,
+    Leftover,
+    Options,
+)
 from testbed.backends.host import HostBackend
 from testbed.backends.uml import UmlBackend
 from testbed.capabilities import ESP_NEEDS, Needs, Probe
 
-__all__ = ["GUEST_ENV", "AUTO", "BackendError", "Choice", "CpuMeter", "CpuSample", "KernelBackend", "Leftover",
-           "Options", "HostBackend", "UmlBackend", "register", "unregister", "names", "get", "booting", "current",
-           "choose"]
+__all__ = [
+    "DEFAULT_OPTIONS",
+    "GUEST_ENV",
+    "AUTO",
+    "BackendError",
+    "Choice",
+    "CpuMeter",
+    "CpuSample",
+    "KernelBackend",
+    "Leftover",
+    "Options",
+    "HostBackend",
+    "UmlBackend",
+    "register",
+    "unregister",
+    "names",
+    "get",
+    "booting",
+    "current",
+    "choose",
+]
 
 AUTO = "auto"
 _REGISTRY: dict[str, type[KernelBackend]] = {}
@@ -61,7 +87,7 @@ def names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def get(name: str, options: Options = Options()) -> KernelBackend:
+def get(name: str, options: Options = DEFAULT_OPTIONS) -> KernelBackend:
     """The backend called ``name``; ValueError naming the choices otherwise."""
     try:
         return _REGISTRY[name](options)
@@ -81,7 +107,7 @@ def booting(image: str) -> type[KernelBackend]:
                      f"({'; '.join(reasons)})")
 
 
-def current(options: Options = Options()) -> KernelBackend:
+def current(options: Options = DEFAULT_OPTIONS) -> KernelBackend:
     """The backend whose kernel this process runs on: the guest's, or the host's."""
     for cls in _REGISTRY.values():
         if not cls.runs_here and cls.inside():
@@ -93,16 +119,16 @@ def current(options: Options = Options()) -> KernelBackend:
 class Choice:
     """The decision for ``--kernel``: a backend (None: none can run the work), and why."""
 
-    backend: Optional[KernelBackend]
+    backend: KernelBackend | None
     reason: str
 
     @property
-    def name(self) -> Optional[str]:
+    def name(self) -> str | None:
         return self.backend.name if self.backend else None
 
 
-def choose(requested: str = AUTO, needs: Needs = ESP_NEEDS, probe_host: Optional[Callable[[], Probe]] = None,
-           options: Options = Options()) -> Choice:
+def choose(requested: str = AUTO, needs: Needs = ESP_NEEDS, probe_host: Callable[[], Probe] | None = None,
+           options: Options = DEFAULT_OPTIONS) -> Choice:
     """The backend to run work needing ``needs`` on, for ``--kernel requested``.
 
     Inside a guest the answer is that guest's backend.  ``probe_host`` probes the running

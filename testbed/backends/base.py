@@ -5,7 +5,8 @@ import abc
 import dataclasses
 import os
 import time
-from typing import Callable, ClassVar, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from testbed.capabilities import Needs, Probe
 
@@ -23,9 +24,13 @@ class BackendError(RuntimeError):
 class Options:
     """How a guest kernel is chosen and sized: the ``--uml-*`` command-line options."""
 
-    kernel: Optional[str] = None   # a kernel image to boot instead of the backend's default
-    modules: Optional[str] = None  # its module directory
+    kernel: str | None = None   # a kernel image to boot instead of the backend's default
+    modules: str | None = None  # its module directory
     mem: str = "2G"
+
+
+#: The options of a guest booted with every default.
+DEFAULT_OPTIONS = Options()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +78,7 @@ class CpuMeter(abc.ABC):
         cpu_ns, clock_ns = self.read()
         return CpuSample(cpu_ns, clock_ns, (before, time.monotonic_ns()))
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a meter that holds nothing needs no close)
         """Release what the meter holds (idempotent)."""
 
 
@@ -98,7 +103,7 @@ class KernelBackend(abc.ABC):
     #: How long a shaper's token bucket must last on this kernel: how late its timers may fire.
     shaper_burst_s: ClassVar[float] = 0.004
 
-    def __init__(self, options: Options = Options()) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
         self.options = options
 
     @classmethod
@@ -107,13 +112,13 @@ class KernelBackend(abc.ABC):
         return os.environ.get(GUEST_ENV) == cls.name
 
     @classmethod
-    def image_error(cls, path: str) -> Optional[str]:
+    def image_error(cls, path: str) -> str | None:
         """Why this backend cannot boot the kernel image at ``path`` (None: it can)."""
         return f"{cls.title} boots no kernel images"
 
     # -- choosing ------------------------------------------------------------------------
     @abc.abstractmethod
-    def unavailable(self) -> Optional[str]:
+    def unavailable(self) -> str | None:
         """Why this backend cannot be used on this machine at all, or None."""
 
     @abc.abstractmethod
@@ -123,7 +128,7 @@ class KernelBackend(abc.ABC):
 
     # -- running -------------------------------------------------------------------------
     @abc.abstractmethod
-    def run(self, argv: Sequence[str], *, cwd: Optional[str] = None, timeout_s: Optional[float] = None,
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = ()) -> int:
         """Run ``argv`` as root on this backend's kernel, with the host's files at the same paths,
         output streamed live; return its exit status (124: ``timeout_s`` ran out).

@@ -5,7 +5,7 @@ import os
 import platform
 import subprocess
 import time
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
 from testbed.capabilities import Needs, Probe
@@ -74,13 +74,13 @@ class HostBackend(KernelBackend):
     runs_here = True
     note = "every emulated host runs on this one machine's kernel and CPUs"
 
-    def unavailable(self) -> Optional[str]:
+    def unavailable(self) -> str | None:
         return None
 
     def lacks(self, needs: Needs, probe_host: Callable[[], Probe]) -> list[str]:
         return probe_host().missing(needs)
 
-    def run(self, argv: Sequence[str], *, cwd: Optional[str] = None, timeout_s: Optional[float] = None,
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = ()) -> int:
         env = {**os.environ, GUEST_ENV: self.name}
         try:

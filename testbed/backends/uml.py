@@ -58,10 +58,11 @@ import termios
 import threading
 import time
 import tty
-from typing import BinaryIO, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import BinaryIO
 
 from testbed import names
-from testbed.backends.base import GUEST_ENV, BackendError, CpuMeter, KernelBackend, Leftover, Options
+from testbed.backends.base import DEFAULT_OPTIONS, GUEST_ENV, BackendError, CpuMeter, KernelBackend, Leftover, Options
 from testbed.capabilities import Needs, Probe
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,8 @@ DEFAULT_KERNEL = "linux.uml"
 DEFAULT_MODULES_ROOT = "/usr/lib/uml/modules"
 
 #: Environment variables not handed to the guest: they describe the host session.
-_ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$|SHLVL$|_$)")
+_ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$"
+                       r"|SHLVL$|_$)")
 MEM_PATTERN = re.compile(r"^[1-9][0-9]*[KMG]$")
 
 
@@ -95,10 +97,10 @@ class UmlSpec:
 
     command: tuple[str, ...]
     kernel: str
-    modules_dir: Optional[str]
+    modules_dir: str | None
     cwd: str
     mem: str = "2G"
-    timeout_s: Optional[float] = None
+    timeout_s: float | None = None
     env: tuple[tuple[str, str], ...] = ()
     #: Modules loaded at boot, with one modprobe process.  The crypto modules behind the
     #: algorithms are among them: left to the kernel's on-demand loading, every name it
@@ -114,7 +116,7 @@ class UmlSpec:
     #: is uniprocessor, so one host CPU is all it can use; kept on one, its throughput at
     #: saturation and its CPU cost per byte vary less from run to run (measured: AES-GCM-256
     #: at 100 Mbit/s MSS 100, goodput's coefficient of variation 3.8 % unpinned, 1.6 % pinned)
-    host_cpu: Optional[int] = None
+    host_cpu: int | None = None
     #: Whether the host's stdout/stderr are terminals.  The guest's are consoles (ttys);
     #: where the host's are not, the guest command writes through a pipe instead, so
     #: it behaves as it would on the host (no colours or progress redraws in a CI log).
@@ -137,7 +139,7 @@ class UmlSpec:
             raise ValueError(f"cwd: must be an absolute path, not {self.cwd!r}")
 
 
-def find_kernel(path: Optional[str] = None) -> str:
+def find_kernel(path: str | None = None) -> str:
     """The UML kernel to boot: ``path`` if given, else ``linux.uml`` on PATH.
 
     Raises :class:`UmlError` with the fix in one line when there is none.
@@ -154,7 +156,7 @@ def find_kernel(path: Optional[str] = None) -> str:
     return found
 
 
-def find_modules_dir(kernel: str, path: Optional[str] = None) -> Optional[str]:
+def find_modules_dir(kernel: str, path: str | None = None) -> str | None:
     """The module directory for ``kernel``.
 
     An explicit ``path`` may be a release directory or a directory holding exactly
@@ -287,7 +289,7 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plan_modprobe_wrapper(modules_dir: Optional[str]) -> str:
+def plan_modprobe_wrapper(modules_dir: str | None) -> str:
     """The script the guest kernel calls for on-demand module loads."""
     if not modules_dir:
         return "#!/bin/sh\nexit 1\n"
@@ -296,7 +298,7 @@ def plan_modprobe_wrapper(modules_dir: Optional[str]) -> str:
 
 def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
                       console_fds: tuple[int, int, int] = (3, 4, 5),
-                      meter_fds: Optional[tuple[int, int]] = None, cgroup: Optional[str] = None) -> list[str]:
+                      meter_fds: tuple[int, int] | None = None, cgroup: str | None = None) -> list[str]:
     """The host command line that boots the guest.
 
     Consoles: con0 (kernel console), tty1 and tty2 write to the three host file
@@ -326,7 +328,7 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
     ]
 
 
-def _pump(src: int, dst: Optional[BinaryIO], keep: Optional[list[bytes]] = None) -> None:
+def _pump(src: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> None:
     """Copy a pipe to ``dst`` as it arrives (and keep the tail when asked)."""
     with os.fdopen(src, "rb", buffering=0) as f:
         while True:
@@ -345,8 +347,8 @@ def _pump(src: int, dst: Optional[BinaryIO], keep: Optional[list[bytes]] = None)
 
 
 
-def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[BinaryIO] = None,
-        run_id: Optional[str] = None) -> int:
+def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None,
+        run_id: str | None = None) -> int:
     """Boot UML, run ``spec.command`` in it, stream its output, return its exit status.
 
     Returns 124 (as timeout(1) does) when ``spec.timeout_s`` runs out.  The guest is
@@ -364,10 +366,10 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
     with open(f"{workdir}/owner", "w") as f:  # `clean` leaves a live owner's work directory alone
         f.write(f"{os.getpid()}\n")
     console: list[bytes] = []
-    proc: Optional[subprocess.Popen] = None
-    watcher: Optional[subprocess.Popen] = None
+    proc: subprocess.Popen | None = None
+    watcher: subprocess.Popen | None = None
     lifeline = -1
-    terminal: Optional[list] = None
+    terminal: list | None = None
     meter_fds: list[int] = []
     cgroup = make_cgroup(uml_id) if spec.cpu_meter else None
     started = time.monotonic()
@@ -381,7 +383,7 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
 
         pipes = [os.pipe() for _ in range(3)]
         write_fds = (pipes[0][1], pipes[1][1], pipes[2][1])
-        guest_meter: Optional[tuple[int, int]] = None
+        guest_meter: tuple[int, int] | None = None
         if cgroup is not None:
             to_guest, from_guest = os.pipe(), os.pipe()
             meter_fds = [to_guest[1], from_guest[0]]  # ours
@@ -446,7 +448,7 @@ def run(spec: UmlSpec, stdout: Optional[BinaryIO] = None, stderr: Optional[Binar
             remove_cgroup(cgroup)
 
 
-def make_cgroup(uml_id: str) -> Optional[str]:
+def make_cgroup(uml_id: str) -> str | None:
     """A cpuacct cgroup for the guest ``uml_id`` (None where the host has no cgroup v1 cpuacct)."""
     path = os.path.join(CPUACCT_ROOT, uml_id)
     try:
@@ -562,23 +564,21 @@ def _watch(pgid: int) -> tuple[subprocess.Popen, int]:
 
 def _kill(proc: subprocess.Popen) -> None:
     """Kill the whole guest: linux.uml forks helper processes into its session."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 
-def guest_cpu() -> Optional[int]:
+def guest_cpu() -> int | None:
     """The host CPU a guest is pinned to: the last this process may use, when it may use several."""
     allowed = sorted(os.sched_getaffinity(0))
     return allowed[-1] if len(allowed) > 1 else None
 
 
-def build_spec(command: Sequence[str], kernel: Optional[str] = None, modules: Optional[str] = None,
-               mem: str = "2G", timeout_s: Optional[float] = None, cwd: Optional[str] = None,
+def build_spec(command: Sequence[str], kernel: str | None = None, modules: str | None = None,
+               mem: str = "2G", timeout_s: float | None = None, cwd: str | None = None,
                interactive: bool = False, boot_modules: Sequence[str] = (), cpu_meter: bool = True,
-               host_cpu: Optional[int] = None) -> UmlSpec:
+               host_cpu: int | None = None) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
     kernel_path = find_kernel(kernel)
@@ -617,10 +617,9 @@ def _processes_with(argument: bytes) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if argument in f.read().split(b"\0"):
-                        found.append(int(entry))
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
+                if argument in f.read().split(b"\0"):
+                    found.append(int(entry))
     return found
 
 
@@ -703,18 +702,18 @@ class UmlBackend(KernelBackend):
     #: A tick of its HZ=100: its timers fire late when its CPU is busy (see topologies.shaping).
     shaper_burst_s = 0.01
 
-    def __init__(self, options: Options = Options()) -> None:
+    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
         super().__init__(options)
 
     @classmethod
-    def image_error(cls, path: str) -> Optional[str]:
+    def image_error(cls, path: str) -> str | None:
         try:
             find_kernel(path)
         except UmlError as e:
             return str(e)
         return None
 
-    def unavailable(self) -> Optional[str]:
+    def unavailable(self) -> str | None:
         try:
             kernel = find_kernel(self.options.kernel)
             find_modules_dir(kernel, self.options.modules)
@@ -727,7 +726,7 @@ class UmlBackend(KernelBackend):
         # taken at its word (`ipsec-testbed uml -- ipsec-testbed doctor` probes it).
         return []
 
-    def run(self, argv: Sequence[str], *, cwd: Optional[str] = None, timeout_s: Optional[float] = None,
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = ()) -> int:
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
                           timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules)

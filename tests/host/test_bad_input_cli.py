@@ -141,7 +141,7 @@ def test_bad_input_gets_one_line_and_leaves_nothing(case, files):
     before = kernel_state()
     out = subprocess.run([*command, *argv], capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
                          stdin=subprocess.DEVNULL)
-    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode != 0, f"accepted: {out.stdout[-500:]}{out.stderr[-500:]}"
     assert "Traceback" not in out.stderr + out.stdout
     assert len(lines) == 1, f"expected one line, got:\n{out.stderr}"
@@ -159,7 +159,7 @@ def test_a_kernel_without_esp_is_named_in_one_line():
                     "(the UML cases above still run)")
     out = subprocess.run([*SWEEP, "--kernel", "host", "--rates", "10"], capture_output=True, text=True, cwd=REPO,
                          timeout=120, stdin=subprocess.DEVNULL)
-    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 1 and len(lines) == 1 and "Traceback" not in out.stderr
     assert "--kernel host, but host kernel" in lines[0] and "lacks esp" in lines[0]
 

@@ -5,10 +5,12 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import CLI, run_cli
-from testbed.isolation import root_namespace_snapshot
+
 from testbed import names
+from testbed.isolation import root_namespace_snapshot
 
 
 def wait_for(cond, timeout_s=60.0, what="condition"):
@@ -19,9 +21,9 @@ def wait_for(cond, timeout_s=60.0, what="condition"):
 
 
 def ours_netns():
-    return [l.split()[0] for l in subprocess.run(["ip", "netns", "list"], capture_output=True,
+    return [line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                                   text=True).stdout.splitlines()
-            if names.is_ours(l.split()[0])]
+            if names.is_ours(line.split()[0])]
 
 
 def test_clean_after_sigkill_of_a_host_run(tmp_path):
@@ -77,16 +79,16 @@ def test_clean_after_sigkill_of_a_uml_run(needs_uml):
             return int(f.read().split(") ")[1].split()[1])
     # other guests may be running: ours is the one whose kernel is a child of `run`
     mine = [d for d in set(glob.glob(f"{names.STATE_DIR}/uml/{names.PREFIX}-*")) - known
-            if ppid(int(open(f"{d}/pid").read())) == run.pid]
+            if ppid(int(Path(f"{d}/pid").read_text())) == run.pid]
     assert len(mine) == 1, "the guest wrote no pid file"
     uml_id = os.path.basename(mine[0])
-    main_pid = int(open(f"{names.STATE_DIR}/uml/{uml_id}/pid").read())
+    main_pid = int(Path(f"{names.STATE_DIR}/uml/{uml_id}/pid").read_text())
     assert guest_processes(uml_id)
     run.send_signal(signal.SIGKILL)
     run.wait()
     # the guest's kernel dies with the process that booted it: it cannot go on writing
     wait_for(lambda: not os.path.exists(f"/proc/{main_pid}") or
-             open(f"/proc/{main_pid}/stat").read().split(") ")[1][0] == "Z", 10, "the guest kernel to die")
+             Path(f"/proc/{main_pid}/stat").read_text().split(") ")[1][0] == "Z", 10, "the guest kernel to die")
 
     out = run_cli("clean")
     assert out.returncode == 0, out.stderr

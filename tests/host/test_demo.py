@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from test_sweep_resume import leftovers
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,7 +76,7 @@ def test_demo_end_to_end(session):
     text = wait_for(r"ESP spi 0x[0-9a-f]+ seq \d+ \(tunnel\)\s+->.*ICMP[\s\S]*mininet>$", 60)
     inner = re.findall(r"ESP spi 0x[0-9a-f]+ seq \d+ \(tunnel\)\s+->\s+(.*)$", text, re.M)
     assert len(inner) == 4 and all("ICMP" in line and "198.18." in line for line in inner), inner
-    assert sum("echo-request" in l for l in inner) == 2 and sum("echo-reply" in l for l in inner) == 2
+    assert sum("echo-request" in line for line in inner) == 2 and sum("echo-reply" in line for line in inner) == 2
 
     type_line("sa")
     text = wait_for(r"--- gw2: ip -s xfrm state[\s\S]*mininet>$")

@@ -1,8 +1,6 @@
 """A/B of two kernels as a kernel developer runs it: the same kernel as A and B (an A/A
 test), repetitions interleaved, nothing flagged, every repetition in its own run directory."""
 import json
-import os
-import sys
 
 from conftest import run_cli
 
@@ -15,10 +13,10 @@ def test_ab_interleaves_and_an_a_a_comparison_flags_nothing(tmp_path):
     assert "A/B run 4 of 4" in out.stderr
     times = {}
     for label in ("a", "b"):
-        records = [json.loads(l) for l in open(tmp_path / label / "results.jsonl")]
+        records = [json.loads(line) for line in (tmp_path / label / "results.jsonl").read_text().splitlines()]
         assert sorted((r["profile"], r["repetition"]) for r in records) == [
             ("aes-gcm-128", 0), ("aes-gcm-128", 1), ("none", 0), ("none", 1)]
-        assert len(json.load(open(tmp_path / label / "meta.json"))["runs"]) == 2
+        assert len(json.loads((tmp_path / label / "meta.json").read_text())["runs"]) == 2
         for r in records:
             times.setdefault(r["repetition"], {})[label] = r["time"]
     # ABBA: repetition 0 measured on A first, repetition 1 on B first

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from analysis import cli
-from analysis.report import PROFILE_PALETTE
+from analysis.figures import PROFILE_PALETTE
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -157,7 +157,7 @@ def read_png(data: bytes) -> np.ndarray:
             for i in range(bpp, stride):
                 cur[i] = (cur[i] + cur[i - bpp]) & 255
         elif ftype == 2:  # Up
-            cur = bytearray((a + b) & 255 for a, b in zip(cur, prev))
+            cur = bytearray((a + b) & 255 for a, b in zip(cur, prev, strict=True))
         elif ftype == 3:  # Average
             for i in range(stride):
                 cur[i] = (cur[i] + (((cur[i - bpp] if i >= bpp else 0) + prev[i]) >> 1)) & 255

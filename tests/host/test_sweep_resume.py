@@ -11,6 +11,7 @@ import sys
 import time
 
 from conftest import run_cli
+
 from experiments import doctor
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
@@ -20,9 +21,9 @@ ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--du
 
 def keys(path):
     with open(path) as f:
-        return [tuple(sorted((k, v) for k, v in json.loads(l).items()
+        return [tuple(sorted((k, v) for k, v in json.loads(line).items()
                              if k in ("profile", "size_bytes", "repetition", "rate_mbit")))
-                for l in f if l.endswith("\n")]
+                for line in f if line.endswith("\n")]
 
 
 def leftovers():
@@ -69,6 +70,7 @@ def test_sigkill_then_resume_has_every_point_once(tmp_path):
     else:  # namespaces: a live run might own them, so the next run names the command
         assert "`sudo ipsec-testbed clean` removes them" in second.stderr, second.stderr[-2000:]
         assert run_cli("clean").returncode == 0
-    meta = json.load(open(os.path.join(out, "meta.json")))
+    with open(os.path.join(out, "meta.json")) as f:
+        meta = json.load(f)
     assert meta["complete"] is True and len(meta["runs"]) == 2
     assert leftovers() <= before, leftovers() - before

@@ -15,7 +15,6 @@ import sys
 import time
 
 import pytest
-
 from test_sweep_resume import SCRIPT, keys, leftovers
 
 SMALL = ["--rates", "50", "--sizes", "700,1400", "--repetitions", "2", "--duration", "1", "--warmup", "0",
@@ -37,7 +36,7 @@ def wait_for_points(proc, results, n, timeout_s=240):
 
 def complete_lines(path):
     with open(path) as f:
-        return [l for l in f.read().split("\n")[:-1]]
+        return [line for line in f.read().split("\n")[:-1]]
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -67,7 +66,7 @@ def test_two_sweeps_on_one_directory_the_second_is_refused(tmp_path):
     second = subprocess.run([sys.executable, SCRIPT, *SMALL, "--out", str(out)], capture_output=True, text=True,
                             timeout=60)
     assert second.returncode == 1
-    err = [l for l in second.stderr.splitlines() if l.strip()]
+    err = [line for line in second.stderr.splitlines() if line.strip()]
     assert len(err) == 1 and f"being written by another sweep (pid {first.pid})" in err[0], second.stderr
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err[-2000:]

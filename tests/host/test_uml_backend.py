@@ -3,7 +3,6 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import CLI, run_cli
 
 

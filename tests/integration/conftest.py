@@ -11,7 +11,7 @@ import re
 import select
 import subprocess
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from pathlib import Path
 
 import pytest
-
 from conftest import ip
+
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
 from ipsec.sa import SASpec
 from ipsec.xfrm import XfrmError
@@ -84,7 +85,7 @@ def test_missing_kernel_algorithm_is_named_with_its_module(pair):
         with open("/proc/sys/kernel/modprobe", "w") as f:
             f.write("/bin/false\n")
         unloaded = subprocess.run(["rmmod", "des_generic"], capture_output=True, text=True)
-        if unloaded.returncode != 0 and "builtin" in unloaded.stderr + open("/proc/modules").read():
+        if unloaded.returncode != 0 and "builtin" in unloaded.stderr + Path("/proc/modules").read_text():
             pytest.skip("des_generic is built into this kernel: no way to make an algorithm missing")
         assert unloaded.returncode == 0, unloaded.stderr
         with pytest.raises(XfrmError) as e:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from conftest import capture, ip, iproute_states
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.ipsec import ESP
 from scapy.utils import rdpcap
 
-from conftest import capture, ip, iproute_states
 from experiments import iperf
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
 from ipsec.xfrm import XfrmSocket

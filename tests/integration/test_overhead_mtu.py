@@ -33,16 +33,15 @@ import os
 import socket
 import struct
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
 from conftest import capture, ip
+
 from ipsec.overhead import IP_HEADER_BYTES, inner_mtu, max_tcp_mss, packet_overhead, payload_per_segment
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from testbed import netns
 from topologies.veth_pair import VethPair, veth_pair
-
 
 #: The acceptance profiles, plus AH, ESP+AH, IPComp and a short GCM ICV.
 PROFILES = ["aes-gcm-128", "aes-cbc-128-sha1", "aes-cbc-128-sha256", "null-sha1",
@@ -221,7 +220,7 @@ def check(p: VethPair, profile: str, mode: str, family: int, tmp_path) -> Measur
         # incompressible packets.  The model is an upper bound there, exact once the
         # random payload dominates.
         assert len(got.wire) == len(want_wire)
-        assert all(w <= m for w, m in zip(got.wire, want_wire)), f"{where}: {got.wire} > model {want_wire}"
+        assert all(w <= m for w, m in zip(got.wire, want_wire, strict=True)), f"{where}: {got.wire} > model {want_wire}"
         assert got.wire[1:] == want_wire[1:], f"{where}: on the wire {got.wire}, model {want_wire}"
     else:
         assert got.wire == want_wire, f"{where}: on the wire {got.wire}, model {want_wire}"

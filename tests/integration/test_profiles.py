@@ -11,13 +11,12 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
+from conftest import capture, ip, iproute_states
 from scapy.utils import rdpcap
 
-from conftest import capture, ip, iproute_states
-from ipsec.wire import classify, decrypt, echo_data
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from ipsec.profiles import CATALOG
+from ipsec.wire import classify, decrypt, echo_data
 from topologies.veth_pair import veth_pair
 
 PROFILES = [n.name for n in CATALOG if n.name != "none"]

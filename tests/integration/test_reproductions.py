@@ -11,10 +11,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from analysis import reproduction
+from analysis import reproduction, reproduction_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,8 +58,8 @@ def test_seed002_latency_transactions(tmp_path):
     data = reproduction.evaluate(out)
     latency = next(c for c in data["claims"] if c["id"] == "latency")
     assert latency["verdict"] != reproduction.UNMEASURED and latency["measured"][0]["value"] > 0
-    path = reproduction.write_report(out)
-    assert "Request/response transactions" in open(path).read()
+    path = reproduction_report.write_report(out)
+    assert "Request/response transactions" in Path(path).read_text()
 
 
 def test_seed004_clients_parts(tmp_path):
@@ -87,7 +88,7 @@ def test_a_reproduction_stopped_by_a_signal_resumes(tmp_path, signal_name):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     path = os.path.join(out, "gateway", "results.jsonl")
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (os.path.exists(path) and open(path).read().count("\n") >= 2):
+    while time.monotonic() < deadline and not (os.path.exists(path) and Path(path).read_text().count("\n") >= 2):
         time.sleep(0.2)
     proc.send_signal(getattr(signal, signal_name))
     _, err = proc.communicate(timeout=60)
@@ -95,7 +96,7 @@ def test_a_reproduction_stopped_by_a_signal_resumes(tmp_path, signal_name):
     assert "stopped by" in err
     with open(os.path.join(out, "meta.json")) as f:
         assert json.load(f)["interrupted"] == signal_name
-    before = open(path).read().count("\n")
+    before = Path(path).read_text().count("\n")
     run_script("seed003_gateway_rates.py", out, "--rates", "10", "--sizes", "500,1000", "--repetitions", "2",
                "--duration", "1")
     got = records(out, "gateway")

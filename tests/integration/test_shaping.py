@@ -35,7 +35,7 @@ def htb_class(ns: str, dev: str, classid: str) -> dict[str, str]:
     for line in tc("-d", "-n", ns, "class", "show", "dev", dev).splitlines():
         if line.startswith(f"class htb {classid} "):
             words = line.split()
-            return {k: v for k, v in zip(words, words[1:])}
+            return {k: v for k, v in zip(words, words[1:], strict=False)}
     raise AssertionError(f"no htb class {classid} on {dev}")
 
 

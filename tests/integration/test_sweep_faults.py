@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -20,8 +21,8 @@ import threading
 import time
 
 import pytest
-
 from conftest import ip
+
 from experiments.sweep import SweepSpec, is_complete, run_sweep
 from testbed import netns
 
@@ -98,7 +99,7 @@ def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path
 
     counts = run_sweep(spec, str(tmp_path), progress)
     assert killers[1].kills >= 1 and killers[2].kills >= 2, "the faults were not injected"
-    records = [json.loads(l) for l in (tmp_path / "results.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert counts["measured"] == len(records) == 4 and counts["failed"] == 1
     assert [r["attempts"] for r in records] == [1, 2, 2, 1]
     assert [r["failed"] for r in records] == [False, False, True, False]
@@ -117,7 +118,7 @@ def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path
 def lines(path) -> list[str]:
     try:
         with open(path) as f:
-            return [l for l in f.read().split("\n")[:-1]]
+            return [line for line in f.read().split("\n")[:-1]]
     except FileNotFoundError:
         return []
 
@@ -142,7 +143,7 @@ def test_signal_mid_sweep_tears_down_and_keeps_every_point(tmp_path, sig, status
     assert f"stopped by {signal.Signals(sig).name}" in err and "Traceback" not in err
     after = lines(out / "results.jsonl")
     assert after[:len(written)] == written, "points written before the signal were lost or changed"
-    assert all(json.loads(l)["goodput_mbps"] > 0 for l in after)
+    assert all(json.loads(line)["goodput_mbps"] > 0 for line in after)
     assert ours() == before, "the network was not torn down"
     assert not iperf3_servers()
     meta = json.loads((out / "meta.json").read_text())
@@ -161,10 +162,8 @@ def test_keys_never_reach_results_reports_or_logs(tmp_path):
         while not done.is_set():
             for ns in ours():
                 if ns.endswith("-gw1"):
-                    try:
+                    with contextlib.suppress(AssertionError):  # the namespace went away
                         keys.update(KEY_LINE.findall(ip("-n", ns, "xfrm", "state")))
-                    except AssertionError:
-                        pass  # the namespace went away
             time.sleep(0.1)
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

@@ -8,12 +8,12 @@ import itertools
 import subprocess
 
 import pytest
+from conftest import capture, ip
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.layers.ipsec import ESP
 from scapy.utils import rdpcap
 
-from conftest import capture, ip
 from testbed import names
 from topologies import TOPOLOGIES, build_spec
 from topologies.network import Network
@@ -25,7 +25,7 @@ def ping(net, src, dst, family, count=1):
 
 
 def ours():
-    return [l.split()[0] for l in ip("netns", "list").splitlines() if names.is_ours(l.split()[0])]
+    return [line.split()[0] for line in ip("netns", "list").splitlines() if names.is_ours(line.split()[0])]
 
 
 @pytest.mark.parametrize("name", list(TOPOLOGIES))

@@ -1,4 +1,4 @@
-"""testbed.rundir, analysis.report and analysis.cli on a synthetic run directory.
+"""testbed.rundir, the analysis modules (run, figures, tables, page) and analysis.cli on a synthetic run directory.
 
 The figures are checked through the plotly Figure objects (which traces, where, with which error
 bars and markers); tests/host/test_report_chromium.py checks that a browser really draws them.
@@ -15,21 +15,20 @@ from plotly.offline import get_plotlyjs
 from rich.console import Console
 
 from analysis import cli
-from analysis.report import (
+from analysis.figures import (
     EMULATION_LIMITED_LABEL,
     PLAIN_COLOR,
     THEORETICAL_LABEL,
-    RunData,
-    compare_table,
     fig_cpu,
     fig_normalized,
     fig_throughput,
     profile_colors,
-    render_html,
-    terminal_table,
 )
-from testbed.rundir import ResultsError, load_meta, load_results
+from analysis.page import render_html
+from analysis.run import RunData
 from analysis.stats import aggregate, normalize
+from analysis.tables import compare_table, terminal_table
+from testbed.rundir import ResultsError, load_meta, load_results
 
 RATES = (10.0, 34.0)
 SIZES = (250, 750, 1400)
@@ -242,7 +241,7 @@ def test_cpu_figure(aggs):
 def test_unshaped_points_get_their_own_panel():
     records = [dict(r, rate_mbit=None) for r in synthetic_records() if r["rate_mbit"] == 10.0]
     fig = fig_throughput(aggregate(records))
-    assert [a.text for a in fig.layout.annotations][0] == "unshaped link"
+    assert next(a.text for a in fig.layout.annotations) == "unshaped link"
 
 
 # --- tables and HTML ---------------------------------------------------------------------------
@@ -253,19 +252,84 @@ def _text(table) -> str:
     return console.export_text()
 
 
+def classed_records():
+    """The synthetic run with monitor classes: link everywhere, except at 34 Mbit/s CBC 250 B
+    (CPU in every repetition), CBC 750 B (other in one of three) and GCM 1400 B (its last
+    repetition an anomaly whose goodput, 1000 Mbit/s, must stay out of the mean)."""
+    records = synthetic_records(limited=())
+    for r in records:
+        r.pop("emulation_limited")
+        r["bound"] = "link"
+        if r["rate_mbit"] != 34.0:
+            continue
+        if r["profile"] == "aes-cbc-128-sha1" and r["size_bytes"] == 250:
+            r["bound"] = "cpu"
+        elif r["profile"] == "aes-cbc-128-sha1" and r["size_bytes"] == 750 and r["repetition"] == 0:
+            r["bound"] = "other"
+        elif r["profile"] == "aes-gcm-256" and r["size_bytes"] == 1400 and r["repetition"] == 2:
+            r["bound"], r["goodput_mbps"] = "anomaly", 1000.0
+    return records
+
+
+def test_bound_classes_shape_markers_and_fill_the_table():
+    aggs = aggregate(classed_records())
+    at = {(a.rate_mbit, a.profile, a.size_bytes): a for a in aggs}
+    gcm = at[34.0, "aes-gcm-256", 1400]
+    assert gcm.goodput.n == 2 and gcm.n_anomaly == 1 and gcm.goodput.mean == pytest.approx(8.55 * 3.4)
+    assert at[34.0, "aes-cbc-128-sha1", 750].bound == "link"  # two of three
+    assert at[34.0, "aes-cbc-128-sha1", 250].bound == "cpu"
+    fig = fig_throughput(aggs)
+    for t in traces(fig, "goodput"):
+        want = ["circle-open" if (t.meta["rate_mbit"], t.meta["profile"], size) == (34.0, "aes-cbc-128-sha1", 250)
+                else "circle" for size in SIZES]
+        assert list(t.marker.symbol) == want, t.meta
+    assert EMULATION_LIMITED_LABEL in [t.name for t in fig.data]
+    # a ratio takes the more cautious class of its two sides
+    ratios = {(r.rate_mbit, r.profile, r.size_bytes): r for r in normalize(aggs)}
+    assert ratios[34.0, "aes-cbc-128-sha1", 250].bound == "cpu"
+    assert ratios[34.0, "aes-gcm-256", 1400].bound == "link"
+    text = _text(terminal_table(aggs, normalize(aggs)))
+    rows = {tuple(line.split()[:3]): line for line in text.splitlines() if len(line.split()) > 3}
+    assert rows["aes-cbc-128-sha1", "34", "250"].rstrip().endswith("CPU")
+    assert rows["aes-cbc-128-sha1", "34", "750"].rstrip().endswith("other 1/3, link 2/3")
+    assert rows["aes-gcm-256", "34", "1400"].rstrip().endswith("link, 1 anomaly left out")
+    assert "bound: CPU = the emulator's CPU" in " ".join(text.split())
+
+
+def test_other_bound_points_are_hollow_diamonds(tmp_path):
+    records = classed_records()
+    for r in records:
+        if r["rate_mbit"] == 10.0 and r["profile"] == "none" and r["size_bytes"] == 750:
+            r["bound"] = "other"
+    aggs = aggregate(records)
+    fig = fig_throughput(aggs)
+    plain10 = next(t for t in traces(fig, "goodput") if t.meta["rate_mbit"] == 10.0 and t.meta["profile"] == "none")
+    assert list(plain10.marker.symbol) == ["circle", "diamond-open", "circle"]
+    names = [t.name for t in fig.data if isinstance(t.meta, dict) and t.meta.get("kind") == "legend"]
+    assert "other-bound (neither link nor CPU)" in names
+    # the IPsec ratios at that point inherit the plain side's class
+    norm = fig_normalized(normalize(aggs))
+    for t in traces(norm, "ratio"):
+        if t.meta["rate_mbit"] == 10.0:
+            assert list(t.marker.symbol) == ["circle", "diamond-open", "circle"], t.meta
+    page = render_html(write_run(tmp_path / "run", records))
+    assert "1 of 18 points were bound by neither the link nor the CPU" in page
+    assert "1 repetition was an anomaly: the monitor" in page
+
+
 def test_terminal_table(aggs):
     table = terminal_table(aggs, normalize(aggs))
     headers = [c.header for c in table.columns]
     assert headers == ["profile", "rate Mbit/s", "size B", "mean Mbit/s", "±95% CI", "n", "IPsec/plain",
-                       "CPU s/GB", "flag"]
+                       "CPU s/GB", "bound"]
     assert table.row_count == len(aggs)
     text = _text(table)
     # 10 Mbit/s, 250 B: plain 10.0 +- 2.48, then GCM 9.00 +- 2.24, ratio 0.900 +- 0.204
-    lines = [l.split() for l in text.splitlines() if l.split()[:3] in (["plain", "10", "250"],
+    lines = [line.split() for line in text.splitlines() if line.split()[:3] in (["plain", "10", "250"],
                                                                         ["aes-gcm-256", "10", "250"])]
     assert lines[0][3:6] == ["10.0", "2.5", "3"]
     assert lines[1][3:10] == ["9.00", "2.24", "3", "0.900", "±", "0.204", "6.00"]
-    assert sum("CPU-bound" in l for l in text.splitlines()) == 1
+    assert sum("CPU-bound" in line for line in text.splitlines()) == 1
 
 
 def test_render_html_is_self_contained_with_header_figures_and_table(tmp_path):
@@ -328,7 +392,7 @@ def test_cli_compares_runs_side_by_side(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "uml · kernel 6.1.176" in out and "host · kernel 6.18.44" in out
     # the same point side by side: plain 10 Mbit/s 250 B is 10.0 in one run and 20.0 in the other
-    row = next(l for l in out.splitlines() if l.split()[:3] == ["plain", "10", "250"] and l.count("±") == 2)
+    row = next(line for line in out.splitlines() if line.split()[:3] == ["plain", "10", "250"] and line.count("±") == 2)
     assert "10.0 ± 2.5" in row and "20.0 ± 5.0" in row
     page = out_file.read_text()
     assert 'id="fig-compare"' in page and 'id="comparison"' in page
@@ -383,7 +447,7 @@ def test_page_colours_hold_when_a_profile_has_no_baseline():
 
 
 def test_points_table_splits_each_ipsec_penalty_into_wire_and_other():
-    from analysis.report import _points_table, profile_colors
+    from analysis.page import _points_table
     from analysis.stats import aggregate, normalize
     from ipsec.overhead import expected_goodput_mbps
 

@@ -22,7 +22,6 @@ from analysis.stats import (
     t_critical_95,
 )
 
-
 # --- t_critical_95 ---------------------------------------------------------------------------
 
 # Two-sided 95 % values as printed in any statistics textbook's t table (3 decimals).
@@ -67,7 +66,7 @@ def test_t_approximation_beyond_the_table(df):
 
 def test_t_decreases_with_df_and_joins_the_table_smoothly():
     values = [t_critical_95(df) for df in range(1, 301)]
-    assert all(a > b for a, b in zip(values, values[1:]))
+    assert all(a > b for a, b in zip(values, values[1:], strict=False))
     # the step from the table (30) to the expansion (31) is the size of its neighbours' steps
     steps = [values[i] - values[i + 1] for i in (27, 28, 29, 30)]
     assert steps[2] == pytest.approx((steps[1] + steps[3]) / 2, rel=0.02)
@@ -226,8 +225,10 @@ def test_ratio_edge_cases():
 
 
 def test_normalize_matches_the_same_point_only():
-    records = ([record(PLAIN_PROFILE, 1000, i, g, cpu_s_per_gb=c) for i, (g, c) in enumerate(((9, 2), (10, 2), (11, 2)))]
-               + [record("aes-gcm-256", 1000, i, g, cpu_s_per_gb=c) for i, (g, c) in enumerate(((8.1, 5), (9.0, 6), (9.9, 7)))]
+    plain = ((9, 2), (10, 2), (11, 2))
+    ipsec = ((8.1, 5), (9.0, 6), (9.9, 7))
+    records = ([record(PLAIN_PROFILE, 1000, i, g, cpu_s_per_gb=c) for i, (g, c) in enumerate(plain)]
+               + [record("aes-gcm-256", 1000, i, g, cpu_s_per_gb=c) for i, (g, c) in enumerate(ipsec)]
                + [record("aes-gcm-256", 500, 0, 4.0)]  # no plain at 500 bytes
                + [record("aes-gcm-256", 1000, 0, 1.0, rate=34.0)])  # no plain at 34 Mbit/s
     ratios = normalize(aggregate(records))

@@ -1,6 +1,5 @@
 """How commands fail: one line, the documented exit statuses, SIGTERM unwinding only its own process."""
 import os
-import signal
 import subprocess
 import sys
 import textwrap

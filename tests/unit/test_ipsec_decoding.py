@@ -53,7 +53,7 @@ def ip_xfrm_states(text: str) -> list[dict[str, Any]]:
     """The fields of each SA block of ``ip -s xfrm state`` output."""
     heads = list(_SA_HEAD.finditer(text))
     states = []
-    for head, nxt in zip(heads, heads[1:] + [None]):
+    for head, nxt in zip(heads, heads[1:] + [None], strict=True):
         block = text[head.start():nxt.start() if nxt else len(text)]
         proto, spi, reqid, mode = re.search(
             r"proto (\S+) spi 0x([0-9a-f]+)\(\d+\) reqid (\d+)\(0x[0-9a-f]+\) mode (\S+)", block).groups()

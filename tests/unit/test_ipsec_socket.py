@@ -8,8 +8,9 @@ from __future__ import annotations
 import errno
 import json
 import logging
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def captured(name: str) -> list[Any]:
 class FakeNetlink:
     """Records requests; ``answer(n, msg_type)`` returns reply messages or raises."""
 
-    def __init__(self, answer: Optional[Callable[[int, int], list[Any]]] = None) -> None:
+    def __init__(self, answer: Callable[[int, int], list[Any]] | None = None) -> None:
         self.sent: list[tuple[int, int, Any]] = []
         self.answer = answer or (lambda n, t: [])
         self.closed = False
@@ -59,7 +60,7 @@ class FakeNetlink:
         return [t for t, _, _ in self.sent]
 
 
-def fail_at(index: int, code: int, extack: Optional[str] = None) -> Callable[[int, int], list[Any]]:
+def fail_at(index: int, code: int, extack: str | None = None) -> Callable[[int, int], list[Any]]:
     def answer(n: int, msg_type: int) -> list[Any]:
         if n == index:
             raise KernelError(code, extack)
@@ -152,9 +153,8 @@ def test_install_rollback_errors_do_not_hide_the_cause(caplog: pytest.LogCapture
             raise KernelError(errno.ESRCH if msg_type == XFRM_MSG_DELSA else errno.EINVAL)
         return []
     netlink = FakeNetlink(answer)
-    with caplog.at_level(logging.WARNING, logger="ipsec.xfrm"):
-        with pytest.raises(XfrmError) as info:
-            XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B, SA_A])
+    with caplog.at_level(logging.WARNING, logger="ipsec.xfrm"), pytest.raises(XfrmError) as info:
+        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B, SA_A])
     assert info.value.errno == errno.EINVAL
     assert "rollback: del_sa esp spi 0x00000101" in caplog.text
 

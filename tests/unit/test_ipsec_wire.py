@@ -145,7 +145,7 @@ def test_decrypt_recovers_the_ping_the_kernel_encrypted(name):
         assert len(data) == case["ping_size"]
         assert data[16:] == (PATTERN * 8)[:case["ping_size"] - 16]
         if "inner_proto" in case:  # AH over ESP: both removed, outermost first
-            inner_spi = dict(zip(case["spis"], case["inner_spis"]))[d.spi]
+            inner_spi = dict(zip(case["spis"], case["inner_spis"], strict=True))[d.spi]
             assert d.layers == ((case["proto"], d.spi), (case["inner_proto"], inner_spi))
         else:
             assert d.layers == ((case["proto"], d.spi),)
@@ -236,7 +236,7 @@ def test_an_altered_ciphertext_is_an_integrity_error():
     raw = bytearray(bytes(caught[index]))
     raw[-20] ^= 0x80  # inside the ciphertext, before the 12-byte ICV
     caught[index] = Ether(bytes(raw))
-    with pytest.raises(wire.DecryptError, match=r"packet %d: ESP SPI 0x00002002 .*integrity" % index):
+    with pytest.raises(wire.DecryptError, match=rf"packet {index}: ESP SPI 0x00002002 .*integrity"):
         wire.decrypt(caught, specs("esp_cbc128_sha1_tunnel_v6"))
 
 

@@ -29,9 +29,9 @@ def test_address_lifetimes_are_not_changes():
 def test_the_block_that_changed_something_fails(monkeypatch):
     shots = iter([snap(), snap(sysctls="net.ipv4.ip_forward = 1")])
     monkeypatch.setattr(isolation, "root_namespace_snapshot", lambda: next(shots))
-    with pytest.raises(AssertionError, match=r"sysctls: \+ net.ipv4.ip_forward = 1"):
-        with isolation.root_namespace_unchanged():
-            pass
+    with pytest.raises(AssertionError, match=r"sysctls: \+ net.ipv4.ip_forward = 1"), \
+            isolation.root_namespace_unchanged():
+        pass
     shots = iter([snap(), snap()])
     with isolation.root_namespace_unchanged():
         pass

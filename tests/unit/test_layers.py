@@ -92,10 +92,11 @@ def backend_name_comparisons(path: Path) -> list[str]:
         if not isinstance(node, ast.Compare):
             continue
         parts = [node.left, *node.comparators]
-        strings = {c.value for p in parts for c in ast.walk(p) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        strings = {c.value for p in parts for c in ast.walk(p)
+                   if isinstance(c, ast.Constant) and isinstance(c.value, str)}
         if not strings & set(BACKEND_NAMES):
             continue
-        about = [p for p in parts if not (isinstance(p, ast.Constant) or isinstance(p, (ast.Tuple, ast.List, ast.Set)))]
+        about = [p for p in parts if not (isinstance(p, (ast.Constant, ast.Tuple, ast.List, ast.Set)))]
         text = " ".join(ast.get_source_segment(source, p) or "" for p in about).lower()
         if "backend" in text or "kernel" in text:
             found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.get_source_segment(source, node)}")

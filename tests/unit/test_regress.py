@@ -5,7 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from analysis import regress
+from analysis import regress, regress_report
 from analysis.stats import t_critical_95
 
 
@@ -25,7 +25,7 @@ def test_t_quantiles_at_other_levels():
 
 def test_a_ten_percent_drop_is_flagged_and_noise_is_not():
     base = [95.1, 95.4, 95.2, 95.3, 95.0]
-    ratio, upper, df, regressed = regress.judge(base, [g * 0.9 for g in base], 0.05, 0.95)
+    ratio, upper, _df, regressed = regress.judge(base, [g * 0.9 for g in base], 0.05, 0.95)
     assert ratio == pytest.approx(0.9) and regressed and upper < 0.95
     _, _, _, regressed = regress.judge(base, [95.3, 95.0, 95.2, 95.4, 95.1], 0.05, 0.95)
     assert not regressed
@@ -45,7 +45,7 @@ def test_hand_computed_bound():
     b, c = [9, 11, 9, 11], [8, 10, 8, 10]
     vb, vc = (4 / 3) / 100 / 4, (4 / 3) / 81 / 4
     df = (vb + vc) ** 2 / (vb ** 2 / 3 + vc ** 2 / 3)
-    ratio, upper, got_df, _ = regress.judge(b, c, 0.05, 0.95)
+    _ratio, upper, got_df, _ = regress.judge(b, c, 0.05, 0.95)
     assert got_df == pytest.approx(df)
     assert upper == pytest.approx(0.9 + regress.t_quantile(0.95, df) * 0.9 * (vb + vc) ** 0.5)
 
@@ -131,12 +131,12 @@ def test_machine_differences_are_listed():
 def test_junit_and_markdown_say_the_same():
     base = regress.make_baseline(records([95.0, 95.2, 95.1]) + records([60.0, 61.0, 59.0], size=500), META)
     verdicts = regress.compare(base, records([95.0, 95.1, 95.2]) + records([50.0, 50.5, 49.5], size=500))
-    suite = ET.fromstring(regress.junit_xml(verdicts, 0.05, 0.95, ["kernel differs"]))
+    suite = ET.fromstring(regress_report.junit_xml(verdicts, 0.05, 0.95, ["kernel differs"]))
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
     failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failed == ["vpn_gateway none tunnel IPv4 tcp 100 Mbit/s mss 500 B"]
     assert any(p.get("value") == "kernel differs" for p in suite.iter("property"))
-    md = regress.markdown(verdicts, 0.05, 0.95, ["kernel differs"])
+    md = regress_report.markdown(verdicts, 0.05, 0.95, ["kernel differs"])
     assert "**1 of 2 points regressed**" in md and "> **Warning:** kernel differs" in md
     assert md.count("**REGRESSED**") == 1
 

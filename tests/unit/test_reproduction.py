@@ -1,4 +1,4 @@
-"""The reproduction analysis on synthetic data with known answers, and the seed scripts against their reference files."""
+"""The reproduction analysis on synthetic data with known answers; the seed scripts against their reference files."""
 from __future__ import annotations
 
 import importlib
@@ -6,10 +6,11 @@ import json
 import math
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
-from analysis import penalty, reproduction
+from analysis import penalty, reproduction, reproduction_report
 from analysis.reproduction import FAILS, HOLDS, UNMEASURED, Row, evaluate_claim
 from analysis.stats import RatioEstimate, Summary
 from ipsec import overhead
@@ -191,14 +192,14 @@ def test_report_of_a_synthetic_run(tmp_path):
                               "cpu_busy_pct": 50.0, "cpu_system_pct": 20.0, "cpu_s_per_gb": 10.0 / share,
                               "emulation_limited": False, "failed": False})
     (part / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    path = reproduction.write_report(str(tmp_path))
+    path = reproduction_report.write_report(str(tmp_path))
     data = json.loads((tmp_path / "comparison.json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["ninety-percent"] == HOLDS  # 0.9 at 1000 bytes, 10 Mbit/s
     assert verdicts["small-less-efficient"] == HOLDS  # 0.6 at 500 against 0.9
     assert verdicts["cpu-small-packets"] == UNMEASURED  # no 100- or 1460-byte points
     assert {p["point"]["size_bytes"] for p in data["penalties"]} == {500, 1000}
-    page = open(path).read()
+    page = Path(path).read_text()
     assert "IPsec becomes less efficient" in page and page.count('class="holds"') == 2
 
 
@@ -259,5 +260,5 @@ def test_transaction_summary():
 
 def test_verdict_counts_reads_as_a_sentence():
     claims = [{"verdict": HOLDS}, {"verdict": FAILS}, {"verdict": UNMEASURED}, {"verdict": HOLDS}]
-    assert reproduction.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"
-    assert reproduction.verdict_counts([{"verdict": HOLDS}]) == "1 of 1 claim holds"
+    assert reproduction_report.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"
+    assert reproduction_report.verdict_counts([{"verdict": HOLDS}]) == "1 of 1 claim holds"

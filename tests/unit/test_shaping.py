@@ -1,6 +1,7 @@
 """Shaping specs, tc plans and the goodput model, without a kernel."""
 import dataclasses
 import errno
+from typing import ClassVar
 
 import pytest
 
@@ -8,10 +9,17 @@ from ipsec.overhead import theoretical_goodput_mbps
 from testbed.backends import GUEST_ENV, UmlBackend
 from topologies import shaping
 from topologies.shaping import (
-    ROOT_HANDLE, TC_H_ROOT, ShapingError, ShapingSpec, TcOp, apply_shaping, default_burst_bytes, format_handle,
-    plan_shaping, remove_shaping,
+    ROOT_HANDLE,
+    TC_H_ROOT,
+    ShapingError,
+    ShapingSpec,
+    TcOp,
+    apply_shaping,
+    default_burst_bytes,
+    format_handle,
+    plan_shaping,
+    remove_shaping,
 )
-
 
 # -- ShapingSpec ------------------------------------------------------------------------------
 
@@ -195,7 +203,7 @@ def test_bad_mtu(mtu):
     (1000, 200_000),   # 12_500_000: capped (the default r2q would make the kernel warn here)
 ])
 def test_htb_quantum_is_explicit_and_within_what_the_kernel_accepts_quietly(rate, quantum):
-    qdisc, cls, leaf = plan_shaping(ShapingSpec(rate, qdisc="htb"), 1500)
+    qdisc, cls, _leaf = plan_shaping(ShapingSpec(rate, qdisc="htb"), 1500)
     assert (qdisc.target, qdisc.kind, qdisc.handle, qdisc.parent) == ("qdisc", "htb", 0x10000, TC_H_ROOT)
     assert qdisc.params == {"default_class": 0x10, "r2q": 10}
     assert (cls.target, cls.kind, cls.handle, cls.parent) == ("class", "htb", 0x10010, 0x10000)
@@ -203,7 +211,7 @@ def test_htb_quantum_is_explicit_and_within_what_the_kernel_accepts_quietly(rate
 
 
 def test_htb_1000mbit_by_hand():
-    qdisc, cls, leaf = plan_shaping(ShapingSpec(1000, qdisc="htb"), 1500)
+    _qdisc, cls, leaf = plan_shaping(ShapingSpec(1000, qdisc="htb"), 1500)
     assert cls.params["rate_bytes_per_s"] == cls.params["ceil_bytes_per_s"] == 125_000_000
     assert cls.params["burst_bytes"] == cls.params["cburst_bytes"] == 500_000
     assert (cls.params["overhead_bytes"], cls.params["mpu_bytes"]) == (0, 0)
@@ -237,7 +245,7 @@ def test_loss_only_netem_has_no_delay():
 
 
 def test_htb_under_netem():
-    netem, qdisc, cls, leaf = plan_shaping(ShapingSpec(10, qdisc="htb", delay_ms=5), 1500)
+    _netem, qdisc, cls, leaf = plan_shaping(ShapingSpec(10, qdisc="htb", delay_ms=5), 1500)
     assert (qdisc.handle, qdisc.parent) == (0x20000, 0x10001)
     assert (cls.handle, cls.parent) == (0x20010, 0x20000)
     assert (leaf.handle, leaf.parent) == (0x100000, 0x20010)
@@ -385,8 +393,8 @@ class FakeNetlinkMessage(dict):
 class FakeIPRoute:
     """Records tc calls; ``fail`` maps a tc kind ("tbf", "netem", "add-class") to (errno, kernel text)."""
 
-    calls: list = []
-    fail: dict = {}
+    calls: ClassVar[list] = []
+    fail: ClassVar[dict] = {}
     root = ("noqueue", 0)
 
     def __init__(self, netns=None, ext_ack=False):

@@ -4,7 +4,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,7 +22,7 @@ def test_plain_baseline_is_always_in_and_interleaved_with_ipsec():
     assert [(p.profile, p.size_bytes, p.repetition) for p in points[:6]] == [
         ("none", 500, 0), ("aes-gcm-256", 500, 0), ("aes-gcm-256", 1000, 0), ("none", 1000, 0),
         ("none", 500, 1), ("aes-gcm-256", 500, 1)]
-    switches = sum(a.profile != b.profile for a, b in zip(points, points[1:]))
+    switches = sum(a.profile != b.profile for a, b in zip(points, points[1:], strict=False))
     assert switches == 8  # every other point (alternating order would switch at all 15 boundaries)
     # rates are outermost: the network is re-shaped once per rate
     assert [p.rate_mbit for p in points] == [10.0] * 8 + [100.0] * 8
@@ -47,9 +46,8 @@ def test_bad_sweeps_fail_before_anything_runs(kw, match):
         SweepSpec(**kw)
 
 
-def record(point, goodput=1.0):
-    from dataclasses import asdict
-    return {**asdict(point), "goodput_mbps": goodput}
+def record(point, **extra):
+    return {**dataclasses.asdict(point), "goodput_mbps": 9.5, **extra}
 
 
 def test_resume_skips_measured_points_and_cuts_a_partial_line(tmp_path):
@@ -104,10 +102,6 @@ def test_spec_survives_meta_json():
     assert SweepSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
-def record(point, **extra):
-    return {**dataclasses.asdict(point), "goodput_mbps": 9.5, **extra}
-
-
 def test_a_failed_point_counts_as_missing(tmp_path):
     spec = SweepSpec(rates_mbit=(10,), sizes=(500,), repetitions=1)
     a, b = plan_points(spec)
@@ -131,7 +125,7 @@ def test_relative_ci_is_students_t_half_width_over_the_mean():
 
 def recs(goodputs, cpu=None, **extra):
     cpu = cpu or [1.0] * len(goodputs)
-    return [{"goodput_mbps": g, "cpu_s_per_gb": c, **extra} for g, c in zip(goodputs, cpu)]
+    return [{"goodput_mbps": g, "cpu_s_per_gb": c, **extra} for g, c in zip(goodputs, cpu, strict=True)]
 
 
 @pytest.mark.parametrize("records,more", [
@@ -172,10 +166,10 @@ def test_rounds_measure_only_the_imprecise_points_with_their_next_repetition():
 
 
 def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
-    with locked_run_dir(str(tmp_path)):
-        with pytest.raises(RunDirBusy, match=rf"being written by another run \(pid {os.getpid()}\)"):
-            with locked_run_dir(str(tmp_path)):
-                pass
+    with locked_run_dir(str(tmp_path)), \
+            pytest.raises(RunDirBusy, match=rf"being written by another run \(pid {os.getpid()}\)"), \
+            locked_run_dir(str(tmp_path)):
+        pass
     with locked_run_dir(str(tmp_path)):  # released after the block
         pass
 
@@ -189,9 +183,8 @@ with locked({str(tmp_path)!r}):
     time.sleep(60)
 """], stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))) or ".")
     assert holder.stdout.readline() == "locked\n"
-    with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"):
-        with locked_run_dir(str(tmp_path)):
-            pass
+    with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"), locked_run_dir(str(tmp_path)):
+        pass
     holder.kill()
     holder.wait()
     with locked_run_dir(str(tmp_path)):
@@ -214,9 +207,8 @@ def test_an_interrupted_run_is_marked_in_meta(tmp_path):
 
 def test_a_refused_sweep_leaves_no_empty_run_directory(tmp_path):
     fresh = tmp_path / "fresh"
-    with pytest.raises(RuntimeError, match="no kernel"):
-        with locked_run_dir(str(fresh)):
-            raise RuntimeError("no kernel can run it")
+    with pytest.raises(RuntimeError, match="no kernel"), locked_run_dir(str(fresh)):
+        raise RuntimeError("no kernel can run it")
     assert not fresh.exists()
     kept = tmp_path / "kept"
     with locked_run_dir(str(kept)):

@@ -20,7 +20,7 @@ def test_init_runs_the_command_quoted_in_its_directory_and_reports_status():
     lines = text.splitlines()
     assert lines[0] == "#!/bin/sh"
     assert "cd /work/repo ||" in text
-    run = [l for l in lines if l.startswith("python3 ")]
+    run = [line for line in lines if line.startswith("python3 ")]
     assert run == ["python3 -c 'print('\"'\"'a b'\"'\"')' </dev/null 1>/run/itb-fd1 2>/run/itb-fd2"]
     # status is written after the command and its output, atomically, then the guest powers off
     i = lines.index(run[0])

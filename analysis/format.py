@@ -1,0 +1,232 @@
+"""How points are named, grouped and written as text: labels, numbers with their CI, scenarios and panels.
+
+Pure functions on :mod:`analysis.stats` aggregates, shared by the figures, the terminal tables and the HTML page.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analysis.stats import BOUND_ORDER, NO_MODE, PLAIN_PROFILE, Aggregate, Ratio, RatioEstimate, Summary
+
+
+def profile_label(profile: Any) -> str:
+    """How a profile is named in legends and tables."""
+    return "plain (no IPsec)" if profile == PLAIN_PROFILE else str(profile)
+
+
+def rate_label(rate_mbit: float | None) -> str:
+    return "unshaped link" if rate_mbit is None else f"{rate_mbit:g} Mbit/s link"
+
+
+def describe(key: str, value: Any) -> str:
+    if key == "rate_mbit":
+        return rate_label(value)
+    if key == "mode" and value in NO_MODE:
+        return "no IPsec mode"
+    if value is None:
+        return f"{key} n/a"
+    if key == "ip_version":
+        return f"IPv{value}"
+    if key == "transport":
+        return str(value).upper()
+    if key == "mode":
+        return f"{value} mode"
+    if key == "clients":
+        return f"{value} client{'s' if value != 1 else ''}"
+    if key == "size_mode":
+        return {"mss": "sized by MSS", "write": "sized by write", "datagram": "sized by datagram"}.get(
+            value, f"size mode {value}")
+    if key == "topology":
+        return str(value)
+    return f"{key} {value}"
+
+
+def fmt_num(x: float | None, sig: int = 3) -> str:
+    """``x`` with ``sig`` significant digits, never in exponent notation; "–" for None."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{decimals(x, sig)}f}"
+
+
+def decimals(x: float, sig: int) -> int:
+    if x == 0 or not math.isfinite(x):
+        return max(0, sig - 1)
+    return max(0, sig - 1 - math.floor(math.log10(abs(x))))
+
+
+def fmt_mean_ci(mean: float | None, ci: float | None, sig: int = 3) -> tuple[str, str]:
+    """Mean and CI half-width with the same number of decimals (those of the mean)."""
+    if mean is None:
+        return "–", "–"
+    d = decimals(mean, sig)
+    return f"{mean:.{d}f}", ("–" if ci is None else f"{ci:.{d}f}")
+
+
+NOT_SCENARIO = ("profile", "size_bytes")
+
+
+def panel_key(point: Mapping[str, Any]) -> tuple:
+    return tuple((k, v) for k, v in point.items() if k not in NOT_SCENARIO)
+
+
+@dataclasses.dataclass
+class Panel:
+    key: tuple
+    items: list = dataclasses.field(default_factory=list)
+
+    @property
+    def point(self) -> dict[str, Any]:
+        return dict(self.key)
+
+    @property
+    def size_mode(self) -> Any:
+        return self.point.get("size_mode")
+
+
+def group_panels(items: Sequence[Any]) -> list[Panel]:
+    """Group aggregates (or ratios) into panels, in order; a plain baseline recorded without a
+    mode joins every panel whose IPsec points differ from it only by the mode."""
+    panels: dict[tuple, Panel] = {}
+    modeless_plain = []
+    for it in items:
+        if it.point.get("profile") == PLAIN_PROFILE and it.point.get("mode") in NO_MODE:
+            modeless_plain.append(it)
+            continue
+        key = panel_key(it.point)
+        panels.setdefault(key, Panel(key)).items.append(it)
+    for it in modeless_plain:
+        own = panel_key(it.point)
+        rest = tuple((k, v) for k, v in own if k != "mode")
+        targets = [p for k, p in panels.items() if tuple((a, b) for a, b in k if a != "mode") == rest]
+        if not targets:
+            targets = [panels.setdefault(own, Panel(own))]
+        for p in targets:
+            p.items.append(it)
+    ordered = sorted(panels.values(), key=lambda p: panel_sort(p.point))
+    return ordered
+
+
+def panel_sort(point: Mapping[str, Any]) -> tuple:
+    out = []
+    for k, v in point.items():
+        if k == "rate_mbit":
+            continue
+        out.append((v is None, str(v)))
+    rate = point.get("rate_mbit")
+    out.append((rate is None, rate or 0))
+    return tuple(out)
+
+
+def panel_titles(panels: Sequence[Panel]) -> list[str]:
+    keys = [k for k, _ in panels[0].key] if panels else []
+    varying = [k for k in keys if k != "rate_mbit" and len({str(p.point.get(k)) for p in panels}) > 1
+               and k != "size_mode"]
+    titles = []
+    for p in panels:
+        parts = [describe(k, p.point.get(k)) for k in varying]
+        parts.append(describe("rate_mbit", p.point.get("rate_mbit")))
+        titles.append(" · ".join(parts))
+    return titles
+
+
+def scenario_summary(points: Sequence[Mapping[str, Any]]) -> str:
+    """What all points share besides the topology, e.g. "TCP · IPv4 · tunnel mode · 1 client"."""
+    parts = []
+    for k in ("transport", "ip_version", "mode", "clients"):
+        values = {p.get(k) for p in points if not (k == "mode" and p.get("profile") == PLAIN_PROFILE)}
+        if len(values) == 1:
+            (v,) = values
+            if v is not None:
+                parts.append(describe(k, v))
+    return " · ".join(parts)
+
+
+def scenario_key(panel: Panel) -> tuple:
+    return tuple((k, v) for k, v in panel.key if k != "rate_mbit")
+
+
+def row_order(a: Aggregate) -> tuple:
+    # mode after size: a plain baseline recorded without a mode stays next to the IPsec rows of every mode
+    scenario = {k: v for k, v in panel_key(a.point) if k != "mode"}
+    return (panel_sort(scenario), a.size_bytes or 0, a.profile != PLAIN_PROFILE,
+            str(a.point.get("mode") or ""), str(a.profile))
+
+
+def table_rows(aggs: Sequence[Aggregate]) -> list[Aggregate]:
+    """Aggregates ordered so that plain and IPsec at the same size are adjacent."""
+    return sorted(aggs, key=row_order)
+
+
+def ratio_index(ratios: Sequence[Ratio]) -> dict[int, Ratio]:
+    return {id(r.ipsec): r for r in ratios}
+
+
+def scenario_of(a: Aggregate, varying: Sequence[str]) -> str:
+    return " · ".join(describe(k, a.point.get(k)) for k in varying)
+
+
+def varying_scenario_keys(aggs: Sequence[Aggregate]) -> list[str]:
+    keys = [k for k in (aggs[0].point if aggs else {}) if k not in ("profile", "size_bytes", "rate_mbit")]
+    out = []
+    for k in keys:
+        values = {str(a.point.get(k)) for a in aggs if not (k == "mode" and a.is_plain and a.point.get(k) in NO_MODE)}
+        if len(values) > 1:
+            out.append(k)
+    return out
+
+
+#: How each class of :data:`analysis.stats.BOUND_ORDER` reads in a table.
+BOUND_NAMES = {"link": "link", "cpu": "CPU", "other": "other", "anomaly": "anomaly"}
+
+#: One line per class, for table captions and the report's reading guide.
+BOUND_HELP = {
+    "link": "the shaped link was full: the figure is the emulated network's",
+    "cpu": "the emulator's CPU was saturated first: the figure is this machine's, not the network's",
+    "other": "neither was full (a small window, loss, a slow receiver): look at the point before trusting it",
+}
+
+
+def bound_text(a: Aggregate) -> str:
+    """What bounded the point's repetitions: "link", "CPU 2/3, link 1/3", plus anomalies left out
+    and failed repetitions. Runs from before the monitor say only "CPU-bound" where flagged."""
+    counted = {b: n for b, n in a.bounds.items() if b != "anomaly"}
+    total = sum(counted.values())
+    flags = []
+    if len(counted) == 1:
+        flags.append(BOUND_NAMES.get(next(iter(counted)), next(iter(counted))))
+    elif counted:
+        order = sorted(counted, key=lambda b: BOUND_ORDER.index(b) if b in BOUND_ORDER else len(BOUND_ORDER))
+        flags.append(", ".join(f"{BOUND_NAMES.get(b, b)} {counted[b]}/{total}" for b in order))
+    elif a.emulation_limited:
+        flags.append("CPU-bound" if a.n_emulation_limited == a.goodput.n
+                     else f"CPU-bound {a.n_emulation_limited}/{a.goodput.n}")
+    if a.n_anomaly:
+        flags.append(f"{a.n_anomaly} {'anomaly' if a.n_anomaly == 1 else 'anomalies'} left out")
+    if a.n_failed:
+        flags.append(f"{a.n_failed} failed")
+    return ", ".join(flags)
+
+
+def ratio_text(r: RatioEstimate | None) -> str:
+    if r is None:
+        return ""
+    return f"{r.value:.3f}" if r.ci95 is None else f"{r.value:.3f} ± {r.ci95:.3f}"
+
+
+def summary_text(s: Summary | None) -> str:
+    if s is None:
+        return ""
+    mean, ci = fmt_mean_ci(s.mean, s.ci95)
+    return mean if s.ci95 is None else f"{mean} ± {ci}"
+
+
+def group_of(a: Aggregate, varying: Sequence[str]) -> tuple:
+    """Rows of one scenario and rate belong together in tables."""
+    return scenario_of(a, [k for k in varying if k != "mode"]), a.rate_mbit
+
+
+def compare_key(a: Aggregate) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in a.point.items()))

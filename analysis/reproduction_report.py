@@ -1,0 +1,287 @@
+"""A reproduction's evaluation written out: the terminal summary, Markdown for a CI summary, the HTML page.
+
+Everything here renders what :func:`analysis.reproduction.evaluate` returns; nothing is evaluated here.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from analysis.figures import fig_normalized, fig_throughput, profile_colors
+from analysis.page import CSS, figure_div
+from analysis.reproduction import FAILS, HOLDS, UNMEASURED, evaluate, load_run, run_kernel
+from analysis.stats import aggregate, normalize
+from testbed.rundir import atomic_write
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:.{decimals}f}"
+
+
+def _pm(mean: float | None, ci: float | None) -> str:
+    return "–" if mean is None else _num(mean) + (f" ± {_num(ci, 2)}" if ci is not None else "")
+
+
+def value_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["published value (source)", "seed", "seed (converted)", "this run", "this run / seed", ""]
+    rows = []
+    for v in data["values"]:
+        unit = {"goodput_mbps": "Mbit/s", "loss_pct": "% lost", "cpu_system_pct": "% sys CPU"}[v["metric"]]
+        rows.append([v["source"], f"{v['quote']}", f"{_num(v['seed_value'])} {unit}",
+                     _pm(v["ours"], v["ci95"]) if v["ours"] is not None else v["note"],
+                     _num(v["ours_over_seed"]), "CPU-bound" if v["limited"] else ""])
+    return headers, rows
+
+
+def ratio_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["ratio", "at", "seed", "this run", ""]
+    rows = [[r["ratio"], ", ".join(f"{k}={v}" for k, v in r["where"].items()), _num(r["seed"]),
+             _pm(r["ours"], r["ci95"]), "CPU-bound" if r["limited"] else ""] for r in data["ratios"]]
+    return headers, rows
+
+
+def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    headers = ["claim (seed's words)", "checked as", "range", "measured here", "verdict"]
+    rows = []
+    for c in data["claims"]:
+        measured = "–" if c["min"] is None else (_num(c["min"]) if c["min"] == c["max"]
+                                                 else f"{_num(c['min'])} .. {_num(c['max'])}")
+        measured += f" ({len(c['measured'])} values)" if len(c["measured"]) > 1 else ""
+        rng = (f"\u2265 {_num(c['low'])}" if c["high"] is None else f"\u2264 {_num(c['high'])}" if c["low"] is None
+               else f"{_num(c['low'])} .. {_num(c['high'])}")
+        rows.append([f"\u201c{c['quote']}\u201d ({c['source']})", c["statement"], rng, measured, c["verdict"]])
+    return headers, rows
+
+
+def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
+    """'3 of 5 claims hold, 1 does not, 1 not measured' (pure)."""
+    n = {v: sum(1 for c in claims if c["verdict"] == v) for v in (HOLDS, FAILS, UNMEASURED)}
+    text = f"{n[HOLDS]} of {len(claims)} claim{'s' if len(claims) != 1 else ''} hold{'s' if len(claims) == 1 else ''}"
+    if n[FAILS]:
+        text += f", {n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not"
+    if n[UNMEASURED]:
+        text += f", {n[UNMEASURED]} not measured by this run"
+    return text
+
+
+def markdown(data: Mapping[str, Any]) -> str:
+    """The claims, the published numbers and the ratios as Markdown tables (for a README or a CI summary)."""
+    def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+        def cell(c: Any) -> str:
+            return str(c).replace("|", "\\|").replace("\n", " ")
+
+        return ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers),
+                *("| " + " | ".join(map(cell, r)) + " |" for r in rows), ""]
+
+    run = data["run"]
+    where = f"{run_kernel(run)} on {run.get('host_cpu_model') or run.get('cpu_model')}"
+    out = [f"Seed {data['seed']}, measured with {where}: {verdict_counts(data['claims'])}.", ""]
+    out += table(*claim_rows(data))
+    headers, rows = value_rows(data)
+    rows = [r for r in rows if r[3] and not r[3].startswith(("not measured", "2 points"))]
+    if rows:
+        out += table(headers, rows)
+    headers, rows = ratio_rows(data)
+    if rows:
+        out += table(headers, rows)
+    return "\n".join(out)
+
+
+def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
+    """The claims, values and ratios tables on the terminal."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    data = data or evaluate(run_dir)
+    console = Console()
+    for title, (headers, rows) in (("Claims", claim_rows(data)), ("Published numbers", value_rows(data)),
+                                   ("Ratios that transfer", ratio_rows(data))):
+        if not rows:
+            continue
+        table = Table(title=f"Seed {data['seed']}: {title}", box=box.SIMPLE_HEAD, title_justify="left")
+        for h in headers:
+            table.add_column(h, overflow="fold")
+        for row in rows:
+            style = "green" if row[-1] == HOLDS else "red" if row[-1] == FAILS else None
+            table.add_row(*row, style=style)
+        console.print(table)
+
+
+def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    esc = html.escape
+    out = [f'<table class="points wrap" id="{table_id}"><thead><tr>']
+    out += [f"<th>{esc(h)}</th>" for h in headers]
+    out.append("</tr></thead><tbody>")
+    for row in rows:
+        cls = {HOLDS: "holds", FAILS: "fails", UNMEASURED: "unmeasured"}.get(row[-1], "")
+        out.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
+                compare: Sequence[tuple[str, Mapping]] = ()) -> str:
+    """The reproduction's page: set-ups, claims, published numbers, ratios, penalties, figures per part."""
+
+    esc = html.escape
+    data = data or evaluate(run_dir)
+    run = data["run"]
+    where = run_kernel(run)
+    head = [f"<h1>Seed {esc(data['seed'])} reproduction</h1>",
+            f'<p class="subtitle">{esc(data.get("title") or "")}</p>',
+            '<dl class="meta">',
+            f"<dt>the seed</dt><dd>{esc(data.get('seed_setup') or '')}</dd>",
+            f"<dt>this run</dt><dd>{esc(where)} on {esc(str(run.get('host_cpu_model') or run.get('cpu_model')))} "
+            f"({esc(str(run.get('cpu_count')))} CPU{'s' if run.get('cpu_count') != 1 else ''} for the run); "
+            f"{esc(str(run.get('started')))} .. {esc(str(run.get('finished')))}</dd>",
+            f"<dt>command</dt><dd><code>{esc(' '.join(run.get('command_line') or []))}</code></dd>",
+            "<dt>parts</dt><dd>" + "; ".join(f"{esc(p['name'])} ({p['points']} records): {esc(p['title'])}"
+                                              for p in data["parts"]) + "</dd>",
+            "</dl>"]
+    body = []
+    body.append(f"<h2>Claims</h2><p>{esc(verdict_counts(data['claims']))}. "
+                "Each verdict compares values measured in this run directory with the "
+                "range written next to the claim in the reference file; the range is how the seed's words were "
+                "read.</p>")
+    body.append(_html_table("claims", *claim_rows(data)))
+    if len(compare) > 1:
+        body.append("<h3>The same claims in the runs compared</h3>")
+        body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
+    failing = [c for c in data["claims"] if c["differs"]]
+    if failing:
+        body.append("<h3>What differs, where a claim does not hold</h3><p>As far as this run's data shows; "
+                    "the seed's set-up is at the top of the page.</p><ul>")
+        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['differs'])}</li>" for c in failing]
+        body.append("</ul>")
+    headers, rows = value_rows(data)
+    if rows:
+        body.append("<h2>Published numbers and this run's</h2><p>Means over repetitions with the half-width "
+                    "of the 95&nbsp;% confidence interval. Absolute figures depend on the machine; see the "
+                    "ratios below.</p>")
+        body.append(_html_table("values", headers, rows))
+    headers, rows = ratio_rows(data)
+    if rows:
+        body.append("<h2>Ratios that transfer across hardware</h2>")
+        body.append(_html_table("ratios", headers, rows))
+    if data["transactions"]:
+        body.append("<h2>Request/response transactions</h2>")
+        body.append(_html_table("transactions", ["profile", "mean per transaction", "IPsec/plain"],
+                                [[t["point"]["profile"], _pm(t["mean_ms"], t["ci95"]) + " ms", _num(t["ratio"])]
+                                 for t in data["transactions"]]))
+    if data["penalties"]:
+        body.append("<h2>Where the IPsec penalty comes from</h2><p>Penalty = 1 &minus; IPsec/plain goodput. "
+                    "Wire: what the bytes IPsec adds explain on a saturated link (the overhead model); other: "
+                    "the rest (encryption and packet processing time, an emulator out of CPU). "
+                    "&ldquo;plain link-bound&rdquo; says whether the plain point reached 90&nbsp;% of its "
+                    "expected goodput, i.e. whether the link was the bottleneck.</p>")
+        body.append(_html_table("penalties", ["part", "point", "IPsec/plain", "penalty", "wire", "other",
+                                              "plain link-bound", ""],
+                                [[p["part"], _point_text(p["point"]), _num(p["ratio"]), _pct(p["penalty"]),
+                                  _pct(p["wire"]), _pct(p["other"]),
+                                  {True: "yes", False: "no", None: "–"}[p["plain_link_bound"]],
+                                  "CPU-bound" if p["limited"] else ""] for p in data["penalties"]]))
+    figures = _part_figures(run_dir)
+    if figures:
+        body.append("<h2>Figures</h2>")
+        for i, (name, fig) in enumerate(figures):
+            body.append(f'<section class="figure" id="{esc(name)}">')
+            body.append(figure_div(fig, "fig-" + name, first=i == 0))
+            body.append("</section>")
+    css = CSS + ("table.points.wrap td{white-space:normal;vertical-align:top}"
+                               "table.points.wrap td:last-child{white-space:nowrap}"
+                               "tr.holds td:last-child{color:#006d2c;font-weight:600}"
+                               "tr.fails td:last-child{color:#b30000;font-weight:600}")
+    return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+                      f"<title>Seed {esc(data['seed'])} reproduction</title>",
+                      '<meta name="viewport" content="width=device-width, initial-scale=1">',
+                      f"<style>{css}</style>", "</head><body><main>", *head, *body,
+                      "<footer>Generated by the IPsec Testbed <code>analysis</code> package from the run directory "
+                      "and <code>analysis/reference/</code>.</footer>", "</main></body></html>"])
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x + 0.0:.1f} %".replace("-0.0 %", "0.0 %")
+
+
+def _point_text(p: Mapping[str, Any]) -> str:
+    bits = [str(p.get("profile")), f"IPv{p.get('ip_version')}", str(p.get("transport")),
+            f"{p.get('size_mode')} {p.get('size_bytes')} B", f"{p.get('rate_mbit'):g} Mbit/s"]
+    if p.get("clients", 1) != 1:
+        bits.append(f"{p['clients']} clients")
+    return " ".join(bits)
+
+
+def _part_figures(run_dir: str) -> list:
+    """Goodput and normalized-goodput figures of the parts that vary size or rate."""
+
+    _, parts = load_run(run_dir)
+    figures = []
+    for part in parts:
+        spec = part["spec"]
+        if part.get("transactions") or not part["records"]:
+            continue
+        if len(spec.get("sizes", ())) < 2 and len(spec.get("rates_mbit", ())) < 2:
+            continue
+        aggs = aggregate(part["records"])
+        colors = profile_colors([a.profile for a in aggs])
+        figures.append((f"{part['name']}-goodput", fig_throughput(aggs, colors)))
+        ratios = normalize(aggs)
+        if ratios:
+            figures.append((f"{part['name']}-normalized", fig_normalized(ratios, colors)))
+    return figures
+
+
+def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[str, Mapping]] = (),
+                 data: Mapping[str, Any] | None = None) -> str:
+    """Write ``comparison.json`` and ``report.html`` (or ``out``) into ``run_dir``; returns the report's path.
+
+    ``compare``: (run directory, :func:`evaluate` data) of several runs of the same seed, this
+    one first, whose claims the page sets side by side; ``data``: this run's :func:`evaluate`, if made already.
+    """
+    data = data or evaluate(run_dir)
+    atomic_write(os.path.join(run_dir, "comparison.json"), json.dumps(data, indent=2, sort_keys=True, default=str))
+    path = out or os.path.join(run_dir, "report.html")
+    atomic_write(path, render_html(run_dir, data, compare))
+    return path
+
+
+def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """One row per claim of the first run: its verdict and measured range in every run."""
+    headers = ["claim"] + [f"{os.path.basename(os.path.normpath(d))} ({x['run'].get('backend')} "
+                           f"{x['run'].get('kernel_release')})" for d, x in zip(run_dirs, datas, strict=True)]
+    rows = []
+    for claim in datas[0]["claims"]:
+        row = [claim["id"]]
+        for data in datas:
+            c = next((c for c in data["claims"] if c["id"] == claim["id"]), None)
+            if c is None or c["min"] is None:
+                row.append(UNMEASURED)
+            else:
+                span = _num(c["min"]) if c["min"] == c["max"] else f"{_num(c['min'])} .. {_num(c['max'])}"
+                row.append(f"{c['verdict']} ({span})")
+        rows.append(row)
+    return headers, rows
+
+
+def print_claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    headers, rows = claims_compared(run_dirs, datas)
+    table = Table(title="Claims across runs", box=box.SIMPLE_HEAD, title_justify="left")
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
