@@ -23,7 +23,8 @@ setup(
         "plotly>=7.1",
         "rich>=15.0",
     ],
-    extras_require={"test": ["pytest>=9.2", "pyyaml>=6.0"]},  # pyyaml: the example CI workflow's test
+    # pyyaml: the example CI workflow's test; ruff: the linter .ci/run runs (rules in ruff.toml)
+    extras_require={"test": ["pytest>=9.2", "pyyaml>=6.0", "ruff>=0.17,<0.18"]},
     entry_points={"console_scripts": ["ipsec-testbed = cli.main:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
