@@ -52,6 +52,11 @@ METRICS = ("goodput_mbps", "normalized_goodput", "loss_pct", "cpu_system_pct", "
            "transaction_ms")
 COMPARED_METRICS = ("goodput_mbps", "loss_pct", "cpu_system_pct")
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
+#: A claim whose points here were mostly bounded by something else than the seed's were.
+NOT_TESTABLE = "not testable here"
+VERDICTS = (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)
+#: Metrics that are shares of the CPU at the link's rate: not the seed's at scaled rates.
+CPU_SHARE_METRICS = ("cpu_busy_pct", "cpu_system_pct")
 
 
 class ReproductionError(ValueError):
@@ -74,10 +79,15 @@ def load_reference(seed: str) -> dict:
 class Row:
     """One point of a reproduction run (repetitions aggregated)."""
 
-    point: Mapping[str, Any]  # POINT_KEYS + part, reference, mtu
+    point: Mapping[str, Any]  # POINT_KEYS + part, reference, mtu (rate_mbit: the seed's, when scaled)
     metrics: Mapping[str, Any]  # name -> Summary or RatioEstimate
     limited: bool = False
     penalty: Any = None  # analysis.penalty.Penalty for IPsec sweep points
+    bound: str | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
+    ratio_bound: str | None = None  # ... and its IPsec/plain ratio (the more cautious side)
+
+    def bound_for(self, metric: str) -> str | None:
+        return self.ratio_bound if metric == "normalized_goodput" else self.bound
 
     def value(self, metric: str) -> tuple[float, float | None] | None:
         """(mean, 95 % CI half-width) of ``metric``, or None."""
@@ -104,8 +114,13 @@ def load_run(run_dir: str) -> tuple[dict, list[dict]]:
     return meta, parts
 
 
-def rows_of(parts: Sequence[dict]) -> list[Row]:
-    """Every point of every part, with goodput, loss, CPU, normalized goodput and penalty."""
+def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
+    """Every point of every part, with goodput, loss, CPU, normalized goodput and penalty.
+
+    With ``scale`` (a run whose link rates were the seed's divided by it) a row's ``rate_mbit``
+    is the seed's rate, which the reference file's WHEREs name, and ``emulated_rate_mbit`` the
+    rate measured here.
+    """
     from analysis.penalty import penalty_of
 
     rows = []
@@ -126,7 +141,12 @@ def rows_of(parts: Sequence[dict]) -> list[Row]:
             if ratio is not None:
                 metrics["normalized_goodput"] = ratio.goodput
                 penalty = penalty_of(ratio, extra["mtu"])
-            rows.append(Row({**a.point, **extra}, metrics, a.emulation_limited, penalty))
+            point = {**a.point, **extra}
+            if scale != 1.0 and point.get("rate_mbit") is not None:
+                point["emulated_rate_mbit"] = point["rate_mbit"]
+                point["rate_mbit"] = round(point["rate_mbit"] * scale, 6)
+            rows.append(Row(point, metrics, a.bound == "cpu", penalty, a.bound,
+                            ratio.bound if ratio is not None else None))
     return rows
 
 
@@ -180,8 +200,12 @@ def select(rows: Sequence[Row], where: Mapping[str, Any], metric: str | None = N
 
 # -- published values next to ours ------------------------------------------------------------
 
-def compare_values(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[dict]:
-    """One entry per published throughput, loss or CPU figure: the seed's and ours."""
+def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> list[dict]:
+    """One entry per published throughput, loss or CPU figure: the seed's and ours.
+
+    In a run at scaled rates our goodput is compared as ours × ``scale`` (the share of the
+    link it is, at the seed's rate) and CPU shares are not compared.
+    """
     out = []
     for v in reference.get("values", []):
         if v.get("metric") not in COMPARED_METRICS or "compare" in v.get("where", {}):
@@ -190,11 +214,19 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[di
         found = select(rows, v.get("where", {}), v["metric"])
         entry = {"id": v["id"], "source": v["source"], "quote": v["quote"], "metric": v["metric"],
                  "seed_value": seed_value, "seed_unit": v["unit"], "seed_quoted": v["value"],
-                 "ours": None, "ci95": None, "n": None, "ours_over_seed": None, "limited": None, "note": ""}
+                 "ours": None, "ci95": None, "n": None, "ours_over_seed": None, "limited": None, "bound": None,
+                 "note": ""}
         if len(found) == 1:
             mean, ci = found[0].value(v["metric"])
+            comparable = v["metric"] != "loss_pct" and not (scale != 1.0 and v["metric"] in CPU_SHARE_METRICS)
+            factor = scale if v["metric"] == "goodput_mbps" else 1.0
             entry.update(ours=mean, ci95=ci, n=found[0].metrics[v["metric"]].n, limited=found[0].limited,
-                         ours_over_seed=mean / seed_value if seed_value and v["metric"] != "loss_pct" else None)
+                         bound=found[0].bound,
+                         ours_over_seed=mean * factor / seed_value if seed_value and comparable else None)
+            if scale != 1.0 and v["metric"] == "goodput_mbps":
+                entry["note"] = f"at 1/{scale:g} of the seed's rate: compared as ours × {scale:g}"
+            elif not comparable and v["metric"] in CPU_SHARE_METRICS:
+                entry["note"] = "a CPU share at a scaled rate: not compared"
         else:
             entry["note"] = "not measured by this run" if not found else f"{len(found)} points match; not compared"
         out.append(entry)
@@ -265,8 +297,15 @@ def _combine(op: str, a: float, b: float) -> float | None:
     return a - b
 
 
-def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row]) -> dict:
-    """The verdict on one claim, with the values it rests on; see the module docstring."""
+def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> dict:
+    """The verdict on one claim, with the values it rests on; see the module docstring.
+
+    A claim that names what bounded the seed's own points (``seed_bound``) is "not testable
+    here" when most of the points it rests on here were bounded by something else (a claim
+    about link-bound ratios measured on CPU-bound points, or the reverse): the values are
+    kept, with whether they fell in the range, and the reason. So is a claim on a CPU share
+    in a run whose rates were scaled (a share at another rate is not the seed's).
+    """
     check = claim["check"]
     metric, op = check["metric"], check.get("op", "value")
     if metric not in METRICS:
@@ -296,16 +335,49 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row]) -> dict:
                 computed.append((f"{_label(n)} vs {_label(d)}", value))
                 involved += [n, d]
     verdict = UNMEASURED if not computed else HOLDS if all(low <= v <= high for _, v in computed) else FAILS
+    distinct = list({id(r): r for r in involved}.values())
+    bounds: dict[str, int] = {}
+    for r in distinct:
+        b = r.bound_for(metric) or "unknown"
+        bounds[b] = bounds.get(b, 0) + 1
+    why_not = ""
+    if computed:
+        why_not = _why_not_testable(claim, metric, bounds, scale)
+    in_range = verdict == HOLDS if computed else None
+    if why_not:
+        verdict = NOT_TESTABLE
     values = [v for _, v in computed]
     return {"id": claim["id"], "source": claim.get("source", ""), "quote": claim.get("quote", ""),
             "statement": claim["statement"], "reading": claim.get("reading", ""), "metric": metric, "op": op,
             "low": check.get("low"), "high": check.get("high"), "verdict": verdict,
             "measured": [{"what": w, "value": v, "in_range": low <= v <= high} for w, v in computed],
             "min": min(values) if values else None, "max": max(values) if values else None,
-            "points_cpu_bound": sum(1 for r in {id(r): r for r in involved}.values() if r.limited),
-            "points": len({id(r) for r in involved}),
+            "points_cpu_bound": sum(1 for r in distinct if r.limited),
+            "points": len(distinct), "bounds": bounds, "seed_bound": claim.get("seed_bound"),
+            "in_range": in_range, "not_testable": why_not,
             "cpu_busy_mean": _mean_of(involved, "cpu_busy_pct"),
             "cpu_system_mean": _mean_of(involved, "cpu_system_pct")}
+
+
+_BOUND_WORDS = {"link": "the shaped link", "cpu": "the emulator's CPU", "other": "neither link nor CPU"}
+
+
+def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str, int], scale: float) -> str:
+    """Why the claim cannot be tested by these points, or "" (pure)."""
+    if scale != 1.0 and metric in CPU_SHARE_METRICS:
+        return (f"the link rates were the seed's divided by {scale:g}: a CPU share at that rate is not the "
+                "seed's share at its own")
+    wanted = claim.get("seed_bound")
+    known = {b: n for b, n in bounds.items() if b != "unknown"}
+    if not wanted or not known:
+        return ""
+    other = {b: n for b, n in known.items() if b != wanted}
+    if sum(other.values()) * 2 <= sum(known.values()):
+        return ""
+    here = ", ".join(f"{n} by {_BOUND_WORDS.get(b, b)}" for b, n in sorted(other.items(), key=lambda kv: -kv[1]))
+    return (f"{sum(other.values())} of the {sum(known.values())} points it rests on were bound here {here}; "
+            f"the seed's were bound by {_BOUND_WORDS.get(wanted, wanted)}: "
+            f"{claim.get('seed_bound_reason') or 'see the reference file'}")
 
 
 def _mean_of(rows: Sequence[Row], metric: str) -> float | None:
@@ -348,14 +420,29 @@ def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: 
     return "; ".join(out)
 
 
+def scale_of(meta: Mapping[str, Any]) -> float:
+    """The factor a run divided the seed's link rates by (1.0: the seed's rates)."""
+    scale = meta.get("scale") or {}
+    return float(scale.get("factor") or 1.0)
+
+
+def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.point.get("size_mode") != "transaction":
+            counts[r.bound or "unknown"] = counts.get(r.bound or "unknown", 0) + 1
+    return counts
+
+
 def evaluate(run_dir: str) -> dict:
     """Everything :func:`write_report` shows, as JSON-able data."""
     meta, parts = load_run(run_dir)
     reference = load_reference(meta["seed"])
-    rows = rows_of(parts)
+    scale = scale_of(meta)
+    rows = rows_of(parts, scale)
     claims = []
     for claim in reference.get("claims", []):
-        verdict = evaluate_claim(claim, rows)
+        verdict = evaluate_claim(claim, rows, scale)
         verdict["differs"] = differences(meta, reference, verdict) if verdict["verdict"] == FAILS else ""
         claims.append(verdict)
     penalties = [dataclasses.asdict(r.penalty) | {"part": r.point["part"], "limited": r.limited}
@@ -365,7 +452,9 @@ def evaluate(run_dir: str) -> dict:
                                              "started", "finished", "command_line", "versions")},
             "parts": [{k: p[k] for k in ("name", "title", "reference")} | {"points": len(p["records"])}
                       for p in parts],
-            "values": compare_values(reference, rows), "ratios": transfer_ratios(reference, rows),
+            "scale": meta.get("scale") or None,
+            "bounds": _bound_counts(rows),
+            "values": compare_values(reference, rows, scale), "ratios": transfer_ratios(reference, rows),
             "claims": claims, "penalties": penalties,
             "transactions": [{"point": dict(r.point), "mean_ms": r.value("transaction_ms")[0],
                               "ci95": r.value("transaction_ms")[1],

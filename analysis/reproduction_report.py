@@ -13,7 +13,7 @@ from typing import Any
 
 from analysis.figures import fig_normalized, fig_throughput, profile_colors
 from analysis.page import CSS, figure_div
-from analysis.reproduction import FAILS, HOLDS, UNMEASURED, evaluate, load_run, run_kernel
+from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, evaluate, load_run, run_kernel
 from analysis.stats import aggregate, normalize
 from testbed.rundir import atomic_write
 
@@ -38,8 +38,39 @@ def value_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         unit = {"goodput_mbps": "Mbit/s", "loss_pct": "% lost", "cpu_system_pct": "% sys CPU"}[v["metric"]]
         rows.append([v["source"], f"{v['quote']}", f"{_num(v['seed_value'])} {unit}",
                      _pm(v["ours"], v["ci95"]) if v["ours"] is not None else v["note"],
-                     _num(v["ours_over_seed"]), "CPU-bound" if v["limited"] else ""])
+                     _num(v["ours_over_seed"]),
+                     "; ".join(x for x in (_bound_word(v.get("bound"), v["limited"]),
+                                           v["note"] if v["ours"] is not None else "") if x)])
     return headers, rows
+
+
+def _bound_word(bound: str | None, limited: bool | None = None) -> str:
+    """How a point's class reads in a reproduction table: only what is not the link is worth a word."""
+    if bound is None:
+        return "CPU-bound" if limited else ""
+    return {"cpu": "CPU-bound", "other": "bound by neither link nor CPU", "anomaly": "anomaly"}.get(bound, "")
+
+
+def bounds_text(bounds: Mapping[str, int]) -> str:
+    """'link 6, CPU 2' (pure)."""
+    names = {"link": "link", "cpu": "CPU", "other": "other", "unknown": "not classified"}
+    order = ("link", "cpu", "other", "unknown")
+    return ", ".join(f"{names.get(b, b)} {bounds[b]}" for b in sorted(bounds, key=lambda b: (
+        order.index(b) if b in order else len(order), b)))
+
+
+def scale_text(data: Mapping[str, Any]) -> str:
+    """What a scaled run can and cannot show, or "" for a run at the seed's rates."""
+    scale = data.get("scale") or {}
+    if not scale or float(scale.get("factor") or 1.0) == 1.0:
+        return ""
+    f = float(scale["factor"])
+    how = scale.get("how") or ""
+    return (f"Link rates scaled: every rate is the seed's divided by {f:g} ({how}), so that this machine's "
+            "CPU stays out of the way. What carries over: the bytes IPsec adds (goodput as a share of the link, "
+            "IPsec/plain ratios on link-bound points) and protocol behaviour. What does not: the seed's CPU "
+            "costs (its shares of a CPU, and ratios the seed measured on CPU-bound points, are not testable here). "
+            "Rates below are the seed's; the emulated ones are 1/" + f"{f:g} of them.")
 
 
 def ratio_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
@@ -50,7 +81,7 @@ def ratio_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
-    headers = ["claim (seed's words)", "checked as", "range", "measured here", "verdict"]
+    headers = ["claim (seed's words)", "checked as", "range", "measured here", "points here by bound", "verdict"]
     rows = []
     for c in data["claims"]:
         measured = "–" if c["min"] is None else (_num(c["min"]) if c["min"] == c["max"]
@@ -58,16 +89,22 @@ def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
         measured += f" ({len(c['measured'])} values)" if len(c["measured"]) > 1 else ""
         rng = (f"\u2265 {_num(c['low'])}" if c["high"] is None else f"\u2264 {_num(c['high'])}" if c["low"] is None
                else f"{_num(c['low'])} .. {_num(c['high'])}")
-        rows.append([f"\u201c{c['quote']}\u201d ({c['source']})", c["statement"], rng, measured, c["verdict"]])
+        if c.get("not_testable"):
+            measured += (" (in the range)" if c.get("in_range") else " (outside the range)")
+        seed_bound = f"; the seed's: {c['seed_bound']}" if c.get("seed_bound") else ""
+        rows.append([f"\u201c{c['quote']}\u201d ({c['source']})", c["statement"], rng, measured,
+                     (bounds_text(c.get("bounds") or {}) or "–") + seed_bound, c["verdict"]])
     return headers, rows
 
 
 def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
-    """'3 of 5 claims hold, 1 does not, 1 not measured' (pure)."""
-    n = {v: sum(1 for c in claims if c["verdict"] == v) for v in (HOLDS, FAILS, UNMEASURED)}
+    """'3 of 5 claims hold, 1 does not, 1 not testable here, 1 not measured' (pure)."""
+    n = {v: sum(1 for c in claims if c["verdict"] == v) for v in (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)}
     text = f"{n[HOLDS]} of {len(claims)} claim{'s' if len(claims) != 1 else ''} hold{'s' if len(claims) == 1 else ''}"
     if n[FAILS]:
         text += f", {n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not"
+    if n[NOT_TESTABLE]:
+        text += f", {n[NOT_TESTABLE]} not testable here"
     if n[UNMEASURED]:
         text += f", {n[UNMEASURED]} not measured by this run"
     return text
@@ -85,7 +122,12 @@ def markdown(data: Mapping[str, Any]) -> str:
     run = data["run"]
     where = f"{run_kernel(run)} on {run.get('host_cpu_model') or run.get('cpu_model')}"
     out = [f"Seed {data['seed']}, measured with {where}: {verdict_counts(data['claims'])}.", ""]
+    if scale_text(data):
+        out += [f"> {scale_text(data)}", ""]
     out += table(*claim_rows(data))
+    untestable = [c for c in data["claims"] if c.get("not_testable")]
+    if untestable:
+        out += [f"- **{c['id']}** not testable here: {c['not_testable']}" for c in untestable] + [""]
     headers, rows = value_rows(data)
     rows = [r for r in rows if r[3] and not r[3].startswith(("not measured", "2 points"))]
     if rows:
@@ -104,6 +146,8 @@ def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
 
     data = data or evaluate(run_dir)
     console = Console()
+    if scale_text(data):
+        console.print(f"[bold]{scale_text(data)}[/bold]", highlight=False)
     for title, (headers, rows) in (("Claims", claim_rows(data)), ("Published numbers", value_rows(data)),
                                    ("Ratios that transfer", ratio_rows(data))):
         if not rows:
@@ -112,9 +156,14 @@ def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
         for h in headers:
             table.add_column(h, overflow="fold")
         for row in rows:
-            style = "green" if row[-1] == HOLDS else "red" if row[-1] == FAILS else None
+            style = {HOLDS: "green", FAILS: "red", NOT_TESTABLE: "yellow"}.get(row[-1])
             table.add_row(*row, style=style)
         console.print(table)
+        if title == "Claims":
+            for c in data["claims"]:
+                if c.get("not_testable"):
+                    console.print(f"  [yellow]{c['id']}[/yellow] not testable here: {c['not_testable']}",
+                                  highlight=False)
 
 
 def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -123,7 +172,7 @@ def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[s
     out += [f"<th>{esc(h)}</th>" for h in headers]
     out.append("</tr></thead><tbody>")
     for row in rows:
-        cls = {HOLDS: "holds", FAILS: "fails", UNMEASURED: "unmeasured"}.get(row[-1], "")
+        cls = {HOLDS: "holds", FAILS: "fails", NOT_TESTABLE: "untestable", UNMEASURED: "unmeasured"}.get(row[-1], "")
         out.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
@@ -153,7 +202,16 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
                 "Each verdict compares values measured in this run directory with the "
                 "range written next to the claim in the reference file; the range is how the seed's words were "
                 "read.</p>")
+    if scale_text(data):
+        body.insert(0, f'<p class="howto"><b>{esc(scale_text(data))}</b></p>')
     body.append(_html_table("claims", *claim_rows(data)))
+    untestable = [c for c in data["claims"] if c.get("not_testable")]
+    if untestable:
+        body.append("<h3>Why a claim is not testable here</h3><p>What bounded the points a claim rests on here "
+                    "differs from what bounded the seed's: the comparison would measure this machine, not the "
+                    "claim.</p><ul>")
+        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['not_testable'])}</li>" for c in untestable]
+        body.append("</ul>")
     if len(compare) > 1:
         body.append("<h3>The same claims in the runs compared</h3>")
         body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
@@ -200,7 +258,8 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
     css = CSS + ("table.points.wrap td{white-space:normal;vertical-align:top}"
                                "table.points.wrap td:last-child{white-space:nowrap}"
                                "tr.holds td:last-child{color:#006d2c;font-weight:600}"
-                               "tr.fails td:last-child{color:#b30000;font-weight:600}")
+                               "tr.fails td:last-child{color:#b30000;font-weight:600}"
+                               "tr.untestable td:last-child{color:#8a6d00;font-weight:600}")
     return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
                       f"<title>Seed {esc(data['seed'])} reproduction</title>",
                       '<meta name="viewport" content="width=device-width, initial-scale=1">',

@@ -165,9 +165,9 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         held.close()
         held = None
     backlog: list[int] = []
+    lost = 0  # backlog samples that found no shaper
     with held or iperf.Clients(flows, args) as clients, no_gc(), realtime():
-        monitor.for_test(point.transport, point.size_bytes if point.transport == "udp" else 0,
-                         [p.pid for p in clients.procs])
+        monitor.for_test(point.transport, point.size_bytes if point.transport == "udp" else 0)
         clients.go()
         try:
             seen = monitor.wait_for_flow(FLOW_TIMEOUT_S) / 1e9
@@ -184,7 +184,10 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         first = monitor.read()
         while time.monotonic() < end - BACKLOG_EVERY_S / 2:
             _sleep_until(min(end, time.monotonic() + BACKLOG_EVERY_S))
-            backlog.append(monitor.backlog())
+            try:
+                backlog.append(monitor.backlog())
+            except RuntimeError:  # the qdisc is gone: someone replaced it (an anomaly, below)
+                lost += 1
         _sleep_until(end)
         last = monitor.read()
         clients.interrupt()
@@ -196,7 +199,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     results = [iperf.parse_iperf3(out, interrupted=True) for out in outputs]
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
     expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu)
-    ev = evidence(first, last, backlog, point.rate_mbit, monitor.meter.cpus, expected)
+    ev = dataclasses.replace(evidence(first, last, backlog, point.rate_mbit, monitor.meter.cpus, expected),
+                             shaper_lost=lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)
     bound, why = classify(ev, expected, bucket)
     moved_gb = ev.goodput_mbps * ev.window_s / 8e3
@@ -221,7 +225,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         "cpu_s_per_gb": ev.cpu_s / moved_gb if moved_gb > 0 else None,
         "cpu_us_per_packet": ev.cpu_s * 1e6 / ev.link_packets if ev.link_packets else None,
         "cpu_kernel_busy_pct": ev.proc_busy_pct, "cpu_system_pct": ev.proc_system_pct,
-        "cpu_softirq_pct": ev.proc_softirq_pct,
+        "cpu_softirq_pct": ev.proc_softirq_pct, "cpu_busiest_pct": ev.proc_busiest_cpu_pct,
         "clock_skew": ev.clock_skew, "reading_spread_s": ev.max_reading_spread_s,
         "goodput_uncertainty": ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)

@@ -18,9 +18,11 @@ reading delayed by a busy CPU is placed where it really happened):
 :func:`classify` names what bounded the point (pure)::
 
     anomaly  the figures contradict each other (goodput above what the shaper let through,
-             or a shaper above its rate): kept in the data, left out of means and verdicts
+             a shaper above its rate, counters that went backwards or a shaper that vanished
+             mid-window): kept in the data, left out of means and verdicts
     link     the shaper was the bottleneck: it sent at (nearly) its rate, a queue in front
-    cpu      the machine running the emulation was saturated and the link was not full
+    cpu      the machine running the emulation was saturated and the link was not full: its
+             meter's CPUs busy, its kernel without an idle tick, or one of its CPUs busy
     other    neither: e.g. a TCP window or socket-buffer limit, or a rate-limited sender
 """
 from __future__ import annotations
@@ -48,8 +50,11 @@ LINK_FULL = 0.97
 QUEUE_STANDING = 0.5
 #: The emulating machine counts as saturated when its CPU was busy this share of the window.
 CPU_SATURATED = 0.90
-#: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs).
+#: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs) ...
 KERNEL_BUSY_PCT = 99.0
+#: ... or when one of its CPUs was this busy: a flow's work runs on one or two CPUs at a time,
+#: so on a machine of many CPUs one saturated CPU bounds a point while the rest idle.
+BUSIEST_CPU_PCT = 95.0
 #: Goodput may exceed what the shaper's bytes carry (at the overhead model's payload share)
 #: by this much before the two are called contradictory: the bytes in flight between the
 #: shaper and the receiving socket at the window's two ends differ by up to a few packets.
@@ -220,22 +225,50 @@ class Reading:
 
 @dataclasses.dataclass(frozen=True)
 class ProcStat:
-    """This kernel's own account of all its CPUs (/proc/stat's ``cpu`` line, in ticks)."""
+    """This kernel's own account of its CPUs (/proc/stat's ``cpu`` and ``cpuN`` lines, in ticks)."""
 
     ticks: tuple[int, ...]  # user, nice, system, idle, iowait, irq, softirq, steal
+    per_cpu: tuple[tuple[int, ...], ...] = ()
 
     def until(self, later: ProcStat) -> tuple[float, float, float]:
         """Busy, system and softirq shares (percent) of the ticks between this reading and ``later``."""
         delta = [b - a for a, b in zip(self.ticks, later.ticks, strict=True)]
-        total = sum(delta) or 1
+        total = sum(delta)
+        if total <= 0:  # no tick between the readings: the kernel's account says nothing
+            return 0.0, 0.0, 0.0
         return (100.0 * (total - delta[3] - delta[4]) / total, 100.0 * delta[2] / total,
                 100.0 * delta[6] / total)
+
+    def busiest_until(self, later: ProcStat) -> float:
+        """The busy share (percent) of the busiest CPU between this reading and ``later``."""
+        shares = []
+        for a, b in zip(self.per_cpu, later.per_cpu, strict=False):
+            delta = [y - x for x, y in zip(a, b, strict=True)]
+            if sum(delta) > 0:
+                shares.append(100.0 * (sum(delta) - delta[3] - delta[4]) / sum(delta))
+        return max(shares, default=0.0)
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """The ``cpu`` and ``cpuN`` lines of /proc/stat (pure)."""
+    total: tuple[int, ...] = (0,) * 8
+    per_cpu = []
+    for line in text.splitlines():
+        if not line.startswith("cpu"):
+            break
+        fields = line.split()
+        values = [int(v) for v in fields[1:9]]
+        values = tuple(values + [0] * (8 - len(values)))
+        if fields[0] == "cpu":
+            total = values
+        else:
+            per_cpu.append(values)
+    return ProcStat(total, tuple(per_cpu))
 
 
 def proc_stat_shares() -> ProcStat:
     with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:9]]
-    return ProcStat(tuple(values + [0] * (8 - len(values))))
+        return parse_proc_stat(f.read(8192))
 
 
 class Monitor:
@@ -251,15 +284,16 @@ class Monitor:
         self.receivers = list(receivers)
         self.meter = meter
         self._shaper = QdiscReader(*shaper)
-        self._diag = {ns: SockDiag(ns) for ns in dict.fromkeys([r[0] for r in receivers] + list(senders))}
+        namespaces = list(dict.fromkeys([r[0] for r in receivers] + list(senders)))
+        self._diag = {ns: SockDiag(ns) for ns in namespaces}
+        self._snmp = {ns: SnmpReader(ns) for ns in namespaces}
         self._senders = list(senders)
         self.transport = "tcp"
         self.datagram_bytes = 0
-        self.sender_pids: list[int] = []
 
     def close(self) -> None:
         self._shaper.close()
-        for d in self._diag.values():
+        for d in (*self._diag.values(), *self._snmp.values()):
             d.close()
 
     def __enter__(self) -> Monitor:
@@ -273,10 +307,10 @@ class Monitor:
         self.receivers = [(ns, port, proc.pid if proc is not None else pid)
                           for (ns, port, pid), proc in zip(self.receivers, servers.procs, strict=True)]
 
-    def for_test(self, transport: str, datagram_bytes: int = 0, sender_pids: Sequence[int] = ()) -> Monitor:
-        """Count what the next test moves: TCP bytes, or UDP datagrams of ``datagram_bytes`` sent by the
-        processes ``sender_pids`` (one in each sending namespace)."""
-        self.transport, self.datagram_bytes, self.sender_pids = transport, datagram_bytes, list(sender_pids)
+    def for_test(self, transport: str, datagram_bytes: int = 0) -> Monitor:
+        """Count what the next test moves: TCP bytes, or UDP datagrams of ``datagram_bytes`` (sent from
+        the senders' namespaces, received in the receivers')."""
+        self.transport, self.datagram_bytes = transport, datagram_bytes
         return self
 
     # -- readings ------------------------------------------------------------------------
@@ -286,9 +320,9 @@ class Monitor:
     def flows(self) -> FlowCounters:
         """What the point's connections have moved so far (see :class:`FlowCounters`)."""
         if self.transport == "udp":
-            received = sum(_udp_counter(pid, "InDatagrams") for _ns, _port, pid in self.receivers)
-            return FlowCounters(received * self.datagram_bytes, received_datagrams=received,
-                                sent_datagrams=sum(_udp_counter(pid, "OutDatagrams") for pid in self.sender_pids))
+            received = sum(self._snmp[ns].udp("InDatagrams") for ns in dict.fromkeys(r[0] for r in self.receivers))
+            sent = sum(self._snmp[ns].udp("OutDatagrams") for ns in dict.fromkeys(self._senders))
+            return FlowCounters(received * self.datagram_bytes, received_datagrams=received, sent_datagrams=sent)
         received = sum(s.bytes_received or 0 for ns, port, _pid in self.receivers
                        for s in self._diag[ns].tcp(local_ports=[port]))
         senders = [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
@@ -370,12 +404,41 @@ def realtime() -> Iterator[bool]:
         os.sched_setscheduler(0, before[0], before[1])
 
 
-def _udp_counter(pid: int, name: str) -> int:
-    """A ``Udp:`` counter (InDatagrams, OutDatagrams) of process ``pid``'s network namespace."""
-    with open(f"/proc/{pid}/net/snmp") as f:
-        lines = [line.split() for line in f if line.startswith("Udp:")]
+def udp_counter(snmp: str, snmp6: str, name: str) -> int:
+    """A UDP counter (InDatagrams, OutDatagrams) over both IP versions: the ``Udp:`` lines of a
+    /proc/net/snmp text plus ``Udp6<name>`` of a /proc/net/snmp6 text (pure)."""
+    lines = [line.split() for line in snmp.splitlines() if line.startswith("Udp:")]
     header, values = lines[0], lines[1]
-    return int(values[header.index(name)])
+    v6 = [line.split() for line in snmp6.splitlines() if line.startswith(f"Udp6{name} ")]
+    return int(values[header.index(name)]) + (int(v6[0][1]) if v6 else 0)
+
+
+class SnmpReader:
+    """A namespace's /proc/net/snmp and snmp6, opened once from inside it: the open files keep
+    reading that namespace's counters whatever process comes and goes there (an iperf3 server
+    restarted, a client that has exited)."""
+
+    def __init__(self, ns: str) -> None:
+        def open_both() -> tuple[int, int]:
+            flags = os.O_RDONLY | os.O_CLOEXEC
+            v4 = os.open("/proc/thread-self/net/snmp", flags)
+            try:
+                return v4, os.open("/proc/thread-self/net/snmp6", flags)
+            except OSError:  # a kernel without IPv6
+                return v4, -1
+
+        self._fds = netns.run_in(ns, open_both)
+
+    def udp(self, name: str) -> int:
+        v4, v6 = self._fds
+        return udp_counter(os.pread(v4, 1 << 16, 0).decode(),
+                           os.pread(v6, 1 << 16, 0).decode() if v6 >= 0 else "", name)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            if fd >= 0:
+                os.close(fd)
+        self._fds = (-1, -1)
 
 
 # -- evidence and class (pure) ----------------------------------------------------------------
@@ -399,6 +462,7 @@ class Evidence:
     proc_busy_pct: float            # this kernel's own /proc/stat view: busy, system, softirq
     proc_system_pct: float
     proc_softirq_pct: float
+    proc_busiest_cpu_pct: float     # ... and its busiest CPU's busy share
     sender_rwnd_limited: float | None   # share of the window
     sender_sndbuf_limited: float | None
     retransmits: int | None      # TCP segments retransmitted in the window
@@ -407,6 +471,7 @@ class Evidence:
     max_reading_spread_s: float     # the widest bracket of any reading (how well placed they are)
     goodput_uncertainty: float = 0.0      # how far the goodput may be off from its readings' timing alone
     utilization_uncertainty: float = 0.0  # ... and the link's utilization (shares of the value)
+    shaper_lost: int = 0            # backlog samples that found no shaper (its qdisc was replaced)
 
 
 def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, cpus: float,
@@ -443,6 +508,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         shaper_goodput_mbps=util * expected_mbps if expected_mbps else None,
         cpu_busy=cpu_s / (cpu_clock * cpus) if cpu_clock > 0 else 0.0, cpu_s=cpu_s,
         proc_busy_pct=busy_pct, proc_system_pct=system_pct, proc_softirq_pct=softirq_pct,
+        proc_busiest_cpu_pct=a.proc_stat.busiest_until(b.proc_stat),
         sender_rwnd_limited=rwnd, sender_sndbuf_limited=sndbuf, retransmits=retrans, loss_pct=loss,
         clock_skew=(cpu_clock - local) / local if local > 0 else 0.0,
         max_reading_spread_s=max(spreads) / _NS,
@@ -457,6 +523,14 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
     ``burst_share``: the shaper's token bucket over what its rate moves in the window (it may
     send that much more after an idle moment).
     """
+    backwards = [what for what, moved in (("the shaper's", ev.link_packets), ("the receivers'", ev.goodput_mbps),
+                                          ("the CPU meter's", ev.cpu_s)) if moved < 0]
+    if backwards:
+        return "anomaly", (f"{' and '.join(backwards)} counters went backwards over the window: "
+                           "something replaced or reset them mid-window")
+    if ev.shaper_lost:
+        return "anomaly", (f"the shaper's qdisc was missing in {ev.shaper_lost} of "
+                           f"{ev.shaper_lost + ev.queue_samples} samples: something replaced it mid-window")
     possible = 1.0 + burst_share + CEILING_TOLERANCE
     if ev.link_utilization > possible + ev.utilization_uncertainty:
         return "anomaly", (f"the shaper sent {ev.link_utilization:.4f} of its rate over the window, more than "
@@ -476,6 +550,9 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
     if ev.cpu_busy >= CPU_SATURATED or ev.proc_busy_pct >= KERNEL_BUSY_PCT:
         return "cpu", (f"the emulating CPU was {ev.cpu_busy:.0%} busy while the shaper sent "
                        f"{ev.link_utilization:.3f} of its rate")
+    if ev.proc_busiest_cpu_pct >= BUSIEST_CPU_PCT:
+        return "cpu", (f"one CPU was {ev.proc_busiest_cpu_pct:.0f} % busy (all of them {ev.cpu_busy:.0%}) "
+                       f"while the shaper sent {ev.link_utilization:.3f} of its rate")
     limits = []
     if ev.sender_rwnd_limited is not None and ev.sender_rwnd_limited >= 0.1:
         limits.append(f"the receive window held the sender back {ev.sender_rwnd_limited:.0%} of the time")

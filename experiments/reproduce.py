@@ -14,6 +14,12 @@ them::
 
 All parts run in one process (one User-Mode Linux boot when the host kernel has no
 ESP); running the script again on the same directory measures only what is missing.
+
+``--scale`` divides every link rate of the seed by a factor (given, or ``auto``: found by a
+short calibration of this machine's capacity for the seed's heaviest point,
+:mod:`experiments.calibrate`), so that the shaped link, not the emulator's CPU, bounds the
+points. meta.json records the factor and how it was found; the report says what a scaled run
+can show (bytes on the wire, protocol behaviour) and what it cannot (the seed's CPU costs).
 """
 from __future__ import annotations
 
@@ -159,15 +165,75 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
 
 
-def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str) -> int:
-    """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's."""
+def scale_arg(text: str) -> str | float:
+    """``--scale``: "auto" or a factor of at least 1."""
+    if text == "auto":
+        return text
+    try:
+        factor = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"auto or a number >= 1, not {text!r}") from None
+    if not 1.0 <= factor <= 1000.0:
+        raise argparse.ArgumentTypeError(f"a factor in 1..1000, not {text}")
+    return factor
+
+
+def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
+    """``parts`` with every link rate divided by ``factor``."""
+    from experiments.calibrate import scaled_rates
+
+    if factor == 1.0:
+        return list(parts)
+    return [dataclasses.replace(p, spec=dataclasses.replace(p.spec, rates_mbit=scaled_rates(p.spec.rates_mbit, factor)))
+            for p in parts]
+
+
+def choose_scale(requested: str | float | None, parts: Sequence[Part], out_dir: str) -> tuple[float, dict | None]:
+    """The factor this run divides the seed's rates by, and its meta.json entry (None: the seed's rates).
+
+    A run directory that was measured at a factor keeps it (a resumed ``auto`` run is not
+    calibrated again); asking for another factor there is an error.
+    """
+    recorded = None
+    if os.path.exists(os.path.join(out_dir, rundir.META_FILE)):
+        recorded = rundir.load_meta(out_dir).get("scale")
+    if requested is None:
+        if recorded and float(recorded.get("factor") or 1.0) != 1.0:
+            raise ValueError(f"{out_dir} was measured with its rates divided by {recorded['factor']:g}; "
+                             f"add --scale {recorded['factor']:g} (or auto) to resume it, or use another --out")
+        return 1.0, None
+    if recorded:
+        factor = float(recorded.get("factor") or 1.0)
+        if requested != "auto" and float(requested) != factor:
+            raise ValueError(f"{out_dir} was measured with its rates divided by {factor:g}, not {requested:g}; "
+                             "use that factor to resume it, or another --out")
+        print(f"rates divided by {factor:g}, as when this run directory was started", file=sys.stderr)
+        return factor, recorded
+    if requested == "auto":
+        from experiments.calibrate import scale_for
+
+        print("calibrating: how fast this machine emulates the seed's heaviest point ...", file=sys.stderr,
+              flush=True)
+        factor, entry = scale_for(parts, say=lambda m: print(m, file=sys.stderr, flush=True))
+        print(f"rates divided by {factor:g}: {entry['how']}", file=sys.stderr, flush=True)
+        return factor, entry
+    return float(requested), {"factor": float(requested), "how": f"given: --scale {float(requested):g}"}
+
+
+def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scale: str | float | None = None) -> int:
+    """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's.
+
+    ``scale``: None (the seed's rates), a factor to divide them by, or "auto" (see :func:`choose_scale`).
+    """
     from experiments import runner
     from experiments.machine import machine_meta
     from experiments.sweep import run_sweep
 
+    factor, scale_entry = choose_scale(scale, parts, out_dir)
+    parts = scale_parts(parts, factor)
     command_line = runner.typed_command() or sys.argv
     rundir.start_run(out_dir, machine_meta(), seed=repro.seed, script=repro.prog, command_line=command_line,
-                     parts=[p.to_json() for p in parts])
+                     parts=[p.to_json() for p in parts], scale=scale_entry)
     failed = 0
     with runner.progress_bar() as bar:
         for i, part in enumerate(parts, 1):
@@ -218,6 +284,12 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                         "(default: each part's own)")
     g.add_argument("--parts", default=None, metavar="NAME,...",
                    help="measure only these parts (default: all; --dry-run lists them)")
+    g.add_argument("--scale", type=scale_arg, default=None, metavar="auto|FACTOR",
+                   help="divide every link rate of the seed by FACTOR, or by the factor a short calibration "
+                        "finds (auto: the heaviest point then asks at most 60%% of what this machine can "
+                        "emulate), so that the links, not the emulator's CPU, bound the points; the report "
+                        "says what that can show (bytes on the wire, protocol behaviour) and what it cannot "
+                        "(the seed's CPU costs) (default: the seed's rates)")
     repro.add_options(p)
     add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
     return p
@@ -239,7 +311,13 @@ def select_parts(repro: Reproduction, args) -> list[Part]:
     return parts
 
 
-def dry_run(parts: Sequence[Part], out_dir: str) -> int:
+def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None) -> int:
+    if scale == "auto":
+        print("rates: the seed's, divided by the factor a calibration finds at the start of the run "
+              "(a few seconds per IPsec profile); shown here unscaled")
+    elif scale is not None:
+        parts = scale_parts(parts, float(scale))
+        print(f"rates: the seed's divided by {float(scale):g}")
     total = 0.0
     for part in parts:
         s = part.spec
@@ -285,10 +363,10 @@ def main(repro: Reproduction, script: str, argv: Sequence[str] | None = None) ->
         parts = select_parts(repro, args)  # a ValueError here is the one-line message of a bad value
         out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
         if args.dry_run:
-            return dry_run(parts, out_dir)
+            return dry_run(parts, out_dir, args.scale)
         needs = doctor.needs(p for part in parts for p in part.spec.profiles)
         return runner.run(repro.prog, script, args, argv, out_dir, needs,
-                          measure=lambda: measure_parts(repro, parts, out_dir),
+                          measure=lambda: measure_parts(repro, parts, out_dir, args.scale),
                           report=lambda: report(repro, out_dir),
                           on_interrupt=lambda why: note_interrupted(out_dir, parts, why))
 

@@ -274,7 +274,8 @@ def start_run(run_dir: PathLike, machine: dict, **fields: Any) -> dict:
 
 def finish_run(run_dir: PathLike, **fields: Any) -> dict:
     """Record that the latest run ended: ``fields`` go into its ``runs`` entry; ``complete``, if
-    given, also at the top."""
+    given, also at the top, and ``interrupted`` (the signal that ended it) too: the top of
+    meta.json says how the last run ended."""
     def change(meta: dict) -> None:
         ended = now_iso()
         runs = meta.setdefault("runs", [{}])
@@ -283,4 +284,8 @@ def finish_run(run_dir: PathLike, **fields: Any) -> dict:
         meta["finished"] = runs[-1]["finished"]
         if "complete" in fields:
             meta["complete"] = fields["complete"]
+        if fields.get("interrupted"):
+            meta["interrupted"] = fields["interrupted"]
+        else:
+            meta.pop("interrupted", None)
     return update_meta(run_dir, change)

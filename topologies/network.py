@@ -205,6 +205,7 @@ class Network:
         self.plan = self.topo.plan
         self.mininet: Mininet | None = None
         self._ipsec: list = []
+        self._ipsec_families: set[int] = set()
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
 
@@ -345,6 +346,7 @@ class Network:
         planner = SpiPlanner()
         plans = [plan for family in families for plan in self.plan_ipsec(profile, mode, family, planner)]
         with critical():
+            self._ipsec_families = set(families)
             for plan in plans:
                 apply_association(plan)
                 self._ipsec.append(plan)
@@ -356,9 +358,34 @@ class Network:
         return tuple(self._ipsec)
 
     def remove_ipsec(self) -> None:
-        """Remove what :meth:`apply_ipsec` installed; the network stays up."""
+        """Remove what :meth:`apply_ipsec` installed, and the path MTUs the senders learnt through
+        it; the network stays up."""
         from ipsec.plan import remove_association
 
+        had = bool(self._ipsec)
         with critical():
             while self._ipsec:
                 remove_association(self._ipsec.pop(), missing_ok=True)
+        if had:
+            self.forget_path_mtus(self._ipsec_families)
+
+    def forget_path_mtus(self, families=(4, 6)) -> None:
+        """Drop the path MTUs the flows' senders cached (route exceptions, kept 10 minutes).
+
+        A tunnel's ESP overhead teaches a sender a smaller path MTU (1446 bytes for AES-GCM
+        over IPv4); left in place, the plain points measured after an IPsec point would send
+        smaller segments than their MSS asks. IPv4's cache goes with a sysctl write; IPv6's
+        exceptions only with a netlink delete each, which ``ip -6 route flush cache`` does.
+        """
+        import subprocess
+
+        def flush_v4() -> None:
+            with open("/proc/sys/net/ipv4/route/flush", "w") as f:
+                f.write("1")
+
+        for node in dict.fromkeys(client for client, _server in self.spec.flows):
+            if 4 in families:
+                netns.run_in(self.ns(node), flush_v4)
+            if 6 in families:
+                subprocess.run(["ip", "-n", self.ns(node), "-6", "route", "flush", "cache"],
+                               capture_output=True, check=False)

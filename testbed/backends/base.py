@@ -6,7 +6,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 from testbed.capabilities import Needs, Probe
 
@@ -129,14 +129,17 @@ class KernelBackend(abc.ABC):
     # -- running -------------------------------------------------------------------------
     @abc.abstractmethod
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
-            interactive: bool = False, modules: Sequence[str] = ()) -> int:
+            interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
+            cpu: int | None = None) -> int:
         """Run ``argv`` as root on this backend's kernel, with the host's files at the same paths,
         output streamed live; return its exit status (124: ``timeout_s`` ran out).
 
         ``interactive`` gives the command this terminal; ``modules`` are kernel modules the
-        work needs loaded.  Whatever way the caller ends (even SIGKILL), a guest and every
-        process in it end with it: the lifeline.  Raises :class:`BackendError` when the
-        command could not be run at all.
+        work needs loaded; ``output`` takes the command's output (both streams) instead of this
+        process's; ``cpu`` is the host CPU to run it on where the backend can choose (two
+        guests on two CPUs do not slow each other).  Whatever way the caller ends (even
+        SIGKILL), a guest and every process in it end with it: the lifeline.  Raises
+        :class:`BackendError` when the command could not be run at all.
         """
 
     def label(self) -> str:

@@ -6,6 +6,7 @@ import platform
 import subprocess
 import time
 from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
 from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
 from testbed.capabilities import Needs, Probe
@@ -81,10 +82,13 @@ class HostBackend(KernelBackend):
         return probe_host().missing(needs)
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
-            interactive: bool = False, modules: Sequence[str] = ()) -> int:
+            interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
+            cpu: int | None = None) -> int:
         env = {**os.environ, GUEST_ENV: self.name}
+        pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
         try:
-            return subprocess.run(list(argv), cwd=cwd, env=env, timeout=timeout_s).returncode
+            return subprocess.run([*pinned, *argv], cwd=cwd, env=env, timeout=timeout_s, stdout=output,
+                                  stderr=subprocess.STDOUT if output is not None else None).returncode
         except subprocess.TimeoutExpired:
             return 124
 

@@ -727,10 +727,13 @@ class UmlBackend(KernelBackend):
         return []
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
-            interactive: bool = False, modules: Sequence[str] = ()) -> int:
+            interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
+            cpu: int | None = None) -> int:
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
-                          timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules)
-        return run(spec)
+                          timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu)
+        if output is not None:
+            spec = dataclasses.replace(spec, stdout_tty=False, stderr_tty=False)
+        return run(spec, stdout=output, stderr=output)
 
     def leftovers(self) -> list[Leftover]:
         return leftovers()

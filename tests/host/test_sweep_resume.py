@@ -15,8 +15,8 @@ from conftest import run_cli
 from experiments import doctor
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
-ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--duration", "1",
-        "--warmup", "0", "--no-report"]
+ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--max-repetitions", "2", "--duration", "1",
+        "--warmup", "0.2", "--no-report"]
 
 
 def keys(path):

@@ -17,8 +17,8 @@ import time
 import pytest
 from test_sweep_resume import SCRIPT, keys, leftovers
 
-SMALL = ["--rates", "50", "--sizes", "700,1400", "--repetitions", "2", "--duration", "1", "--warmup", "0",
-         "--no-report"]
+SMALL = ["--rates", "50", "--sizes", "700,1400", "--repetitions", "2", "--max-repetitions", "2", "--duration", "1",
+         "--warmup", "0.2", "--no-report"]
 
 
 def start(out, args=SMALL):

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 
 from experiments import iperf
+from ipsec.overhead import theoretical_goodput_mbps
 from topologies import shaping
-from topologies.shaping import ShapingError, ShapingSpec, apply_shaping, remove_shaping, theoretical_goodput_mbps
+from topologies.shaping import ShapingError, ShapingSpec, apply_shaping, remove_shaping
 
 
 def tc(*args: str) -> str:

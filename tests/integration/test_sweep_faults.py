@@ -2,7 +2,8 @@
 
 - an iperf3 server killed in the middle of a point: the point is tried again and measured;
 - a server killed again and again for a whole point: the point is recorded as failed with
-  the reason, the sweep goes on, and the next run measures that point only;
+  the reason, the sweep goes on and measures it again in a later round; a run that ended with
+  a failed point is finished by the next run on its directory, which measures that point only;
 - SIGINT and SIGTERM to the sweep script: the network is torn down, every point written
   before the signal is still there, the exit status is 130 or 143 and meta.json says so;
 - the keys the kernel held during a run appear in none of the run's files or logs.
@@ -86,7 +87,7 @@ def ours() -> list[str]:
 def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path):
     before = ours()
     spec = SweepSpec(topology="host_to_host", profiles=("none",), rates_mbit=(50,), sizes=(1000, 1400),
-                     repetitions=2, duration_s=2, omit_s=0)
+                     repetitions=2, duration_s=2, warmup_s=0.5)
     killers: dict[int, Killer] = {}
 
     def progress(point, record, done, total):
@@ -100,18 +101,26 @@ def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path
     counts = run_sweep(spec, str(tmp_path), progress)
     assert killers[1].kills >= 1 and killers[2].kills >= 2, "the faults were not injected"
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
-    assert counts["measured"] == len(records) == 4 and counts["failed"] == 1
-    assert [r["attempts"] for r in records] == [1, 2, 2, 1]
-    assert [r["failed"] for r in records] == [False, False, True, False]
+    # the failed point is measured again in a later round of the same run, the servers left alone
+    assert counts["measured"] == len(records) == 5 and counts["failed"] == 1
+    assert [r["attempts"] for r in records] == [1, 2, 2, 1, 1]
+    assert [r["failed"] for r in records] == [False, False, True, False, False]
     assert records[1]["goodput_mbps"] > 10  # the retry measured the link
     assert records[2]["goodput_mbps"] is None and "iperf3" in records[2]["error"]
     assert records[3]["goodput_mbps"] > 10  # the sweep went on with fresh servers
-    assert not is_complete(str(tmp_path), spec)
+    key = ("size_bytes", "repetition")
+    assert [records[4][k] for k in key] == [records[2][k] for k in key] and records[4]["goodput_mbps"] > 10
+    assert is_complete(str(tmp_path), spec)
     assert ours() == before
 
-    again = run_sweep(spec, str(tmp_path))  # measures the failed point only
-    assert again["measured"] == 1 and again["failed"] == 0 and again["already"] == 3
-    assert is_complete(str(tmp_path), spec)
+    # a run that ended with the point failed: the next run on its directory measures that point only
+    again_dir = tmp_path / "again"
+    again_dir.mkdir()
+    (again_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[:4]))
+    assert not is_complete(str(again_dir), spec)
+    again = run_sweep(spec, str(again_dir))
+    assert again["measured"] == 1 and again["failed"] == 0 and again["already"] == 4
+    assert is_complete(str(again_dir), spec)
     assert ours() == before
 
 
@@ -128,9 +137,9 @@ def test_signal_mid_sweep_tears_down_and_keeps_every_point(tmp_path, sig, status
     before = ours()
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, SCRIPT, "--rates", "50", "--sizes", "600,900,1200,1400",
-                             "--repetitions", "2", "--duration", "1", "--warmup", "0", "--no-report",
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                             "--repetitions", "2", "--max-repetitions", "2", "--duration", "1", "--warmup", "0.2",
+                             "--no-report", "--out", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 180
     while len(lines(out / "results.jsonl")) < 3:
         assert proc.poll() is None, f"the sweep ended early: {proc.stderr.read()}"
@@ -169,7 +178,8 @@ def test_keys_never_reach_results_reports_or_logs(tmp_path):
     watcher.start()
     try:
         run = subprocess.run([sys.executable, SCRIPT, "--rates", "50", "--sizes", "1000", "--repetitions", "2",
-                              "--duration", "1", "--warmup", "0", "--no-report", "-vv", "--out", str(out)],
+                              "--max-repetitions", "2", "--duration", "1", "--warmup", "0.2", "--no-report", "-vv",
+                              "--out", str(out)],
                              capture_output=True, text=True, timeout=300)
     finally:
         done.set()

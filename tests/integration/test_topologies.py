@@ -102,3 +102,25 @@ def test_pmtu_knob_decides_whether_the_gateway_fragments_esp(pmtu, fragments, tm
             assert all(p.len <= 1500 for p in ip_pkts)
         else:
             assert not frags, f"{len(frags)} fragments with path MTU discovery on"
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_removing_ipsec_forgets_the_path_mtu_the_tunnel_taught(family):
+    """A tunnel teaches the sender a smaller path MTU (a route exception, kept 10 minutes); the
+    plain points after an IPsec point must send full-size packets again."""
+    from experiments import iperf
+
+    def path_mtu(net, node, dst):
+        out = ip("-n", net.ns(node), f"-{family}", "route", "get", dst)
+        found = [int(w) for a, w in itertools.pairwise(out.split()) if a == "mtu"]
+        return found[0] if found else None
+
+    with Network(build_spec("vpn_gateway")) as net:
+        client, server = net.spec.flows[0]
+        dst = net.addr(server, family)
+        net.apply_ipsec("aes-gcm-256", "tunnel", families=(family,))
+        iperf.measure(net.ns(server), net.ns(client), dst, duration_s=1, omit_s=0, mss=1460)
+        learnt = path_mtu(net, client, dst)
+        assert learnt is not None and learnt < 1500, "the tunnel taught no path MTU: the test proves nothing"
+        net.remove_ipsec()
+        assert path_mtu(net, client, dst) is None

@@ -322,6 +322,8 @@ def test_claim_is_checkable(seed, claim):
     assert check["metric"] in METRICS
     assert check.get("op", "value") in ("value", "ratio", "difference")
     assert "low" in check or "high" in check, "a claim needs a range to be judged against"
+    if "seed_bound" in claim:  # what bounded the seed's own points, and why the reference file says so
+        assert claim["seed_bound"] in ("link", "cpu", "other") and len(claim.get("seed_bound_reason", "")) > 20
     if "low" in check and "high" in check:
         assert check["low"] < check["high"]
     if check.get("op", "value") != "value":

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import penalty, reproduction, reproduction_report
-from analysis.reproduction import FAILS, HOLDS, UNMEASURED, Row, evaluate_claim
+from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, Row, evaluate_claim
 from analysis.stats import RatioEstimate, Summary
 from ipsec import overhead
 
@@ -43,6 +43,21 @@ def test_udp_expected_goodput_with_esp_adds_the_packets_overhead():
     got = overhead.expected_udp_goodput_mbps(10, 1000, "aes-gcm-256", "tunnel", 4)
     assert got == pytest.approx(10 * 1000 / (inner + added + 14))
     assert got < overhead.expected_udp_goodput_mbps(10, 1000)
+
+
+def test_udp_with_esp_in_ipv4_tunnel_mode_fragments_then_encapsulates_then_fragments_again():
+    # 4000 + 8 bytes: fragments of 1500, 1500 and 1068 bytes; AES-GCM-256 tunnel adds 56 to each
+    # (20 outer IP, 8 ESP, 8 IV, 2 trailer and 2 pad, 16 ICV); a 1556-byte packet leaves as 1500 + 76
+    wire = 2 * ((1500 + 14) + (76 + 14)) + (1068 + 56 + 14)
+    assert overhead.expected_udp_goodput_mbps(100, 4000, "aes-gcm-256", "tunnel", 4) == pytest.approx(100 * 4000 / wire)
+
+
+def test_udp_with_esp_in_transport_mode_protects_the_datagram_then_fragments_it():
+    # 16384 + 8 bytes of UDP, ESP 3DES + HMAC-SHA1 (8 + 8 IV + 16392 + 6 pad + 2 + 12 ICV = 16428) under
+    # AH HMAC-MD5 (24): 16452 bytes after the IP header, in 11 fragments of 1480 and one of 172
+    wire = 16452 + 12 * (20 + 14)
+    got = overhead.expected_udp_goodput_mbps(100, 16384, "3des-cbc-sha1+ah-md5", "transport", 4)
+    assert got == pytest.approx(100 * 16384 / wire)
 
 
 def test_point_expectation_follows_transport_and_size_mode():
@@ -90,17 +105,69 @@ def test_penalty_of_a_link_bound_point_is_all_wire():
 
 # -- claims on synthetic rows ------------------------------------------------------------------
 
-def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, **metrics) -> Row:
+def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, bound=None, **metrics) -> Row:
     point = {"topology": "t", "profile": profile, "mode": "tunnel", "ip_version": ip, "transport": "tcp",
              "rate_mbit": rate, "size_bytes": size, "size_mode": "mss", "clients": clients, "part": part,
              "reference": part, "mtu": 1500}
     wrapped = {k: RatioEstimate(v, None, None) if k == "normalized_goodput" else Summary.of([v])
                for k, v in metrics.items()}
-    return Row(point, wrapped, limited)
+    return Row(point, wrapped, limited, bound=bound, ratio_bound=bound)
 
 
 def claim(**check):
     return {"id": "c", "statement": "s", "check": check}
+
+
+def test_a_claim_on_points_bound_otherwise_than_the_seeds_is_not_testable():
+    # the seed's ratio was link-bound; here two of three points were CPU-bound
+    rows = [row(profile="x", size=s, bound=b, normalized_goodput=v)
+            for s, b, v in ((800, "cpu", 0.6), (1000, "cpu", 0.62), (1400, "link", 0.9))]
+    c = {**claim(metric="normalized_goodput", op="value", low=0.85, high=0.95),
+         "seed_bound": "link", "seed_bound_reason": "tbf below the gateways' capacity"}
+    got = evaluate_claim(c, rows)
+    assert got["verdict"] == NOT_TESTABLE and got["in_range"] is False
+    assert got["bounds"] == {"cpu": 2, "link": 1}
+    assert "2 of the 3 points it rests on were bound here 2 by the emulator's CPU" in got["not_testable"]
+    assert "tbf below the gateways' capacity" in got["not_testable"]
+    # mostly link-bound: judged as before (one CPU-bound point of three is not "mostly")
+    rows[1] = row(profile="x", size=1000, bound="link", normalized_goodput=0.9)
+    assert evaluate_claim(c, rows)["verdict"] == FAILS
+    # a claim that names no seed bound, or points without a class (old runs), is always judged
+    assert evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.5), rows)["verdict"] == HOLDS
+    old = [row(profile="x", normalized_goodput=0.6)]
+    assert evaluate_claim(c, old)["verdict"] == FAILS
+
+
+def test_a_cpu_claim_on_link_bound_points_is_not_testable_even_in_range():
+    rows = [row(profile="x", bound="link", normalized_goodput=0.5)]
+    c = {**claim(metric="normalized_goodput", op="value", low=0.4, high=0.6), "seed_bound": "cpu"}
+    got = evaluate_claim(c, rows)
+    assert got["verdict"] == NOT_TESTABLE and got["in_range"] is True
+    assert reproduction_report.verdict_counts([got, {"verdict": HOLDS}]) == \
+        "1 of 2 claims hold, 1 not testable here"
+
+
+def test_cpu_shares_at_scaled_rates_are_not_testable():
+    rows = [row(profile="none", bound="link", cpu_system_pct=2.0), row(profile="x", bound="link", cpu_system_pct=9.0)]
+    c = {**claim(metric="cpu_system_pct", op="difference", num={"profile": "x"}, den={"profile": "none"}, low=5),
+         "seed_bound": "link"}
+    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+    got = evaluate_claim(c, rows, scale=4.0)
+    assert got["verdict"] == NOT_TESTABLE and "divided by 4" in got["not_testable"]
+
+
+def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
+    spec = {"mtu": 1500}
+    records = [{"topology": "t", "profile": "none", "mode": "tunnel", "ip_version": 4, "transport": "tcp",
+                "rate_mbit": 25.0, "size_bytes": 1460, "size_mode": "mss", "clients": 1, "repetition": r,
+                "goodput_mbps": 23.5 + r * 0.1, "bound": "link"} for r in range(2)]
+    (r,) = reproduction.rows_of([{"name": "p", "spec": spec, "records": records}], scale=4.0)
+    assert r.point["rate_mbit"] == 100.0 and r.point["emulated_rate_mbit"] == 25.0 and r.bound == "link"
+    ref = {"values": [{"id": "a", "source": "s", "quote": "94", "value": 94, "unit": "Mbit/s", "mbps_per_unit": 1,
+                       "metric": "goodput_mbps", "where": {"part": "p", "rate_mbit": 100}}]}
+    (v,) = reproduction.compare_values(ref, [r], scale=4.0)
+    assert v["ours"] == pytest.approx(23.55) and v["ours_over_seed"] == pytest.approx(23.55 * 4 / 94)
+    assert "compared as ours × 4" in v["note"]
 
 
 def test_value_claim_holds_only_when_every_point_is_in_range():

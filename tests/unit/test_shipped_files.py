@@ -103,7 +103,7 @@ def test_the_vagrantfile_provisions_with_the_installer_ci_uses(tmp_path):
     assert re.search(r"^\s*\./scripts/install\.sh\s*$", provision["kw"]["inline"], re.M)
     # ... the same installer as CI: .ci/run runs ./run test, which runs scripts/install.sh first
     with open(os.path.join(REPO, ".ci", "run")) as f:
-        assert re.search(r"^\s*(sudo )?\./run test", f.read(), re.M)
+        assert re.search(r"^\s*(sudo |as_root )?\./run test", f.read(), re.M)
     with open(os.path.join(REPO, "run")) as f:
         assert re.search(r"^scripts/install\.sh$", f.read(), re.M)
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""How precise the default sweep's figures are, and what the adaptive repetitions cost.
+
+    sudo python3 benchmarks/sweep_precision.py                   # adaptive, then fixed 3 repetitions
+    sudo python3 benchmarks/sweep_precision.py --runs 3          # the adaptive sweep three times
+    sudo python3 benchmarks/sweep_precision.py --reuse DIR ...   # only the figures of run directories
+
+Runs experiments/packet_size_sweep.py on its defaults as a user would (booting User-Mode
+Linux when the host kernel has no ESP), timed from the command's start to its end, and then
+the same sweep with a fixed 3 repetitions per point (the sweep before the repetitions
+adapted). For every run it prints, per point, the 95 % confidence interval's half-width in
+percent of the mean, of the goodput and of the CPU cost per gigabyte, the repetitions used
+and what bounded the point; then the wall time, the widest and median intervals, how many
+points meet the targets (goodput within --precision, CPU per GB within --cpu-precision), and
+how many repetitions were anomalies (left out of the figures). Exit status 0 when it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import _bootstrap
+
+REPO = _bootstrap.REPO
+SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+FIXED = ["--repetitions", "3", "--max-repetitions", "3"]
+
+
+def run_sweep(extra: list[str], label: str) -> tuple[str, float]:
+    out = tempfile.mkdtemp(prefix="itb-bench-precision-")
+    cmd = [sys.executable, SWEEP, *extra, "--out", out, "--no-report"]
+    print(f"{label}: {' '.join(cmd[1:])}", flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        sys.exit(f"sweep_precision: the sweep failed (exit {rc}); its directory: {out}")
+    return out, wall
+
+
+def half_width_pct(summary) -> float | None:
+    if summary is None or summary.ci95 is None or not summary.mean:
+        return None
+    return 100.0 * summary.ci95 / abs(summary.mean)
+
+
+def describe(run_dir: str, wall: float | None, label: str, goodput_target: float, cpu_target: float) -> dict:
+    from analysis.format import bound_text
+    from analysis.stats import aggregate
+    from testbed.rundir import load_results
+
+    records = load_results(run_dir)
+    aggs = aggregate(records)
+    print(f"\n{label}: {run_dir}")
+    print(f"  {'profile':<13}{'rate':>6}{'size':>6}{'n':>3}{'goodput CI %':>14}{'CPU/GB CI %':>13}  bound")
+    g_widths, c_widths = [], []
+    for a in aggs:
+        g, c = half_width_pct(a.goodput), half_width_pct(a.cpu_s_per_gb)
+        g_widths.append(g)
+        c_widths.append(c)
+        fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
+        print(f"  {str(a.profile):<13}{a.rate_mbit:>6g}{a.size_bytes:>6}{a.goodput.n:>3}{fmt(g):>14}{fmt(c):>13}"
+              f"  {bound_text(a)}")
+    anomalies = sum(1 for r in records if r.get("bound") == "anomaly")
+    known_g = [w for w in g_widths if w is not None]
+    known_c = [w for w in c_widths if w is not None]
+    reps = sum(a.goodput.n for a in aggs)
+    out = {"wall": wall, "points": len(aggs), "repetitions": reps, "anomalies": anomalies,
+           "g_max": max(known_g, default=None), "g_median": statistics.median(known_g) if known_g else None,
+           "c_max": max(known_c, default=None), "c_median": statistics.median(known_c) if known_c else None,
+           "g_met": sum(1 for w in g_widths if w is not None and w <= goodput_target),
+           "c_met": sum(1 for w in c_widths if w is not None and w <= cpu_target)}
+    print(f"  wall time: {'–' if wall is None else f'{wall:.0f} s ({wall / 60:.1f} min)'}; "
+          f"{out['points']} points, {reps} repetitions, {anomalies} anomal{'y' if anomalies == 1 else 'ies'} "
+          f"(left out)")
+    print(f"  goodput CI half-width: median {out['g_median']:.2f} %, widest {out['g_max']:.2f} %; "
+          f"within {goodput_target:g} %: {out['g_met']} of {len(aggs)} points")
+    if known_c:
+        print(f"  CPU per GB CI half-width: median {out['c_median']:.2f} %, widest {out['c_max']:.2f} %; "
+              f"within {cpu_target:g} %: {out['c_met']} of {len(aggs)} points")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="sweep_precision", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=1, metavar="N", help="adaptive sweeps to run (default: 1)")
+    ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-3-repetitions sweep")
+    ap.add_argument("--reuse", nargs="+", metavar="DIR", help="only print the figures of these run directories")
+    ap.add_argument("--precision", type=float, default=2.0, metavar="PERCENT",
+                    help="the goodput target to count against (default: the sweep's, %(default)s)")
+    ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
+                    help="the CPU-per-GB target to count against (default: the sweep's, %(default)s)")
+    args = ap.parse_args()
+    if args.reuse:
+        for d in args.reuse:
+            describe(d, None, "run", args.precision, args.cpu_precision)
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("sweep_precision: needs root; run with sudo")
+    results = []
+    for i in range(args.runs):
+        d, wall = run_sweep([], f"adaptive sweep {i + 1} of {args.runs}")
+        results.append(("adaptive", describe(d, wall, f"adaptive {i + 1}", args.precision, args.cpu_precision)))
+    if not args.no_fixed:
+        d, wall = run_sweep(FIXED, "fixed 3 repetitions")
+        results.append(("fixed 3", describe(d, wall, "fixed 3 repetitions", args.precision, args.cpu_precision)))
+    print("\nsummary")
+    print(f"  {'sweep':<10}{'wall s':>8}{'reps':>6}{'anom.':>6}{'goodput CI % med/max':>22}"
+          f"{'CPU/GB CI % med/max':>22}{'CPU within target':>19}")
+    for name, r in results:
+        print(f"  {name:<10}{r['wall']:>8.0f}{r['repetitions']:>6}{r['anomalies']:>6}"
+              f"{r['g_median']:>11.2f} /{r['g_max']:>8.2f}{r['c_median'] or 0:>11.2f} /{r['c_max'] or 0:>8.2f}"
+              f"{r['c_met']:>12} of {r['points']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""How fast this machine can emulate a seed's heaviest point: the factor its link rates are divided by.
+
+A seed measured on its own hardware; here every host is emulated on a few CPUs (inside
+User-Mode Linux when the host kernel has no ESP), and at the seed's rates the emulator's CPU,
+not the link, may set the figures. :func:`scale_for` measures, for each IPsec profile of the
+seed's fastest part, one point at the part's smallest size on a link twice as fast as the
+part's fastest, so that the CPU gives out first: the goodput it reaches is this machine's
+capacity for that profile and size. The factor divides the seed's rates so that the heaviest
+point asks for at most :data:`HEADROOM` of that capacity: there the shaped link is the
+bottleneck again (the monitor then classes the points ``link``), and what carries over from
+the seed is what depends on bytes and protocols, not on its CPUs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+log = logging.getLogger(__name__)
+
+#: The heaviest point may ask for at most this share of the measured capacity.
+HEADROOM = 0.6
+#: Factors are rounded up to one of these (times a power of ten): rates stay readable.
+NICE = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+#: The calibration point's window and warm-up, in seconds.
+WINDOW_S, WARMUP_S = 1.5, 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """One profile's capacity at the heaviest point, and the factor it asks for."""
+
+    profile: str
+    size_bytes: int
+    size_mode: str
+    link_mbit: float
+    goodput_mbps: float
+    bound: str | None
+    wanted_mbps: float   # what the seed's fastest rate asks of this point (its theoretical goodput)
+    factor: float        # wanted / (HEADROOM * capacity), at least 1
+
+
+def nice_factor(x: float) -> float:
+    """The smallest :data:`NICE` number (times a power of ten) at or above ``x``; 1 for ``x`` <= 1."""
+    if x <= 1.0:
+        return 1.0
+    decade = 10 ** math.floor(math.log10(x))
+    for n in (*NICE, 10.0):
+        if n * decade >= x * (1 - 1e-9):
+            return n * decade
+    return 10.0 * decade  # unreachable: 10 * decade > x
+
+
+def scaled_rates(rates: tuple[float, ...], factor: float) -> tuple[float, ...]:
+    """``rates`` divided by ``factor``, to three significant digits (at least 0.001 Mbit/s)."""
+    def three(x: float) -> float:
+        return float(f"{x:.3g}")
+
+    return tuple(max(0.001, three(r / factor)) for r in rates)
+
+
+def heaviest_points(parts) -> list[dict]:
+    """The points to calibrate: each IPsec profile of the fastest sweep part, at its smallest size."""
+    sweeps = [p for p in parts if not p.transactions]
+    if not sweeps:
+        return []
+    part = max(sweeps, key=lambda p: max(p.spec.rates_mbit))
+    spec = part.spec
+    size_mode = spec.size_mode if "tcp" in spec.transports else "mss"
+    size = min(spec.sizes) if size_mode == "mss" else max(spec.sizes)
+    return [{"part": part.name, "topology": spec.topology, "profile": profile, "mode": spec.mode,
+             "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
+             "size_bytes": size, "size_mode": size_mode, "mtu": spec.mtu, "pmtu": spec.pmtu}
+            for profile in spec.profiles if profile != "none"] or \
+        [{"part": part.name, "topology": spec.topology, "profile": "none", "mode": spec.mode,
+          "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
+          "size_bytes": min(spec.sizes) if size_mode == "mss" else max(spec.sizes), "size_mode": size_mode,
+          "mtu": spec.mtu, "pmtu": spec.pmtu}]
+
+
+def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calibration]:
+    """Measure each of ``points`` (all of one part: one network) on a link twice its rate."""
+    from experiments import iperf
+    from experiments.measure import measure_with_retry, monitor_for, switch_ipsec
+    from experiments.plan import Point, SweepSpec
+    from ipsec.overhead import expected_point_goodput_mbps
+    from testbed import backends
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import MAX_RATE_MBIT, ShapingSpec
+
+    if not points:
+        return []
+    first = points[0]
+    link = min(MAX_RATE_MBIT, 2 * first["rate_mbit"])
+    profiles = tuple(dict.fromkeys(("none", *[p["profile"] for p in points])))
+    spec = SweepSpec(topology=first["topology"], profiles=profiles,
+                     mode=first["mode"], ip_versions=(first["ip_version"],), rates_mbit=(link,),
+                     sizes=(first["size_bytes"],), size_mode=first["size_mode"], repetitions=1,
+                     duration_s=WINDOW_S, warmup_s=WARMUP_S, mtu=first["mtu"], pmtu=first["pmtu"])
+    topo = build_spec(spec.topology, mtu=spec.mtu, pmtu=spec.pmtu)
+    meter = backends.current().cpu_meter()
+    out = []
+    try:
+        with Network(topo, shaping=ShapingSpec(rate_mbit=link)) as net, \
+                iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
+                monitor_for(net, servers, meter) as monitor:
+            current = "none"
+            for p in points:
+                current = switch_ipsec(net, current, p["profile"], spec.mode, spec.ip_versions)
+                point = Point(spec.topology, p["profile"], spec.mode, spec.ip_versions[0], "tcp", link,
+                              p["size_bytes"], p["size_mode"], 1, 0)
+                record = measure_with_retry(net, point, spec, servers, monitor)
+                if record.get("failed"):
+                    raise RuntimeError(f"calibration point {p['profile']} failed: {record.get('error')}")
+                wanted = expected_point_goodput_mbps({**p, "rate_mbit": p["rate_mbit"]}, spec.mtu)
+                capacity = record["goodput_mbps"]
+                factor = wanted / (HEADROOM * capacity) if capacity > 0 else math.inf
+                cal = Calibration(p["profile"], p["size_bytes"], p["size_mode"], link, capacity, record.get("bound"),
+                                  wanted, max(1.0, factor))
+                say(f"calibration: {p['profile']} at {p['size_bytes']} B on a {link:g} Mbit/s link: "
+                    f"{capacity:.1f} Mbit/s ({record.get('bound')}-bound); the seed's {p['rate_mbit']:g} Mbit/s "
+                    f"asks for {wanted:.1f}")
+                out.append(cal)
+    finally:
+        meter.close()
+    return out
+
+
+def _flows(net, ip_version: int) -> list:
+    from experiments.measure import flows_of
+
+    return flows_of(net, ip_version)
+
+
+def scale_for(parts, say=lambda message: None) -> tuple[float, dict]:
+    """The factor to divide ``parts``' rates by on this machine, and how it was found (for meta.json)."""
+    points = heaviest_points(parts)
+    cals = measure_capacity(points, say)
+    if not cals:
+        return 1.0, {"factor": 1.0, "how": "no sweep part to calibrate"}
+    worst = max(cals, key=lambda c: c.factor)
+    factor = nice_factor(worst.factor)
+    how = (f"auto: {worst.profile} at {worst.size_bytes} B reached {worst.goodput_mbps:.1f} Mbit/s here "
+           f"({worst.bound}-bound on a {worst.link_mbit:g} Mbit/s link); the seed's fastest rate asks for "
+           f"{worst.wanted_mbps:.1f}, so rates are divided by {factor:g} to ask at most "
+           f"{HEADROOM:.0%} of that")
+    return factor, {"factor": factor, "how": how, "headroom": HEADROOM,
+                    "calibration": [dataclasses.asdict(c) for c in cals]}

@@ -1,0 +1,97 @@
+"""A third way of getting a kernel is one class: a test backend registered beside host and uml.
+
+``ContainerBackend`` stands for a backend that runs the work elsewhere (a VM, a container, a
+remote host): here it runs the command in a child process with the guest marker set, which is
+all the interface asks of it. Registered, it is offered by ``--kernel``, chosen by
+``choose()``, runs a command through :meth:`KernelBackend.run`, and inside its "guest" the
+process knows where it runs; nothing else in the testbed changes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
+
+import pytest
+
+from testbed import backends
+from testbed.backends import GUEST_ENV, KernelBackend, Leftover
+from testbed.capabilities import BASE_NEEDS, ESP_NEEDS, Check, Needs, Probe
+from testbed.options import add_kernel_options
+
+
+class ContainerBackend(KernelBackend):
+    name = "container"
+    title = "a test container"
+    auto = False  # only when asked for by name
+    note = "a test backend"
+    ran: list[list[str]] = []  # noqa: RUF012 (the commands it ran, for the test)
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def lacks(self, needs: Needs, probe_host: Callable[[], Probe]) -> list[str]:
+        return []  # its kernel has everything
+
+    def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
+            interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
+            cpu: int | None = None) -> int:
+        self.ran.append(list(argv))
+        env = {**os.environ, GUEST_ENV: self.name}
+        try:
+            return subprocess.run(list(argv), cwd=cwd, env=env, timeout=timeout_s, stdout=output,
+                                  stderr=subprocess.STDOUT if output is not None else None).returncode
+        except subprocess.TimeoutExpired:
+            return 124
+
+    def leftovers(self) -> list[Leftover]:
+        return []
+
+
+@pytest.fixture
+def container():
+    backends.register(ContainerBackend)
+    ContainerBackend.ran.clear()
+    yield
+    backends.unregister(ContainerBackend.name)
+
+
+def test_a_registered_backend_is_offered_chosen_and_runs_a_command(container, tmp_path):
+    assert backends.names()[-1] == "container"
+    parser = argparse.ArgumentParser()
+    add_kernel_options(parser)
+    assert parser.parse_args(["--kernel", "container"]).kernel == "container"
+
+    choice = backends.choose("container", ESP_NEEDS)
+    assert isinstance(choice.backend, ContainerBackend) and choice.reason == "--kernel container was requested"
+    # auto never picks a backend that asks not to be
+    plain = backends.choose(backends.AUTO, Needs(BASE_NEEDS), probe_host=_probe_ok)
+    assert plain.backend is not None and not isinstance(plain.backend, ContainerBackend)
+
+    out = tmp_path / "out"
+    # the command a guest runs: the testbed, with this backend registered as its package would be
+    script = (f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+              "from testbed import backends; from test_backends import ContainerBackend; "
+              "backends.register(ContainerBackend); b = backends.current(); "
+              "print(b.name, b.runs_here, b.title); sys.exit(3)")
+    with open(out, "wb") as f:
+        rc = choice.backend.run([sys.executable, "-c", script], cwd=os.getcwd(), output=f)
+    assert rc == 3
+    # inside, the process knows it runs on the container's kernel
+    assert out.read_text().split() == ["container", "False", "a", "test", "container"]
+    assert ContainerBackend.ran and ContainerBackend.ran[0][0] == sys.executable
+    assert choice.backend.metadata()["backend"] == "container"
+
+
+def test_an_unregistered_backend_is_refused_by_name(container):
+    backends.unregister("container")
+    with pytest.raises(ValueError, match="'container' is not one of auto, host, uml"):
+        backends.get("container")
+
+
+def _probe_ok() -> Probe:
+    """A host kernel with veth and tbf (what a plain sweep needs)."""
+    return Probe("6.1-test", "host", tuple(Check("kernel", n, True, "") for n in BASE_NEEDS))

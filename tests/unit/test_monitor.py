@@ -1,0 +1,174 @@
+"""The bottleneck monitor's parsing, evidence and classes, on captured and constructed data.
+
+``fixtures/qdisc_dump.bin`` is an RTM_GETQDISC dump read from a namespace with a 1 Mbit/s tbf
+on a veth while pings queued behind it; ``qdisc_dump.tc.txt`` is ``tc -s qdisc`` just before
+and just after the dump (the same figures, so the parse can be checked against them).
+"""
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from experiments.monitor import (
+    CPU_SATURATED,
+    LINK_FULL,
+    Evidence,
+    FlowCounters,
+    ProcStat,
+    QdiscCounters,
+    Reading,
+    Timed,
+    classify,
+    evidence,
+    parse_proc_stat,
+    parse_qdiscs,
+    udp_counter,
+)
+from testbed.backends import CpuSample
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_qdisc_dump_parses_to_what_tc_shows():
+    found, done = parse_qdiscs((FIXTURES / "qdisc_dump.bin").read_bytes())
+    assert done
+    text = (FIXTURES / "qdisc_dump.tc.txt").read_text()
+    sent = re.findall(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+), overlimits (\d+)", text)
+    backlog = re.findall(r"backlog (\d+)b (\d+)p", text)
+    assert len(set(sent)) == 1 and len(set(backlog)) == 1, "tc saw the counters move during the dump"
+    nbytes, packets, drops, overlimits = map(int, sent[0])
+    tbf = found[(3, 0x10000)]  # ifindex 3 (the veth), handle 1:
+    assert (tbf.bytes, tbf.packets, tbf.drops, tbf.overlimits) == (nbytes, packets, drops, overlimits)
+    assert (tbf.backlog_bytes, tbf.qlen) == tuple(map(int, backlog[0])) == (1242, 1)
+    assert found[(1, 0)] == QdiscCounters(0, 0, 0, 0, 0, 0)  # lo's noqueue
+
+
+def test_a_refused_dump_raises_with_the_kernels_reason():
+    error = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
+    with pytest.raises(OSError, match="qdisc dump refused: Operation not permitted"):
+        parse_qdiscs(error)
+
+
+PROC_STAT = """cpu  100 0 50 800 10 0 40 0 0 0
+cpu0 90 0 45 0 0 0 30 0 0 0
+cpu1 10 0 5 800 10 0 10 0 0 0
+intr 12345
+"""
+PROC_STAT_LATER = """cpu  300 0 150 1000 10 0 90 0 0 0
+cpu0 280 0 140 0 0 0 70 0 0 0
+cpu1 20 0 10 1000 10 0 20 0 0 0
+intr 12399
+"""
+
+
+def test_proc_stat_shares_and_the_busiest_cpu():
+    a, b = parse_proc_stat(PROC_STAT), parse_proc_stat(PROC_STAT_LATER)
+    assert a.ticks == (100, 0, 50, 800, 10, 0, 40, 0) and len(a.per_cpu) == 2
+    busy, system, softirq = a.until(b)
+    # 200 user + 100 system + 200 idle + 50 softirq ticks: busy 350 of 550
+    assert busy == pytest.approx(100 * 350 / 550) and system == pytest.approx(100 * 100 / 550)
+    assert softirq == pytest.approx(100 * 50 / 550)
+    assert a.busiest_until(b) == pytest.approx(100.0)  # cpu0 never idled
+    assert ProcStat((0,) * 8).busiest_until(ProcStat((0,) * 8)) == 0.0  # no per-CPU lines: no claim
+
+
+def reading(t_s: float, shaper_bytes: int, received: int, cpu_s: float, *, packets: int | None = None,
+            spread_ns: int = 1000, proc: str = PROC_STAT) -> Reading:
+    ns = int(t_s * 1e9)
+    shaper = QdiscCounters(shaper_bytes, packets if packets is not None else shaper_bytes // 1500, 0, 0, 0, 0)
+    return Reading(Timed(shaper, ns, ns + spread_ns), Timed(FlowCounters(received), ns, ns + spread_ns),
+                   CpuSample(int(cpu_s * 1e9), ns, (ns, ns + spread_ns)), parse_proc_stat(proc))
+
+
+def window(goodput_mbps: float, utilization: float, cpu_busy: float, *, rate=10.0, seconds=2.0,
+           backlog=(3000,) * 20, expected=9.5, cpus=1.0, **kw) -> Evidence:
+    a = reading(1.0, 10_000_000, 5_000_000, 1.0)
+    b = reading(1.0 + seconds, 10_000_000 + int(utilization * rate * 1e6 * seconds / 8),
+                5_000_000 + int(goodput_mbps * 1e6 * seconds / 8), 1.0 + cpu_busy * seconds * cpus, **kw)
+    return evidence(a, b, list(backlog), rate, cpus, expected)
+
+
+def test_evidence_figures_from_two_readings():
+    ev = window(9.4, 0.99, 0.30)
+    assert ev.window_s == pytest.approx(2.0) and ev.goodput_mbps == pytest.approx(9.4)
+    assert ev.link_utilization == pytest.approx(0.99) and ev.cpu_busy == pytest.approx(0.30)
+    assert ev.queue_busy == 1.0 and ev.shaper_goodput_mbps == pytest.approx(0.99 * 9.5)
+    assert ev.goodput_uncertainty == pytest.approx(1000 / 1e9 / 2.0)
+
+
+def test_a_full_link_with_a_queue_is_link_bound():
+    bound, why = classify(window(9.4, 0.99, 0.30), 9.5)
+    assert bound == "link" and "0.990 of its rate" in why
+
+
+def test_a_full_link_without_a_standing_queue_is_not_link_bound():
+    ev = window(9.4, LINK_FULL + 0.01, 0.30, backlog=(0,) * 20)
+    assert classify(ev, 9.5)[0] == "other"
+
+
+def test_a_saturated_cpu_and_a_link_below_its_rate_is_cpu_bound():
+    bound, why = classify(window(6.0, 0.64, CPU_SATURATED + 0.01, backlog=(0,) * 20), 9.5)
+    assert bound == "cpu" and "91% busy" in why
+
+
+def test_one_saturated_cpu_of_many_is_cpu_bound():
+    # the meter's two CPUs only half busy, but cpu0 never idled (the host kernel of many CPUs)
+    ev = window(6.0, 0.64, 0.5, backlog=(0,) * 20, cpus=2.0, proc=PROC_STAT_LATER)
+    assert ev.proc_busiest_cpu_pct == pytest.approx(100.0)
+    bound, why = classify(ev, 9.5)
+    assert bound == "cpu" and "one CPU was 100 % busy" in why
+
+
+def test_neither_full_nor_saturated_is_other():
+    assert classify(window(3.0, 0.32, 0.20, backlog=(0,) * 20), 9.5)[0] == "other"
+
+
+def test_goodput_above_what_the_link_carries_is_an_anomaly():
+    bound, why = classify(window(10.5, 0.99, 0.30), 9.5)
+    assert bound == "anomaly" and "above" in why
+
+
+def test_a_shaper_above_its_rate_and_bucket_is_an_anomaly():
+    bound, why = classify(window(9.4, 1.05, 0.30), 9.5, burst_share=0.01)
+    assert bound == "anomaly" and "more than its rate and bucket allow" in why
+
+
+def test_counters_going_backwards_are_an_anomaly():
+    # the qdisc deleted and added again mid-window: its counters restart from zero
+    a = reading(1.0, 10_000_000, 5_000_000, 1.0)
+    b = reading(3.0, 1_000_000, 7_000_000, 1.5)
+    bound, why = classify(evidence(a, b, [3000] * 20, 10.0, 1.0, 9.5), 9.5)
+    assert bound == "anomaly" and "the shaper's counters went backwards" in why
+
+
+def test_a_shaper_missing_from_samples_is_an_anomaly():
+    import dataclasses
+
+    ev = dataclasses.replace(window(9.4, 0.99, 0.30), shaper_lost=2)
+    bound, why = classify(ev, 9.5)
+    assert bound == "anomaly" and "missing in 2 of 22 samples" in why
+
+
+def test_readings_timed_loosely_widen_the_tolerance():
+    # a 4 % goodput excess over the shaper's share: contradictory when timed to a microsecond,
+    # within the uncertainty when each reading took 100 ms
+    tight = window(0.99 * 9.5 * 1.04, 0.99, 0.30)
+    loose = window(0.99 * 9.5 * 1.04, 0.99, 0.30, spread_ns=100_000_000)
+    assert classify(tight, 9.5)[0] == "anomaly"
+    assert classify(loose, 9.5)[0] != "anomaly"
+
+
+SNMP = """Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors IgnoredMulti MemErrors
+Udp: 1200 3 0 800 0 0 0 0 0
+"""
+SNMP6 = "Udp6InDatagrams                 \t55\nUdp6NoPorts                     \t0\n" \
+        "Udp6OutDatagrams                \t7\n"
+
+
+def test_udp_counters_add_both_ip_versions():
+    assert udp_counter(SNMP, SNMP6, "InDatagrams") == 1255
+    assert udp_counter(SNMP, SNMP6, "OutDatagrams") == 807
+    assert udp_counter(SNMP, "", "InDatagrams") == 1200  # no IPv6
