@@ -67,7 +67,7 @@ def test_two_sweeps_on_one_directory_the_second_is_refused(tmp_path):
                             timeout=60)
     assert second.returncode == 1
     err = [line for line in second.stderr.splitlines() if line.strip()]
-    assert len(err) == 1 and f"being written by another sweep (pid {first.pid})" in err[0], second.stderr
+    assert len(err) == 1 and f"being written by another run (pid {first.pid})" in err[0], second.stderr
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err[-2000:]
     got = keys(str(out / "results.jsonl"))
