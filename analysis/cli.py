@@ -161,7 +161,10 @@ def _reproduction_report(args, console) -> int:
             return 1
     reproduction_report.print_summary(args.run_dirs[0], datas[0])
     if args.markdown:
-        args.markdown.write_text(reproduction_report.markdown(datas[0]), encoding="utf-8")
+        text = reproduction_report.markdown(datas[0])
+        if len(datas) > 1:
+            text += "\n" + reproduction_report.markdown_compared(args.run_dirs, datas)
+        args.markdown.write_text(text, encoding="utf-8")
     if len(datas) > 1:
         reproduction_report.print_claims_compared(args.run_dirs, datas)
     if args.no_html:

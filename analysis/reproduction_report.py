@@ -316,20 +316,40 @@ def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[s
 
 def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """One row per claim of the first run: its verdict and measured range in every run."""
-    headers = ["claim"] + [f"{os.path.basename(os.path.normpath(d))} ({x['run'].get('backend')} "
-                           f"{x['run'].get('kernel_release')})" for d, x in zip(run_dirs, datas, strict=True)]
+    headers = ["claim", "the seed's points"] + [run_title(d, x) for d, x in zip(run_dirs, datas, strict=True)]
     rows = []
     for claim in datas[0]["claims"]:
-        row = [claim["id"]]
+        row = [claim["id"], claim.get("seed_bound") or "–"]
         for data in datas:
             c = next((c for c in data["claims"] if c["id"] == claim["id"]), None)
             if c is None or c["min"] is None:
                 row.append(UNMEASURED)
             else:
                 span = _num(c["min"]) if c["min"] == c["max"] else f"{_num(c['min'])} .. {_num(c['max'])}"
-                row.append(f"{c['verdict']} ({span})")
+                bounds = bounds_text(c.get("bounds") or {})
+                row.append(f"**{c['verdict']}**: {span}" + (f" ({bounds})" if bounds else ""))
         rows.append(row)
     return headers, rows
+
+
+def run_title(run_dir: str, data: Mapping[str, Any]) -> str:
+    """A run's column title: its directory, kernel, and its rates when they were scaled."""
+    scale = data.get("scale") or {}
+    factor = float(scale.get("factor") or 1.0)
+    rates = f"rates ÷ {factor:g}" if factor != 1.0 else "the seed's rates"
+    return (f"{os.path.basename(os.path.normpath(run_dir))}: {rates} ({data['run'].get('backend')} "
+            f"{data['run'].get('kernel_release')})")
+
+
+def markdown_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> str:
+    """The claims of several runs of one seed side by side, as Markdown (pure)."""
+    headers, rows = claims_compared(run_dirs, datas)
+    out = [f"Seed {datas[0]['seed']}: " + "; ".join(
+        f"{run_title(d, x)}: {verdict_counts(x['claims'])}" for d, x in zip(run_dirs, datas, strict=True)) + ".", ""]
+    out.append("| " + " | ".join(headers) + " |")
+    out.append("|" + "---|" * len(headers))
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
 
 
 def print_claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> None:

@@ -269,6 +269,19 @@ def test_report_of_a_synthetic_run(tmp_path):
     page = Path(path).read_text()
     assert "IPsec becomes less efficient" in page and page.count('class="holds"') == 2
 
+    # the same run read as one at a quarter of the seed's rates: rows carry the seed's rate, the
+    # report says the rates were scaled, and two runs compare side by side in Markdown
+    scaled = tmp_path / "scaled"
+    scaled.mkdir()
+    (scaled / "gateway").mkdir()
+    (scaled / "gateway" / "results.jsonl").write_text((part / "results.jsonl").read_text())
+    (scaled / "meta.json").write_text(json.dumps({**meta, "scale": {"factor": 4.0, "how": "given: --scale 4"}}))
+    data_scaled = reproduction.evaluate(str(scaled))
+    assert data_scaled["scale"]["factor"] == 4.0
+    assert "Link rates scaled: every rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
+    md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [data, data_scaled])
+    assert "the seed's rates" in md and "rates ÷ 4" in md and "| ninety-percent | link |" in md
+
 
 # -- the seed scripts and their reference files --------------------------------------------------
 
