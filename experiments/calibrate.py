@@ -67,14 +67,14 @@ def heaviest_points(parts) -> list[dict]:
     part = max(sweeps, key=lambda p: max(p.spec.rates_mbit))
     spec = part.spec
     size_mode = spec.size_mode if "tcp" in spec.transports else "mss"
-    size = min(spec.sizes) if size_mode == "mss" else max(spec.sizes)
+    size = min(spec.sizes)  # the most packets (MSS) or system calls (writes) per byte: the heaviest
     return [{"part": part.name, "topology": spec.topology, "profile": profile, "mode": spec.mode,
              "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
              "size_bytes": size, "size_mode": size_mode, "mtu": spec.mtu, "pmtu": spec.pmtu}
             for profile in spec.profiles if profile != "none"] or \
         [{"part": part.name, "topology": spec.topology, "profile": "none", "mode": spec.mode,
           "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
-          "size_bytes": min(spec.sizes) if size_mode == "mss" else max(spec.sizes), "size_mode": size_mode,
+          "size_bytes": size, "size_mode": size_mode,
           "mtu": spec.mtu, "pmtu": spec.pmtu}]
 
 
