@@ -300,80 +300,106 @@ def _combine(op: str, a: float, b: float) -> float | None:
 def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> dict:
     """The verdict on one claim, with the values it rests on; see the module docstring.
 
-    A claim that names what bounded the seed's own points (``seed_bound``) is "not testable
-    here" when most of the points it rests on here were bounded by something else (a claim
-    about link-bound ratios measured on CPU-bound points, or the reverse): the values are
-    kept, with whether they fell in the range, and the reason. So is a claim on a CPU share
-    in a run whose rates were scaled (a share at another rate is not the seed's).
+    A claim that names what bounded the seed's own points (``seed_bound``) is judged on the
+    values whose points were bounded the same way here; the others are kept and shown, but
+    left out of the verdict (an IPsec/plain ratio measured on CPU-bound points says nothing
+    of a seed whose ratio was its link's). When no value is left to judge, the claim is "not
+    testable here", with the reason. So is a claim on a CPU share in a run whose rates were
+    scaled (a share at another rate is not the seed's).
     """
     check = claim["check"]
     metric, op = check["metric"], check.get("op", "value")
     if metric not in METRICS:
         raise ReproductionError(f"claim {claim.get('id')}: unknown metric {metric!r}")
     low, high = check.get("low", -math.inf), check.get("high", math.inf)
-    computed: list[tuple[str, float]] = []
-    involved: list[Row] = []
+    wanted = claim.get("seed_bound")
+
+    def like_seed(r: Row) -> bool:
+        return not wanted or (r.bound_for(metric) or "unknown") in (wanted, "unknown")
+
+    entries: list[tuple[str, float, list[Row]]] = []  # (what, value, the rows behind it)
+    means_left = 0  # points left out of a mean, bound otherwise than the seed's
     if op == "value":
         for r in select(rows, check.get("select", {}), metric):
-            computed.append((_label(r), r.value(metric)[0]))
-            involved.append(r)
+            entries.append((_label(r), r.value(metric)[0], [r]))
     elif check.get("means"):
         base = check.get("select", {})
         nums = select(rows, {**base, **check.get("num", {})}, metric)
         dens = select(rows, {**base, **check.get("den", {})}, metric)
         if nums and dens:
-            a = sum(r.value(metric)[0] for r in nums) / len(nums)
-            b = sum(r.value(metric)[0] for r in dens) / len(dens)
-            value = _combine(op, a, b)
-            if value is not None:
-                computed.append((f"mean of {len(nums)} / mean of {len(dens)} points", value))
-            involved += nums + dens
+            # the mean over the points bounded like the seed's, when each side has some
+            alike = [r for r in nums if like_seed(r)], [r for r in dens if like_seed(r)]
+            if all(alike):
+                entries += _means_entry(op, metric, *alike)
+                means_left = len(nums) + len(dens) - len(alike[0]) - len(alike[1])
+            else:
+                entries += _means_entry(op, metric, nums, dens)
     else:
         for n, d in _pairs(rows, check):
             value = _combine(op, n.value(metric)[0], d.value(metric)[0])
             if value is not None:
-                computed.append((f"{_label(n)} vs {_label(d)}", value))
-                involved += [n, d]
-    verdict = UNMEASURED if not computed else HOLDS if all(low <= v <= high for _, v in computed) else FAILS
-    distinct = list({id(r): r for r in involved}.values())
+                entries.append((f"{_label(n)} vs {_label(d)}", value, [n, d]))
+    distinct = list({id(r): r for _, _, rs in entries for r in rs}.values())
     bounds: dict[str, int] = {}
     for r in distinct:
         b = r.bound_for(metric) or "unknown"
         bounds[b] = bounds.get(b, 0) + 1
-    why_not = ""
-    if computed:
-        why_not = _why_not_testable(claim, metric, bounds, scale)
-    in_range = verdict == HOLDS if computed else None
-    if why_not:
-        verdict = NOT_TESTABLE
-    values = [v for _, v in computed]
+    judged = [e for e in entries if all(like_seed(r) for r in e[2])]
+    left_out = len(entries) - len(judged)
+    why_not = _why_not_testable(claim, metric, bounds, scale, judged=bool(judged)) if entries else ""
+    basis = judged if judged else entries
+    values = [v for _, v, _ in basis]
+    in_range = all(low <= v <= high for v in values) if values else None
+    verdict = UNMEASURED if not entries else NOT_TESTABLE if why_not else HOLDS if in_range else FAILS
+    note = ""
+    if left_out and judged:
+        others = {r.bound_for(metric) for _, _, rs in entries for r in rs if not like_seed(r)}
+        note = (f"judged on {len(judged)} of {len(entries)} values: the other {left_out} rest on points bound here by "
+                f"{' and '.join(_BOUND_WORDS.get(b, str(b)) for b in sorted(others))}, the seed's by "
+                f"{_BOUND_WORDS.get(wanted, wanted)}")
+    elif means_left:
+        note = (f"the means leave out {means_left} points bound here otherwise than the seed's "
+                f"({_BOUND_WORDS.get(wanted, wanted)})")
+    involved = [r for _, _, rs in entries for r in rs]
     return {"id": claim["id"], "source": claim.get("source", ""), "quote": claim.get("quote", ""),
             "statement": claim["statement"], "reading": claim.get("reading", ""), "metric": metric, "op": op,
             "low": check.get("low"), "high": check.get("high"), "verdict": verdict,
-            "measured": [{"what": w, "value": v, "in_range": low <= v <= high} for w, v in computed],
+            "measured": [{"what": w, "value": v, "in_range": low <= v <= high,
+                          "judged": (w, v, rs) in judged} for w, v, rs in entries],
             "min": min(values) if values else None, "max": max(values) if values else None,
             "points_cpu_bound": sum(1 for r in distinct if r.limited),
-            "points": len(distinct), "bounds": bounds, "seed_bound": claim.get("seed_bound"),
-            "in_range": in_range, "not_testable": why_not,
+            "points": len(distinct), "bounds": bounds, "seed_bound": wanted,
+            "in_range": in_range, "not_testable": why_not, "left_out": left_out if judged else 0, "note": note,
             "cpu_busy_mean": _mean_of(involved, "cpu_busy_pct"),
             "cpu_system_mean": _mean_of(involved, "cpu_system_pct")}
+
+
+def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row]) -> list[tuple[str, float, list[Row]]]:
+    a = sum(r.value(metric)[0] for r in nums) / len(nums)
+    b = sum(r.value(metric)[0] for r in dens) / len(dens)
+    value = _combine(op, a, b)
+    if value is None:
+        return []
+    return [(f"mean of {len(nums)} / mean of {len(dens)} points", value, [*nums, *dens])]
 
 
 _BOUND_WORDS = {"link": "the shaped link", "cpu": "the emulator's CPU", "other": "neither link nor CPU"}
 
 
-def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str, int], scale: float) -> str:
-    """Why the claim cannot be tested by these points, or "" (pure)."""
+def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str, int], scale: float,
+                      judged: bool = False) -> str:
+    """Why the claim cannot be tested by these points, or "" (pure).
+
+    ``judged``: some of its values rest only on points bound as the seed's were.
+    """
     if scale != 1.0 and metric in CPU_SHARE_METRICS:
         return (f"the link rates were the seed's divided by {scale:g}: a CPU share at that rate is not the "
                 "seed's share at its own")
     wanted = claim.get("seed_bound")
     known = {b: n for b, n in bounds.items() if b != "unknown"}
-    if not wanted or not known:
+    if not wanted or not known or judged:
         return ""
     other = {b: n for b, n in known.items() if b != wanted}
-    if sum(other.values()) * 2 <= sum(known.values()):
-        return ""
     here = ", ".join(f"{n} by {_BOUND_WORDS.get(b, b)}" for b, n in sorted(other.items(), key=lambda kv: -kv[1]))
     return (f"{sum(other.values())} of the {sum(known.values())} points it rests on were bound here {here}; "
             f"the seed's were bound by {_BOUND_WORDS.get(wanted, wanted)}: "

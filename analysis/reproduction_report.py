@@ -80,15 +80,27 @@ def ratio_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def range_text(claim: Mapping[str, Any]) -> str:
+    """The range a claim's values must fall in: "0.850 .. 0.950", "\u2265 1.00", "\u2264 0.999"."""
+    if claim["high"] is None:
+        return f"\u2265 {_num(claim['low'])}"
+    if claim["low"] is None:
+        return f"\u2264 {_num(claim['high'])}"
+    return f"{_num(claim['low'])} .. {_num(claim['high'])}"
+
+
 def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["claim (seed's words)", "checked as", "range", "measured here", "points here by bound", "verdict"]
     rows = []
     for c in data["claims"]:
         measured = "–" if c["min"] is None else (_num(c["min"]) if c["min"] == c["max"]
                                                  else f"{_num(c['min'])} .. {_num(c['max'])}")
-        measured += f" ({len(c['measured'])} values)" if len(c["measured"]) > 1 else ""
-        rng = (f"\u2265 {_num(c['low'])}" if c["high"] is None else f"\u2264 {_num(c['high'])}" if c["low"] is None
-               else f"{_num(c['low'])} .. {_num(c['high'])}")
+        n = len(c["measured"])
+        if c.get("left_out"):
+            measured += f" ({n - c['left_out']} of {n} values judged)"
+        elif n > 1:
+            measured += f" ({n} values)"
+        rng = range_text(c)
         if c.get("not_testable"):
             measured += (" (in the range)" if c.get("in_range") else " (outside the range)")
         seed_bound = f"; the seed's: {c['seed_bound']}" if c.get("seed_bound") else ""
@@ -125,9 +137,10 @@ def markdown(data: Mapping[str, Any]) -> str:
     if scale_text(data):
         out += [f"> {scale_text(data)}", ""]
     out += table(*claim_rows(data))
-    untestable = [c for c in data["claims"] if c.get("not_testable")]
-    if untestable:
-        out += [f"- **{c['id']}** not testable here: {c['not_testable']}" for c in untestable] + [""]
+    notes = [f"- **{c['id']}** not testable here: {c['not_testable']}" if c.get("not_testable") else
+             f"- **{c['id']}** {c['note']}" for c in data["claims"] if c.get("not_testable") or c.get("note")]
+    if notes:
+        out += [*notes, ""]
     headers, rows = value_rows(data)
     rows = [r for r in rows if r[3] and not r[3].startswith(("not measured", "2 points"))]
     if rows:
@@ -164,6 +177,8 @@ def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
                 if c.get("not_testable"):
                     console.print(f"  [yellow]{c['id']}[/yellow] not testable here: {c['not_testable']}",
                                   highlight=False)
+                elif c.get("note"):
+                    console.print(f"  {c['id']}: {c['note']}", highlight=False)
 
 
 def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -211,6 +226,12 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
                     "differs from what bounded the seed's: the comparison would measure this machine, not the "
                     "claim.</p><ul>")
         body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['not_testable'])}</li>" for c in untestable]
+        body.append("</ul>")
+    partly = [c for c in data["claims"] if c.get("note") and not c.get("not_testable")]
+    if partly:
+        body.append("<h3>Claims judged on part of their values</h3><p>Values whose points were bounded here "
+                    "otherwise than the seed's are shown in the table but left out of the verdict.</p><ul>")
+        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['note'])}</li>" for c in partly]
         body.append("</ul>")
     if len(compare) > 1:
         body.append("<h3>The same claims in the runs compared</h3>")
@@ -316,10 +337,11 @@ def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[s
 
 def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """One row per claim of the first run: its verdict and measured range in every run."""
-    headers = ["claim", "the seed's points"] + [run_title(d, x) for d, x in zip(run_dirs, datas, strict=True)]
+    headers = ["the seed says", "read as", "the seed's points"] + [
+        run_title(d, x) for d, x in zip(run_dirs, datas, strict=True)]
     rows = []
     for claim in datas[0]["claims"]:
-        row = [claim["id"], claim.get("seed_bound") or "–"]
+        row = [f"\u201c{claim['quote']}\u201d ({claim['id']})", range_text(claim), claim.get("seed_bound") or "–"]
         for data in datas:
             c = next((c for c in data["claims"] if c["id"] == claim["id"]), None)
             if c is None or c["min"] is None:
@@ -327,7 +349,9 @@ def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]])
             else:
                 span = _num(c["min"]) if c["min"] == c["max"] else f"{_num(c['min'])} .. {_num(c['max'])}"
                 bounds = bounds_text(c.get("bounds") or {})
-                row.append(f"**{c['verdict']}**: {span}" + (f" ({bounds})" if bounds else ""))
+                judged = (f"; judged on {len(c['measured']) - c['left_out']} of {len(c['measured'])}"
+                          if c.get("left_out") else "")
+                row.append(f"**{c['verdict']}**: {span}" + (f" ({bounds}{judged})" if bounds else ""))
         rows.append(row)
     return headers, rows
 

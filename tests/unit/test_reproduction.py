@@ -118,24 +118,41 @@ def claim(**check):
     return {"id": "c", "statement": "s", "check": check}
 
 
-def test_a_claim_on_points_bound_otherwise_than_the_seeds_is_not_testable():
-    # the seed's ratio was link-bound; here two of three points were CPU-bound
-    rows = [row(profile="x", size=s, bound=b, normalized_goodput=v)
-            for s, b, v in ((800, "cpu", 0.6), (1000, "cpu", 0.62), (1400, "link", 0.9))]
+def test_a_claim_is_judged_on_points_bound_as_the_seeds_were_and_otherwise_not_testable():
+    # the seed's ratio was link-bound; here every point was CPU-bound: nothing to judge
+    rows = [row(profile="x", size=s, bound="cpu", normalized_goodput=v) for s, v in ((800, 0.6), (1000, 0.62))]
     c = {**claim(metric="normalized_goodput", op="value", low=0.85, high=0.95),
          "seed_bound": "link", "seed_bound_reason": "tbf below the gateways' capacity"}
     got = evaluate_claim(c, rows)
     assert got["verdict"] == NOT_TESTABLE and got["in_range"] is False
-    assert got["bounds"] == {"cpu": 2, "link": 1}
-    assert "2 of the 3 points it rests on were bound here 2 by the emulator's CPU" in got["not_testable"]
+    assert got["bounds"] == {"cpu": 2}
+    assert "2 of the 2 points it rests on were bound here 2 by the emulator's CPU" in got["not_testable"]
     assert "tbf below the gateways' capacity" in got["not_testable"]
-    # mostly link-bound: judged as before (one CPU-bound point of three is not "mostly")
-    rows[1] = row(profile="x", size=1000, bound="link", normalized_goodput=0.9)
+    # one link-bound point among them: the verdict rests on it alone, the others are shown and counted
+    rows.append(row(profile="x", size=1400, bound="link", normalized_goodput=0.9))
+    got = evaluate_claim(c, rows)
+    assert got["verdict"] == HOLDS and (got["min"], got["max"]) == (0.9, 0.9) and got["left_out"] == 2
+    assert [m["judged"] for m in got["measured"]] == [False, False, True]
+    assert "judged on 1 of 3 values" in got["note"] and "the emulator's CPU" in got["note"]
+    # ... and fails on it when it is out of range, whatever the CPU-bound points say
+    rows[-1] = row(profile="x", size=1400, bound="link", normalized_goodput=0.97)
     assert evaluate_claim(c, rows)["verdict"] == FAILS
-    # a claim that names no seed bound, or points without a class (old runs), is always judged
-    assert evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.5), rows)["verdict"] == HOLDS
+    # a claim that names no seed bound, or points without a class (old runs), is judged on every value
+    got = evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.5), rows)
+    assert got["verdict"] == HOLDS and got["left_out"] == 0 and got["min"] == 0.6
     old = [row(profile="x", normalized_goodput=0.6)]
     assert evaluate_claim(c, old)["verdict"] == FAILS
+
+
+def test_a_mean_over_points_keeps_those_bound_as_the_seeds_were():
+    rows = [row(profile="x", size=s, bound=b, normalized_goodput=v)
+            for s, b, v in ((100, "cpu", 0.3), (250, "link", 0.8), (1000, "link", 0.95), (1460, "link", 0.96))]
+    c = {**claim(metric="normalized_goodput", op="ratio", means=True, select={"profile": "x"},
+                 num={"size_bytes": [100, 250]}, den={"size_bytes": [1000, 1460]}, high=0.999),
+         "seed_bound": "link"}
+    got = evaluate_claim(c, rows)
+    assert got["verdict"] == HOLDS and got["min"] == pytest.approx(0.8 / 0.955)
+    assert "leave out 1 points" in got["note"]
 
 
 def test_a_cpu_claim_on_link_bound_points_is_not_testable_even_in_range():
@@ -280,7 +297,7 @@ def test_report_of_a_synthetic_run(tmp_path):
     assert data_scaled["scale"]["factor"] == 4.0
     assert "Link rates scaled: every rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
     md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [data, data_scaled])
-    assert "the seed's rates" in md and "rates ÷ 4" in md and "| ninety-percent | link |" in md
+    assert "the seed's rates" in md and "rates ÷ 4" in md and "(ninety-percent) | 0.850 .. 0.950 | link |" in md
 
 
 # -- the seed scripts and their reference files --------------------------------------------------
