@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Check the sweep's point classes against tools that do not share its code: tc and the host.
+
+    sudo python3 benchmarks/bound_crosscheck.py                       # AES-GCM-256 at 100 Mbit/s
+    sudo python3 benchmarks/bound_crosscheck.py --rate 10 --sizes 100,1460
+
+Runs a small packet-size sweep (``experiments/packet_size_sweep.py``, one repetition of 4 s per
+point, the plain baseline and --profile) and, while it runs, keeps two accounts of its own:
+
+- inside the kernel that runs the sweep, ``tc -s -j qdisc show`` in every testbed namespace
+  every 0.25 s (the iproute2 binary, not the monitor's netlink code): the bytes each tbf sent
+  and its backlog;
+- on the host, the guest's CPU time from its cpuacct cgroup file every 0.2 s (or the whole
+  machine's, when the sweep runs on the host kernel), with the host's clock.
+
+Each point's active period is found in the tc series (the shaper sending above a fifth of its
+rate), matched to the point's record by time, and trimmed (its first second and last half
+second dropped). Over what is left it computes the link's utilization, how often a queue stood
+in front of it, and the CPU busy share, and classes the point by hand: ``link`` when the shaper
+sent at least 97 % of its rate with a queue in at least half of the samples, ``cpu`` when the
+CPU was at least 90 % busy, ``other`` when neither. It prints that next to the sweep's own class
+and evidence, and how many agree. The tc polling runs beside the sweep, so it adds some load
+of its own; the figures are a cross-check, not a replacement.
+"""
+from __future__ import annotations
+
+import argparse
+import calendar
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import _bootstrap
+
+REPO = _bootstrap.REPO
+SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+CPUACCT = "/sys/fs/cgroup/cpuacct"
+TC_EVERY_S = 0.25
+CPU_EVERY_S = 0.2
+#: The same thresholds as the monitor's classes (README, "What bounded each point").
+LINK_UTILIZATION = 0.97
+QUEUE_BUSY = 0.5
+CPU_BUSY = 0.90
+
+
+def poll_tc(out_path: str, stop_path: str) -> None:
+    """Inside the sweep's kernel: every testbed namespace's qdiscs, as tc prints them, until stop_path exists."""
+    with open(out_path, "w") as out:
+        while not os.path.exists(stop_path):
+            for ns in sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else ():
+                if not ns.startswith("itb-"):
+                    continue
+                r = subprocess.run(["tc", "-n", ns, "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
+                t = time.time()
+                if r.returncode:
+                    continue
+                for q in json.loads(r.stdout or "[]"):
+                    if q.get("kind") == "tbf":
+                        out.write(json.dumps({"t": t, "ns": ns, "dev": q.get("dev"), "bytes": q.get("bytes"),
+                                              "backlog": q.get("backlog"), "drops": q.get("drops")}) + "\n")
+            out.flush()
+            time.sleep(TC_EVERY_S)
+
+
+def inner(args: argparse.Namespace) -> int:
+    """The part that runs in the sweep's kernel: the tc poller beside the sweep."""
+    stop = os.path.join(args.out, "stop")
+    poller = threading.Thread(target=poll_tc, args=(os.path.join(args.out, "tc.jsonl"), stop), daemon=True)
+    poller.start()
+    cmd = [sys.executable, SWEEP, "--rates", f"{args.rate:g}", "--profiles", args.profile,
+           "--sizes", args.sizes, "--repetitions", "1", "--max-repetitions", "1", "--duration", "4",
+           "--out", os.path.join(args.out, "sweep"), "--no-report"]
+    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    open(stop, "w").close()
+    poller.join()
+    return rc
+
+
+class HostCpu(threading.Thread):
+    """The guest's (or the machine's) CPU nanoseconds, read on the host with the host's clock."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples: list[tuple[float, int]] = []
+        self.path: str | None = None
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        before = set(glob.glob(f"{CPUACCT}/itb-*/cpuacct.usage"))
+        started = time.monotonic()
+        while not self.done.wait(CPU_EVERY_S):
+            if self.path is None:
+                new = set(glob.glob(f"{CPUACCT}/itb-*/cpuacct.usage")) - before
+                if new:
+                    self.path = new.pop()
+                elif time.monotonic() - started > 20 and os.path.exists(f"{CPUACCT}/cpuacct.usage"):
+                    self.path = f"{CPUACCT}/cpuacct.usage"  # no guest: the sweep runs on this kernel
+                continue
+            try:
+                with open(self.path) as f:
+                    self.samples.append((time.time(), int(f.read())))
+            except OSError:
+                pass
+
+    @property
+    def cpus(self) -> int:
+        """What 100 % busy means: the guest runs on one host CPU; the machine has them all."""
+        return os.cpu_count() or 1 if self.path == f"{CPUACCT}/cpuacct.usage" else 1
+
+
+def between(series: list, t0: float, t1: float) -> list:
+    return [s for s in series if t0 <= s[0] <= t1]
+
+
+def active_periods(tc: list[dict], rate_mbit: float) -> tuple[list[tuple[float, float]], list[dict]]:
+    """Spans where the busiest tbf sent above a fifth of its rate, and that tbf's samples."""
+    if not tc:
+        return [], []
+    by_q: dict[tuple, list[dict]] = {}
+    for s in tc:
+        by_q.setdefault((s["ns"], s["dev"]), []).append(s)
+    busiest = max(by_q.values(), key=lambda ss: ss[-1]["bytes"] - ss[0]["bytes"])
+    periods, start = [], None
+    for a, b in zip(busiest, busiest[1:], strict=False):
+        rate = (b["bytes"] - a["bytes"]) * 8 / (b["t"] - a["t"]) / 1e6
+        if rate > rate_mbit / 5 and start is None:
+            start = a["t"]
+        elif rate <= rate_mbit / 5 and start is not None:
+            periods.append((start, a["t"]))
+            start = None
+    return periods, busiest
+
+
+def hand_class(util: float, queue: float, cpu: float) -> str:
+    if util >= LINK_UTILIZATION and queue >= QUEUE_BUSY:
+        return "link"
+    return "cpu" if cpu >= CPU_BUSY else "other"
+
+
+def judge(out: str, rate_mbit: float, cpu: HostCpu) -> int:
+    from testbed.rundir import load_results
+
+    with open(os.path.join(out, "tc.jsonl")) as f:
+        tc = [json.loads(line) for line in f]
+    periods, queue_series = active_periods(tc, rate_mbit)
+    records = [r for r in load_results(os.path.join(out, "sweep")) if not r.get("failed")]
+    ends = [calendar.timegm(time.strptime(r["time"], "%Y-%m-%dT%H:%M:%SZ")) for r in records]
+    print(f"host CPU account: {cpu.path} ({cpu.cpus} CPU{'s' if cpu.cpus > 1 else ''} = 100 %); "
+          f"{len(tc)} tc samples, {len(cpu.samples)} CPU samples, {len(periods)} active periods, "
+          f"{len(records)} points")
+    print(f"{'profile':<13}{'size':>5} | {'sweep: class':<12}{'util':>6}{'queue':>6}{'CPU %':>6}"
+          f" | {'by hand: util':>13}{'queue':>6}{'CPU %':>6}  class  agree")
+    agree = judged = 0
+    for rec, end in zip(records, ends, strict=True):
+        # the point's period: the last one that ended before its record was written
+        mine = [p for p in periods if p[1] <= end + 1.5]
+        if not mine:
+            continue
+        t0, t1 = mine[-1][0] + 1.0, mine[-1][1] - 0.5
+        q = between([(s["t"], s) for s in queue_series], t0, t1)
+        c = between(cpu.samples, t0, t1)
+        if len(q) < 3 or len(c) < 3:
+            print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | too few samples in the period")
+            continue
+        util = (q[-1][1]["bytes"] - q[0][1]["bytes"]) * 8 / (q[-1][0] - q[0][0]) / (rate_mbit * 1e6)
+        queue = sum(1 for _, s in q if s["backlog"]) / len(q)
+        busy = 100 * (c[-1][1] - c[0][1]) / 1e9 / (c[-1][0] - c[0][0]) / cpu.cpus
+        by_hand = hand_class(util, queue, busy / 100)
+        ok = by_hand == rec["bound"]
+        agree += ok
+        judged += 1
+        print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | {rec['bound']:<12}{rec['link_utilization']:>6.3f}"
+              f"{rec['queue_busy']:>6.2f}{rec['cpu_busy_pct']:>6.0f} | {util:>13.3f}{queue:>6.2f}{busy:>6.0f}  "
+              f"{by_hand:<6} {'yes' if ok else 'NO'}")
+    print(f"agree: {agree} of {judged} points")
+    return 0 if judged else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="The sweep boots User-Mode Linux when the host kernel has no ESP, as "
+                                        "`./run sweep` does; the tc poller runs beside it in the same kernel.",
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--rate", type=float, default=100.0, help="the shaped link's rate, Mbit/s")
+    ap.add_argument("--profile", default="aes-gcm-256", help="the IPsec profile beside the plain baseline")
+    ap.add_argument("--sizes", default="100,250,500,1000,1460", help="TCP MSS values, comma-separated")
+    ap.add_argument("--inner", metavar="DIR", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.inner:
+        args.out = args.inner
+        return inner(args)
+    if os.geteuid() != 0:
+        sys.exit("bound_crosscheck: needs root (namespaces, tc, the host's cgroup files): run it with sudo")
+    from experiments import doctor
+
+    choice = doctor.choose()
+    if choice.backend is None:
+        sys.exit(f"bound_crosscheck: no kernel here can run an IPsec sweep: {choice.reason}")
+    backend = choice.backend
+    out = tempfile.mkdtemp(prefix="itb-bench-crosscheck-")
+    cpu = HostCpu()
+    cpu.start()
+    print(f"sweep in {backend.label()}; files in {out}", flush=True)
+    rc = backend.run([sys.executable, os.path.abspath(__file__), "--inner", out, "--rate", f"{args.rate:g}",
+                      "--profile", args.profile, "--sizes", args.sizes], timeout_s=1800)
+    cpu.done.set()
+    cpu.join()
+    if rc:
+        sys.exit(f"bound_crosscheck: the sweep failed (exit {rc}); its files: {out}")
+    return judge(out, args.rate, cpu)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
