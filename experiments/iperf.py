@@ -73,22 +73,27 @@ def parse_iperf3(text: str, interrupted: bool = False) -> Result:
     sent = end.get("sum_sent") or end.get("sum") or {}
     if protocol == "udp":
         s = sent if interrupted else (end.get("sum_received") or end.get("sum") or {})
-        retrans, loss = None, float(s.get("lost_percent", 0.0))
+        # cJSON writes a NaN as null: iperf3's 0/0 when a side counted no datagrams
+        lost = s.get("lost_percent", 0.0)
+        retrans, loss = None, None if lost is None else float(lost)
     else:
         s = sent if interrupted else (end.get("sum_received") or {})
         retrans, loss = int(sent.get("retransmits", 0)), None
     if not s:
         raise IperfError("iperf3 output has no end summary (interrupted test?)")
-    return Result(
-        transport=protocol,
-        goodput_mbps=float(s["bits_per_second"]) / 1e6,
-        bytes=int(s["bytes"]),
-        seconds=float(s["seconds"]),
-        retransmits=retrans,
-        loss_pct=loss,
-        cpu_sender_pct=cpu.get("host_total"),
-        cpu_receiver_pct=cpu.get("remote_total"),
-    )
+    try:
+        return Result(
+            transport=protocol,
+            goodput_mbps=float(s["bits_per_second"]) / 1e6,
+            bytes=int(s["bytes"]),
+            seconds=float(s["seconds"]),
+            retransmits=retrans,
+            loss_pct=loss,
+            cpu_sender_pct=cpu.get("host_total"),
+            cpu_receiver_pct=cpu.get("remote_total"),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise IperfError(f"iperf3's end summary lacks a figure ({type(e).__name__}: {e}): {str(s)[:200]}") from None
 
 
 def _listening(pid: int, port: int) -> bool:

@@ -37,3 +37,17 @@ def test_error_output_raises_with_iperfs_message():
 def test_garbage_raises():
     with pytest.raises(IperfError, match="not JSON"):
         parse_iperf3("iperf3: error - unable to connect")
+
+
+def test_udp_loss_written_as_null_is_unknown_not_a_crash():
+    # iperf3 computes lost_percent as lost / packets; with no datagrams that is NaN, which
+    # cJSON writes as null (seen with five UDP clients through a CPU-bound UML guest)
+    data = json.loads((FIX / "udp_200M_loopback.json").read_text())
+    for side in ("sum", "sum_received"):
+        data["end"][side]["lost_percent"] = None
+    r = parse_iperf3(json.dumps(data))
+    assert r.loss_pct is None and r.goodput_mbps > 0
+    # a summary without its figures is iperf3's failure, reported as one
+    data["end"]["sum_received"]["bits_per_second"] = None
+    with pytest.raises(IperfError, match="lacks a figure"):
+        parse_iperf3(json.dumps(data))
