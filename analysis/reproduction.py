@@ -352,12 +352,14 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
     in_range = all(low <= v <= high for v in values) if values else None
     verdict = UNMEASURED if not entries else NOT_TESTABLE if why_not else HOLDS if in_range else FAILS
     note = ""
-    if left_out and judged:
+    if why_not:
+        left_out = 0  # nothing was judged
+    elif left_out and judged:
         others = {r.bound_for(metric) for _, _, rs in entries for r in rs if not like_seed(r)}
         note = (f"judged on {len(judged)} of {len(entries)} values: the other {left_out} rest on points bound here by "
                 f"{' and '.join(_BOUND_WORDS.get(b, str(b)) for b in sorted(others))}, the seed's by "
                 f"{_BOUND_WORDS.get(wanted, wanted)}")
-    elif means_left:
+    elif means_left and not why_not:
         note = (f"the means leave out {means_left} points bound here otherwise than the seed's "
                 f"({_BOUND_WORDS.get(wanted, wanted)})")
     involved = [r for _, _, rs in entries for r in rs]
