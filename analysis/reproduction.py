@@ -347,7 +347,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
     judged = [e for e in entries if all(like_seed(r) for r in e[2])]
     left_out = len(entries) - len(judged)
     why_not = _why_not_testable(claim, metric, bounds, scale, judged=bool(judged)) if entries else ""
-    basis = judged if judged else entries
+    basis = judged if judged and not why_not else entries
     values = [v for _, v, _ in basis]
     in_range = all(low <= v <= high for v in values) if values else None
     verdict = UNMEASURED if not entries else NOT_TESTABLE if why_not else HOLDS if in_range else FAILS
