@@ -156,11 +156,11 @@ per repetition.</p>
 """
 
 
-def _penalty_text(ratio: Ratio | None, link_mtu: int) -> str:
+def _penalty_text(ratio: Ratio | None, link_mtu: int, pmtu: str = "discover") -> str:
     """An IPsec point's penalty as 'total = wire + other' (percent of plain); see analysis.penalty."""
     from analysis.penalty import penalty_of
 
-    p = penalty_of(ratio, link_mtu) if ratio else None
+    p = penalty_of(ratio, link_mtu, pmtu) if ratio else None
     if p is None:
         return ""
     if p.wire is None:
@@ -169,7 +169,7 @@ def _penalty_text(ratio: Ratio | None, link_mtu: int) -> str:
 
 
 def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Mapping[Any, str],
-                  link_mtu: int = 1500) -> str:
+                  link_mtu: int = 1500, pmtu: str = "discover") -> str:
     by_ipsec = ratio_index(ratios)
     varying = varying_scenario_keys(aggs)
     head = (["scenario"] if varying else []) + ["profile", "rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)",
@@ -207,7 +207,7 @@ def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Ma
             ("num", _esc(f"{a.goodput.min:.{lo_d}f} – {a.goodput.max:.{lo_d}f}")),
             ("num", _esc(fmt_num(a.theoretical_goodput_mbps))),
             ("num", _esc(ratio_text(ratio.goodput if ratio else None))),
-            ("num", _esc(_penalty_text(ratio, link_mtu))),
+            ("num", _esc(_penalty_text(ratio, link_mtu, pmtu))),
             ("num", _esc(summary_text(a.cpu_s_per_gb))),
             ("num", _esc(ratio_text(ratio.cpu_s_per_gb if ratio else None))),
             ("bound", _esc(bound_text(a))),
@@ -302,7 +302,8 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, An
                  "intervals. Penalty: 1 &minus; IPsec/plain in percent of the plain goodput, split into what the "
                  "bytes IPsec adds explain on a saturated link (wire, from the overhead model) and the rest "
                  "(other: encryption and packet processing, or an emulator out of CPU).</p>")
-    parts.append(_points_table(aggs, ratios, colors, (meta.get("sweep") or {}).get("mtu") or 1500))
+    sweep = meta.get("sweep") or {}
+    parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))
     if len(compare) > 1:
         parts.append("<h2>Comparison table</h2>")
         parts.append(_compare_html(compare))

@@ -49,7 +49,7 @@ def decompose(measured_ratio: float, expected_ipsec: float | None, expected_plai
     return Penalty(dict(point or {}), measured_ratio, penalty, wire, penalty - wire, bound)
 
 
-def penalty_of(ratio: Ratio, link_mtu: int = 1500) -> Penalty | None:
+def penalty_of(ratio: Ratio, link_mtu: int = 1500, pmtu: str = "discover") -> Penalty | None:
     """:func:`decompose` for an IPsec/plain :class:`~analysis.stats.Ratio` of a sweep; None without a ratio."""
     from ipsec.overhead import expected_point_goodput_mbps
 
@@ -57,8 +57,8 @@ def penalty_of(ratio: Ratio, link_mtu: int = 1500) -> Penalty | None:
         return None
     point = dict(ratio.point)
     try:
-        exp_ipsec = expected_point_goodput_mbps(point, link_mtu)
-        exp_plain = expected_point_goodput_mbps({**point, "profile": "none"}, link_mtu)
+        exp_ipsec = expected_point_goodput_mbps(point, link_mtu, pmtu)
+        exp_plain = expected_point_goodput_mbps({**point, "profile": "none"}, link_mtu, pmtu)
     except (KeyError, TypeError, ValueError):
         exp_ipsec = exp_plain = None  # a point the model does not cover
     return decompose(ratio.goodput.value, exp_ipsec, exp_plain, ratio.plain.goodput.mean, point)

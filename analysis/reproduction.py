@@ -140,7 +140,7 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
             penalty = None
             if ratio is not None:
                 metrics["normalized_goodput"] = ratio.goodput
-                penalty = penalty_of(ratio, extra["mtu"])
+                penalty = penalty_of(ratio, extra["mtu"], part["spec"].get("pmtu", "discover"))
             point = {**a.point, **extra}
             if scale != 1.0 and point.get("rate_mbit") is not None:
                 point["emulated_rate_mbit"] = point["rate_mbit"]

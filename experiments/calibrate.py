@@ -113,7 +113,7 @@ def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calib
                 record = measure_with_retry(net, point, spec, servers, monitor)
                 if record.get("failed"):
                     raise RuntimeError(f"calibration point {p['profile']} failed: {record.get('error')}")
-                wanted = expected_point_goodput_mbps({**p, "rate_mbit": p["rate_mbit"]}, spec.mtu)
+                wanted = expected_point_goodput_mbps({**p, "rate_mbit": p["rate_mbit"]}, spec.mtu, spec.pmtu)
                 capacity = record["goodput_mbps"]
                 factor = wanted / (HEADROOM * capacity) if capacity > 0 else math.inf
                 cal = Calibration(p["profile"], p["size_bytes"], p["size_mode"], link, capacity, record.get("bound"),

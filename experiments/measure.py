@@ -198,7 +198,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         ahead.reap()
     results = [iperf.parse_iperf3(out, interrupted=True) for out in outputs]
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
-    expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu)
+    expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu, spec.pmtu)
     ev = dataclasses.replace(evidence(first, last, backlog, point.rate_mbit, monitor.meter.cpus, expected),
                              shaper_lost=lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)

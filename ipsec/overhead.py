@@ -91,6 +91,10 @@ from collections.abc import Iterable, Sequence
 from ipsec.algorithms import get_algorithm
 from ipsec.profiles import Profile, parse_profile
 
+#: How hosts treat a path whose MTU IPsec lowered: path MTU discovery (DF set, the sender's
+#: MSS shrinks), or no DF and the gateway fragments (seed 003's 2005-era hosts; IPv4 only).
+PMTU_MODES = ("discover", "fragment")
+
 #: IP header bytes without options / extension headers: ``struct iphdr``, ``struct ipv6hdr``.
 IP_HEADER_BYTES: dict[int, int] = {4: 20, 6: 40}
 #: How a shaper counts a packet (topologies.shaping): "tc" = tc's default, the packet plus
@@ -433,23 +437,33 @@ def theoretical_goodput_mbps(rate_mbit: float, mss: int, ip_version: int = 4, fr
 
 def expected_goodput_mbps(rate_mbit: float, mss: int, profile: ProfileArg = "none", mode: str = "tunnel",
                           ip_version: int = 4, link_mtu: int = 1500, l2_bytes: int = 14,
-                          timestamps: bool = True) -> float:
+                          timestamps: bool = True, pmtu: str = "discover") -> float:
     """TCP goodput a perfect shaper of ``rate_mbit`` gives through ``profile``.
 
-    The sender's MSS is ``mss`` (iperf3 ``-M``) capped by the path MTU the profile
-    leaves (:func:`max_tcp_mss`); each full segment carries ``MSS - 12`` payload bytes
-    with timestamps, and costs its inner packet plus :func:`packet_overhead` plus
-    ``l2_bytes`` of link framing (14: the Ethernet header tc counts) on the shaped link.
-    With ``profile="none"`` this is the plain TCP curve.
+    With path MTU discovery (``pmtu="discover"``) the sender's MSS is ``mss`` (iperf3 ``-M``)
+    capped by the path MTU the profile leaves (:func:`max_tcp_mss`); each full segment carries
+    ``MSS - 12`` payload bytes with timestamps, and costs its inner packet plus
+    :func:`packet_overhead` plus ``l2_bytes`` of link framing (14: the Ethernet header tc
+    counts) on the shaped link.  With ``pmtu="fragment"`` (IPv4 hosts sending without DF, seed
+    003's era) the MSS is capped by the link MTU only, and a protected segment too big for the
+    link is fragmented as a UDP datagram is (:func:`expected_udp_goodput_mbps`): at MSS 1460 in
+    tunnel mode, a 1500-byte and a small packet.  With ``profile="none"`` this is the plain TCP
+    curve.
     """
     if rate_mbit <= 0:
         raise ValueError(f"rate_mbit must be > 0, not {rate_mbit!r}")
+    if pmtu not in PMTU_MODES:
+        raise ValueError(f"pmtu must be one of {', '.join(PMTU_MODES)}, not {pmtu!r}")
     prof = _profile(profile)
     ip_hdr = IP_HEADER_BYTES[ip_version]
-    cap = (max_tcp_mss(prof, mode, ip_version, link_mtu) if prof.protocols
+    fragments = pmtu == "fragment" and ip_version == 4 and bool(prof.protocols)
+    cap = (max_tcp_mss(prof, mode, ip_version, link_mtu) if prof.protocols and not fragments
            else link_mtu - ip_hdr - TCP_HEADER_BYTES)
     seg_mss = min(mss, cap)
     payload = seg_mss - (TCP_TIMESTAMPS_BYTES if timestamps else 0)
+    if fragments:
+        packets = _protected_packets(seg_mss + TCP_HEADER_BYTES, prof, mode, ip_version, link_mtu)
+        return rate_mbit * payload / sum(n + l2_bytes for n in packets)
     inner = seg_mss + TCP_HEADER_BYTES + ip_hdr
     wire = inner + (packet_overhead(prof, mode, ip_version, inner) if prof.protocols else 0) + l2_bytes
     return rate_mbit * payload / wire
@@ -490,23 +504,26 @@ def expected_udp_goodput_mbps(rate_mbit: float, datagram: int, profile: ProfileA
         raise ValueError(f"rate_mbit must be > 0, not {rate_mbit!r}")
     if datagram < 1:
         raise ValueError(f"datagram must be >= 1 byte, not {datagram!r}")
-    prof = _profile(profile)
-    ip_hdr = IP_HEADER_BYTES[ip_version]
-    l4 = datagram + 8  # the UDP header
-    if not prof.protocols:
-        packets = fragment_sizes(l4, ip_version, link_mtu)
-    elif mode == "transport":
-        inner = l4 + ip_hdr
-        packets = fragment_sizes(inner + packet_overhead(prof, mode, ip_version, inner) - ip_hdr, ip_version, link_mtu)
-    else:
-        first_mtu = link_mtu if ip_version == 4 else inner_mtu(prof, mode, ip_version, link_mtu)
-        packets = [outer for frag in fragment_sizes(l4, ip_version, first_mtu)
-                   for outer in fragment_sizes(frag + packet_overhead(prof, mode, ip_version, frag) - ip_hdr,
-                                               ip_version, link_mtu)]
+    packets = _protected_packets(datagram + 8, _profile(profile), mode, ip_version, link_mtu)  # + the UDP header
     return rate_mbit * datagram / sum(n + l2_bytes for n in packets)
 
 
-def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500) -> float | None:
+def _protected_packets(l4: int, prof: Profile, mode: str, ip_version: int, link_mtu: int) -> list[int]:
+    """The IP packets on the link for an ``l4``-byte transport segment sent without DF through
+    ``prof``, fragmented as :func:`expected_udp_goodput_mbps` describes (pure)."""
+    ip_hdr = IP_HEADER_BYTES[ip_version]
+    if not prof.protocols:
+        return fragment_sizes(l4, ip_version, link_mtu)
+    if mode == "transport":
+        inner = l4 + ip_hdr
+        return fragment_sizes(inner + packet_overhead(prof, mode, ip_version, inner) - ip_hdr, ip_version, link_mtu)
+    first_mtu = link_mtu if ip_version == 4 else inner_mtu(prof, mode, ip_version, link_mtu)
+    return [outer for frag in fragment_sizes(l4, ip_version, first_mtu)
+            for outer in fragment_sizes(frag + packet_overhead(prof, mode, ip_version, frag) - ip_hdr,
+                                        ip_version, link_mtu)]
+
+
+def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500, pmtu: str = "discover") -> float | None:
     """The expected goodput of a result record's point (its transport, size and size mode), or None.
 
     TCP with ``size_mode`` mss: :func:`expected_goodput_mbps` at that MSS; with ``write``:
@@ -518,9 +535,9 @@ def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500) -> float | No
     kw = dict(profile=point["profile"], mode=point.get("mode") or "tunnel", ip_version=point["ip_version"],
               link_mtu=link_mtu)
     if point.get("transport") == "tcp" and point.get("size_mode") == "mss":
-        return expected_goodput_mbps(*args, point["size_bytes"], **kw)
+        return expected_goodput_mbps(*args, point["size_bytes"], **kw, pmtu=pmtu)
     if point.get("transport") == "tcp" and point.get("size_mode") == "write":
-        return expected_goodput_mbps(*args, MAX_LINK_MTU, **kw)
+        return expected_goodput_mbps(*args, MAX_LINK_MTU, **kw, pmtu=pmtu)
     if point.get("transport") == "udp":
         return expected_udp_goodput_mbps(*args, point["size_bytes"], **kw)
     return None

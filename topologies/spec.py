@@ -18,10 +18,11 @@ import dataclasses
 import ipaddress
 import re
 
+from ipsec.overhead import PMTU_MODES
+
 ROLES = ("host", "gateway", "switch")
 MIN_MTU = 1280  # IPv6 needs at least this (RFC 8200); every segment is dual-stack
 MAX_MTU = 65535
-PMTU_MODES = ("discover", "fragment")
 MAX_CLIENTS = 200  # one /24 client segment with room for the gateway or server
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,3}$")
 

@@ -256,3 +256,25 @@ def test_rows_and_rendering() -> None:
 def test_wrong_input_names_the_field(call, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_tcp_without_path_mtu_discovery_is_fragmented_after_encapsulation():
+    # seed 003's gateways (hosts without DF): MSS 1460 through an AES-CBC-128 + HMAC-MD5 tunnel.
+    # The 1500-byte segment fits the link, so it is encapsulated whole: 20 outer IP + 8 ESP +
+    # 16 IV + 1500 padded with its 2 trailer bytes to 1504 + 12 ICV = 1560 bytes, fragmented
+    # into 1500 + (60 + 20) bytes; each packet with 14 bytes of framing. 1448 payload bytes.
+    from ipsec.overhead import expected_goodput_mbps
+
+    got = expected_goodput_mbps(10, 1460, "aes-cbc-128-md5", "tunnel", pmtu="fragment")
+    assert got == pytest.approx(10 * 1448 / (1514 + 94))
+    # below the tunnel's MSS nothing is fragmented: the same as with discovery
+    assert expected_goodput_mbps(10, 1250, "aes-cbc-128-md5", "tunnel", pmtu="fragment") == \
+        pytest.approx(expected_goodput_mbps(10, 1250, "aes-cbc-128-md5", "tunnel"))
+    # with discovery the sender's MSS shrinks to what the tunnel leaves instead
+    assert expected_goodput_mbps(10, 1460, "aes-cbc-128-md5", "tunnel") > got
+    # plain TCP and IPv6 (routers never fragment it) are unchanged
+    assert expected_goodput_mbps(10, 1460, pmtu="fragment") == pytest.approx(expected_goodput_mbps(10, 1460))
+    assert expected_goodput_mbps(10, 1460, "aes-cbc-128-md5", "tunnel", 6, pmtu="fragment") == \
+        pytest.approx(expected_goodput_mbps(10, 1460, "aes-cbc-128-md5", "tunnel", 6))
+    with pytest.raises(ValueError, match="pmtu"):
+        expected_goodput_mbps(10, 1460, pmtu="df")
