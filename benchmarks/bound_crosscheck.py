@@ -207,7 +207,8 @@ def main() -> int:
     cpu.start()
     print(f"sweep in {backend.label()}; files in {out}", flush=True)
     rc = backend.run([sys.executable, os.path.abspath(__file__), "--inner", out, "--rate", f"{args.rate:g}",
-                      "--profile", args.profile, "--sizes", args.sizes], timeout_s=1800)
+                      "--profile", args.profile, "--sizes", args.sizes], timeout_s=1800,
+                     modules=doctor.kernel_modules())
     cpu.done.set()
     cpu.join()
     if rc:
