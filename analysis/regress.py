@@ -1,15 +1,17 @@
 """The regression gate: a run compared with a baseline, point by point, with its noise.
 
-A *baseline* is a file (JSON) that keeps, for every point of a run, the goodput of each
-repetition, plus the machine it was measured on.  :func:`compare` takes a baseline and a
-run's records and gives one :class:`Verdict` per point:
+A *baseline* is a file (JSON) that keeps, for every point of a run, each repetition's goodput
+and CPU cost (seconds per GB and microseconds per packet), plus the machine it was measured
+on.  :func:`compare` takes a baseline and a run's records and gives one :class:`Verdict` per
+point and metric (:data:`METRICS`; goodput unless others are asked for):
 
-- the ratio ``R = mean(current) / mean(baseline)`` of the point's goodput;
+- the ratio ``R = mean(current) / mean(baseline)`` of the point's metric;
 - its standard error by the delta method, ``R * sqrt(sc²/(nc·mc²) + sb²/(nb·mb²))``, with
   Welch-Satterthwaite degrees of freedom, as for a difference of means of unequal variances;
-- ``regressed`` when the one-sided upper confidence bound of ``R`` (at ``confidence``) lies
-  below ``1 - max_drop``: the data say, at that confidence, that goodput fell by more than
-  the allowed drop.  Noise alone (the same configuration measured again) almost never does
+- ``regressed`` when the metric got worse by more than the allowed change at ``confidence``:
+  for goodput (higher is better) the one-sided upper confidence bound of ``R`` lies below
+  ``1 - max_drop``; for a CPU cost (lower is better) the one-sided lower bound lies above
+  ``1 + max_drop``.  Noise alone (the same configuration measured again) almost never does
   that; ``benchmarks/regress_false_alarms.py`` measures how often it does.
 
 A point with fewer than two repetitions on either side has no noise estimate and cannot be
@@ -30,6 +32,13 @@ from typing import Any
 from analysis.stats import POINT_KEYS, Summary, aggregate
 
 BASELINE_FORMAT = "ipsec-testbed-baseline/1"
+#: What the gate can judge, per record field: (name, unit, +1 when higher is better, -1 when lower is).
+METRICS: dict[str, tuple[str, str, int]] = {
+    "goodput_mbps": ("goodput", "Mbit/s", 1),
+    "cpu_s_per_gb": ("CPU per GB", "s/GB", -1),
+    "cpu_us_per_packet": ("CPU per packet", "µs", -1),
+}
+DEFAULT_METRICS = ("goodput_mbps",)
 #: What a baseline records of the machine; a difference in any makes the comparison suspect.
 MACHINE_FIELDS = ("backend", "kernel_release", "cpu_model", "cpu_count")
 
@@ -113,13 +122,23 @@ def _point_id(point: Mapping[str, Any]) -> tuple:
     return tuple(point.get(k) for k in POINT_KEYS)
 
 
+def _samples(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> list[float]:
+    """``metric`` of every repetition of ``point`` that measured it (failed ones and anomalies do not)."""
+    key = _point_id(point)
+    return [float(r[metric]) for r in records
+            if _point_id(r) == key and r.get(metric) is not None and r.get("bound") != "anomaly"]
+
+
 def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], source: str = "") -> dict:
     """A baseline from a run's records and metadata: every point's repetitions, and the machine."""
     points = []
     for agg in aggregate(records):
-        samples = [float(r["goodput_mbps"]) for r in records
-                   if _point_id(r) == _point_id(agg.point) and r.get("goodput_mbps") is not None]
-        points.append({**agg.point, "goodput_mbps": samples})
+        entry = {**agg.point, "goodput_mbps": _samples(records, agg.point, "goodput_mbps")}
+        for metric in METRICS:
+            samples = _samples(records, agg.point, metric)
+            if samples:
+                entry[metric] = samples
+        points.append(entry)
     if not points:
         raise RegressError("the run has no measured point to make a baseline of")
     return {"format": BASELINE_FORMAT, "created": datetime.datetime.now(datetime.UTC).isoformat(
@@ -165,17 +184,19 @@ def machine_differences(baseline: Mapping[str, Any], meta: Mapping[str, Any]) ->
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """One point: baseline and current goodput, their ratio and its one-sided upper bound."""
+    """One point and metric: baseline and current values, their ratio and its one-sided bound
+    on the side that would be worse (upper for goodput, lower for a CPU cost)."""
 
     point: dict
     baseline: Summary
     current: Summary
     ratio: float
-    upper: float          # one-sided upper confidence bound of the ratio
+    bound: float          # one-sided confidence bound of the ratio, on the worse side
     df: float
     regressed: bool
     low2: float = math.nan   # two-sided interval of the ratio at the same confidence
     high2: float = math.nan
+    metric: str = "goodput_mbps"
 
     @property
     def name(self) -> str:
@@ -183,15 +204,45 @@ class Verdict:
         return (f"{p.get('topology')} {p.get('profile')} {p.get('mode')} IPv{p.get('ip_version')} "
                 f"{p.get('transport')} {p.get('rate_mbit'):g} Mbit/s {p.get('size_mode')} {p.get('size_bytes')} B")
 
+    @property
+    def label(self) -> str:
+        """The metric's name ("goodput", "CPU per GB")."""
+        return METRICS[self.metric][0]
 
-def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, confidence: float
-          ) -> tuple[float, float, float, bool]:
-    """(ratio, upper bound, df, regressed) for one point's samples; see the module docstring."""
+    @property
+    def unit(self) -> str:
+        return METRICS[self.metric][1]
+
+    @property
+    def better(self) -> int:
+        """+1 when a higher value is better, -1 when a lower one is."""
+        return METRICS[self.metric][2]
+
+    def limit(self, max_change: float) -> float:
+        """The ratio beyond which the metric counts as worse: 1 - max_change or 1 + max_change."""
+        return 1.0 - max_change if self.better > 0 else 1.0 + max_change
+
+    def worse(self, max_change: float) -> str:
+        """What a regression of this metric is, in words."""
+        return f"{self.label} {'fell' if self.better > 0 else 'rose'} by more than {max_change:.0%}"
+
+
+def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, confidence: float,
+          better: int = 1) -> tuple[float, float, float, bool]:
+    """(ratio, bound, df, regressed) for one point's samples; see the module docstring.
+
+    ``better``: +1 when higher values are better (goodput: the bound is the upper one, and a
+    regression is a fall by more than ``max_drop``), -1 when lower ones are (a CPU cost: the
+    lower bound, and a rise by more than ``max_drop``).
+    """
     if not 0.0 < max_drop < 1.0:
         raise ValueError(f"max_drop must be a fraction in (0, 1), not {max_drop!r}")
+    if better not in (1, -1):
+        raise ValueError(f"better must be 1 or -1, not {better!r}")
     ratio, half, df = _ratio_spread(baseline, current, confidence)
-    upper = ratio + half
-    return ratio, upper, df, upper < 1.0 - max_drop
+    if better > 0:
+        return ratio, ratio + half, df, ratio + half < 1.0 - max_drop
+    return ratio, ratio - half, df, ratio - half > 1.0 + max_drop
 
 
 def interval(baseline: Sequence[float], current: Sequence[float], confidence: float) -> tuple[float, float]:
@@ -209,7 +260,7 @@ def _ratio_spread(baseline: Sequence[float], current: Sequence[float], level: fl
         raise RegressError(f"a point needs at least 2 repetitions on both sides to be judged "
                            f"(baseline {b.n}, current {c.n})")
     if b.mean <= 0:
-        raise RegressError("the baseline's mean goodput is not positive")
+        raise RegressError("the baseline's mean is not positive")
     ratio = c.mean / b.mean
     # relative variances of the two means; the delta method adds them for a ratio
     vc = (c.std / c.mean) ** 2 / c.n if c.mean > 0 else 0.0
@@ -222,26 +273,31 @@ def _ratio_spread(baseline: Sequence[float], current: Sequence[float], level: fl
 
 
 def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], max_drop: float = 0.05,
-            confidence: float = 0.95) -> list[Verdict]:
-    """One verdict per baseline point; :class:`RegressError` when a point is missing from the run."""
-    current: dict[tuple, list[float]] = {}
-    for agg in aggregate(records):
-        current[_point_id(agg.point)] = []
-    for r in records:
-        key = _point_id(r)
-        if key in current and r.get("goodput_mbps") is not None:
-            current[key].append(float(r["goodput_mbps"]))
+            confidence: float = 0.95, metrics: Sequence[str] = DEFAULT_METRICS) -> list[Verdict]:
+    """One verdict per baseline point and metric; :class:`RegressError` when a point is missing
+    from the run, or a metric from the baseline or the run."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise RegressError(f"unknown metric {unknown[0] if unknown else '(none)'}; metrics: {', '.join(METRICS)}")
+    present = {_point_id(agg.point) for agg in aggregate(records)}
     verdicts, missing = [], []
     for p in baseline["points"]:
         point = {k: p.get(k) for k in POINT_KEYS}
-        samples = current.get(_point_id(point))
-        if not samples:
+        if _point_id(point) not in present:
             missing.append(point)
             continue
-        ratio, upper, df, regressed = judge(p["goodput_mbps"], samples, max_drop, confidence)
-        low2, high2 = interval(p["goodput_mbps"], samples, confidence)
-        verdicts.append(Verdict(point, Summary.of(p["goodput_mbps"]), Summary.of(samples), ratio, upper, df,
-                                regressed, low2, high2))
+        for metric in metrics:
+            then, now = p.get(metric), _samples(records, point, metric)
+            if not then:
+                raise RegressError(f"the baseline has no {METRICS[metric][0]} for {point} (a baseline made by an "
+                                   "older version keeps goodput only: make it again)")
+            if not now:
+                raise RegressError(f"the run has no {METRICS[metric][0]} for {point}")
+            better = METRICS[metric][2]
+            ratio, bound, df, regressed = judge(then, now, max_drop, confidence, better)
+            low2, high2 = interval(then, now, confidence)
+            verdicts.append(Verdict(point, Summary.of(then), Summary.of(now), ratio, bound, df, regressed,
+                                    low2, high2, metric))
     if missing:
         raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
                            f"run (first: {missing[0]}): the run must measure what the baseline did")

@@ -8,7 +8,7 @@ from analysis.regress import Verdict
 
 
 def junit_xml(verdicts: Sequence[Verdict], max_drop: float, confidence: float, warnings: Iterable[str] = ()) -> str:
-    """JUnit XML: one test case per point, a failure for each regression."""
+    """JUnit XML: one test case per point and metric, a failure for each regression."""
     failures = sum(v.regressed for v in verdicts)
     suite = ET.Element("testsuite", name="ipsec-testbed regress", tests=str(len(verdicts)),
                        failures=str(failures), errors="0", skipped="0")
@@ -18,12 +18,12 @@ def junit_xml(verdicts: Sequence[Verdict], max_drop: float, confidence: float, w
     for w in warnings:
         ET.SubElement(props, "property", name="warning", value=w)
     for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname="goodput", name=v.name)
-        detail = (f"goodput {v.current.mean:.3f} Mbit/s vs baseline {v.baseline.mean:.3f} Mbit/s: "
-                  f"ratio {v.ratio:.4f}, {confidence:.0%} upper bound {v.upper:.4f} "
-                  f"(limit {1 - max_drop:.4f})")
+        case = ET.SubElement(suite, "testcase", classname=v.label, name=v.name)
+        detail = (f"{v.label} {v.current.mean:.3f} {v.unit} vs baseline {v.baseline.mean:.3f} {v.unit}: "
+                  f"ratio {v.ratio:.4f}, {confidence:.0%} {'upper' if v.better > 0 else 'lower'} bound "
+                  f"{v.bound:.4f} (limit {v.limit(max_drop):.4f})")
         if v.regressed:
-            ET.SubElement(case, "failure", message=f"goodput fell by more than {max_drop:.0%}").text = detail
+            ET.SubElement(case, "failure", message=v.worse(max_drop)).text = detail
         else:
             ET.SubElement(case, "system-out").text = detail
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
@@ -35,15 +35,15 @@ def markdown(verdicts: Sequence[Verdict], max_drop: float, confidence: float, wa
     head = (f"**{len(regressed)} of {len(verdicts)} points regressed**" if regressed
             else f"**No regression** in {len(verdicts)} points")
     lines = ["## IPsec Testbed regression gate", "",
-             f"{head} (a point regresses when, at {confidence:.0%} confidence, its goodput fell by more than "
-             f"{max_drop:.0%}).", ""]
+             f"{head} (a point regresses when, at {confidence:.0%} confidence, its goodput fell or its CPU cost "
+             f"rose by more than {max_drop:.0%}).", ""]
     lines += [f"> **Warning:** {w}" for w in warnings]
     if warnings:
         lines.append("")
-    lines += ["| point | baseline Mbit/s | now Mbit/s | now/baseline | upper bound | verdict |",
-              "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines += ["| point | metric | baseline | now | now/baseline | bound (worse side) | verdict |",
+              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for v in verdicts:
-        lines.append(f"| {v.name} | {v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f} | "
-                     f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f} | {v.ratio:.3f} | {v.upper:.3f} | "
+        lines.append(f"| {v.name} | {v.label} ({v.unit}) | {v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f} | "
+                     f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f} | {v.ratio:.3f} | {v.bound:.3f} | "
                      f"{'**REGRESSED**' if v.regressed else 'ok'} |")
     return "\n".join(lines) + "\n"

@@ -213,7 +213,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
             if not args.baseline:
                 return 0
         baseline = regress.load_baseline(args.baseline)
-        verdicts = regress.compare(baseline, records, args.max_drop / 100, args.confidence / 100)
+        verdicts = regress.compare(baseline, records, args.max_drop / 100, args.confidence / 100, args.metrics)
     except (regress.RegressError, ResultsError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -222,6 +222,20 @@ def cmd_regress(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     return _report_verdicts(args, verdicts, warnings, ("baseline", "now"))
+
+
+#: --metrics names -> record fields (analysis.regress.METRICS)
+REGRESS_METRICS = {"goodput": "goodput_mbps", "cpu-per-gb": "cpu_s_per_gb", "cpu-per-packet": "cpu_us_per_packet"}
+
+
+def regress_metrics(text: str) -> tuple[str, ...]:
+    """``--metrics``: comma-separated names of :data:`REGRESS_METRICS`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in REGRESS_METRICS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown metric {bad[0] if bad else '(none)'!r}; metrics: "
+                                         f"{', '.join(REGRESS_METRICS)}")
+    return tuple(dict.fromkeys(REGRESS_METRICS[n] for n in names))
 
 
 def _regress_ab(args: argparse.Namespace, prog: str) -> int:
@@ -240,7 +254,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out,
                               say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True))
         baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
-        verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100)
+        verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
+                                   args.metrics)
     except (regress.RegressError, ResultsError, ValueError, RuntimeError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -266,20 +281,21 @@ def _print_verdicts(verdicts, max_drop: float, confidence: float, labels: tuple[
     from rich.table import Table
 
     then, now = labels
-    table = Table(title=f"Goodput, {now} against {then} (regressed: fell by more than {max_drop:.0%} "
-                        f"at {confidence:.0%} confidence)", title_justify="left")
-    for col in ("point", f"{then} Mbit/s", f"{now} Mbit/s", f"{now}/{then}", f"{confidence:.0%} CI",
-                "upper bound", ""):
-        table.add_column(col, justify="left" if col == "point" else "right")
+    table = Table(title=f"{now} against {then} (regressed: goodput fell or CPU cost rose by more than "
+                        f"{max_drop:.0%} at {confidence:.0%} confidence)", title_justify="left")
+    for col in ("point", "metric", then, now, f"{now}/{then}", f"{confidence:.0%} CI", "bound (worse side)", ""):
+        table.add_column(col, justify="left" if col in ("point", "metric") else "right")
     for v in verdicts:
-        table.add_row(v.name, f"{v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f}",
+        table.add_row(v.name, f"{v.label} ({v.unit})", f"{v.baseline.mean:.2f} ± {v.baseline.ci95 or 0:.2f}",
                       f"{v.current.mean:.2f} ± {v.current.ci95 or 0:.2f}", f"{v.ratio:.3f}",
-                      f"{v.low2:.3f}..{v.high2:.3f}", f"{v.upper:.3f}",
+                      f"{v.low2:.3f}..{v.high2:.3f}", f"{v.bound:.3f}",
                       "[red bold]REGRESSED[/]" if v.regressed else "[green]ok[/]")
     out = console()
     out.print(table)
     bad = sum(v.regressed for v in verdicts)
-    out.print(f"[bold {'red' if bad else 'green'}]{bad} of {len(verdicts)} points regressed[/]")
+    metrics = len({v.metric for v in verdicts})
+    what = "points" if metrics == 1 else f"comparisons ({len(verdicts) // metrics} points x {metrics} metrics)"
+    out.print(f"[bold {'red' if bad else 'green'}]{bad} of {len(verdicts)} {what} regressed[/]")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -378,11 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "regress", help="compare a run with a baseline, point by point; exit 1 on a regression",
         description="The regression gate for CI.\n\n"
-        "Run a named suite (or take an existing run directory) and compare its goodput with a baseline\n"
-        "file, point by point. A point regresses when, at the given confidence, its goodput fell by more\n"
-        "than --max-drop: the one-sided upper confidence bound of now/baseline (ratio of means, delta\n"
-        "method, Welch-Satterthwaite degrees of freedom) lies below 1 - max-drop, so the repetitions'\n"
-        "noise is accounted for. Prints a table; writes JUnit XML and a Markdown summary on request.\n\n"
+        "Run a named suite (or take an existing run directory) and compare it with a baseline file,\n"
+        "point by point, on the metrics of --metrics. A point regresses when, at the given confidence,\n"
+        "its goodput fell (or, with --metrics, its CPU cost rose) by more than --max-drop: the one-sided\n"
+        "confidence bound of now/baseline on the worse side (ratio of means, delta method, Welch-\n"
+        "Satterthwaite degrees of freedom) lies beyond 1 -/+ max-drop, so the repetitions' noise is\n"
+        "accounted for. Prints a table; writes JUnit XML and a Markdown summary on request.\n\n"
         "Exit status: 0 nothing regressed, 1 a regression, 2 an error (including a point with fewer\n"
         "than 2 repetitions, which cannot be judged). A baseline records kernel, backend and CPU;\n"
         "comparing across different ones is done, with a loud warning.",
@@ -405,7 +422,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")
     p.add_argument("--max-drop", type=percent(0, 100), default=5.0, metavar="PERCENT",
-                   help="goodput drop tolerated before a point counts as regressed (default: %(default)g)")
+                   help="goodput drop (or CPU cost rise) tolerated before a point counts as regressed "
+                        "(default: %(default)g)")
+    p.add_argument("--metrics", type=regress_metrics, default=("goodput_mbps",), metavar="M,...",
+                   help="what is judged: goodput (higher is better), cpu-per-gb and cpu-per-packet (CPU "
+                        "seconds per GB and microseconds per packet: lower is better; a baseline must have "
+                        "been made by this version) (default: goodput)")
     p.add_argument("--confidence", type=percent(50, 100), default=95.0, metavar="PERCENT",
                    help="one-sided confidence the drop must have (default: %(default)g)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per point)")

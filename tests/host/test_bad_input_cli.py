@@ -103,6 +103,8 @@ CASES = [
     ("overhead ip 5", CLI, ["overhead", "--ip", "5"], "argument --ip: invalid choice: 5"),
     ("profiles unknown", CLI, ["profiles", "aes-cbc-999-sha1"], "aes-cbc-999"),
     ("uml without command", CLI, ["uml"], "give a command after --"),
+    ("regress unknown metric", CLI, ["regress", "--run", "{d}", "--metrics", "goodput,joules"],
+     "unknown metric 'joules'; metrics: goodput, cpu-per-gb, cpu-per-packet"),
     ("uml memory", CLI, ["uml", "--mem", "12X", "--", "true"], "'12X' is not a size like 512M or 2G"),
     ("uml timeout", CLI, ["uml", "--timeout", "-5", "--", "true"], "is not a positive number of seconds"),
     ("uml kernel", CLI, ["uml", "--uml-kernel", "{d}/nope", "--", "true"], "is not an executable file"),

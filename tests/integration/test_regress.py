@@ -62,3 +62,20 @@ def test_a_baseline_from_another_kernel_is_warned_about(two_runs):
     out = regress("--run", str(two_runs / "b"), "--baseline", str(other))
     assert out.returncode == 0
     assert "WARNING: the baseline was measured on another machine or kernel (kernel_release: '2.6.11'" in out.stderr
+
+
+def test_cpu_cost_is_judged_in_its_own_direction(two_runs):
+    base = json.loads((two_runs / "base.json").read_text())
+    assert all(p.get("cpu_s_per_gb") and p.get("cpu_us_per_packet") for p in base["points"])
+    for p in base["points"]:  # the baseline as if the kernel had needed a quarter less CPU per byte
+        p["cpu_s_per_gb"] = [c * 0.75 for c in p["cpu_s_per_gb"]]
+    doctored = two_runs / "cheaper.json"
+    doctored.write_text(json.dumps(base))
+    out = regress("--run", str(two_runs / "b"), "--baseline", str(doctored), "--metrics", "goodput,cpu-per-gb",
+                  "--junit", str(two_runs / "cpu.xml"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    suite = ET.parse(two_runs / "cpu.xml").getroot()
+    failures = [c.find("failure").get("message") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert suite.get("tests") == "8" and failures == ["CPU per GB rose by more than 5%"] * 4
+    # goodput alone, the default, sees nothing
+    assert regress("--run", str(two_runs / "b"), "--baseline", str(doctored)).returncode == 0

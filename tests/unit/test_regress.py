@@ -147,3 +147,43 @@ def test_two_sided_interval_holds_the_ratio_and_is_wider_than_one_sided():
     ratio, upper, _, _ = regress.judge(b, c, 0.05, 0.95)
     assert low < ratio < upper < high
     assert high - ratio == pytest.approx(ratio - low)
+
+
+def test_a_cpu_cost_regresses_when_it_rises_not_when_it_falls():
+    base = [120.0, 121.5, 119.0, 120.5]
+    ratio, bound, _, regressed = regress.judge(base, [c * 1.1 for c in base], 0.05, 0.95, better=-1)
+    assert ratio == pytest.approx(1.1) and bound > 1.05 and bound < ratio and regressed
+    assert not regress.judge(base, [c * 0.9 for c in base], 0.05, 0.95, better=-1)[3]  # cheaper: no regression
+    # 10% dearer on average but spread +-15%: no confidence in a rise
+    assert not regress.judge([100, 120, 140], [110, 132, 154], 0.05, 0.95, better=-1)[3]
+    with pytest.raises(ValueError, match="better"):
+        regress.judge(base, base, 0.05, 0.95, better=0)
+
+
+def test_each_metric_is_judged_in_its_own_direction():
+    def run(goodputs, cpu):
+        return [{**r, "cpu_s_per_gb": c, "cpu_us_per_packet": c / 10}
+                for r, c in zip(records(goodputs), cpu, strict=True)]
+    base = regress.make_baseline(run([95.0, 95.2, 95.1], [120.0, 121.0, 119.5]), META)
+    assert base["points"][0]["cpu_s_per_gb"] == [120.0, 121.0, 119.5]
+    # the same goodput, but every gigabyte costs 10% more CPU: only the CPU metrics regress
+    dearer = run([95.1, 95.0, 95.2], [132.0, 133.1, 131.4])
+    verdicts = regress.compare(base, dearer, metrics=tuple(regress.METRICS))
+    assert [(v.label, v.regressed) for v in verdicts] == [
+        ("goodput", False), ("CPU per GB", True), ("CPU per packet", True)]
+    assert verdicts[1].worse(0.05) == "CPU per GB rose by more than 5%" and verdicts[1].limit(0.05) == 1.05
+    assert regress.exit_status(regress.compare(base, dearer)) == 0  # goodput alone, the default
+    md = regress_report.markdown(verdicts, 0.05, 0.95)
+    assert "| CPU per GB (s/GB) |" in md and md.count("**REGRESSED**") == 2
+    suite = ET.fromstring(regress_report.junit_xml(verdicts, 0.05, 0.95))
+    assert [c.find("failure").get("message") for c in suite.iter("testcase") if c.find("failure") is not None] == [
+        "CPU per GB rose by more than 5%", "CPU per packet rose by more than 5%"]
+    # anomalies are not samples; a baseline without CPU figures cannot judge them
+    (point,) = regress.make_baseline(run([95.0, 95.2, 95.1], [1.0, 2.0, 3.0])[:2] + [
+        {**records([99.0])[0], "repetition": 2, "bound": "anomaly", "cpu_s_per_gb": 9.0}], META)["points"]
+    assert point["goodput_mbps"] == [95.0, 95.2] and point["cpu_s_per_gb"] == [1.0, 2.0]
+    old = regress.make_baseline(records([95.0, 95.2, 95.1]), META)
+    with pytest.raises(regress.RegressError, match="baseline has no CPU per GB"):
+        regress.compare(old, dearer, metrics=("cpu_s_per_gb",))
+    with pytest.raises(regress.RegressError, match="unknown metric"):
+        regress.compare(base, dearer, metrics=("joules",))
