@@ -8,15 +8,16 @@ Runs a small packet-size sweep (``experiments/packet_size_sweep.py``, one repeti
 point, the plain baseline and --profile) and, while it runs, keeps two accounts of its own:
 
 - inside the kernel that runs the sweep, ``tc -s -j qdisc show`` in every testbed namespace
-  every 0.25 s (the iproute2 binary, not the monitor's netlink code): the bytes each tbf sent
+  once a second (the iproute2 binary, not the monitor's netlink code): the bytes each tbf sent
   and its backlog;
 - on the host, the guest's CPU time from its cpuacct cgroup file every 0.2 s (or the whole
   machine's, when the sweep runs on the host kernel), with the host's clock.
 
-Each point's active period is found in the tc series (the shaper sending above a fifth of its
-rate), matched to the point's record by time, and trimmed (its first second and last half
-second dropped). Over what is left it computes the link's utilization, how often a queue stood
-in front of it, and the CPU busy share, and classes the point by hand: ``link`` when the shaper
+Each point is measured for 6 s; the samples of both accounts that fall in its window (the
+record's ``window_start_unix`` and ``window_s``, on the wall clock the guest shares with the
+host) give the link's utilization (the busiest tbf's bytes between its first and last sample
+there), how often a queue stood in front of it, and the CPU busy share, and the point is
+classed by hand: ``link`` when the shaper
 sent at least 97 % of its rate with a queue in at least half of the samples, ``cpu`` when the
 CPU was at least 90 % busy, ``other`` when neither. It prints that next to the sweep's own class
 and evidence, and how many agree. The tc polling runs beside the sweep, so it adds some load
@@ -25,7 +26,6 @@ of its own; the figures are a cross-check, not a replacement.
 from __future__ import annotations
 
 import argparse
-import calendar
 import glob
 import json
 import os
@@ -40,7 +40,8 @@ import _bootstrap
 REPO = _bootstrap.REPO
 SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
 CPUACCT = "/sys/fs/cgroup/cpuacct"
-TC_EVERY_S = 0.25
+#: tc is a process to start, which costs the guest's one CPU: once a second keeps the load small
+TC_EVERY_S = 1.0
 CPU_EVERY_S = 0.2
 #: The same thresholds as the monitor's classes (README, "What bounded each point").
 LINK_UTILIZATION = 0.97
@@ -55,8 +56,9 @@ def poll_tc(out_path: str, stop_path: str) -> None:
             for ns in sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else ():
                 if not ns.startswith("itb-"):
                     continue
+                before = time.time()
                 r = subprocess.run(["tc", "-n", ns, "-s", "-j", "qdisc", "show"], capture_output=True, text=True)
-                t = time.time()
+                t = (before + time.time()) / 2  # tc read the counters somewhere in between
                 if r.returncode:
                     continue
                 for q in json.loads(r.stdout or "[]"):
@@ -73,7 +75,7 @@ def inner(args: argparse.Namespace) -> int:
     poller = threading.Thread(target=poll_tc, args=(os.path.join(args.out, "tc.jsonl"), stop), daemon=True)
     poller.start()
     cmd = [sys.executable, SWEEP, "--rates", f"{args.rate:g}", "--profiles", args.profile,
-           "--sizes", args.sizes, "--repetitions", "1", "--max-repetitions", "1", "--duration", "4",
+           "--sizes", args.sizes, "--repetitions", "1", "--max-repetitions", "1", "--duration", "6",
            "--out", os.path.join(args.out, "sweep"), "--no-report"]
     rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
     open(stop, "w").close()
@@ -117,23 +119,12 @@ def between(series: list, t0: float, t1: float) -> list:
     return [s for s in series if t0 <= s[0] <= t1]
 
 
-def active_periods(tc: list[dict], rate_mbit: float) -> tuple[list[tuple[float, float]], list[dict]]:
-    """Spans where the busiest tbf sent above a fifth of its rate, and that tbf's samples."""
-    if not tc:
-        return [], []
+def busiest_shaper(tc: list[dict]) -> list[dict]:
+    """The samples of the tbf that sent the most bytes (the data's direction)."""
     by_q: dict[tuple, list[dict]] = {}
     for s in tc:
         by_q.setdefault((s["ns"], s["dev"]), []).append(s)
-    busiest = max(by_q.values(), key=lambda ss: ss[-1]["bytes"] - ss[0]["bytes"])
-    periods, start = [], None
-    for a, b in zip(busiest, busiest[1:], strict=False):
-        rate = (b["bytes"] - a["bytes"]) * 8 / (b["t"] - a["t"]) / 1e6
-        if rate > rate_mbit / 5 and start is None:
-            start = a["t"]
-        elif rate <= rate_mbit / 5 and start is not None:
-            periods.append((start, a["t"]))
-            start = None
-    return periods, busiest
+    return max(by_q.values(), key=lambda ss: ss[-1]["bytes"] - ss[0]["bytes"]) if by_q else []
 
 
 def hand_class(util: float, queue: float, cpu: float) -> str:
@@ -147,25 +138,21 @@ def judge(out: str, rate_mbit: float, cpu: HostCpu) -> int:
 
     with open(os.path.join(out, "tc.jsonl")) as f:
         tc = [json.loads(line) for line in f]
-    periods, queue_series = active_periods(tc, rate_mbit)
+    queue_series = busiest_shaper(tc)
     records = [r for r in load_results(os.path.join(out, "sweep")) if not r.get("failed")]
-    ends = [calendar.timegm(time.strptime(r["time"], "%Y-%m-%dT%H:%M:%SZ")) for r in records]
     print(f"host CPU account: {cpu.path} ({cpu.cpus} CPU{'s' if cpu.cpus > 1 else ''} = 100 %); "
-          f"{len(tc)} tc samples, {len(cpu.samples)} CPU samples, {len(periods)} active periods, "
-          f"{len(records)} points")
+          f"{len(tc)} tc samples, {len(cpu.samples)} CPU samples, {len(records)} points")
     print(f"{'profile':<13}{'size':>5} | {'sweep: class':<12}{'util':>6}{'queue':>6}{'CPU %':>6}"
           f" | {'by hand: util':>13}{'queue':>6}{'CPU %':>6}  class  agree")
     agree = judged = 0
-    for rec, end in zip(records, ends, strict=True):
-        # the point's period: the last one that ended before its record was written
-        mine = [p for p in periods if p[1] <= end + 1.5]
-        if not mine:
-            continue
-        t0, t1 = mine[-1][0] + 1.0, mine[-1][1] - 0.5
+    for rec in records:
+        t0 = rec["window_start_unix"]
+        t1 = t0 + rec["window_s"]
         q = between([(s["t"], s) for s in queue_series], t0, t1)
         c = between(cpu.samples, t0, t1)
         if len(q) < 3 or len(c) < 3:
-            print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | too few samples in the period")
+            print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | too few samples in the window "
+                  f"({len(q)} tc, {len(c)} CPU)")
             continue
         util = (q[-1][1]["bytes"] - q[0][1]["bytes"]) * 8 / (q[-1][0] - q[0][0]) / (rate_mbit * 1e6)
         queue = sum(1 for _, s in q if s["backlog"]) / len(q)

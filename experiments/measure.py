@@ -182,6 +182,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         if ahead:
             ahead.settle()
         first = monitor.read()
+        # the window's start on the wall clock, to line it up with accounts kept elsewhere
+        window_start_unix = time.time() - (time.monotonic_ns() - first.shaper.at_ns) / 1e9
         while time.monotonic() < end - BACKLOG_EVERY_S / 2:
             _sleep_until(min(end, time.monotonic() + BACKLOG_EVERY_S))
             try:
@@ -209,6 +211,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         "duration_s": spec.duration_s, "warmup_s": spec.warmup_s,
         "goodput_mbps": ev.goodput_mbps,
         "window_s": ev.window_s,
+        "window_start_unix": window_start_unix,
         "theoretical_goodput_mbps": expected,
         "bytes": round(moved_gb * 1e9),
         # iperf3's own account, the sender's side up to its stop (not used for any figure)
