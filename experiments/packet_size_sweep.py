@@ -6,7 +6,7 @@ the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
 tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
 gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.5 s warm-up,
 each point repeated until its 95 % confidence interval is within 2 % of its goodput
-(and 10 % of its CPU cost per GB), 2 to 4 times.
+(and 10 % of its CPU cost per GB), 2 to 8 times.
 
 Every point records what bounded it, from the kernel's own counters: the shaped link
 (`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
@@ -30,6 +30,10 @@ from testbed.errors import Parser, run_main
 from testbed.options import csv
 
 PROG = "packet_size_sweep"
+#: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 8
+#: (10 Mbit/s points' CPU cost varies by up to 12 % between repetitions: README, Benchmarks).
+DEFAULT_REPETITIONS = 2
+DEFAULT_MAX_REPETITIONS = 8
 log = logging.getLogger(PROG)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -88,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="traffic before the window opens, in seconds, counted from the moment data reaches "
                         "the receivers: TCP's start and the shaper's initial token bucket stay out of the "
                         "figures (default: %(default)g)")
-    g.add_argument("--repetitions", type=int, default=2, metavar="N",
-                   help="repetitions per point at least (default: %(default)s)")
-    g.add_argument("--max-repetitions", type=int, default=4, metavar="N",
-                   help="repetitions per point at most, while it is less precise than --precision; equal to "
-                        "--repetitions for a fixed count (default: %(default)s)")
+    g.add_argument("--repetitions", type=int, default=None, metavar="N",
+                   help=f"repetitions per point at least; given alone, exactly N (default: {DEFAULT_REPETITIONS}, "
+                        f"then more while the point is less precise than --precision and --cpu-precision, up to "
+                        f"{DEFAULT_MAX_REPETITIONS})")
+    g.add_argument("--max-repetitions", type=int, default=None, metavar="N",
+                   help="repetitions per point at most, while it is less precise than --precision or "
+                        f"--cpu-precision (default: {DEFAULT_MAX_REPETITIONS}, or --repetitions when that is given)")
     g.add_argument("--precision", type=float, default=d["precision_pct"].default, metavar="PERCENT",
                    help="repeat a point until the 95%% confidence interval of its goodput is within this "
                         "share of the mean (default: %(default)g)")
@@ -109,13 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def repetitions_of(args) -> dict:
+    """``repetitions`` and ``max_repetitions`` from the options (see their --help)."""
+    reps = DEFAULT_REPETITIONS if args.repetitions is None else args.repetitions
+    if args.max_repetitions is not None:
+        most = max(args.max_repetitions, reps)
+    elif args.repetitions is not None:
+        most = reps  # a count given alone is a fixed count
+    else:
+        most = DEFAULT_MAX_REPETITIONS
+    return {"repetitions": reps, "max_repetitions": most}
+
+
 def spec_from(args):
     from experiments.plan import SweepSpec
 
     return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
                      transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
-                     clients=args.clients, repetitions=args.repetitions,
-                     max_repetitions=max(args.max_repetitions, args.repetitions) if args.max_repetitions else None,
+                     clients=args.clients, **repetitions_of(args),
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
                      socket_buffer=args.socket_buffer)

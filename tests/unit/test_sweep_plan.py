@@ -258,3 +258,19 @@ def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(rea
     assert ahead.take() is (fake if ready else None) and ahead.take() is None
     ahead.reap()
     assert fake.reaped is (not ready)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], (2, 8)),                                           # adaptive: 2, more while imprecise, up to 8
+    (["--repetitions", "5"], (5, 5)),                       # a count given alone is that count
+    (["--max-repetitions", "6"], (2, 6)),
+    (["--repetitions", "3", "--max-repetitions", "6"], (3, 6)),
+    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5)),  # at least the minimum
+])
+def test_repetition_options(argv, expected):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "experiments"))  # the script imports _bootstrap, beside it
+    import packet_size_sweep
+
+    spec = packet_size_sweep.spec_from(packet_size_sweep.build_parser().parse_args(argv))
+    assert (spec.repetitions, spec.max_repetitions) == expected
