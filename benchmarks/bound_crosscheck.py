@@ -150,7 +150,7 @@ def judge(out: str, rate_mbit: float, cpu: HostCpu) -> int:
         t1 = t0 + rec["window_s"]
         q = between([(s["t"], s) for s in queue_series], t0, t1)
         c = between(cpu.samples, t0, t1)
-        if len(q) < 3 or len(c) < 3:
+        if len(q) < 2 or len(c) < 3:  # tc may run slowly when the guest's CPU is saturated
             print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | too few samples in the window "
                   f"({len(q)} tc, {len(c)} CPU)")
             continue
