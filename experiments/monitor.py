@@ -37,7 +37,7 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 
-from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, SockDiag
+from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
 from testbed import netns
 from testbed.backends import CpuMeter, CpuSample
 
@@ -78,48 +78,26 @@ class QdiscCounters:
     qlen: int
 
 
-_NLMSG = struct.Struct("=IHHII")
 _TCMSG = struct.Struct("=B3xiIII")      # family, (pad), ifindex, handle, parent, info
-_RTA = struct.Struct("=HH")
 RTM_GETQDISC, RTM_NEWQDISC = 38, 36
 TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_QUEUE = 7, 1, 3
-NLMSG_ERROR, NLMSG_DONE = 2, 3
-
-
-def _attrs(data: bytes, offset: int, end: int) -> dict[int, bytes]:
-    found = {}
-    while offset + _RTA.size <= end:
-        length, kind = _RTA.unpack_from(data, offset)
-        if length < _RTA.size:
-            break
-        found[kind & 0x3FFF] = data[offset + _RTA.size: offset + length]
-        offset += (length + 3) & ~3
-    return found
 
 
 def parse_qdiscs(data: bytes) -> tuple[dict[tuple[int, int], QdiscCounters], bool]:
     """{(ifindex, handle): counters} of an RTM_NEWQDISC dump buffer, and whether it ended the dump (pure)."""
-    found, offset = {}, 0
-    while offset + _NLMSG.size <= len(data):
-        length, kind, _flags, _seq, _pid = _NLMSG.unpack_from(data, offset)
-        if length < _NLMSG.size:
-            break
-        if kind == NLMSG_DONE:
-            return found, True
-        if kind == NLMSG_ERROR:
-            code = struct.unpack_from("=i", data, offset + _NLMSG.size)[0]
-            raise OSError(-code, f"qdisc dump refused: {os.strerror(-code)}")
-        if kind == RTM_NEWQDISC:
-            _family, ifindex, handle, _parent, _info = _TCMSG.unpack_from(data, offset + _NLMSG.size)
-            attrs = _attrs(data, offset + _NLMSG.size + _TCMSG.size, offset + length)
-            stats = attrs.get(TCA_STATS2)
-            if stats is not None:
-                nested = _attrs(stats, 0, len(stats))
-                nbytes, packets = struct.unpack_from("=QI", nested[TCA_STATS_BASIC])
-                qlen, backlog, drops, _requeues, overlimits = struct.unpack_from("=5I", nested[TCA_STATS_QUEUE])
-                found[(ifindex, handle)] = QdiscCounters(nbytes, packets, drops, overlimits, backlog, qlen)
-        offset += (length + 3) & ~3
-    return found, False
+    messages, done = netlink_messages(data, "qdisc dump")
+    found = {}
+    for kind, body in messages:
+        if kind != RTM_NEWQDISC:
+            continue
+        _family, ifindex, handle, _parent, _info = _TCMSG.unpack_from(body)
+        stats = rtattrs(body, _TCMSG.size).get(TCA_STATS2)
+        if stats is not None:
+            nested = rtattrs(stats)
+            nbytes, packets = struct.unpack_from("=QI", nested[TCA_STATS_BASIC])
+            qlen, backlog, drops, _requeues, overlimits = struct.unpack_from("=5I", nested[TCA_STATS_QUEUE])
+            found[(ifindex, handle)] = QdiscCounters(nbytes, packets, drops, overlimits, backlog, qlen)
+    return found, done
 
 
 class QdiscReader:
@@ -139,7 +117,7 @@ class QdiscReader:
     def read(self) -> QdiscCounters:
         self._seq += 1
         body = _TCMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)
-        self._sock.send(_NLMSG.pack(_NLMSG.size + len(body), RTM_GETQDISC, 0x1 | 0x300, self._seq, 0) + body)
+        self._sock.send(NLMSGHDR.pack(NLMSGHDR.size + len(body), RTM_GETQDISC, 0x1 | 0x300, self._seq, 0) + body)
         result, done = None, False
         while not done:
             found, done = parse_qdiscs(self._sock.recv(1 << 16))

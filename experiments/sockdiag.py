@@ -32,7 +32,8 @@ _STATES = sum(1 << s for s in (1, 2, 3, 4, 5, 8, 9, 11))
 _REQ = struct.Struct("=BBBxI")           # family, protocol, ext, pad, states
 _ID = struct.Struct(">HH16s16s")         # sport, dport (network order), src, dst
 _ID_TAIL = struct.Struct("=III")         # interface, cookie[2]
-_HDR = struct.Struct("=IHHII")           # struct nlmsghdr
+NLMSGHDR = struct.Struct("=IHHII")       # struct nlmsghdr
+_RTA = struct.Struct("=HH")              # struct rtattr (and nlattr): length, type
 #: struct tcp_info offsets (linux/tcp.h): u64 at these byte offsets.
 _TCPI = {"bytes_acked": 120, "bytes_received": 128, "busy_time": 168, "rwnd_limited": 176,
          "sndbuf_limited": 184, "bytes_sent": 200, "bytes_retrans": 208}
@@ -80,41 +81,54 @@ def _u32(info: bytes, offset: int) -> int:
 def _request(family: int, sport: int, dport: int, seq: int) -> bytes:
     body = (_REQ.pack(family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), _STATES)
             + _ID.pack(sport, dport, bytes(16), bytes(16)) + _ID_TAIL.pack(0, 0xFFFFFFFF, 0xFFFFFFFF))
-    return _HDR.pack(_HDR.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+    return NLMSGHDR.pack(NLMSGHDR.size + len(body), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
 
 
-def parse_messages(data: bytes) -> tuple[list[TcpSocket], bool]:
-    """The sockets in a sock_diag reply buffer, and whether it ended the dump (pure)."""
+def netlink_messages(data: bytes, what: str) -> tuple[list[tuple[int, bytes]], bool]:
+    """(type, payload) of every message in a netlink dump reply buffer, and whether it ended the
+    dump; an error message raises OSError with the kernel's reason, naming ``what`` (pure)."""
     found, offset = [], 0
-    while offset + _HDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = _HDR.unpack_from(data, offset)
-        if length < _HDR.size:
+    while offset + NLMSGHDR.size <= len(data):
+        length, kind, _flags, _seq, _pid = NLMSGHDR.unpack_from(data, offset)
+        if length < NLMSGHDR.size:
             break
         if kind == NLMSG_DONE:
             return found, True
         if kind == NLMSG_ERROR:
-            code = struct.unpack_from("=i", data, offset + _HDR.size)[0]
-            raise OSError(-code, f"sock_diag request refused: {os.strerror(-code)}")
-        body = data[offset + _HDR.size: offset + length]
+            code = struct.unpack_from("=i", data, offset + NLMSGHDR.size)[0]
+            raise OSError(-code, f"{what} refused: {os.strerror(-code)}")
+        found.append((kind, data[offset + NLMSGHDR.size: offset + length]))
+        offset += (length + 3) & ~3
+    return found, False
+
+
+def rtattrs(data: bytes, offset: int = 0) -> dict[int, bytes]:
+    """{type: payload} of the netlink attributes in ``data`` from ``offset`` on (flag bits dropped) (pure)."""
+    found = {}
+    while offset + _RTA.size <= len(data):
+        length, kind = _RTA.unpack_from(data, offset)
+        if length < _RTA.size:
+            break
+        found[kind & 0x3FFF] = data[offset + _RTA.size: offset + length]
+        offset += (length + 3) & ~3
+    return found
+
+
+def parse_messages(data: bytes) -> tuple[list[TcpSocket], bool]:
+    """The sockets in a sock_diag reply buffer, and whether it ended the dump (pure)."""
+    messages, done = netlink_messages(data, "sock_diag request")
+    found = []
+    for _kind, body in messages:
         state = body[1]
         sport, dport = struct.unpack_from(">HH", body, 4)
         cookie_lo, cookie_hi = struct.unpack_from("=II", body, 44)
         rqueue = struct.unpack_from("=I", body, 56)[0]
-        info = b""
-        attr = 72  # after struct inet_diag_msg
-        while attr + 4 <= len(body):
-            alen, atype = struct.unpack_from("=HH", body, attr)
-            if alen < 4:
-                break
-            if atype == INET_DIAG_INFO:
-                info = body[attr + 4: attr + alen]
-            attr += (alen + 3) & ~3
+        info = rtattrs(body, 72).get(INET_DIAG_INFO, b"")  # the attributes follow struct inet_diag_msg
         found.append(TcpSocket(state, cookie_hi << 32 | cookie_lo, sport, dport, _u64(info, _TCPI["bytes_received"]),
                                _u64(info, _TCPI["bytes_acked"]), _u64(info, _TCPI["busy_time"]),
                                _u64(info, _TCPI["rwnd_limited"]), _u64(info, _TCPI["sndbuf_limited"]), rqueue,
                                _u32(info, _TCPI_SND_MSS), _u32(info, _TCPI_SACKED), _u32(info, _TCPI_TOTAL_RETRANS)))
-        offset += (length + 3) & ~3
-    return found, False
+    return found, done
 
 
 class SockDiag:
