@@ -11,7 +11,7 @@ dark grey. The marker's shape says what bounded the point (see :data:`BOUND_SYMB
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -208,38 +208,31 @@ def fig_throughput(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None =
     if not panels:
         return _no_data(fig, "no measured points")
     colors = colors or profile_colors(a.profile for a in aggs)
-    shown: set[str] = set()
     seen: set[str | None] = set()
     any_theoretical = False
-    for i, panel in enumerate(panels):
-        for profile, series in _by_profile(panel.items):
-            color = color_of(colors, profile)
-            label = profile_label(profile)
-            bounds = [a.bound for a in series]
-            seen.update(bounds)
-            fig.add_trace(_measured_trace(
-                series, [a.goodput for a in series], profile, label, color, bounds, label not in shown,
-                customdata=[[a.goodput.n, fmt_num(a.goodput.ci95), fmt_num(a.goodput.min), fmt_num(a.goodput.max),
-                             _bound_hover(a)] for a in series],
-                hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>goodput %{{y:.3g}} Mbit/s "
-                               "± %{customdata[1]} (95 % CI, n=%{customdata[0]})<br>"
-                               "min %{customdata[2]}, max %{customdata[3]}<br>bound: %{customdata[4]}"
-                               "<extra></extra>"),
-                meta={"kind": "goodput", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+    for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
+        fig.add_trace(_measured_trace(
+            series, [a.goodput for a in series], profile, label, color, [a.bound for a in series], legend,
+            customdata=[[a.goodput.n, fmt_num(a.goodput.ci95), fmt_num(a.goodput.min), fmt_num(a.goodput.max),
+                         _bound_hover(a)] for a in series],
+            hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>goodput %{{y:.3g}} Mbit/s "
+                           "± %{customdata[1]} (95 % CI, n=%{customdata[0]})<br>"
+                           "min %{customdata[2]}, max %{customdata[3]}<br>bound: %{customdata[4]}"
+                           "<extra></extra>"),
+            meta={"kind": "goodput", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+        ), **_cell(panels, i))
+        theo = [a for a in series if a.theoretical_goodput_mbps is not None]
+        if theo:
+            any_theoretical = True
+            theo_label = f"{label}: theoretical"
+            # in the profile's legend group (hidden with it), explained by one shared legend entry
+            fig.add_trace(go.Scatter(
+                x=[a.size_bytes for a in theo], y=[a.theoretical_goodput_mbps for a in theo],
+                mode="lines", name=theo_label, legendgroup=str(profile), showlegend=False,
+                line=dict(color=color, width=1.5, dash="dash"), opacity=0.85,
+                hovertemplate=f"{html.escape(theo_label)}<br>size %{{x}} B<br>%{{y:.3g}} Mbit/s<extra></extra>",
+                meta={"kind": "theoretical", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
             ), **_cell(panels, i))
-            shown.add(label)
-            theo = [a for a in series if a.theoretical_goodput_mbps is not None]
-            if theo:
-                any_theoretical = True
-                theo_label = f"{label}: theoretical"
-                # in the profile's legend group (hidden with it), explained by one shared legend entry
-                fig.add_trace(go.Scatter(
-                    x=[a.size_bytes for a in theo], y=[a.theoretical_goodput_mbps for a in theo],
-                    mode="lines", name=theo_label, legendgroup=str(profile), showlegend=False,
-                    line=dict(color=color, width=1.5, dash="dash"), opacity=0.85,
-                    hovertemplate=f"{html.escape(theo_label)}<br>size %{{x}} B<br>%{{y:.3g}} Mbit/s<extra></extra>",
-                    meta={"kind": "theoretical", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
-                ), **_cell(panels, i))
     if any_theoretical:
         _theoretical_legend(fig)
     _bound_legends(fig, seen)
@@ -262,31 +255,25 @@ def fig_normalized(ratios: Sequence[Ratio], colors: Mapping[Any, str] | None = N
     if not panels:
         return _no_data(fig, "no IPsec point has a plain baseline at the same point")
     colors = colors or profile_colors(r.profile for r in usable)
-    shown: set[str] = set()
     seen: set[str | None] = set()
     top = 1.0
-    for i, panel in enumerate(panels):
-        for profile, series in _by_profile(panel.items):
-            color = color_of(colors, profile)
-            label = profile_label(profile)
-            bounds = [r.bound for r in series]
-            seen.update(bounds)
-            top = max([top] + [r.goodput.value + (r.goodput.ci95 or 0) for r in series])
-            fig.add_trace(go.Scatter(
-                x=[r.size_bytes for r in series], y=[r.goodput.value for r in series],
-                mode="lines+markers", name=label, legendgroup=str(profile), showlegend=label not in shown,
-                line=dict(color=color, width=2),
-                marker=dict(symbol=_marker_symbols(bounds), size=9, color=color, line=dict(width=2, color=color)),
-                error_y=dict(type="data", array=_ci_array([r.goodput.ci95 for r in series]), color=color,
-                             thickness=1.5, width=5),
-                customdata=[[fmt_num(r.goodput.ci95, 2), fmt_num(r.ipsec.goodput.mean), fmt_num(r.plain.goodput.mean),
-                             _bound_hover(r.ipsec), _bound_hover(r.plain)] for r in series],
-                hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>IPsec/plain %{{y:.3f}} "
-                               "± %{customdata[0]}<br>%{customdata[1]} / %{customdata[2]} Mbit/s<br>"
-                               "bound: %{customdata[3]} / %{customdata[4]}<extra></extra>"),
-                meta={"kind": "ratio", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
-            ), **_cell(panels, i))
-            shown.add(label)
+    for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
+        bounds = [r.bound for r in series]
+        top = max([top] + [r.goodput.value + (r.goodput.ci95 or 0) for r in series])
+        fig.add_trace(go.Scatter(
+            x=[r.size_bytes for r in series], y=[r.goodput.value for r in series],
+            mode="lines+markers", name=label, legendgroup=str(profile), showlegend=legend,
+            line=dict(color=color, width=2),
+            marker=dict(symbol=_marker_symbols(bounds), size=9, color=color, line=dict(width=2, color=color)),
+            error_y=dict(type="data", array=_ci_array([r.goodput.ci95 for r in series]), color=color,
+                         thickness=1.5, width=5),
+            customdata=[[fmt_num(r.goodput.ci95, 2), fmt_num(r.ipsec.goodput.mean), fmt_num(r.plain.goodput.mean),
+                         _bound_hover(r.ipsec), _bound_hover(r.plain)] for r in series],
+            hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>IPsec/plain %{{y:.3f}} "
+                           "± %{customdata[0]}<br>%{customdata[1]} / %{customdata[2]} Mbit/s<br>"
+                           "bound: %{customdata[3]} / %{customdata[4]}<extra></extra>"),
+            meta={"kind": "ratio", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+        ), **_cell(panels, i))
     fig.add_hline(y=1.0, line=dict(color="#777", width=1.5, dash="dot"), row="all", col="all")
     fig.update_yaxes(range=[0, max(1.1, top) * 1.05], rangemode="normal")
     _bound_legends(fig, seen)
@@ -308,26 +295,31 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None = None) 
     if not panels:
         return _no_data(fig, "no CPU measurements in these results")
     colors = colors or profile_colors(a.profile for a in aggs)
-    shown: set[str] = set()
     seen: set[str | None] = set()
-    for i, panel in enumerate(panels):
-        for profile, series in _by_profile(panel.items):
-            color = color_of(colors, profile)
-            label = profile_label(profile)
-            bounds = [a.bound for a in series]
-            seen.update(bounds)
-            fig.add_trace(_measured_trace(
-                series, [a.cpu_s_per_gb for a in series], profile, label, color, bounds, label not in shown,
-                customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
-                             fmt_num(a.cpu["cpu_busy_pct"].mean) if "cpu_busy_pct" in a.cpu else "–"]
-                            for a in series],
-                hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} s/GB ± %{{customdata[1]}}"
-                               " (n=%{customdata[0]})<br>CPU busy %{customdata[2]} %<extra></extra>"),
-                meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
-            ), **_cell(panels, i))
-            shown.add(label)
+    for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
+        fig.add_trace(_measured_trace(
+            series, [a.cpu_s_per_gb for a in series], profile, label, color, [a.bound for a in series], legend,
+            customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
+                         fmt_num(a.cpu["cpu_busy_pct"].mean) if "cpu_busy_pct" in a.cpu else "–"]
+                        for a in series],
+            hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} s/GB ± %{{customdata[1]}}"
+                           " (n=%{customdata[0]})<br>CPU busy %{customdata[2]} %<extra></extra>"),
+            meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+        ), **_cell(panels, i))
     _bound_legends(fig, seen)
     return fig
+
+
+def _lines(panels: Sequence[Any], colors: Mapping[Any, str], seen: set[str | None]) -> Iterator[tuple]:
+    """(panel index, panel, profile, series, colour, label, whether the legend shows it) for every
+    profile's line in every panel; the series' bound classes are added to ``seen`` (for the legend)."""
+    shown: set[str] = set()
+    for i, panel in enumerate(panels):
+        for profile, series in _by_profile(panel.items):
+            label = profile_label(profile)
+            seen.update(x.bound for x in series)
+            yield i, panel, profile, series, color_of(colors, profile), label, label not in shown
+            shown.add(label)
 
 
 def _measured_trace(series: Sequence[Any], summaries: Sequence[Any], profile: Any, label: str, color: str,
