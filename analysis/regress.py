@@ -133,10 +133,10 @@ def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any],
     """A baseline from a run's records and metadata: every point's repetitions, and the machine."""
     points = []
     for agg in aggregate(records):
-        entry = {**agg.point, "goodput_mbps": _samples(records, agg.point, "goodput_mbps")}
+        entry = dict(agg.point)
         for metric in METRICS:
             samples = _samples(records, agg.point, metric)
-            if samples:
+            if samples or metric == "goodput_mbps":  # goodput always: load_baseline needs its list
                 entry[metric] = samples
         points.append(entry)
     if not points:

@@ -115,7 +115,7 @@ class HostCpu(threading.Thread):
     @property
     def cpus(self) -> int:
         """What 100 % busy means: the guest runs on one host CPU; the machine has them all."""
-        return os.cpu_count() or 1 if self.path == f"{CPUACCT}/cpuacct.usage" else 1
+        return (os.cpu_count() or 1) if self.path == f"{CPUACCT}/cpuacct.usage" else 1
 
 
 def between(series: list, t0: float, t1: float) -> list:
