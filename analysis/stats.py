@@ -25,7 +25,7 @@ PLAIN_PROFILE = "none"
 
 #: What identifies a measured point; repetitions of a point share all of these.
 POINT_KEYS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
-              "size_mode", "clients")
+              "size_mode", "clients", "arm")
 
 #: What an IPsec point and its plain baseline must share to be compared.
 MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_bytes", "size_mode", "clients")
@@ -218,7 +218,8 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
         groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
     out = []
     for key, group in groups.items():
-        point = dict(zip(keys, key, strict=True))
+        # "arm" only for the arms of an A/B within a sweep (experiments.plan.SweepSpec.arms)
+        point = {k: v for k, v in zip(keys, key, strict=True) if not (k == "arm" and v is None)}
         with_goodput = [r for r in group if _number(r.get("goodput_mbps")) is not None]
         bounds: dict[str, int] = {}
         for r in with_goodput:

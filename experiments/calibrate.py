@@ -109,7 +109,7 @@ def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calib
             for p in points:
                 current = switch_ipsec(net, current, p["profile"], spec.mode, spec.ip_versions)
                 point = Point(spec.topology, p["profile"], spec.mode, spec.ip_versions[0], "tcp", link,
-                              p["size_bytes"], p["size_mode"], 1, 0)
+                              p["size_bytes"], p["size_mode"], 1, "", 0)
                 record = measure_with_retry(net, point, spec, servers, monitor)
                 if record.get("failed"):
                     raise RuntimeError(f"calibration point {p['profile']} failed: {record.get('error')}")

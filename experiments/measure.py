@@ -207,7 +207,9 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     bound, why = classify(ev, expected, bucket)
     moved_gb = ev.goodput_mbps * ev.window_s / 8e3
     return {
-        **dataclasses.asdict(point),
+        **point.fields(),
+        # an arm of an A/B within the sweep: the ESP path's extra instructions (ipsec.slowdown)
+        **({"injected_instructions": net.esp_slowdown} if point.arm else {}),
         "duration_s": spec.duration_s, "warmup_s": spec.warmup_s,
         "goodput_mbps": ev.goodput_mbps,
         "window_s": ev.window_s,
@@ -263,6 +265,6 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
         except iperf.IperfError as e:
             reasons.append(one_line(e))
             log.warning("%s, attempt %d of %d: %s", point, attempt, ATTEMPTS, reasons[-1])
-    return {**dataclasses.asdict(point), "duration_s": spec.duration_s, "warmup_s": spec.warmup_s,
+    return {**point.fields(), "duration_s": spec.duration_s, "warmup_s": spec.warmup_s,
             "goodput_mbps": None, "failed": True, "attempts": ATTEMPTS, "error": "; ".join(reasons),
             "bound": None, "emulation_limited": False, "time": now_iso()}

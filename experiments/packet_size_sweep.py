@@ -111,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
                    help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
                         "(default: the kernel's, autotuned)")
+    g.add_argument("--no-plain", dest="plain", action="store_false",
+                   help="leave out the plain profile (no IPsec), which is otherwise always measured: for "
+                        "suites that watch IPsec alone; the IPsec/plain figures then have nothing to divide by")
+    g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
+                   help="an A/B within the sweep: measure every IPsec point once per value in every round, "
+                        "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
+                        "packet's way out of an IPsec endpoint (0: nothing added). The regression gate's "
+                        "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
     return p
 
@@ -135,7 +143,7 @@ def spec_from(args):
                      clients=args.clients, **repetitions_of(args),
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
-                     socket_buffer=args.socket_buffer)
+                     socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain)
 
 
 def dry_run(spec, out_dir: str) -> int:

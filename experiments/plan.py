@@ -29,12 +29,14 @@ TRANSPORTS = ("tcp", "udp")
 SIZE_MODES = ("mss", "write", "datagram")
 #: What makes a point; its repetitions share all of these.
 POINT_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
-                "size_mode", "clients")
+                "size_mode", "clients", "arm")
 KEY_FIELDS = POINT_FIELDS + ("repetition",)
 #: Hard bound of the repetitions.
 MAX_REPETITIONS = 50
 #: Rounds a rate may take beyond its most repetitions: failed points are measured again.
 EXTRA_ROUNDS = 2
+#: The most arms of an A/B within one sweep (SweepSpec.arms), and their labels.
+ARM_LABELS = "abcdefgh"
 #: The shortest window and warm-up a point may have, in seconds.
 MIN_DURATION_S = 0.5
 MIN_WARMUP_S = 0.2
@@ -70,15 +72,33 @@ class SweepSpec:
     mtu: int = 1500
     #: socket buffer of both iperf3 ends in bytes (iperf3 -w; seed 002's 65535), None: the kernel's
     socket_buffer: int | None = None
+    #: Arms of an A/B within the sweep (the regression gate's calibration): with values, every
+    #: IPsec point is measured once per arm in every round, the arms side by side in ABBA order,
+    #: arm k ("a", "b", ...) with ``arms[k]`` extra BPF instructions on every ESP packet's way
+    #: out of an IPsec endpoint (:mod:`ipsec.slowdown`; 0: nothing added).  Plain points have
+    #: one arm.  Empty: no arms, nothing added.
+    arms: tuple[int, ...] = ()
+    #: measure the plain profile ("none") too, which the IPsec/plain figures need
+    plain: bool = True
 
     def __post_init__(self) -> None:
         from ipsec.profiles import parse_profile
+        from ipsec.slowdown import chunks
         from topologies import build_spec
 
         profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
-        if "none" not in profiles:
-            profiles = ("none",) + profiles  # the plain baseline is always measured
+        if self.plain and "none" not in profiles:
+            profiles = ("none",) + profiles  # the plain baseline is measured unless told otherwise
+        if not self.plain:
+            profiles = tuple(p for p in profiles if p != "none")
+            if not profiles:
+                raise ValueError("with the plain profile left out, give at least one IPsec profile")
         object.__setattr__(self, "profiles", profiles)
+        object.__setattr__(self, "arms", tuple(self.arms))
+        if len(self.arms) > len(ARM_LABELS):
+            raise ValueError(f"at most {len(ARM_LABELS)} arms, not {len(self.arms)}")
+        for n in self.arms:
+            chunks(n)  # a ValueError names the range
         # A value given twice is measured once (in the order first given).
         object.__setattr__(self, "rates_mbit", tuple(dict.fromkeys(float(r) for r in self.rates_mbit)))
         for name in ("sizes", "ip_versions", "transports"):
@@ -134,6 +154,15 @@ class SweepSpec:
     def adaptive(self) -> bool:
         return self.most_repetitions > self.repetitions
 
+    @property
+    def arm_labels(self) -> tuple[str, ...]:
+        """The arms' labels ("a", "b", ...), one per :attr:`arms` value."""
+        return tuple(ARM_LABELS[:len(self.arms)])
+
+    def arm_instructions(self, arm: str) -> int:
+        """The extra instructions per ESP packet of arm ``arm`` (0 for "", a point without arms)."""
+        return self.arms[ARM_LABELS.index(arm)] if arm else 0
+
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -164,6 +193,7 @@ class Point:
     size_bytes: int
     size_mode: str
     clients: int
+    arm: str  # "" without arms (SweepSpec.arms)
     repetition: int
 
     def key(self) -> tuple:
@@ -173,15 +203,28 @@ class Point:
         """The key without the repetition: what its repetitions share."""
         return tuple(getattr(self, f) for f in POINT_FIELDS)
 
+    def fields(self) -> dict:
+        """The point's fields as a record has them (``arm`` only when it has one)."""
+        out = dataclasses.asdict(self)
+        if not self.arm:
+            del out["arm"]
+        return out
+
+
+def _field(record: dict, f: str):
+    if f == "rate_mbit":
+        return float(record[f])
+    return record.get(f, "") if f == "arm" else record[f]
+
 
 def record_key(record: dict) -> tuple:
     """The key of a result record (what makes a point unique)."""
-    return tuple(float(record[f]) if f == "rate_mbit" else record[f] for f in KEY_FIELDS)
+    return tuple(_field(record, f) for f in KEY_FIELDS)
 
 
 def point_key(record: dict) -> tuple:
     """The key of a record's point, its repetition left out."""
-    return tuple(float(record[f]) if f == "rate_mbit" else record[f] for f in POINT_FIELDS)
+    return tuple(_field(record, f) for f in POINT_FIELDS)
 
 
 def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
@@ -196,13 +239,17 @@ def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
                 size_mode = "datagram" if transport == "udp" else spec.size_mode
                 # ABBA order (none, IPsec, IPsec, none, ...): still side by side, but each
                 # profile is measured twice running, so IPsec is switched half as often.
-                order = spec.profiles if turn % 2 == 0 else spec.profiles[::-1]
+                forward = turn % 2 == 0
+                order = spec.profiles if forward else spec.profiles[::-1]
                 turn += 1
                 for profile in order:
-                    p = Point(spec.topology, profile, spec.mode, ipv, transport, float(rate_mbit), size, size_mode,
-                              spec.clients, repetition)
-                    if wanted is None or wanted(p):
-                        points.append(p)
+                    # an IPsec point's arms side by side, in the same ABBA order
+                    arms = spec.arm_labels if profile != "none" and spec.arms else ("",)
+                    for arm in arms if forward else arms[::-1]:
+                        p = Point(spec.topology, profile, spec.mode, ipv, transport, float(rate_mbit), size,
+                                  size_mode, spec.clients, arm, repetition)
+                        if wanted is None or wanted(p):
+                            points.append(p)
     return points
 
 

@@ -108,7 +108,7 @@ def _plan_transactions(part: Part) -> list:
         order = spec.profiles if rep % 2 == 0 else spec.profiles[::-1]  # ABBA, as the sweep
         for profile in order:
             points.append(Point(spec.topology, profile, spec.mode, spec.ip_versions[0], "tcp",
-                                float(spec.rates_mbit[0]), part.transactions, TRANSACTION_MODE, spec.clients, rep))
+                                float(spec.rates_mbit[0]), part.transactions, TRANSACTION_MODE, spec.clients, "", rep))
     return points
 
 
@@ -147,7 +147,7 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                     timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
                     c1, s1 = meter.sample(), proc_stat_shares()
                     busy, system, softirq = s0.until(s1)
-                    record = {**dataclasses.asdict(point), "kind": "transactions", "goodput_mbps": None,
+                    record = {**point.fields(), "kind": "transactions", "goodput_mbps": None,
                               **dataclasses.asdict(timing),
                               "cpu_busy_pct": 100.0 * (c1.cpu_ns - c0.cpu_ns)
                               / ((c1.clock_ns - c0.clock_ns) * meter.cpus),

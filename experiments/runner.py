@@ -82,7 +82,8 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
     """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``."""
     def progress(point, record, done, total):
         label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
-                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''} rep {point.repetition + 1}")
+                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''}"
+                 f"{f' arm {point.arm}' if point.arm else ''} rep {point.repetition + 1}")
         if record is None:
             bar.update(task, total=total, completed=done, description=label)
         elif record.get("failed"):

@@ -142,6 +142,8 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
                             total = max(total, already + measured + len(todo))
                             for i, point in enumerate(todo):
                                 current = switch_ipsec(net, current, point.profile, spec.mode, spec.ip_versions)
+                                if point.arm:
+                                    net.slow_esp(spec.arm_instructions(point.arm))
                                 if progress:
                                     progress(point, None, already + measured, total)
                                 following = todo[i + 1] if i + 1 < len(todo) else None

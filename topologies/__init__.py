@@ -16,9 +16,10 @@ TOPOLOGIES: dict[str, Callable[..., TopologySpec]] = {
 }
 MULTI_CLIENT = ("road_warrior", "multi_host_to_host")
 #: Kernel modules the networks use: IPv6, veth pairs, bridges for switches, the qdiscs of
-#: topologies.shaping, and what ingress shaping would take (ifb, u32, mirred).
+#: topologies.shaping, what ingress shaping would take (ifb, u32, mirred) and the ESP
+#: slowdown of ipsec.slowdown (sch_ingress for clsact, cls_bpf).
 KERNEL_MODULES: tuple[str, ...] = ("ipv6", "veth", "bridge", "dummy", "ifb", "sch_tbf", "sch_htb", "sch_netem",
-                                   "sch_ingress", "cls_u32", "act_mirred")
+                                   "sch_ingress", "cls_u32", "act_mirred", "cls_bpf")
 
 
 def build_spec(name: str, clients: int = 3, mtu: int = 1500, pmtu: str = "discover") -> TopologySpec:

@@ -206,6 +206,7 @@ class Network:
         self.mininet: Mininet | None = None
         self._ipsec: list = []
         self._ipsec_families: set[int] = set()
+        self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
 
@@ -368,6 +369,33 @@ class Network:
                 remove_association(self._ipsec.pop(), missing_ok=True)
         if had:
             self.forget_path_mtus(self._ipsec_families)
+
+    @property
+    def esp_slowdown(self) -> int:
+        """The extra BPF instructions every ESP packet costs now (0: none; see :meth:`slow_esp`)."""
+        return self._esp_slowdown
+
+    def slow_esp(self, instructions: int) -> None:
+        """Make every ESP packet cost ``instructions`` extra BPF instructions on its way out of an
+        IPsec endpoint (:mod:`ipsec.slowdown`), replacing any slowdown before; 0 removes it.
+
+        The calibration regression of the gate: the IPsec profiles' CPU cost per packet grows,
+        plain traffic's does not.  Works whether IPsec is on or not.
+        """
+        from ipsec import slowdown
+
+        if instructions == self._esp_slowdown:
+            return
+        slowdown.chunks(instructions)  # checks the number before anything changes
+        ends = dict.fromkeys(end for pair in self.spec.ipsec
+                             for end in (pair.a, pair.b, pair.tunnel_a, pair.tunnel_b))
+        where = [(self.ns(node), [i.ifname(self.run_id) for i in self.plan.of(node)]) for node in ends]
+        with critical():
+            if self._esp_slowdown:
+                slowdown.remove(where)
+                self._esp_slowdown = 0
+            slowdown.install(where, instructions)
+            self._esp_slowdown = instructions
 
     def forget_path_mtus(self, families=(4, 6)) -> None:
         """Drop the path MTUs the flows' senders cached (route exceptions, kept 10 minutes).
