@@ -224,7 +224,7 @@ class Verdict:
 
     def worse(self, max_change: float) -> str:
         """What a regression of this metric is, in words."""
-        return f"{self.label} {'fell' if self.better > 0 else 'rose'} by more than {max_change:.0%}"
+        return f"{self.label} {'fell' if self.better > 0 else 'rose'} by more than {max_change * 100:g}%"
 
 
 def judge(baseline: Sequence[float], current: Sequence[float], max_drop: float, confidence: float,
@@ -302,6 +302,87 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
         raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
                            f"run (first: {missing[0]}): the run must measure what the baseline did")
     return verdicts
+
+
+def arms(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The arms of an A/B within one sweep (``"a"``, ``"b"``, ...) its records hold, in order."""
+    return sorted({r["arm"] for r in records if r.get("arm")})
+
+
+def arm_records(records: Sequence[Mapping[str, Any]], arm: str) -> list[dict]:
+    """The records of ``arm``, with the arm taken off, so the arms' points line up."""
+    return [{k: v for k, v in r.items() if k != "arm"} for r in records if r.get("arm") == arm]
+
+
+def judge_paired(pairs: Sequence[tuple[float, float]], max_drop: float, confidence: float,
+                 better: int = 1) -> tuple[float, float, float, bool, float, float]:
+    """(ratio, bound, df, regressed, low2, high2) from (baseline, current) pairs measured side by side.
+
+    The ratio is the geometric mean of the pairs' ratios; its interval is Student's t on their
+    logarithms (a paired t-test).  A slow drift of the machine moves both values of a pair alike
+    and so cancels, where :func:`judge`, comparing the two means, counts it as noise.
+    """
+    if not 0.0 < max_drop < 1.0:
+        raise ValueError(f"max_drop must be a fraction in (0, 1), not {max_drop!r}")
+    if not 0.5 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0.5, 1), not {confidence!r}")
+    logs = [math.log(c / b) for b, c in pairs if b > 0 and c > 0]
+    n = len(logs)
+    if n < 2:
+        raise RegressError(f"a paired comparison needs at least 2 pairs (has {n})")
+    mean = math.fsum(logs) / n
+    se = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1) / n)
+    one, two = t_quantile(confidence, n - 1) * se, t_quantile((1 + confidence) / 2, n - 1) * se
+    ratio = math.exp(mean)
+    if better > 0:
+        bound = math.exp(mean + one)
+        regressed = bound < 1.0 - max_drop
+    else:
+        bound = math.exp(mean - one)
+        regressed = bound > 1.0 + max_drop
+    return ratio, bound, float(n - 1), regressed, math.exp(mean - two), math.exp(mean + two)
+
+
+def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], base: str = "a",
+                 current: str = "b", max_drop: float = 0.05, confidence: float = 0.95,
+                 metrics: Sequence[str] = DEFAULT_METRICS, paired: bool = True) -> list[Verdict]:
+    """Arm ``current`` of an A/B within one sweep judged against arm ``base``, point by point.
+
+    ``paired`` (the default): the arms' repetitions of the same number were measured side by
+    side (ABBA), so they are compared pair by pair (:func:`judge_paired`); otherwise as
+    :func:`compare` judges a run against a baseline.
+    """
+    present = arms(records)
+    for arm in (base, current):
+        if arm not in present:
+            raise RegressError(f"the run has no arm {arm!r} (arms: {', '.join(present) or 'none'}): an A/B "
+                               "within a sweep is measured with packet_size_sweep.py --arms")
+    then, now = arm_records(records, base), arm_records(records, current)
+    if not paired:
+        return compare(make_baseline(then, meta), now, max_drop, confidence, metrics)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise RegressError(f"unknown metric {unknown[0] if unknown else '(none)'}; metrics: {', '.join(METRICS)}")
+    verdicts = []
+    for agg in aggregate(then):
+        point = {k: agg.point.get(k) for k in POINT_KEYS}
+        for metric in metrics:
+            a, b = _by_repetition(then, point, metric), _by_repetition(now, point, metric)
+            pairs = [(a[k], b[k]) for k in sorted(a) if k in b]
+            if not pairs:
+                raise RegressError(f"arm {current} has no {METRICS[metric][0]} for {point}")
+            ratio, bound, df, regressed, low2, high2 = judge_paired(pairs, max_drop, confidence,
+                                                                    METRICS[metric][2])
+            verdicts.append(Verdict(point, Summary.of([p[0] for p in pairs]), Summary.of([p[1] for p in pairs]),
+                                    ratio, bound, df, regressed, low2, high2, metric))
+    return verdicts
+
+
+def _by_repetition(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> dict:
+    """``metric`` of ``point``'s repetitions by repetition number (failed ones and anomalies left out)."""
+    key = _point_id(point)
+    return {r.get("repetition"): float(r[metric]) for r in records
+            if _point_id(r) == key and r.get(metric) is not None and r.get("bound") != "anomaly"}
 
 
 def exit_status(verdicts: Sequence[Verdict]) -> int:

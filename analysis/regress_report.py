@@ -36,7 +36,7 @@ def markdown(verdicts: Sequence[Verdict], max_drop: float, confidence: float, wa
             else f"**No regression** in {len(verdicts)} points")
     lines = ["## IPsec Testbed regression gate", "",
              f"{head} (a point regresses when, at {confidence:.0%} confidence, its goodput fell or its CPU cost "
-             f"rose by more than {max_drop:.0%}).", ""]
+             f"rose by more than {max_drop * 100:g}%).", ""]
     lines += [f"> **Warning:** {w}" for w in warnings]
     if warnings:
         lines.append("")

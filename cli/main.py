@@ -176,10 +176,21 @@ def cmd_regress(args: argparse.Namespace) -> int:
     import subprocess
 
     from analysis import regress
-    from experiments.suites import suite_args
+    from experiments.suites import gate_defaults, suite_args, sweep_command
     from testbed.rundir import ResultsError, load_meta, load_results
 
     prog = "ipsec-testbed regress"
+    defaults = gate_defaults(None if args.run else args.suite)
+    if args.max_drop is None:
+        args.max_drop = defaults["max_drop"]
+    if args.metrics is None:
+        args.metrics = defaults["metrics"]
+    if args.inject_slowdown is not None:
+        if args.ab or args.run or args.baseline or args.save_baseline:
+            print(f"{prog}: --inject-slowdown compares two arms of one run it makes itself: no --ab, --run, "
+                  "--baseline or --save-baseline with it", file=sys.stderr)
+            return 2
+        return _regress_injected(args, prog)
     if args.ab:
         if args.run or args.baseline or args.save_baseline:
             print(f"{prog}: --ab measures both kernels itself: no --run, --baseline or --save-baseline with it",
@@ -196,12 +207,8 @@ def cmd_regress(args: argparse.Namespace) -> int:
             sweep_args = suite_args(args.suite)
             run_dir = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime(
                 "regress-%Y%m%d-%H%M%S") + f"-{args.suite}")
-            cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *sweep_args,
-                   "--out", run_dir, "--no-report", "--kernel", args.kernel, "--uml-mem", args.uml_mem,
-                   *(["--uml-kernel", args.uml_kernel] if args.uml_kernel else []),
-                   *(["--uml-modules", args.uml_modules] if args.uml_modules else [])]
             print(f"regress: suite {args.suite} into {run_dir}", file=sys.stderr, flush=True)
-            rc = subprocess.call(cmd)
+            rc = subprocess.call(sweep_command(sweep_args, run_dir, _kernel_options(args)))
             if rc != 0:
                 print(f"{prog}: the suite's sweep failed (exit {rc}); nothing compared", file=sys.stderr)
                 return 2
@@ -222,6 +229,76 @@ def cmd_regress(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     return _report_verdicts(args, verdicts, warnings, ("baseline", "now"))
+
+
+def _kernel_options(args: argparse.Namespace) -> list[str]:
+    """The sweep's options for the kernel the regress options select."""
+    return ["--kernel", args.kernel, "--uml-mem", args.uml_mem,
+            *(["--uml-kernel", args.uml_kernel] if args.uml_kernel else []),
+            *(["--uml-modules", args.uml_modules] if args.uml_modules else [])]
+
+
+def _regress_injected(args: argparse.Namespace, prog: str) -> int:
+    """``--inject-slowdown``: the suite with arms a (as is) and b (the ESP path slowed), and the gate's
+    verdicts on b against a, next to the slowdown as measured."""
+    import datetime
+    import subprocess
+
+    from analysis import regress
+    from experiments import injection
+    from experiments.suites import suite_args, sweep_command
+    from testbed.rundir import ResultsError, load_meta, load_results
+
+    def say(m: str) -> None:
+        print(f"regress: {m}", file=sys.stderr, flush=True)
+
+    pct = args.inject_slowdown
+    try:
+        sweep_args = suite_args(args.suite)
+        out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("inject-%Y%m%d-%H%M%S")
+                                       + f"-{args.suite}-{pct:g}pct")
+        cal = injection.calibrated(
+            args.suite, sweep_args, injection.kernel_identity(args.kernel, args.uml_kernel),
+            lambda run_dir, *extra: subprocess.call(sweep_command(sweep_args, run_dir, _kernel_options(args), *extra)),
+            out, say, args.recalibrate)
+        n = cal.instructions_for(pct)
+        run_dir = os.path.join(out, "ab")
+        say(f"suite {args.suite} with arms a (nothing added) and b (a {pct:g} % slowdown: {n} extra instructions "
+            f"per ESP packet), interleaved, into {run_dir}")
+        rc = subprocess.call(sweep_command(sweep_args, run_dir, _kernel_options(args), "--arms", f"0,{n}"))
+        if rc != 0:
+            print(f"{prog}: the suite's sweep failed (exit {rc}); nothing compared", file=sys.stderr)
+            return 2
+        records, meta = load_results(run_dir), load_meta(run_dir)
+        verdicts = regress.compare_arms(records, meta, "a", "b", args.max_drop / 100, args.confidence / 100,
+                                        args.metrics)
+        e = injection.effect(records, "b")
+    except (regress.RegressError, injection.InjectionError, ResultsError, ValueError, RuntimeError, OSError) as err:
+        print(f"{prog}: {err}", file=sys.stderr)
+        return 2
+    measured = (f"injected slowdown: {pct:g} % requested ({n} extra instructions per ESP packet), "
+                f"{e.pct:+.1f} % measured (CPU per packet at {cal.point}, arm b / arm a = {e.ratio:.3f} pair by pair, "
+                f"95 % CI {e.low:.3f}..{e.high:.3f}, {e.n_base} and {e.n_arm} repetitions)")
+    status = _report_verdicts(args, verdicts, [measured], ("arm a", "arm b"))
+    print(measured)
+    if args.json:
+        _write_json(args.json, verdicts, args, {"requested_pct": pct, "instructions": n,
+                                                "measured_pct": e.pct, "ratio": e.ratio, "low": e.low,
+                                                "high": e.high, "calibration": vars(cal),
+                                                "run_dir": run_dir})
+    return status
+
+
+def _write_json(path: str, verdicts, args: argparse.Namespace, extra: dict | None = None) -> None:
+    """The verdicts as JSON (one object per point and metric), for scripts."""
+    with open(path, "w") as f:
+        json.dump({"max_drop": args.max_drop / 100, "confidence": args.confidence / 100,
+                   "regressed": any(v.regressed for v in verdicts),
+                   "verdicts": [{"point": v.point, "metric": v.metric, "ratio": v.ratio, "bound": v.bound,
+                                 "low": v.low2, "high": v.high2, "regressed": v.regressed,
+                                 "baseline_n": v.baseline.n, "current_n": v.current.n} for v in verdicts],
+                   **(extra or {})}, f, indent=1)
+        f.write("\n")
 
 
 #: --metrics names -> record fields (analysis.regress.METRICS)
@@ -282,7 +359,7 @@ def _print_verdicts(verdicts, max_drop: float, confidence: float, labels: tuple[
 
     then, now = labels
     table = Table(title=f"{now} against {then} (regressed: goodput fell or CPU cost rose by more than "
-                        f"{max_drop:.0%} at {confidence:.0%} confidence)", title_justify="left")
+                        f"{max_drop * 100:g}% at {confidence:.0%} confidence)", title_justify="left")
     for col in ("point", "metric", then, now, f"{now}/{then}", f"{confidence:.0%} CI", "bound (worse side)", ""):
         table.add_column(col, justify="left" if col in ("point", "metric") else "right")
     for v in verdicts:
@@ -421,18 +498,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")
-    p.add_argument("--max-drop", type=percent(0, 100), default=5.0, metavar="PERCENT",
+    p.add_argument("--max-drop", type=percent(0, 100), default=None, metavar="PERCENT",
                    help="goodput drop (or CPU cost rise) tolerated before a point counts as regressed "
-                        "(default: %(default)g)")
-    p.add_argument("--metrics", type=regress_metrics, default=("goodput_mbps",), metavar="M,...",
+                        "(default: the suite's, see below; 5 otherwise)")
+    p.add_argument("--metrics", type=regress_metrics, default=None, metavar="M,...",
                    help="what is judged: goodput (higher is better), cpu-per-gb and cpu-per-packet (CPU "
                         "seconds per GB and microseconds per packet: lower is better; a baseline must have "
-                        "been made by this version) (default: goodput)")
+                        "been made by this version) (default: the suite's, see below; goodput otherwise)")
     p.add_argument("--confidence", type=percent(50, 100), default=95.0, metavar="PERCENT",
                    help="one-sided confidence the drop must have (default: %(default)g)")
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per point)")
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (appended when FILE is "
                    "$GITHUB_STEP_SUMMARY)")
+    p.add_argument("--json", metavar="FILE", help="with --inject-slowdown: write the verdicts and the measured "
+                   "slowdown as JSON")
+    p.add_argument("--inject-slowdown", type=percent(0, 100), metavar="PERCENT",
+                   help="check the gate's sensitivity on this machine: run the suite with two arms side by side, "
+                        "a as is and b with the kernel's ESP path made PERCENT slower (extra BPF instructions per "
+                        "ESP packet: the CPU cost per packet at the suite's CPU-bound point grows by PERCENT), "
+                        "judge b against a, and print the slowdown as measured. The first run on a kernel "
+                        "calibrates (about 40 s, cached). 0 makes two identical arms (a false-alarm check)")
+    p.add_argument("--recalibrate", action="store_true", help="with --inject-slowdown: measure the calibration "
+                   "again instead of using the cached one")
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
     add_kernel_options(p)
     p.set_defaults(func=cmd_regress)

@@ -6,7 +6,19 @@ enough times for the gate to tell noise from a change.
 """
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "detect": ("built to detect a slower kernel IPsec (with --inject-slowdown or --ab): VPN gateways, "
+               "AES-GCM-256 tunnel alone, unshaped (1000 Mbit/s, so the emulator's CPU sets the goodput), "
+               "MSS 1460, 24 repetitions of 2 s; judged on goodput and CPU per packet with 0.5 % tolerance. "
+               "About 1 min in UML, 2 min with two arms",
+               ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--no-plain", "--rates", "1000",
+                "--sizes", "1460", "--repetitions", "24", "--duration", "2", "--warmup", "0.2")),
     "quick": ("host to host, no IPsec and AES-GCM-128 transport, 50 Mbit/s, MSS 1400, 3 repetitions of 1 s "
               "(about 30 s in UML): to try the gate",
               ("--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "50",
@@ -26,9 +38,31 @@ SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: The gate's settings a suite is built for, used where the command line gives none
+#: (``--metrics`` as record fields, ``--max-drop`` in percent).
+GATE_DEFAULTS: dict[str, dict] = {
+    "detect": {"metrics": ("goodput_mbps", "cpu_us_per_packet"), "max_drop": 0.5},
+}
+#: ... and everywhere else
+DEFAULT_GATE = {"metrics": ("goodput_mbps",), "max_drop": 5.0}
+
+
+def gate_defaults(name: str | None) -> dict:
+    """The gate's settings for suite ``name`` (None: a run directory given instead of a suite)."""
+    return {**DEFAULT_GATE, **GATE_DEFAULTS.get(name or "", {})}
+
+
 def suite_args(name: str) -> tuple[str, ...]:
     """The sweep arguments of suite ``name``; ValueError naming the suites otherwise."""
     try:
         return SUITES[name][1]
     except KeyError:
         raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}") from None
+
+
+def sweep_command(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence[str] = (),
+                  *extra: str) -> list[str]:
+    """The command line of a suite's sweep into ``run_dir`` (``extra`` options after the suite's own, so
+    they win), on the kernel ``kernel_options`` select (``--kernel uml --uml-kernel PATH``...)."""
+    return [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *sweep_args, *extra,
+            "--out", run_dir, "--no-report", *kernel_options]

@@ -1,0 +1,227 @@
+"""A slowdown of kernel IPsec by a chosen percentage, to check what the regression gate detects.
+
+::
+
+    calibration (once per kernel and suite; cached)
+        the suite's CPU-bound IPsec point, arms 0 and CALIBRATION_INSTRUCTIONS extra BPF
+        instructions per ESP packet (ipsec.slowdown), interleaved
+        -> c0: its CPU cost per packet (µs)    k: what one extra instruction adds to it (µs)
+
+    regress --inject-slowdown P
+        N = P/100 * c0 / k instructions
+        the suite with arms a (nothing added) and b (N), interleaved, in one guest
+        -> the gate's verdicts on arm b against arm a, and the slowdown as measured:
+           arm b / arm a of the CPU cost per packet at the CPU-bound point, with its interval
+
+What "a slowdown of P %" means here: the IPsec profile's CPU cost per packet at the suite's
+CPU-bound point (its highest rate, where the emulator's CPU sets the throughput) grows by
+P %, as it would if the kernel's ESP path got slower by that much of the whole per-packet
+work; its throughput there falls by about P/(100+P).  The measured effect is printed next to
+the requested one, so the injection is checked by a measurement that does not depend on
+the gate's verdicts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+#: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
+CALIBRATION_INSTRUCTIONS = 6000
+CALIBRATION_REPETITIONS = 4
+#: The metric the slowdown is defined on, and where.
+METRIC = "cpu_us_per_packet"
+
+
+class InjectionError(RuntimeError):
+    """A calibration that could not measure the injected cost, or a slowdown it cannot make."""
+
+
+def cache_dir() -> str:
+    return os.environ.get("IPSEC_TESTBED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ipsec-testbed")
+
+
+def cache_path() -> str:
+    return os.path.join(cache_dir(), "injection.json")
+
+
+def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:
+    """What a calibration depends on of the kernel: the backend chosen, the host's release and the
+    UML image that would boot (path, size, date), whichever of them the backend uses."""
+    import platform
+    import shutil
+
+    image = uml_kernel or shutil.which("linux.uml") or "/usr/bin/linux.uml"
+    try:
+        st = os.stat(image)
+        stamp = f"{os.path.abspath(image)}:{st.st_size}:{int(st.st_mtime)}"
+    except OSError:
+        stamp = image
+    return f"{kernel}:{platform.release()}:{stamp}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """What one extra instruction per ESP packet costs at a suite's CPU-bound point."""
+
+    kernel: str
+    suite: str
+    point: str                 # the point, in words
+    us_per_packet: float       # c0: the CPU cost per packet with nothing added
+    us_per_instruction: float  # k
+    instructions: int          # the calibration's slowed arm
+    repetitions: int
+    measured: str              # when (UTC, ISO 8601)
+
+    def instructions_for(self, pct: float) -> int:
+        """The extra instructions for a slowdown of ``pct`` percent (see the module docstring)."""
+        from ipsec.slowdown import MAX_INSTRUCTIONS
+
+        if not 0 <= pct <= 100:
+            raise InjectionError(f"a slowdown must be 0..100 %, not {pct!r}")
+        n = round(pct / 100 * self.us_per_packet / self.us_per_instruction)
+        if n > MAX_INSTRUCTIONS:
+            raise InjectionError(f"a {pct:g} % slowdown needs {n} extra instructions per ESP packet; at most "
+                                 f"{MAX_INSTRUCTIONS} can be added")
+        return n
+
+
+def ipsec_cpu_bound(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records of the IPsec point at the highest rate (the suite's CPU-bound point)."""
+    ipsec = [r for r in records if r.get("profile") != "none" and not r.get("failed")]
+    if not ipsec:
+        raise InjectionError("the run has no IPsec point")
+    top = max(float(r["rate_mbit"]) for r in ipsec)
+    at_top = [r for r in ipsec if float(r["rate_mbit"]) == top]
+    sizes = {r.get("size_bytes") for r in at_top}
+    profiles = {r.get("profile") for r in at_top}
+    if len(sizes) > 1 or len(profiles) > 1:
+        raise InjectionError(f"the suite has several IPsec points at its highest rate ({top:g} Mbit/s): "
+                             "the slowdown is defined on one")
+    return at_top
+
+
+def samples(records: Sequence[Mapping[str, Any]], arm: str, metric: str = METRIC) -> list[float]:
+    return [float(r[metric]) for r in records
+            if r.get("arm") == arm and r.get(metric) is not None and r.get("bound") != "anomaly"]
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    return (f"{record.get('profile')} {record.get('mode')} IPv{record.get('ip_version')} "
+            f"{float(record['rate_mbit']):g} Mbit/s {record.get('size_mode')} {record.get('size_bytes')} B")
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """Arm ``arm`` against arm a at the CPU-bound point: the measured slowdown."""
+
+    arm: str
+    instructions: int
+    ratio: float
+    low: float
+    high: float
+    n_base: int
+    n_arm: int
+
+    @property
+    def pct(self) -> float:
+        return (self.ratio - 1) * 100
+
+
+def effect(records: Sequence[Mapping[str, Any]], arm: str, base: str = "a", confidence: float = 0.95) -> Effect:
+    """The CPU cost per packet of arm ``arm`` over arm ``base`` at the CPU-bound point, with its
+    two-sided interval: the geometric mean of the repetitions' ratios, pair by pair (the arms'
+    repetitions of one number are measured side by side; :func:`analysis.regress.judge_paired`)."""
+    from analysis.regress import judge_paired
+
+    top = ipsec_cpu_bound(records)
+    a, b = _by_repetition(top, base), _by_repetition(top, arm)
+    pairs = [(a[k], b[k]) for k in sorted(a) if k in b]
+    if len(pairs) < 2:
+        raise InjectionError(f"the CPU-bound point has {len(pairs)} pairs of measured repetitions in arms "
+                             f"{base} and {arm}: at least 2 are needed")
+    ratio, _bound, _df, _regressed, low, high = judge_paired(pairs, 0.5, confidence, -1)
+    insns = {r.get("injected_instructions", 0) for r in top if r.get("arm") == arm}
+    return Effect(arm, max(insns), ratio, low, high, len(a), len(b))
+
+
+def _by_repetition(records: Sequence[Mapping[str, Any]], arm: str) -> dict:
+    return {r.get("repetition"): float(r[METRIC]) for r in records
+            if r.get("arm") == arm and r.get(METRIC) is not None and r.get("bound") != "anomaly"}
+
+
+def calibrate_from(records: Sequence[Mapping[str, Any]], kernel: str, suite: str) -> Calibration:
+    """The calibration a run with arms a (0) and b (:data:`CALIBRATION_INSTRUCTIONS`) gives."""
+    top = ipsec_cpu_bound(records)
+    e = effect(records, "b")
+    a = samples(top, "a")
+    c0 = math.fsum(a) / len(a)
+    if e.low <= 1.0 or e.instructions <= 0:
+        raise InjectionError(f"the calibration could not measure the added cost: {e.instructions} instructions "
+                             f"changed the CPU cost per packet by {e.pct:+.1f} % ({e.low:.3f}..{e.high:.3f}); "
+                             "is the machine busy with something else?")
+    return Calibration(kernel=kernel, suite=suite, point=describe(top[0]), us_per_packet=c0,
+                       us_per_instruction=(e.ratio - 1) * c0 / e.instructions, instructions=e.instructions,
+                       repetitions=min(e.n_base, e.n_arm),
+                       measured=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+
+
+def load_calibration(kernel: str, suite: str, path: str | None = None) -> Calibration | None:
+    try:
+        with open(path or cache_path()) as f:
+            entry = json.load(f).get(f"{kernel}|{suite}")
+        return Calibration(**entry) if entry else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def save_calibration(cal: Calibration, path: str | None = None) -> None:
+    path = path or cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {}
+    data[f"{cal.kernel}|{cal.suite}"] = dataclasses.asdict(cal)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def calibrated(suite: str, sweep_args: Sequence[str], kernel: str, run_sweep: Callable[..., int], base_dir: str,
+               say: Callable[[str], None] = lambda m: None, recalibrate: bool = False) -> Calibration:
+    """The calibration of ``suite`` on ``kernel`` (see :func:`kernel_identity`): cached, or measured now
+    with ``run_sweep(run_dir, *extra_options)`` (the suite's sweep; returns its exit status) and cached."""
+    import hashlib
+
+    from testbed.rundir import load_results
+
+    # the suite's name and what it measures: a changed suite is calibrated again
+    suite = f"{suite}:{hashlib.sha256(' '.join(sweep_args).encode()).hexdigest()[:10]}"
+    cal = None if recalibrate else load_calibration(kernel, suite)
+    if cal is not None:
+        say(f"calibration of {cal.measured}: {cal.us_per_instruction * 1e3:.2f} ns per extra instruction "
+            f"against {cal.us_per_packet:.1f} µs per packet at {cal.point} ({cache_path()})")
+        return cal
+    run_dir = os.path.join(base_dir, "calibration")
+    rates = list(sweep_args)[list(sweep_args).index("--rates") + 1].split(",")
+    say(f"calibrating the slowdown on the suite's CPU-bound point ({rates[-1]} Mbit/s): arms of 0 and "
+        f"{CALIBRATION_INSTRUCTIONS} extra instructions per ESP packet, {CALIBRATION_REPETITIONS} repetitions "
+        "each; cached for this kernel")
+    rc = run_sweep(run_dir, "--rates", rates[-1], "--arms", f"0,{CALIBRATION_INSTRUCTIONS}",
+                   "--repetitions", str(CALIBRATION_REPETITIONS))
+    if rc != 0:
+        raise InjectionError(f"the calibration's sweep failed (exit {rc}); its run directory is {run_dir}")
+    cal = calibrate_from(load_results(run_dir), kernel, suite)
+    save_calibration(cal)
+    say(f"calibrated: {cal.us_per_instruction * 1e3:.2f} ns per extra instruction against "
+        f"{cal.us_per_packet:.1f} µs per packet at {cal.point}")
+    return cal
