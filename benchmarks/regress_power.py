@@ -23,7 +23,9 @@ metrics and tolerance):
 Printed: per kind, how many trials the gate flagged (any metric, and per metric), and the
 slowdown as measured (CPU per packet at the CPU-bound point, arm against its reference)
 next to the one requested; then one timed run of the real two-arm command, the suite's wall
-time with its boot.  Every trial is kept (``trials.jsonl`` in --out) and a second run of the
+time with its boot.  For contrast, the gate as CI uses it with a saved baseline: each
+trial's arm a as the baseline of every other trial's arms (another boot, unpaired, so the
+machine's drift between runs counts as noise).  Every trial is kept (``trials.jsonl`` in --out) and a second run of the
 benchmark on the same --out goes on from there.
 """
 from __future__ import annotations
@@ -118,6 +120,8 @@ def main() -> int:
                                for m in gate["metrics"])
         print(f"{kind:10s} {ARMS[arm][0]:8g}% {statistics.mean(measured):+9.1f} % ({min(measured):+.1f}.."
               f"{max(measured):+.1f}) {sum(r['flagged'] for r in rows):5d}/{n}   {per_metric}")
+    if n >= 2:
+        cross_boot(trials, gate)
     if not args.no_suite_run:
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "cli.main", "regress", "--suite", args.suite,
@@ -127,10 +131,33 @@ def main() -> int:
         last = [line for line in proc.stdout.splitlines() if line.startswith("injected slowdown")]
         print(f"\nthe two-arm suite as a user runs it (regress --suite {args.suite} --inject-slowdown 5, "
               f"calibration cached): {wall:.0f} s with the boot, exit {proc.returncode} "
-              f"({'flagged' if proc.returncode == 1 else 'not flagged' if proc.returncode == 0 else 'error'})")
+              f"({'flagged' if proc.returncode == 0 else 'not flagged' if proc.returncode == 1 else 'error'})")
         if last:
             print(f"  {last[0]}")
     return 0
+
+
+def cross_boot(trials: list[dict], gate: dict) -> None:
+    """The gate against a baseline saved from another run (another boot), as CI uses it: arm a of
+    each trial as the baseline of every other trial's arms, unpaired (no drift cancels)."""
+    import itertools
+
+    from analysis import regress
+    from testbed.rundir import load_meta, load_results
+
+    runs = [(load_results(t["run_dir"]), load_meta(t["run_dir"])) for t in trials]
+    flagged = {kind: 0 for kind, _ in KINDS}
+    compared = 0
+    for (base, meta), (now, _) in itertools.permutations(runs, 2):
+        baseline = regress.make_baseline(regress.arm_records(base, "a"), meta)
+        compared += 1
+        for kind, arm in KINDS:
+            verdicts = regress.compare(baseline, regress.arm_records(now, arm), gate["max_drop"] / 100, 0.95,
+                                       gate["metrics"])
+            flagged[kind] += any(v.regressed for v in verdicts)
+    print(f"\nagainst a baseline from another run (arm a of each trial the baseline of every other trial's "
+          f"arms, unpaired: {compared} comparisons per kind):")
+    print("  " + ", ".join(f"{kind} flagged {flagged[kind]}/{compared}" for kind, _ in KINDS))
 
 
 if __name__ == "__main__":

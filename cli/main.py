@@ -279,10 +279,15 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     measured = (f"injected slowdown: {pct:g} % requested ({n} extra instructions per ESP packet), "
                 f"{e.pct:+.1f} % measured (CPU per packet at {cal.point}, arm b / arm a = {e.ratio:.3f} pair by pair, "
                 f"95 % CI {e.low:.3f}..{e.high:.3f}, {e.n_base} and {e.n_arm} repetitions)")
-    status = _report_verdicts(args, verdicts, [measured], ("arm a", "arm b"))
+    flagged = _report_verdicts(args, verdicts, [measured], ("arm a", "arm b")) == 1
     print(measured)
+    # a sensitivity check: it passes when the gate saw the slowdown (or, at 0 %, saw nothing)
+    right = flagged == (pct > 0)
+    print(f"the gate {'flagged' if flagged else 'did not flag'} arm b: "
+          f"{'as it should' if right else 'it MISSED the slowdown' if pct > 0 else 'a FALSE ALARM'}")
+    status = 0 if right else 1
     if args.json:
-        _write_json(args.json, verdicts, args, {"requested_pct": pct, "instructions": n,
+        _write_json(args.json, verdicts, args, {"requested_pct": pct, "right": right, "instructions": n,
                                                 "measured_pct": e.pct, "ratio": e.ratio, "low": e.low,
                                                 "high": e.high, "calibration": vars(cal),
                                                 "run_dir": run_dir})
@@ -329,7 +334,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("ab-%Y%m%d-%H%M%S")
                                        + f"-{args.suite}")
         dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out,
-                              say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True))
+                              say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True),
+                              rounds=args.rounds or min(reps, 4))
         baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
         verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
                                    args.metrics)
@@ -495,6 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "`make ARCH=um`), repetitions interleaved ABBA, and compare B with A")
     p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions per kernel "
                    "(default: the suite's)")
+    p.add_argument("--rounds", type=int, metavar="N", help="with --ab: boots of each kernel, ABBA, each "
+                   "measuring its share of the repetitions (default: one per repetition, at most 4)")
     p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")
@@ -517,7 +525,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "a as is and b with the kernel's ESP path made PERCENT slower (extra BPF instructions per "
                         "ESP packet: the CPU cost per packet at the suite's CPU-bound point grows by PERCENT), "
                         "judge b against a, and print the slowdown as measured. The first run on a kernel "
-                        "calibrates (about 40 s, cached). 0 makes two identical arms (a false-alarm check)")
+                        "calibrates (about 40 s, cached). 0 makes two identical arms (a false-alarm check). "
+                        "Exit status: 0 when the gate got it right (flagged a slowdown, or nothing at 0), 1 when "
+                        "it did not")
     p.add_argument("--recalibrate", action="store_true", help="with --inject-slowdown: measure the calibration "
                    "again instead of using the cached one")
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")

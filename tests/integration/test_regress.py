@@ -92,3 +92,52 @@ def test_cpu_cost_is_judged_in_its_own_direction(two_runs):
     dearer = doctored("dearer.json", 2.0)
     out = regress("--run", str(two_runs / "b"), "--baseline", dearer, "--metrics", "cpu-per-gb")
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_an_injected_slowdown_costs_cpu_on_esp_packets_and_the_arms_show_it(tmp_path):
+    from analysis.regress import compare_arms
+    from experiments import injection
+    from testbed.rundir import load_meta, load_results
+
+    # the CPU-bound point (unshaped), plain and AES-GCM-256 with arms of 0 and 12000 extra
+    # instructions per ESP packet: about +40 % of CPU per packet on this machine kind
+    out = subprocess.run([*SWEEP, "--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "1000",
+                          "--sizes", "1460", "--repetitions", "3", "--duration", "1", "--warmup", "0.3",
+                          "--arms", "0,12000", "--out", str(tmp_path), "--no-report"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    records = load_results(str(tmp_path))
+    plain = [r for r in records if r["profile"] == "none"]
+    esp = [r for r in records if r["profile"] != "none"]
+    assert len(plain) == 3 and all("arm" not in r and "injected_instructions" not in r for r in plain)
+    assert sorted((r["arm"], r["injected_instructions"]) for r in esp) == [("a", 0)] * 3 + [("b", 12000)] * 3
+    e = injection.effect(records, "b")
+    assert e.ratio > 1.15, f"12000 extra instructions per ESP packet changed CPU per packet by {e.pct:+.1f} %"
+    verdicts = compare_arms(records, load_meta(str(tmp_path)), "a", "b", 0.01, 0.95, ("cpu_us_per_packet",))
+    assert [v.regressed for v in verdicts] == [True]
+
+
+def test_the_slowdown_sits_on_the_ipsec_endpoints_only_and_comes_off(tmp_path):
+    from topologies import build_spec
+    from topologies.network import Network
+
+    def filters(net, node):
+        return {i.ifname(net.run_id): subprocess.run(
+            ["tc", "-n", net.ns(node), "filter", "show", "dev", i.ifname(net.run_id), "egress"],
+            capture_output=True, text=True).stdout for i in net.plan.of(node)}
+
+    spec = build_spec("vpn_gateway")
+    with Network(spec) as net:
+        net.slow_esp(2000)  # two filters: 1900 + 100
+        ends = {e for pair in spec.ipsec for e in (pair.a, pair.b, pair.tunnel_a, pair.tunnel_b)}
+        for node in spec.nodes:
+            for ifname, text in filters(net, node.name).items():
+                if node.name in ends:
+                    assert text.count("bpf") == 2 and "pref 2" in text, (node.name, ifname, text)
+                else:
+                    assert "bpf" not in text, (node.name, ifname, text)
+        assert net.esp_slowdown == 2000
+        net.slow_esp(0)
+        assert all("bpf" not in text for node in ends for text in filters(net, node).values())
+        with pytest.raises(ValueError, match="extra instructions"):
+            net.slow_esp(-1)

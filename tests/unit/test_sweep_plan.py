@@ -274,3 +274,16 @@ def test_repetition_options(argv, expected):
 
     spec = packet_size_sweep.spec_from(packet_size_sweep.build_parser().parse_args(argv))
     assert (spec.repetitions, spec.max_repetitions) == expected
+
+
+def test_ab_rounds_share_the_repetitions_out(tmp_path):
+    from experiments.ab import plan_ab
+
+    runs = plan_ab([], ("host", "uml"), 24, str(tmp_path), rounds=4)
+    assert [label for label, _ in runs] == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert [cmd[cmd.index("--repetitions") + 1] for _, cmd in runs] == ["6", "6", "12", "12", "18", "18",
+                                                                        "24", "24"]
+    assert [cmd[cmd.index("--repetitions") + 1] for _, cmd in plan_ab([], ("host", "uml"), 5, str(tmp_path),
+                                                                      rounds=2)][::2] == ["3", "5"]
+    with pytest.raises(ValueError, match="rounds must be 1..5"):
+        plan_ab([], ("host", "uml"), 5, str(tmp_path), rounds=6)
