@@ -91,7 +91,7 @@ def main() -> int:
         trial = {"trial": t + 1, "seconds": time.monotonic() - t0, "run_dir": run_dir, "kinds": {}}
         for kind, arm in KINDS:
             base = ARMS[arm][1]
-            verdicts = regress.compare_arms(records, meta, base, arm, gate["max_drop"] / 100, 0.95,
+            verdicts = regress.compare_arms(records, meta, base, arm, gate["arms_max_drop"] / 100, 0.95,
                                             gate["metrics"])
             e = injection.effect(records, arm, base)
             trial["kinds"][kind] = {
@@ -108,7 +108,7 @@ def main() -> int:
 
     n = len(trials)
     print(f"\nsuite {args.suite}, gate: {', '.join(regress.METRICS[m][0] for m in gate['metrics'])}, "
-          f"tolerance {gate['max_drop']:g} %, 95 % confidence, paired arms; {n} trials of "
+          f"tolerance {gate['arms_max_drop']:g} %, 95 % confidence, paired arms; {n} trials of "
           f"{statistics.mean(t['seconds'] for t in trials):.0f} s (five arms)")
     print(f"calibration: {cal.us_per_instruction * 1e3:.2f} ns per instruction, {cal.us_per_packet:.1f} µs per "
           f"packet at {cal.point}, measured {cal.measured}")
@@ -125,7 +125,8 @@ def main() -> int:
     if not args.no_suite_run:
         t0 = time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "cli.main", "regress", "--suite", args.suite,
-                               "--inject-slowdown", "5", "--out", os.path.join(args.out, "suite-run")],
+                               "--inject-slowdown", "5", "--out",
+                               os.path.join(args.out, time.strftime("suite-run-%Y%m%d-%H%M%S"))],
                               cwd=REPO, capture_output=True, text=True)
         wall = time.monotonic() - t0
         last = [line for line in proc.stdout.splitlines() if line.startswith("injected slowdown")]
@@ -146,18 +147,19 @@ def cross_boot(trials: list[dict], gate: dict) -> None:
     from testbed.rundir import load_meta, load_results
 
     runs = [(load_results(t["run_dir"]), load_meta(t["run_dir"])) for t in trials]
-    flagged = {kind: 0 for kind, _ in KINDS}
-    compared = 0
-    for (base, meta), (now, _) in itertools.permutations(runs, 2):
-        baseline = regress.make_baseline(regress.arm_records(base, "a"), meta)
-        compared += 1
-        for kind, arm in KINDS:
-            verdicts = regress.compare(baseline, regress.arm_records(now, arm), gate["max_drop"] / 100, 0.95,
-                                       gate["metrics"])
-            flagged[kind] += any(v.regressed for v in verdicts)
+    pairs = list(itertools.permutations(runs, 2))
     print(f"\nagainst a baseline from another run (arm a of each trial the baseline of every other trial's "
-          f"arms, unpaired: {compared} comparisons per kind):")
-    print("  " + ", ".join(f"{kind} flagged {flagged[kind]}/{compared}" for kind, _ in KINDS))
+          f"arms, unpaired: {len(pairs)} comparisons per kind), flagged at each tolerance "
+          f"(the suite's: {gate['max_drop']:g} %):")
+    for tolerance in sorted({0.5, 1.0, 2.0, 3.0, 5.0, gate["max_drop"]}):
+        flagged = {kind: 0 for kind, _ in KINDS}
+        for (base, meta), (now, _) in pairs:
+            baseline = regress.make_baseline(regress.arm_records(base, "a"), meta)
+            for kind, arm in KINDS:
+                verdicts = regress.compare(baseline, regress.arm_records(now, arm), tolerance / 100, 0.95,
+                                           gate["metrics"])
+                flagged[kind] += any(v.regressed for v in verdicts)
+        print(f"  {tolerance:4g} %: " + ", ".join(f"{kind} {flagged[kind]}/{len(pairs)}" for kind, _ in KINDS))
 
 
 if __name__ == "__main__":

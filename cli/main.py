@@ -182,7 +182,7 @@ def cmd_regress(args: argparse.Namespace) -> int:
     prog = "ipsec-testbed regress"
     defaults = gate_defaults(None if args.run else args.suite)
     if args.max_drop is None:
-        args.max_drop = defaults["max_drop"]
+        args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
     if args.inject_slowdown is not None:

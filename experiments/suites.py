@@ -15,8 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
     "detect": ("built to detect a slower kernel IPsec (with --inject-slowdown or --ab): VPN gateways, "
                "AES-GCM-256 tunnel alone, unshaped (1000 Mbit/s, so the emulator's CPU sets the goodput), "
-               "MSS 1460, 24 repetitions of 2 s; judged on goodput and CPU per packet with 0.5 % tolerance. "
-               "About 1 min in UML, 2 min with two arms",
+               "MSS 1460, 24 repetitions of 2 s; judged on goodput and CPU per packet, with 3 % tolerance against a "
+               "baseline, 0.5 % between arms. About 1 min in UML, 2 min with two arms",
                ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--no-plain", "--rates", "1000",
                 "--sizes", "1460", "--repetitions", "24", "--duration", "2", "--warmup", "0.2")),
     "quick": ("host to host, no IPsec and AES-GCM-128 transport, 50 Mbit/s, MSS 1400, 3 repetitions of 1 s "
@@ -40,11 +40,14 @@ SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: The gate's settings a suite is built for, used where the command line gives none
 #: (``--metrics`` as record fields, ``--max-drop`` in percent).
+#: ``arms_max_drop`` is the tolerance for arms of one run compared pair by pair (``--inject-slowdown``),
+#: ``max_drop`` the one against a saved baseline from another run, where the machine's drift between
+#: the runs is not cancelled (benchmarks/regress_power.py measured both for the detect suite).
 GATE_DEFAULTS: dict[str, dict] = {
-    "detect": {"metrics": ("goodput_mbps", "cpu_us_per_packet"), "max_drop": 0.5},
+    "detect": {"metrics": ("goodput_mbps", "cpu_us_per_packet"), "max_drop": 3.0, "arms_max_drop": 0.5},
 }
 #: ... and everywhere else
-DEFAULT_GATE = {"metrics": ("goodput_mbps",), "max_drop": 5.0}
+DEFAULT_GATE = {"metrics": ("goodput_mbps",), "max_drop": 5.0, "arms_max_drop": 5.0}
 
 
 def gate_defaults(name: str | None) -> dict:
