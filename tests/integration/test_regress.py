@@ -133,7 +133,7 @@ def test_the_slowdown_sits_on_the_ipsec_endpoints_only_and_comes_off(tmp_path):
         for node in spec.nodes:
             for ifname, text in filters(net, node.name).items():
                 if node.name in ends:
-                    assert text.count("bpf") == 2 and "pref 2" in text, (node.name, ifname, text)
+                    assert text.count("bytecode") == 2 and "pref 2" in text, (node.name, ifname, text[:300])
                 else:
                     assert "bpf" not in text, (node.name, ifname, text)
         assert net.esp_slowdown == 2000
