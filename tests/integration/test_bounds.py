@@ -37,7 +37,7 @@ def measure(rate: float, profile: str, size: int, *, delay_ms: float | None = No
     spec = SweepSpec(topology="host_to_host", profiles=tuple(dict.fromkeys(("none", profile))), mode="transport",
                      rates_mbit=(rate,), sizes=(size,), repetitions=1, duration_s=WINDOW_S, warmup_s=0.5,
                      socket_buffer=socket_buffer)
-    point = Point("host_to_host", profile, "transport", 4, "tcp", float(rate), size, "mss", 1, 0)
+    point = Point("host_to_host", profile, "transport", 4, "tcp", float(rate), size, "mss", 1, "", 0)
     meter = backends.current().cpu_meter()
     try:
         with Network(build_spec("host_to_host"), shaping=ShapingSpec(rate, delay_ms=delay_ms)) as net, \
