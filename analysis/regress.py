@@ -276,9 +276,7 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
             confidence: float = 0.95, metrics: Sequence[str] = DEFAULT_METRICS) -> list[Verdict]:
     """One verdict per baseline point and metric; :class:`RegressError` when a point is missing
     from the run, or a metric from the baseline or the run."""
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown or not metrics:
-        raise RegressError(f"unknown metric {unknown[0] if unknown else '(none)'}; metrics: {', '.join(METRICS)}")
+    _check_metrics(metrics)
     present = {_point_id(agg.point) for agg in aggregate(records)}
     verdicts, missing = [], []
     for p in baseline["points"]:
@@ -360,15 +358,12 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     then, now = arm_records(records, base), arm_records(records, current)
     if not paired:
         return compare(make_baseline(then, meta), now, max_drop, confidence, metrics)
-    unknown = [m for m in metrics if m not in METRICS]
-    if unknown or not metrics:
-        raise RegressError(f"unknown metric {unknown[0] if unknown else '(none)'}; metrics: {', '.join(METRICS)}")
+    _check_metrics(metrics)
     verdicts = []
     for agg in aggregate(then):
         point = {k: agg.point.get(k) for k in POINT_KEYS}
         for metric in metrics:
-            a, b = _by_repetition(then, point, metric), _by_repetition(now, point, metric)
-            pairs = [(a[k], b[k]) for k in sorted(a) if k in b]
+            pairs = pairs_of(then, now, point, metric)
             if not pairs:
                 raise RegressError(f"arm {current} has no {METRICS[metric][0]} for {point}")
             ratio, bound, df, regressed, low2, high2 = judge_paired(pairs, max_drop, confidence,
@@ -378,11 +373,24 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     return verdicts
 
 
-def _by_repetition(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> dict:
+def by_repetition(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> dict:
     """``metric`` of ``point``'s repetitions by repetition number (failed ones and anomalies left out)."""
     key = _point_id(point)
     return {r.get("repetition"): float(r[metric]) for r in records
             if _point_id(r) == key and r.get(metric) is not None and r.get("bound") != "anomaly"}
+
+
+def pairs_of(then: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]], point: Mapping[str, Any],
+           metric: str) -> list[tuple[float, float]]:
+    """(then, now) values of ``metric`` at ``point``, repetition by repetition, where both have one."""
+    a, b = by_repetition(then, point, metric), by_repetition(now, point, metric)
+    return [(a[k], b[k]) for k in sorted(a) if k in b]
+
+
+def _check_metrics(metrics: Sequence[str]) -> None:
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown or not metrics:
+        raise RegressError(f"unknown metric {unknown[0] if unknown else '(none)'}; metrics: {', '.join(METRICS)}")
 
 
 def exit_status(verdicts: Sequence[Verdict]) -> int:

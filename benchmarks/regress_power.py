@@ -147,17 +147,19 @@ def cross_boot(trials: list[dict], gate: dict) -> None:
     from testbed.rundir import load_meta, load_results
 
     runs = [(load_results(t["run_dir"]), load_meta(t["run_dir"])) for t in trials]
-    pairs = list(itertools.permutations(runs, 2))
+    # each trial's arm a as a baseline, and each trial's arms, made once for every tolerance
+    baselines = [regress.make_baseline(regress.arm_records(records, "a"), meta) for records, meta in runs]
+    arms = [{arm: regress.arm_records(records, arm) for _, arm in KINDS} for records, _ in runs]
+    pairs = list(itertools.permutations(range(len(runs)), 2))
     print(f"\nagainst a baseline from another run (arm a of each trial the baseline of every other trial's "
           f"arms, unpaired: {len(pairs)} comparisons per kind), flagged at each tolerance "
           f"(the suite's: {gate['max_drop']:g} %):")
     for tolerance in sorted({0.5, 1.0, 2.0, 3.0, 5.0, gate["max_drop"]}):
         flagged = {kind: 0 for kind, _ in KINDS}
-        for (base, meta), (now, _) in pairs:
-            baseline = regress.make_baseline(regress.arm_records(base, "a"), meta)
+        for i, j in pairs:
+            baseline, now = baselines[i], arms[j]
             for kind, arm in KINDS:
-                verdicts = regress.compare(baseline, regress.arm_records(now, arm), tolerance / 100, 0.95,
-                                           gate["metrics"])
+                verdicts = regress.compare(baseline, now[arm], tolerance / 100, 0.95, gate["metrics"])
                 flagged[kind] += any(v.regressed for v in verdicts)
         print(f"  {tolerance:4g} %: " + ", ".join(f"{kind} {flagged[kind]}/{len(pairs)}" for kind, _ in KINDS))
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+from experiments.suites import sweep_command
 
 
 def kernel_options(kernel: str) -> list[str]:
@@ -53,9 +51,8 @@ def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: in
     for k in range(1, rounds + 1):
         upto = -(-k * repetitions // rounds)
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, [sys.executable, SWEEP, *sweep_args, "--repetitions", str(upto),
-                                 "--max-repetitions", str(upto),
-                                 "--out", os.path.join(out_dir, label), "--no-report", *options[label]]))
+            runs.append((label, sweep_command(sweep_args, os.path.join(out_dir, label), options[label],
+                                              "--repetitions", str(upto), "--max-repetitions", str(upto))))
     return runs
 
 

@@ -106,11 +106,6 @@ def ipsec_cpu_bound(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
     return at_top
 
 
-def samples(records: Sequence[Mapping[str, Any]], arm: str, metric: str = METRIC) -> list[float]:
-    return [float(r[metric]) for r in records
-            if r.get("arm") == arm and r.get(metric) is not None and r.get("bound") != "anomaly"]
-
-
 def describe(record: Mapping[str, Any]) -> str:
     return (f"{record.get('profile')} {record.get('mode')} IPv{record.get('ip_version')} "
             f"{float(record['rate_mbit']):g} Mbit/s {record.get('size_mode')} {record.get('size_bytes')} B")
@@ -137,29 +132,29 @@ def effect(records: Sequence[Mapping[str, Any]], arm: str, base: str = "a", conf
     """The CPU cost per packet of arm ``arm`` over arm ``base`` at the CPU-bound point, with its
     two-sided interval: the geometric mean of the repetitions' ratios, pair by pair (the arms'
     repetitions of one number are measured side by side; :func:`analysis.regress.judge_paired`)."""
-    from analysis.regress import judge_paired
+    from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
 
     top = ipsec_cpu_bound(records)
-    a, b = _by_repetition(top, base), _by_repetition(top, arm)
-    pairs = [(a[k], b[k]) for k in sorted(a) if k in b]
+    then, now = arm_records(top, base), arm_records(top, arm)
+    point = then[0] if then else top[0]
+    pairs = pairs_of(then, now, point, METRIC)
     if len(pairs) < 2:
         raise InjectionError(f"the CPU-bound point has {len(pairs)} pairs of measured repetitions in arms "
                              f"{base} and {arm}: at least 2 are needed")
     ratio, _bound, _df, _regressed, low, high = judge_paired(pairs, 0.5, confidence, -1)
-    insns = {r.get("injected_instructions", 0) for r in top if r.get("arm") == arm}
-    return Effect(arm, max(insns), ratio, low, high, len(a), len(b))
-
-
-def _by_repetition(records: Sequence[Mapping[str, Any]], arm: str) -> dict:
-    return {r.get("repetition"): float(r[METRIC]) for r in records
-            if r.get("arm") == arm and r.get(METRIC) is not None and r.get("bound") != "anomaly"}
+    insns = {r.get("injected_instructions", 0) for r in now}
+    return Effect(arm, max(insns), ratio, low, high, len(by_repetition(then, point, METRIC)),
+                  len(by_repetition(now, point, METRIC)))
 
 
 def calibrate_from(records: Sequence[Mapping[str, Any]], kernel: str, suite: str) -> Calibration:
     """The calibration a run with arms a (0) and b (:data:`CALIBRATION_INSTRUCTIONS`) gives."""
+    from analysis.regress import arm_records, by_repetition
+
     top = ipsec_cpu_bound(records)
     e = effect(records, "b")
-    a = samples(top, "a")
+    base = arm_records(top, "a")
+    a = list(by_repetition(base, base[0], METRIC).values())
     c0 = math.fsum(a) / len(a)
     if e.low <= 1.0 or e.instructions <= 0:
         raise InjectionError(f"the calibration could not measure the added cost: {e.instructions} instructions "
