@@ -4,9 +4,10 @@
 With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
 the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
 tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
-gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.5 s warm-up,
+gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.3 s warm-up,
 each point repeated until its 95 % confidence interval is within 2 % of its goodput
-(and 10 % of its CPU cost per GB), 2 to 8 times.
+(and 10 % of its CPU cost per GB), 2 to 12 times, the repetitions beyond the second
+within a time budget that keeps the whole sweep under 5 minutes, boot included.
 
 Every point records what bounded it, from the kernel's own counters: the shaped link
 (`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
@@ -30,10 +31,14 @@ from testbed.errors import Parser, run_main
 from testbed.options import csv
 
 PROG = "packet_size_sweep"
-#: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 8
-#: (10 Mbit/s points' CPU cost varies by up to 12 % between repetitions: README, Benchmarks).
+#: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 12
+#: (10 Mbit/s points' CPU cost varies by up to 12 % between repetitions, for the same work
+#: this machine's CPU time varies by 5-8 % over 2 s: README, Benchmarks) ...
 DEFAULT_REPETITIONS = 2
-DEFAULT_MAX_REPETITIONS = 8
+DEFAULT_MAX_REPETITIONS = 12
+#: ... those beyond the minimum while the sweep has measured less than this long (seconds):
+#: the default sweep, 28 points, stays within 5 minutes with the guest's boot.
+DEFAULT_BUDGET_S = 270.0
 log = logging.getLogger(PROG)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "share of the mean (default: %(default)g)")
     g.add_argument("--cpu-precision", type=float, default=d["cpu_precision_pct"].default, metavar="PERCENT",
                    help="... and that of its CPU cost per GB within this share (default: %(default)g)")
+    g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="start no repetition beyond the minimum once the sweep has measured this long, "
+                        "keeping the time the later rates' minimum repetitions need; the points left less "
+                        "precise are counted at the end; 0 = no limit (default: %(default)g, the default "
+                        "sweep in 5 minutes)")
     g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
@@ -143,7 +153,8 @@ def spec_from(args):
                      clients=args.clients, **repetitions_of(args),
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
-                     socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain)
+                     socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
+                     budget_s=args.budget or None)
 
 
 def dry_run(spec, out_dir: str) -> int:
@@ -159,7 +170,9 @@ def dry_run(spec, out_dir: str) -> int:
               f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
     most = len(plan_points(spec, spec.most_repetitions)) - (len(points) - len(todo))
     more = (f", up to {most} if every point needs {spec.most_repetitions} repetitions "
-            f"(~{estimate_seconds(spec, most) / 60:.1f} min)" if spec.adaptive else "")
+            f"(~{estimate_seconds(spec, most) / 60:.1f} min" if spec.adaptive else "")
+    if spec.adaptive:
+        more += f"; the extra repetitions stop at {spec.budget_s:g} s, --budget)" if spec.budget_s else ")"
     print(f"{len(todo)} of {len(points)} points to measure into {out_dir}{more}; estimated "
           f"{estimate_seconds(spec, len(todo)) / 60:.1f} min for these, plus a User-Mode Linux boot if the "
           "host kernel cannot run them", file=sys.stderr)
@@ -180,7 +193,26 @@ def measure(spec, out_dir: str) -> int:
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
+    print(precision_line(spec, out_dir, counts["over_budget"]), file=sys.stderr)
     return 0
+
+
+def precision_line(spec, out_dir: str, over_budget: bool) -> str:
+    """How many points are as precise as asked, and why the others are not."""
+    from experiments.plan import precision_of
+    from experiments.sweep import by_point
+    from testbed.rundir import load_existing
+
+    p = precision_of(spec, by_point(load_existing(out_dir)))
+    line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
+            f"{spec.cpu_precision_pct:g} % (CPU per GB)")
+    why = []
+    if p["at_most"]:
+        why.append(f"{p['at_most']} had their {spec.most_repetitions} repetitions")
+    if p["short"]:
+        cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
+        why.append(f"{p['short']} stopped short by {cause}")
+    return line + (f"; {', '.join(why)}" if why else "")
 
 
 def report(out_dir: str) -> None:

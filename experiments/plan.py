@@ -15,6 +15,10 @@ Repetitions adapt (netperf's ``-i``/``-I`` idea): every point is measured at lea
 goodput is wider than ``precision_pct`` of the mean (or that of its CPU cost per GB wider
 than ``cpu_precision_pct``), up to ``max_repetitions``.  Quiet points stop early, noisy
 ones get more; the rounds keep every point's repetitions interleaved with the others'.
+With ``budget_s`` the repetitions beyond the minimum stop once the sweep would run longer
+than that, keeping the time the later rates' minimum repetitions need
+(:func:`within_budget`); the points left less precise than asked are counted
+(:func:`precision_of`).
 """
 from __future__ import annotations
 
@@ -66,7 +70,7 @@ class SweepSpec:
     #: the measured window, in seconds, and the traffic before it (TCP's start, the shaper's
     #: initial bucket); iperf3 is stopped when the window ends
     duration_s: float = 2.0
-    warmup_s: float = 0.5
+    warmup_s: float = 0.3
     udp_bitrate: str = "0"
     pmtu: str = "discover"
     mtu: int = 1500
@@ -80,6 +84,9 @@ class SweepSpec:
     arms: tuple[int, ...] = ()
     #: measure the plain profile ("none") too, which the IPsec/plain figures need
     plain: bool = True
+    #: seconds of measuring after which no repetition beyond ``repetitions`` is started
+    #: (None: no limit); the later rates' minimum repetitions are always measured
+    budget_s: float | None = None
 
     def __post_init__(self) -> None:
         from ipsec.profiles import parse_profile
@@ -143,6 +150,9 @@ class SweepSpec:
                                                    and 2048 <= self.socket_buffer <= 64 * 2**20):
             raise ValueError(f"socket buffer must be bytes in 2048..{64 * 2**20} (iperf3 -w), "
                              f"not {self.socket_buffer!r}")
+        if self.budget_s is not None and (isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float))
+                                          or not 0 < self.budget_s <= 7 * 86400):
+            raise ValueError(f"time budget must be seconds in (0, {7 * 86400}], not {self.budget_s!r}")
         object.__setattr__(self, "duration_s", float(self.duration_s))
         object.__setattr__(self, "warmup_s", float(self.warmup_s))
 
@@ -282,19 +292,56 @@ def attempts(records: Sequence[dict]) -> int:
     return sum(1 for r in records if not r.get("failed"))
 
 
-def needs_more(spec: SweepSpec, records: Sequence[dict]) -> bool:
-    """Whether a point with these records (its repetitions so far) is measured again (pure)."""
+def needs_more(spec: SweepSpec, records: Sequence[dict], extras: bool = True) -> bool:
+    """Whether a point with these records (its repetitions so far) is measured again (pure);
+    without ``extras`` only to reach its minimum repetitions."""
     if attempts(records) >= spec.most_repetitions:
         return False
-    ok = [r for r in records if usable(r)]
-    if len(ok) < spec.repetitions:
+    if needs_minimum(spec, records):
         return True
+    return extras and not precise(spec, records)
+
+
+def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
+    """Whether a point with these records has fewer usable repetitions than the spec's minimum."""
+    return sum(1 for r in records if usable(r)) < spec.repetitions
+
+
+def precise(spec: SweepSpec, records: Sequence[dict]) -> bool:
+    """Whether the usable records' goodput and CPU per GB are as precise as the spec asks."""
+    ok = [r for r in records if usable(r)]
     for field, target in (("goodput_mbps", spec.precision_pct), ("cpu_s_per_gb", spec.cpu_precision_pct)):
         values = [r[field] for r in ok if isinstance(r.get(field), (int, float))]
         ci = relative_ci(values)
         if values and (ci is None or ci > target / 100):
-            return True
-    return False
+            return False
+    return True
+
+
+def within_budget(spec: SweepSpec, elapsed_s: float, seconds_per_point: float, minimum_left: int) -> bool:
+    """Whether one more repetition beyond a point's minimum fits the spec's time budget: after
+    ``elapsed_s`` of measuring at ``seconds_per_point`` each, with ``minimum_left`` minimum
+    repetitions still to come (pure)."""
+    if spec.budget_s is None:
+        return True
+    return elapsed_s + seconds_per_point * (1 + minimum_left) <= spec.budget_s
+
+
+def precision_of(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict:
+    """How many of the spec's points are as precise as asked (``precise``), and of the others
+    how many had their most repetitions (``at_most``) or were stopped short of them by the
+    time budget or an interruption (``short``) (pure)."""
+    out = {"points": 0, "precise": 0, "at_most": 0, "short": 0}
+    for p in plan_points(spec, 1):
+        records = groups.get(p.point_key(), [])
+        out["points"] += 1
+        if precise(spec, records) and not needs_minimum(spec, records):
+            out["precise"] += 1
+        elif attempts(records) >= spec.most_repetitions:
+            out["at_most"] += 1
+        else:
+            out["short"] += 1
+    return out
 
 
 def estimate_seconds(spec: SweepSpec, points: int, per_point_overhead_s: float = 0.3,

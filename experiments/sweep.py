@@ -8,8 +8,10 @@ until precise.
 
 The network is built once per sweep: the shaped link is re-shaped for each rate and IPsec
 is switched on and off in place.  Within a rate the points are measured in rounds (one
-repetition of every point that still needs one, see :mod:`experiments.plan`); each point's
-window, counters and verdict come from :mod:`experiments.measure`.
+repetition of every point that still needs one, see :mod:`experiments.plan`): first each
+rate's rounds up to the minimum repetitions, then the rounds of the imprecise points go
+round the rates until they are precise, have their most repetitions, or the time budget
+is spent.  Each point's window, counters and verdict come from :mod:`experiments.measure`.
 
 Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is measured;
 running again on the same directory measures only what is missing, so a sweep killed at
@@ -28,14 +30,27 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 
 from experiments.machine import machine_meta
-from experiments.plan import EXTRA_ROUNDS, Point, SweepSpec, needs_more, plan_points, plan_round, point_key
+from experiments.plan import (
+    EXTRA_ROUNDS,
+    Point,
+    SweepSpec,
+    needs_minimum,
+    needs_more,
+    plan_points,
+    plan_round,
+    point_key,
+    usable,
+    within_budget,
+)
 from testbed import rundir
 
 log = logging.getLogger(__name__)
@@ -54,13 +69,13 @@ def by_point(records: Sequence[dict]) -> dict[tuple, list[dict]]:
     return groups
 
 
-def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]]) -> list[Point]:
-    """The points at ``rate`` that need another repetition, each with its next repetition number,
-    in measuring order."""
+def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], extras: bool = True) -> list[Point]:
+    """The points at ``rate`` that need another repetition (without ``extras``: to reach their
+    minimum), each with its next repetition number, in measuring order."""
     rounds = collections.Counter()
     for p in plan_round(spec, rate, 0):
         records = groups.get(p.point_key(), [])
-        if needs_more(spec, records):
+        if needs_more(spec, records, extras):
             rounds[p.point_key()] = sum(1 for r in records if not r.get("failed"))
     if not rounds:
         return []
@@ -69,10 +84,42 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]]) -
             for p in plan_round(spec, rate, rep, lambda p: p.point_key() in rounds)]
 
 
-def is_complete(run_dir: str, spec: SweepSpec) -> bool:
-    """Whether every point of ``spec`` has had all the repetitions it needs in ``run_dir``."""
+def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: dict[tuple, list[dict]]) -> int:
+    """Repetitions the points at ``rates`` still need to reach their minimum."""
+    return sum(max(0, spec.repetitions - sum(1 for r in groups.get(p.point_key(), []) if usable(r)))
+               for rate in rates for p in plan_round(spec, rate, 0))
+
+
+class _Budget:
+    """The spec's time budget for repetitions beyond a point's minimum (:func:`plan.within_budget`),
+    counted from its construction; once it is reached no such repetition is started."""
+
+    def __init__(self, spec: SweepSpec) -> None:
+        self.spec = spec
+        self.started = time.monotonic()
+        self.over = False
+
+    def allows(self, records: Sequence[dict], measured: int, rates: Sequence[float],
+               groups: dict[tuple, list[dict]]) -> bool:
+        """Whether the point with ``records`` may be measured now, ``measured`` points into the
+        sweep, with ``rates`` (the current one first) still to go."""
+        if needs_minimum(self.spec, records):
+            return True
+        if not self.over:
+            elapsed = time.monotonic() - self.started
+            each = elapsed / measured if measured else self.spec.duration_s + self.spec.warmup_s
+            self.over = not within_budget(self.spec, elapsed, each, minimum_left(self.spec, rates, groups))
+            if self.over:
+                log.info("time budget of %g s reached after %.0f s: no more repetitions beyond the minimum",
+                         self.spec.budget_s, elapsed)
+        return not self.over
+
+
+def is_complete(run_dir: str, spec: SweepSpec, extras: bool = True) -> bool:
+    """Whether every point of ``spec`` has had all the repetitions it needs in ``run_dir``
+    (without ``extras``: its minimum, as after the time budget stopped the others)."""
     groups = by_point(rundir.load_existing(run_dir))
-    return not any(needs_more(spec, groups.get(p.point_key(), [])) for p in plan_points(spec, 1))
+    return not any(needs_more(spec, groups.get(p.point_key(), []), extras) for p in plan_points(spec, 1))
 
 
 def note_interrupted(run_dir: str, why: str) -> None:
@@ -106,7 +153,7 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line) -> dict:
     from experiments import iperf
-    from experiments.measure import Ahead, measure_with_retry, monitor_for, switch_ipsec
+    from experiments.measure import Ahead, monitor_for
     from testbed import backends
     from topologies import build_spec
     from topologies.network import Network
@@ -121,49 +168,96 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     meter = backends.current().cpu_meter()
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
                      cpu_accounting=meter.method)
-    measured = failed = 0
+    budget = _Budget(spec)
+    rounds = _Rounds(spec, groups, budget, rates, progress, already, total)
     try:
         if rates:
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
             with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                     iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
                     monitor_for(net, servers, meter) as monitor, rundir.open_results(run_dir) as out:
-                current = "none"
-                ahead = Ahead(net, spec, servers)
+                rounds.net, rounds.servers, rounds.monitor, rounds.out = net, servers, monitor, out
+                rounds.ahead = Ahead(net, spec, servers)
                 gc.freeze()  # what exists now lives as long as the sweep: later collections skip it
                 try:
+                    # every rate's minimum repetitions first, then the extra rounds go round the
+                    # rates, so that a time budget cuts every rate's extras alike
                     for rate in rates:
-                        if net.shaping.rate_mbit != rate:
-                            net.reshape(ShapingSpec(rate_mbit=rate))
-                        for _round in range(spec.most_repetitions + EXTRA_ROUNDS):
-                            todo = _next_round(spec, rate, groups)
+                        for _round in range(spec.repetitions + EXTRA_ROUNDS):
+                            todo = _next_round(spec, rate, groups, extras=False)
                             if not todo:
                                 break
-                            total = max(total, already + measured + len(todo))
-                            for i, point in enumerate(todo):
-                                current = switch_ipsec(net, current, point.profile, spec.mode, spec.ip_versions)
-                                if point.arm:
-                                    net.slow_esp(spec.arm_instructions(point.arm))
-                                if progress:
-                                    progress(point, None, already + measured, total)
-                                following = todo[i + 1] if i + 1 < len(todo) else None
-                                record = measure_with_retry(net, point, spec, servers, monitor, ahead, following)
-                                record["backend"] = backends.current().name
-                                rundir.append(out, record)
-                                groups[point.point_key()].append(record)
-                                measured += 1
-                                failed += bool(record["failed"])
-                                if progress:
-                                    progress(point, record, already + measured, total)
+                            rounds.measure(rate, todo)
+                    for _round in range(spec.most_repetitions + EXTRA_ROUNDS):
+                        todos = [(rate, _next_round(spec, rate, groups, extras=not budget.over)) for rate in rates]
+                        if not any(todo for _, todo in todos):
+                            break
+                        for rate, todo in todos:
+                            if todo:
+                                rounds.measure(rate, todo)
                 finally:
-                    ahead.close()
-                if ahead.killed:
-                    log.info("%d time(s) the next point's clients were not ready within a warm-up", ahead.killed)
+                    rounds.ahead.close()
+                if rounds.ahead.killed:
+                    log.info("%d time(s) the next point's clients were not ready within a warm-up",
+                             rounds.ahead.killed)
     finally:
-        rundir.finish_run(run_dir, points_measured=measured, points_failed=failed,
-                          complete=is_complete(run_dir, spec))
+        rundir.finish_run(run_dir, points_measured=rounds.measured, points_failed=rounds.failed,
+                          complete=is_complete(run_dir, spec, extras=not budget.over))
         meter.close()
-    return {"planned": total, "already": already, "measured": measured, "failed": failed}
+    return {"planned": rounds.total, "already": already, "measured": rounds.measured, "failed": rounds.failed,
+            "over_budget": budget.over}
+
+
+@dataclasses.dataclass
+class _Rounds:
+    """Measures rounds of points on the sweep's network (set once it is built), keeping count."""
+
+    spec: SweepSpec
+    groups: dict[tuple, list[dict]]
+    budget: _Budget
+    rates: Sequence[float]
+    progress: Progress | None
+    already: int
+    total: int  # the progress bar's end: grows with the rounds, shrinks when the budget stops them
+    measured: int = 0
+    failed: int = 0
+    current: str = "none"  # the IPsec profile in place
+    net: object = None
+    servers: object = None
+    monitor: object = None
+    ahead: object = None
+    out: object = None
+
+    def measure(self, rate: float, todo: list[Point]) -> None:
+        """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
+        from experiments.measure import measure_with_retry, switch_ipsec
+        from testbed import backends
+        from topologies.shaping import ShapingSpec
+
+        spec, net = self.spec, self.net
+        if net.shaping.rate_mbit != rate:
+            net.reshape(ShapingSpec(rate_mbit=rate))
+        if not self.budget.over:
+            self.total = max(self.total, self.already + self.measured + len(todo))
+        for i, point in enumerate(todo):
+            records = self.groups[point.point_key()]
+            if not self.budget.allows(records, self.measured, self.rates, self.groups):
+                self.total = self.already + self.measured + minimum_left(spec, self.rates, self.groups)
+                continue
+            self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions)
+            if point.arm:
+                net.slow_esp(spec.arm_instructions(point.arm))
+            if self.progress:
+                self.progress(point, None, self.already + self.measured, self.total)
+            following = todo[i + 1] if i + 1 < len(todo) else None
+            record = measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following)
+            record["backend"] = backends.current().name
+            rundir.append(self.out, record)
+            records.append(record)
+            self.measured += 1
+            self.failed += bool(record["failed"])
+            if self.progress:
+                self.progress(point, record, self.already + self.measured, self.total)
 
 
 def _flows(net, ip_version: int) -> list:

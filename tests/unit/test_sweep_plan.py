@@ -7,8 +7,17 @@ import sys
 
 import pytest
 
-from experiments.plan import SweepSpec, needs_more, plan_points, plan_round, record_key, relative_ci
-from experiments.sweep import _next_round, by_point, is_complete, note_interrupted
+from experiments.plan import (
+    SweepSpec,
+    needs_more,
+    plan_points,
+    plan_round,
+    precision_of,
+    record_key,
+    relative_ci,
+    within_budget,
+)
+from experiments.sweep import _next_round, by_point, is_complete, minimum_left, note_interrupted
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
 
@@ -165,6 +174,41 @@ def test_rounds_measure_only_the_imprecise_points_with_their_next_repetition():
         ("none", 500, 1), ("aes-gcm-256", 500, 1), ("aes-gcm-256", 1000, 1), ("none", 1000, 0)]
 
 
+def test_the_budget_keeps_time_for_the_later_rates_minimum():
+    spec = SweepSpec(repetitions=2, max_repetitions=12, budget_s=100)
+    # 2.5 s a point: one more at 60 s fits with 10 minimum repetitions to come (60 + 27.5 <= 100) ...
+    assert within_budget(spec, 60.0, 2.5, 10)
+    # ... not with 20 of them (60 + 52.5), nor after 98 s with none
+    assert not within_budget(spec, 60.0, 2.5, 20) and not within_budget(spec, 98.0, 2.5, 0)
+    assert within_budget(SweepSpec(), 1e9, 2.5, 1000)  # no budget, no limit
+    with pytest.raises(ValueError, match="time budget"):
+        SweepSpec(budget_s=0)
+
+
+def test_minimum_left_counts_the_repetitions_still_owed():
+    spec = SweepSpec(rates_mbit=(10, 100), sizes=(500,), repetitions=2, max_repetitions=8)
+    first = plan_round(spec, 10.0, 0)
+    groups = by_point([{**record(p), "cpu_s_per_gb": 1.0} for p in first] +
+                      [{**record(plan_round(spec, 100.0, 0)[0]), "failed": True}])
+    assert minimum_left(spec, (10.0, 100.0), groups) == 2 + 4  # one owed at 10, two each at 100
+    assert minimum_left(spec, (100.0,), groups) == 4
+    # past the budget, a round asks only for what the minimum owes
+    assert [p.repetition for p in _next_round(spec, 10.0, groups, extras=False)] == [1, 1]
+    done = by_point([{**record(p), "cpu_s_per_gb": 1.0, "goodput_mbps": 9.0 + p.repetition}
+                     for rep in (0, 1) for p in plan_round(spec, 10.0, rep)])
+    assert _next_round(spec, 10.0, done, extras=False) == [] and _next_round(spec, 10.0, done)
+
+
+def test_precision_counts_the_points_and_why_some_are_not_precise():
+    spec = SweepSpec(rates_mbit=(10,), sizes=(500, 1000), repetitions=2, max_repetitions=4)
+    quiet, noisy, capped, owed = plan_round(spec, 10.0, 0)
+    rows = [{**record(quiet), "cpu_s_per_gb": c} for c in (1.0, 1.01)]
+    rows += [{**record(noisy), "cpu_s_per_gb": c} for c in (1.0, 1.5)]
+    rows += [{**record(capped), "cpu_s_per_gb": c} for c in (1.0, 1.5, 1.0, 1.5)]
+    rows += [{**record(owed), "cpu_s_per_gb": 1.0}]
+    assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2}
+
+
 def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
     with locked_run_dir(str(tmp_path)), \
             pytest.raises(RunDirBusy, match=rf"being written by another run \(pid {os.getpid()}\)"), \
@@ -261,11 +305,11 @@ def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(rea
 
 
 @pytest.mark.parametrize("argv, expected", [
-    ([], (2, 8)),                                           # adaptive: 2, more while imprecise, up to 8
-    (["--repetitions", "5"], (5, 5)),                       # a count given alone is that count
-    (["--max-repetitions", "6"], (2, 6)),
-    (["--repetitions", "3", "--max-repetitions", "6"], (3, 6)),
-    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5)),  # at least the minimum
+    ([], (2, 12, 270.0)),                               # adaptive: 2, more while imprecise, up to 12, in 270 s
+    (["--repetitions", "5"], (5, 5, 270.0)),            # a count given alone is that count
+    (["--max-repetitions", "6"], (2, 6, 270.0)),
+    (["--repetitions", "3", "--max-repetitions", "6", "--budget", "0"], (3, 6, None)),  # 0: no limit
+    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5, 270.0)),  # at least the minimum
 ])
 def test_repetition_options(argv, expected):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -273,7 +317,7 @@ def test_repetition_options(argv, expected):
     import packet_size_sweep
 
     spec = packet_size_sweep.spec_from(packet_size_sweep.build_parser().parse_args(argv))
-    assert (spec.repetitions, spec.max_repetitions) == expected
+    assert (spec.repetitions, spec.max_repetitions, spec.budget_s) == expected
 
 
 def test_ab_rounds_share_the_repetitions_out(tmp_path):
