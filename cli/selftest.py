@@ -2,11 +2,13 @@
 
 1. ``tests/unit`` on the host (no root needed);
 2. ``tests/host`` on the host, as root: booting UML, exit statuses, ``clean`` after SIGKILL;
+   :data:`HOST_ALONE` first, before any guest boots (``clean`` removes every guest);
 3. ``tests/integration`` on the host kernel when it passes the ESP probe, otherwise
-   inside User-Mode Linux: on a host with two CPUs or more, in two guests at once, each
-   pinned to a CPU of its own (:data:`FIRST_GUEST` in one, the other modules in the other),
-   their output shown when both are done.  If no kernel with ESP can be had the suite
-   fails: a run that could not exercise ESP never passes.
+   inside User-Mode Linux: on a host with two CPUs or more, in two guests, each pinned to
+   a CPU of its own: the second (the modules not in :data:`FIRST_GUEST`) starts beside the
+   other host tests, which run on the first guest's CPU, and the first guest follows them.
+   The guests' output is shown when both are done.  If no kernel with ESP can be had the
+   suite fails: a run that could not exercise ESP never passes.
 
 The last line is the combined count, ``tests: N passed, N failed``.
 """
@@ -19,7 +21,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 
 from testbed import backends
 from testbed.options import backend_options
@@ -27,10 +32,14 @@ from testbed.options import backend_options
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).
 GUEST_TIMEOUT_S = 50 * 60
-#: The integration modules of the first of two guests: the ESP data path profile by profile
-#: (about half of the integration time); the sweeps, reproductions and topologies go to the
-#: second.
-FIRST_GUEST = ("test_profiles.py", "test_overhead_mtu.py", "test_esp_path.py", "test_bad_input.py")
+#: The integration modules of the first of two guests, which starts after the host tests (about
+#: 170 s) on the same CPU: the ESP data path profile by profile and the shaping, about 330 s;
+#: the second guest, beside them from the start, takes the rest, about 515 s (seconds per module
+#: from one run on this project's two-CPU machine; the suite prints them at its end).
+FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py")
+#: Host test modules that run alone, before any guest boots: ``ipsec-testbed clean`` removes
+#: every guest, a running test suite's too.
+HOST_ALONE = ("test_clean.py",)
 #: How often a line says the guests are still at work.
 HEARTBEAT_S = 60
 
@@ -66,6 +75,20 @@ def parse_junit(path: str) -> Counts:
     return c
 
 
+def module_seconds(path: str) -> dict[str, float]:
+    """Seconds per test module in a pytest ``--junitxml`` file (what balancing the guests needs)."""
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return {}
+    out: dict[str, float] = {}
+    for case in root.iter("testcase"):
+        module = case.get("classname", "").split(".")
+        name = next((m for m in module if m.startswith("test_")), ".".join(module))
+        out[name] = out.get(name, 0.0) + float(case.get("time", 0) or 0)
+    return out
+
+
 def _banner(text: str) -> None:
     line = "=" * 78
     print(f"\n{line}\n{text}\n{line}", flush=True)
@@ -97,37 +120,68 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
         print("ipsec-testbed test: the host and integration tests need root; run with sudo "
               "(or --unit-only)", file=sys.stderr)
         return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: not root")
-    if not backends.current().runs_here:
-        host_rc = 0
-    else:
-        _banner("host tests (tests/host, root on the host kernel: guest boots, clean)")
-        host_rc = subprocess.call(_pytest_cmd("tests/host", f"{out}/host.xml", extra), cwd=REPO)
-        if host_rc == 5 and extra:  # a -k filter that selects no host test is not a failure
-            host_rc = 0
-    unit = unit + parse_junit(f"{out}/host.xml")
-    unit_rc = unit_rc or host_rc
     from experiments import doctor
 
+    host = _HostTests(extra, out) if backends.current().runs_here else None
     choice = doctor.choose(args.kernel, options=backend_options(args))
-    if choice.backend is None:
-        _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{choice.reason}\n"
-                "Install Debian's user-mode-linux package (scripts/install.sh does) or use a kernel "
-                "with CONFIG_INET_ESP/CONFIG_INET6_ESP.")
-        return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
-
     backend = choice.backend
-    where = backend.label()
-    if backend.runs_here:
-        _banner(f"integration tests with ESP on {where}\n({choice.reason})")
+    if backend is None or backend.runs_here:
+        host_rc = (host.run(HOST_ALONE), host.run()) if host else (0,)
+        host_rc = next((rc for rc in host_rc if rc), 0)
+        unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
+        if backend is None:
+            _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{choice.reason}\n"
+                    "Install Debian's user-mode-linux package (scripts/install.sh does) or use a kernel "
+                    "with CONFIG_INET_ESP/CONFIG_INET6_ESP.")
+            return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
+        _banner(f"integration tests with ESP on {backend.label()}\n({choice.reason})")
         integ_rc = subprocess.call(_pytest_cmd("tests/integration", f"{out}/integration.xml", extra), cwd=REPO)
-        return _summary(unit, unit_rc, parse_junit(f"{out}/integration.xml"), integ_rc, where)
-    groups = integration_groups(guest_cpus())
-    _banner(f"integration tests with ESP on {where}, in {len(groups)} guest{'s' if len(groups) > 1 else ''}"
+        return _summary(unit, unit_rc, parse_junit(f"{out}/integration.xml"), integ_rc, backend.label())
+
+    # Integration tests in guests.  The host tests that clean up every guest run first, alone;
+    # with two CPUs the second guest then starts on one while the other host tests and, after
+    # them, the first guest run on the other.
+    cpus = guest_cpus()
+    groups = integration_groups(cpus)
+    guests = Guests(backend, groups, cpus, out, extra)
+    host_rc = host.run(HOST_ALONE) if host else 0
+    _banner(f"integration tests with ESP on {backend.label()}, in {len(groups)} "
+            f"guest{'s' if len(groups) > 1 else ''}{', beside the host tests' if host and len(groups) > 1 else ''}"
             f"\n({choice.reason})")
-    rcs = run_guests(backend, groups, out, extra)
+    for i in range(1, len(groups)):
+        guests.start(i)
+    if host:
+        host_rc = host.run(cpu=cpus[0] if len(groups) > 1 else None) or host_rc
+    guests.start(0)
+    rcs = guests.wait()
+    unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
     integ = sum((parse_junit(f"{out}/integration{i}.xml") for i in range(len(groups))), Counts())
     integ_rc = next((rc for rc in rcs if rc not in (0, 5)), 0)
-    return _summary(unit, unit_rc, integ, integ_rc, where)
+    return _summary(unit, unit_rc, integ, integ_rc, backend.label())
+
+
+class _HostTests:
+    """``tests/host`` on the host, in parts: :data:`HOST_ALONE` and the others."""
+
+    def __init__(self, extra: list[str], out: str) -> None:
+        self.extra, self.out, self.parts = extra, out, 0
+
+    def run(self, modules: Sequence[str] = (), cpu: int | None = None) -> int:
+        """Run ``modules`` of tests/host (default: all but :data:`HOST_ALONE`), on host CPU ``cpu``
+        if given; their exit status (a ``-k`` that selects none of them is no failure)."""
+        if modules:
+            paths, what = [f"tests/host/{m}" for m in modules], "alone, before any guest boots"
+        else:
+            paths = ["tests/host", *(f"--ignore=tests/host/{m}" for m in HOST_ALONE)]
+            what = f"on host CPU {cpu}" if cpu is not None else "the others"
+        _banner(f"host tests (tests/host, root on the host kernel), {what}")
+        cmd = _pytest_cmd(paths, f"{self.out}/host{self.parts}.xml", self.extra)
+        self.parts += 1
+        rc = subprocess.call(["taskset", "-c", str(cpu), *cmd] if cpu is not None else cmd, cwd=REPO)
+        return 0 if rc == 5 and self.extra else rc
+
+    def counts(self) -> Counts:
+        return sum((parse_junit(f"{self.out}/host{i}.xml") for i in range(self.parts)), Counts())
 
 
 def guest_cpus() -> list[int]:
@@ -147,46 +201,59 @@ def integration_groups(cpus: list[int]) -> list[list[str]]:
     return [g for g in (first, second) if g]
 
 
-def run_guests(backend, groups: list[list[str]], out: str, extra: list[str]) -> list[int]:
-    """Run each group's pytest in a guest of its own, at once, each on a CPU of its own; print
-    each guest's output when all are done (a line a minute until then); their exit statuses."""
-    import threading
-    import time
+class Guests:
+    """Each group's pytest in a guest of its own, each on a host CPU of its own when there are
+    two; their output is kept and shown when all are done (a line a minute until then)."""
 
-    from experiments import doctor
+    def __init__(self, backend, groups: list[list[str]], cpus: list[int], out: str, extra: list[str]) -> None:
+        self.backend, self.groups, self.out, self.extra = backend, groups, out, extra
+        self.cpus = cpus if len(groups) > 1 else []
+        self.rcs = [125] * len(groups)
+        self.logs = [os.path.join(out, f"guest{i}.log") for i in range(len(groups))]
+        self.threads: list[threading.Thread] = []
+        self.started = time.monotonic()
 
-    cpus = guest_cpus() if len(groups) > 1 else []
-    rcs = [125] * len(groups)
-    logs = [os.path.join(out, f"guest{i}.log") for i in range(len(groups))]
+    def start(self, i: int) -> None:
+        thread = threading.Thread(target=self._one, args=(i,), daemon=True, name=f"guest{i + 1}")
+        self.threads.append(thread)
+        thread.start()
 
-    def one(i: int) -> None:
-        cmd = _pytest_cmd(groups[i], f"{out}/integration{i}.xml", extra)
-        with open(logs[i], "wb") as log:
+    def _one(self, i: int) -> None:
+        from experiments import doctor
+
+        cmd = _pytest_cmd(self.groups[i], f"{self.out}/integration{i}.xml", self.extra)
+        begun = time.monotonic()
+        with open(self.logs[i], "wb") as log:
             try:
-                rcs[i] = backend.run(cmd, cwd=REPO, timeout_s=GUEST_TIMEOUT_S, modules=doctor.kernel_modules(),
-                                     output=log if len(groups) > 1 else None, cpu=cpus[i] if cpus else None)
+                self.rcs[i] = self.backend.run(cmd, cwd=REPO, timeout_s=GUEST_TIMEOUT_S,
+                                               modules=doctor.kernel_modules(),
+                                               output=log if len(self.groups) > 1 else None,
+                                               cpu=self.cpus[i] if self.cpus else None)
             except backends.BackendError as e:
                 log.write(f"ipsec-testbed test: {e}\n".encode())
+            log.write(f"guest {i + 1}: {time.monotonic() - begun:.0f} s\n".encode())
 
-    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(groups))]
-    started = time.monotonic()
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
-        for t in threads:
-            t.join(HEARTBEAT_S / len(threads))
-        if len(groups) > 1 and any(t.is_alive() for t in threads):
-            busy = [str(i + 1) for i, t in enumerate(threads) if t.is_alive()]
-            print(f"  ... {time.monotonic() - started:.0f} s: guest{'s' if len(busy) > 1 else ''} "
-                  f"{', '.join(busy)} still at work", flush=True)
-    if len(groups) > 1:
-        for i, group in enumerate(groups):
-            cpu = f" (host CPU {cpus[i]})" if cpus else ""
-            _banner(f"guest {i + 1} of {len(groups)}{cpu}: {' '.join(os.path.basename(m) for m in group)}")
-            with open(logs[i], "rb") as f:
-                sys.stdout.buffer.write(f.read())
-            sys.stdout.flush()
-    return rcs
+    def wait(self) -> list[int]:
+        """Wait for every guest started; print their output; their exit statuses."""
+        while any(t.is_alive() for t in self.threads):
+            for t in self.threads:
+                t.join(HEARTBEAT_S / len(self.threads))
+            busy = [t.name[5:] for t in self.threads if t.is_alive()]
+            if len(self.groups) > 1 and busy:
+                print(f"  ... {time.monotonic() - self.started:.0f} s: guest{'s' if len(busy) > 1 else ''} "
+                      f"{', '.join(busy)} still at work", flush=True)
+        if len(self.groups) > 1:
+            for i, group in enumerate(self.groups):
+                cpu = f" (host CPU {self.cpus[i]})" if self.cpus else ""
+                _banner(f"guest {i + 1} of {len(self.groups)}{cpu}: {' '.join(os.path.basename(m) for m in group)}")
+                with open(self.logs[i], "rb") as f:
+                    sys.stdout.buffer.write(f.read())
+                sys.stdout.flush()
+        for i in range(len(self.groups)):
+            times = sorted(module_seconds(f"{self.out}/integration{i}.xml").items(), key=lambda kv: -kv[1])
+            if times:
+                print(f"guest {i + 1}, seconds per module: " + ", ".join(f"{m} {t:.0f}" for m, t in times))
+        return self.rcs
 
 
 def _summary(unit: Counts, unit_rc: int, integ: Counts | None, integ_rc: int, where: str) -> int:

@@ -102,19 +102,21 @@ def test_an_injected_slowdown_costs_cpu_on_esp_packets_and_the_arms_show_it(tmp_
     # the CPU-bound point (unshaped), plain and AES-GCM-256 with arms of 0 and 12000 extra
     # instructions per ESP packet: about +40 % of CPU per packet on this machine kind
     out = subprocess.run([*SWEEP, "--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "1000",
-                          "--sizes", "1460", "--repetitions", "3", "--duration", "1", "--warmup", "0.3",
+                          "--sizes", "1460", "--repetitions", "5", "--duration", "1", "--warmup", "0.3",
                           "--arms", "0,12000", "--out", str(tmp_path), "--no-report"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     records = load_results(str(tmp_path))
     plain = [r for r in records if r["profile"] == "none"]
     esp = [r for r in records if r["profile"] != "none"]
-    assert len(plain) == 3 and all("arm" not in r and "injected_instructions" not in r for r in plain)
-    assert sorted((r["arm"], r["injected_instructions"]) for r in esp) == [("a", 0)] * 3 + [("b", 12000)] * 3
+    assert len(plain) == 5 and all("arm" not in r and "injected_instructions" not in r for r in plain)
+    assert sorted((r["arm"], r["injected_instructions"]) for r in esp) == [("a", 0)] * 5 + [("b", 12000)] * 5
     e = injection.effect(records, "b")
     assert e.ratio > 1.15, f"12000 extra instructions per ESP packet changed CPU per packet by {e.pct:+.1f} %"
     verdicts = compare_arms(records, load_meta(str(tmp_path)), "a", "b", 0.01, 0.95, ("cpu_us_per_packet",))
-    assert [v.regressed for v in verdicts] == [True]
+    # five pairs (t = 2.78): three (t = 4.30) left a +40 % effect's lower bound under 1 % on a
+    # noisy machine
+    assert [v.regressed for v in verdicts] == [True], verdicts
 
 
 def test_the_slowdown_sits_on_the_ipsec_endpoints_only_and_comes_off(tmp_path):

@@ -30,3 +30,16 @@ def test_suite_passes_only_when_both_parts_pass(capsys):
 def test_integration_that_never_started_counts_as_a_failure(capsys):
     assert _summary(Counts(passed=5), 0, Counts(), 125, "UML") == 1
     assert capsys.readouterr().out.strip().splitlines()[-1] == "tests: 5 passed, 1 failed"
+
+
+def test_module_seconds_adds_up_each_modules_cases(tmp_path):
+    from cli.selftest import module_seconds
+
+    path = tmp_path / "junit.xml"
+    path.write_text('<testsuites><testsuite tests="3">'
+                    '<testcase classname="tests.integration.test_shaping" name="a" time="1.5"/>'
+                    '<testcase classname="tests.integration.test_shaping" name="b" time="2.0"/>'
+                    '<testcase classname="tests.integration.test_bounds.TestX" name="c" time="4"/>'
+                    '</testsuite></testsuites>')
+    assert module_seconds(str(path)) == {"test_shaping": 3.5, "test_bounds": 4.0}
+    assert module_seconds(str(tmp_path / "absent.xml")) == {}
