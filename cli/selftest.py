@@ -33,10 +33,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).
 GUEST_TIMEOUT_S = 50 * 60
 #: The integration modules of the first of two guests, which starts after the host tests (about
-#: 170 s) on the same CPU: the ESP data path profile by profile and the shaping, about 330 s;
-#: the second guest, beside them from the start, takes the rest, about 515 s (seconds per module
-#: from one run on this project's two-CPU machine; the suite prints them at its end).
-FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py")
+#: 175 s) on the same CPU: the ESP data path profile by profile, shaping and the point classes,
+#: about 365 s; the second guest, beside them from the start, takes the rest, about 540 s (seconds
+#: per module from fresh-clone runs on this project's two-CPU machine; the suite prints them).
+FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py", "test_bounds.py")
 #: Host test modules that run alone, before any guest boots: ``ipsec-testbed clean`` removes
 #: every guest, a running test suite's too.
 HOST_ALONE = ("test_clean.py",)
