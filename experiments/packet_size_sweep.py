@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start no repetition beyond the minimum once the sweep has measured this long, "
                         "keeping the time the later rates' minimum repetitions need; the points left less "
                         "precise are counted at the end; 0 = no limit (default: %(default)g, the default "
-                        "sweep in 5 minutes)")
+                        "sweep in 5 minutes; run again with --out DIR --budget 0 to finish what it cut)")
     g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
@@ -212,7 +213,12 @@ def precision_line(spec, out_dir: str, over_budget: bool) -> str:
     if p["short"]:
         cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
         why.append(f"{p['short']} stopped short by {cause}")
-    return line + (f"; {', '.join(why)}" if why else "")
+    line += f"; {', '.join(why)}" if why else ""
+    if p["short"]:
+        # a run on the same directory measures only what is missing: here, the extra repetitions
+        more = " --budget 0" if over_budget else ""
+        line += f"\n(the same command with --out {shlex.quote(out_dir)}{more} adds the repetitions they lack)"
+    return line
 
 
 def report(out_dir: str) -> None:

@@ -312,12 +312,45 @@ def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(rea
     (["--repetitions", "5", "--max-repetitions", "3"], (5, 5, 270.0)),  # at least the minimum
 ])
 def test_repetition_options(argv, expected):
+    script = _sweep_script()
+    spec = script.spec_from(script.build_parser().parse_args(argv))
+    assert (spec.repetitions, spec.max_repetitions, spec.budget_s) == expected
+
+
+def _sweep_script():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                     "experiments"))  # the script imports _bootstrap, beside it
     import packet_size_sweep
 
-    spec = packet_size_sweep.spec_from(packet_size_sweep.build_parser().parse_args(argv))
-    assert (spec.repetitions, spec.max_repetitions, spec.budget_s) == expected
+    return packet_size_sweep
+
+
+def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
+    script = _sweep_script()
+    budgeted = script.spec_from(script.build_parser().parse_args(["--rates", "10", "--sizes", "500"]))
+    quiet, noisy = plan_round(budgeted, 10.0, 0)
+    with open_results(tmp_path) as f:
+        for c in (1.0, 1.01):
+            append(f, {**record(quiet), "cpu_s_per_gb": c})
+        for c in (1.0, 1.5):
+            append(f, {**record(noisy), "cpu_s_per_gb": c})
+    line = script.precision_line(budgeted, str(tmp_path), over_budget=True)
+    assert line.startswith("precision: 1 of 2 points within 2 % (goodput) and 10 % (CPU per GB); "
+                           "1 stopped short by the time budget (270 s, --budget)\n")
+    assert line.endswith(f"the same command with --out {tmp_path} --budget 0 adds the repetitions they lack)")
+    # ... and that command does: the same sweep without a budget, on the same directory, asks for them
+    resumed = script.spec_from(script.build_parser().parse_args(["--rates", "10", "--sizes", "500",
+                                                                 "--budget", "0"]))
+    assert [p.point_key() for p in _next_round(resumed, 10.0, by_point(load_existing(tmp_path)))] \
+        == [noisy.point_key()]
+    # an interrupted run is finished by the same command on its directory; a precise one needs nothing
+    assert script.precision_line(budgeted, str(tmp_path), over_budget=False).endswith(
+        f"failures or an interruption\n(the same command with --out {tmp_path} adds the repetitions they lack)")
+    with open_results(tmp_path) as f:
+        for c in (1.2, 1.3, 1.25, 1.2, 1.3, 1.25, 1.2, 1.3):
+            append(f, {**record(noisy), "cpu_s_per_gb": c})
+    assert script.precision_line(budgeted, str(tmp_path), over_budget=True) \
+        == "precision: 2 of 2 points within 2 % (goodput) and 10 % (CPU per GB)"
 
 
 def test_ab_rounds_share_the_repetitions_out(tmp_path):
