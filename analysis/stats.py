@@ -80,6 +80,18 @@ def t_critical_95(df: float) -> float:
     return z + g1 / df + g2 / df ** 2 + g3 / df ** 3 + g4 / df ** 4
 
 
+def repetitions_for(spread: float, target: float, most: int = 50) -> int | None:
+    """The fewest repetitions (at least 2) whose 95 % confidence interval half-width,
+    ``t_critical_95(n - 1) * spread / sqrt(n)``, is within ``target``, for values whose
+    coefficient of variation is ``spread`` (both shares of the mean); None beyond ``most``."""
+    if not (spread >= 0 and target > 0):
+        raise ValueError(f"spread must be >= 0 and target > 0, not {spread!r} and {target!r}")
+    for n in range(2, most + 1):
+        if t_critical_95(n - 1) * spread / math.sqrt(n) <= target:
+            return n
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Summary:
     """One quantity over the repetitions of a point.

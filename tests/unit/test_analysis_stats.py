@@ -19,6 +19,7 @@ from analysis.stats import (
     aggregate,
     normalize,
     ratio_of_means,
+    repetitions_for,
     t_critical_95,
 )
 
@@ -264,3 +265,27 @@ def test_normalize_needs_profiles():
     with pytest.raises(ValueError, match="profile"):
         normalize(aggregate([record()], keys=("size_bytes",)))
     assert normalize([]) == []
+
+
+# --- repetitions_for ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spread, target, expected", [
+    (0.0, 0.10, 2),     # no spread: the fewest a confidence interval takes
+    (0.08, 0.10, 5),    # 2.776 * 8 / sqrt(5) = 9.93 %; with 4: 3.182 * 8 / 2 = 12.7 %
+    (0.10, 0.10, 7),    # 2.447 * 10 / sqrt(7) = 9.25 %; with 6: 2.571 * 10 / sqrt(6) = 10.5 %
+    (0.01, 0.02, 4),    # 4.303 * 1 / sqrt(3) = 2.48 % is too wide; 3.182 * 1 / 2 = 1.59 %
+])
+def test_repetitions_for_is_the_fewest_whose_interval_meets_the_target(spread, target, expected):
+    n = repetitions_for(spread, target)
+    assert n == expected
+    assert t_critical_95(n - 1) * spread / math.sqrt(n) <= target
+    assert n == 2 or t_critical_95(n - 2) * spread / math.sqrt(n - 1) > target
+
+
+def test_repetitions_for_gives_up_beyond_most_and_rejects_nonsense():
+    assert repetitions_for(0.5, 0.01) is None
+    assert repetitions_for(0.5, 0.01, most=10_000) is not None
+    with pytest.raises(ValueError):
+        repetitions_for(float("nan"), 0.1)
+    with pytest.raises(ValueError):
+        repetitions_for(0.1, 0)
