@@ -146,16 +146,19 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Run it on an otherwise idle machine: anything else on the guest's CPU "
-                                        "adds to the spread it measures.",
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--rate", type=float, default=10.0, help="the shaped link's rate, Mbit/s")
-    ap.add_argument("--size", type=int, default=1000, help="the TCP MSS, bytes")
-    ap.add_argument("--profile", default="aes-gcm-256", help="the IPsec profile beside the plain baseline")
-    ap.add_argument("--repetitions", type=int, default=15, help="repetitions of each point (at least 3)")
+                                        "adds to the spread it measures.")
+    ap.add_argument("--rate", type=float, default=10.0, metavar="MBIT",
+                    help="the shaped link's rate in Mbit/s (default: %(default)g)")
+    ap.add_argument("--size", type=int, default=1000, metavar="BYTES", help="the TCP MSS (default: %(default)d)")
+    ap.add_argument("--profile", default="aes-gcm-256",
+                    help="the IPsec profile measured beside the plain baseline (default: %(default)s)")
+    ap.add_argument("--repetitions", type=int, default=15, metavar="N",
+                    help="repetitions of each point, at least 3 (default: %(default)d)")
     ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
-                    help="the CPU target the repetitions needed are counted for, as the sweep's --cpu-precision")
+                    help="the target the repetitions needed are counted for, as the sweep's --cpu-precision "
+                         "(default: %(default)g)")
     args = ap.parse_args()
     if args.repetitions < 3:
         ap.error("--repetitions must be at least 3 for a spread to mean something")
