@@ -16,7 +16,8 @@ goodput is wider than ``precision_pct`` of the mean (or that of its CPU cost per
 than ``cpu_precision_pct``), up to ``max_repetitions``.  Quiet points stop early, noisy
 ones get more; the rounds keep every point's repetitions interleaved with the others'.
 With ``budget_s`` the repetitions beyond the minimum stop once the sweep would run longer
-than that, keeping the time the later rates' minimum repetitions need
+than that (counted from the command's start, a guest's boot included, by
+:mod:`experiments.sweep`), keeping the time the later rates' minimum repetitions need
 (:func:`within_budget`); the points left less precise than asked are counted
 (:func:`precision_of`).
 """

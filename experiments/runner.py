@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from testbed import backends, rundir
@@ -22,6 +23,9 @@ from testbed.errors import Terminated
 from testbed.options import add_kernel_options, backend_options
 
 COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
+#: When the command started on the host (Unix time): a guest shares the host's wall clock, so
+#: a time budget counted from it includes the guest's boot (:func:`command_started`).
+STARTED_ENV = "IPSEC_TESTBED_STARTED"
 
 
 def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
@@ -78,6 +82,20 @@ def typed_command() -> list[str] | None:
     return shlex.split(typed) if typed else None
 
 
+def mark_started(environ) -> None:
+    """Note in ``environ`` that the command starts now, on the host; in a guest keep the host's note."""
+    if backends.GUEST_ENV not in environ:
+        environ[STARTED_ENV] = repr(time.time())
+
+
+def command_started() -> float:
+    """When this command started on the host, in Unix time (now where :func:`run` did not say)."""
+    try:
+        return float(os.environ[STARTED_ENV])
+    except (KeyError, ValueError):
+        return time.time()
+
+
 def progress_callback(bar, task, prefix: str = "") -> Callable:
     """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``."""
     def progress(point, record, done, total):
@@ -112,8 +130,6 @@ def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interact
     chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
     guest could not run).
     """
-    import time
-
     from experiments import doctor
 
     choice = doctor.choose(getattr(args, "kernel", backends.AUTO), needs, backend_options(args))
@@ -150,6 +166,7 @@ def run(prog: str, script: str, args, argv: list[str], out_dir: str, needs: Need
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
     os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
+    mark_started(os.environ)
     check_tools()
     on_host = backends.current().runs_here
     if on_host:

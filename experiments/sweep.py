@@ -92,11 +92,14 @@ def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: dict[tuple, li
 
 class _Budget:
     """The spec's time budget for repetitions beyond a point's minimum (:func:`plan.within_budget`),
-    counted from its construction; once it is reached no such repetition is started."""
+    counted from ``started_unix`` (the command's start, a guest's boot included) or else from its
+    construction; once it is reached no such repetition is started."""
 
-    def __init__(self, spec: SweepSpec) -> None:
+    def __init__(self, spec: SweepSpec, started_unix: float | None = None) -> None:
         self.spec = spec
         self.started = time.monotonic()
+        # what the command spent before the sweep began (a guest's boot) counts too
+        self.before = max(0.0, time.time() - started_unix) if started_unix is not None else 0.0
         self.over = False
 
     def allows(self, records: Sequence[dict], measured: int, rates: Sequence[float],
@@ -108,10 +111,11 @@ class _Budget:
         if not self.over:
             elapsed = time.monotonic() - self.started
             each = elapsed / measured if measured else self.spec.duration_s + self.spec.warmup_s
-            self.over = not within_budget(self.spec, elapsed, each, minimum_left(self.spec, rates, groups))
+            self.over = not within_budget(self.spec, self.before + elapsed, each,
+                                          minimum_left(self.spec, rates, groups))
             if self.over:
                 log.info("time budget of %g s reached after %.0f s: no more repetitions beyond the minimum",
-                         self.spec.budget_s, elapsed)
+                         self.spec.budget_s, self.before + elapsed)
         return not self.over
 
 
@@ -139,19 +143,21 @@ def note_interrupted(run_dir: str, why: str) -> None:
 
 
 def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
-              command_line: list[str] | None = None, lock: bool = True) -> dict:
+              command_line: list[str] | None = None, lock: bool = True, started_unix: float | None = None) -> dict:
     """Measure every point of ``spec`` that ``run_dir`` still needs; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after each
     point; ``total`` grows when points need more repetitions.  Needs root and, for IPsec
     profiles, a kernel with ESP.  With ``lock`` the run directory is locked for the sweep;
-    pass False when the caller holds the lock already.
+    pass False when the caller holds the lock already.  The spec's time budget counts from
+    ``started_unix`` (Unix time: the command's start, before a guest booted) or from now.
     """
     with rundir.locked(run_dir, "sweep") if lock else contextlib.nullcontext():
-        return _run_sweep(spec, run_dir, progress, command_line)
+        return _run_sweep(spec, run_dir, progress, command_line, started_unix)
 
 
-def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line) -> dict:
+def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
+               started_unix: float | None = None) -> dict:
     from experiments import iperf
     from experiments.measure import Ahead, monitor_for
     from testbed import backends
@@ -168,7 +174,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     meter = backends.current().cpu_meter()
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
                      cpu_accounting=meter.method)
-    budget = _Budget(spec)
+    budget = _Budget(spec, started_unix)
     rounds = _Rounds(spec, groups, budget, rates, progress, already, total)
     try:
         if rates:

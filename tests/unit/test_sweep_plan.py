@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -17,7 +18,7 @@ from experiments.plan import (
     relative_ci,
     within_budget,
 )
-from experiments.sweep import _next_round, by_point, is_complete, minimum_left, note_interrupted
+from experiments.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
 
@@ -185,6 +186,38 @@ def test_the_budget_keeps_time_for_the_later_rates_minimum():
         SweepSpec(budget_s=0)
 
 
+def test_the_budget_counts_what_the_command_spent_before_the_sweep_began():
+    spec = SweepSpec(sizes=(500,), repetitions=2, max_repetitions=12, budget_s=100)
+    point = plan_round(spec, 10.0, 0)[0]
+    past_minimum = [record(point), record(point)]
+    now = time.time()
+    # a 2.3 s repetition (warm-up and window) still fits 10 s after the command's start ...
+    assert _Budget(spec, now - 10).allows(past_minimum, 0, [], {})
+    # ... not 99 s after it, though the sweep itself has only begun (a slow boot counts)
+    late = _Budget(spec, now - 99)
+    assert not late.allows(past_minimum, 0, [], {}) and late.over
+    assert late.allows([record(point)], 0, [], {})  # a point's minimum is always measured
+    assert _Budget(spec).allows(past_minimum, 0, [], {})  # no start given: counted from now
+    assert _Budget(spec, now + 50).allows(past_minimum, 0, [], {})  # a start in the future is now
+
+
+def test_the_command_start_is_the_hosts_and_a_guest_keeps_it(monkeypatch):
+    from experiments import runner
+    from testbed.backends import GUEST_ENV
+
+    host: dict[str, str] = {runner.STARTED_ENV: "1.0"}  # left over from somewhere: the host starts anew
+    runner.mark_started(host)
+    assert abs(float(host[runner.STARTED_ENV]) - time.time()) < 5
+    guest = {GUEST_ENV: "uml", runner.STARTED_ENV: "1795557000.25"}
+    runner.mark_started(guest)
+    assert guest[runner.STARTED_ENV] == "1795557000.25"
+    monkeypatch.setenv(runner.STARTED_ENV, "1795557000.25")
+    assert runner.command_started() == 1795557000.25
+    for unset in (lambda: monkeypatch.delenv(runner.STARTED_ENV), lambda: monkeypatch.setenv(runner.STARTED_ENV, "x")):
+        unset()
+        assert abs(runner.command_started() - time.time()) < 5
+
+
 def test_minimum_left_counts_the_repetitions_still_owed():
     spec = SweepSpec(rates_mbit=(10, 100), sizes=(500,), repetitions=2, max_repetitions=8)
     first = plan_round(spec, 10.0, 0)
@@ -305,11 +338,11 @@ def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(rea
 
 
 @pytest.mark.parametrize("argv, expected", [
-    ([], (2, 12, 270.0)),                               # adaptive: 2, more while imprecise, up to 12, in 270 s
-    (["--repetitions", "5"], (5, 5, 270.0)),            # a count given alone is that count
-    (["--max-repetitions", "6"], (2, 6, 270.0)),
+    ([], (2, 12, 285.0)),                               # adaptive: 2, more while imprecise, up to 12, in 285 s
+    (["--repetitions", "5"], (5, 5, 285.0)),            # a count given alone is that count
+    (["--max-repetitions", "6"], (2, 6, 285.0)),
     (["--repetitions", "3", "--max-repetitions", "6", "--budget", "0"], (3, 6, None)),  # 0: no limit
-    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5, 270.0)),  # at least the minimum
+    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5, 285.0)),  # at least the minimum
 ])
 def test_repetition_options(argv, expected):
     script = _sweep_script()
@@ -336,7 +369,7 @@ def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
             append(f, {**record(noisy), "cpu_s_per_gb": c})
     line = script.precision_line(budgeted, str(tmp_path), over_budget=True)
     assert line.startswith("precision: 1 of 2 points within 2 % (goodput) and 10 % (CPU per GB); "
-                           "1 stopped short by the time budget (270 s, --budget)\n")
+                           "1 stopped short by the time budget (285 s, --budget)\n")
     assert line.endswith(f"the same command with --out {tmp_path} --budget 0 adds the repetitions they lack)")
     # ... and that command does: the same sweep without a budget, on the same directory, asks for them
     resumed = script.spec_from(script.build_parser().parse_args(["--rates", "10", "--sizes", "500",
