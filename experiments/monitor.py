@@ -268,6 +268,7 @@ class Monitor:
         self._senders = list(senders)
         self.transport = "tcp"
         self.datagram_bytes = 0
+        self._earlier: frozenset[int] = frozenset()  # cookies of connections older than the test
 
     def close(self) -> None:
         self._shaper.close()
@@ -287,9 +288,30 @@ class Monitor:
 
     def for_test(self, transport: str, datagram_bytes: int = 0) -> Monitor:
         """Count what the next test moves: TCP bytes, or UDP datagrams of ``datagram_bytes`` (sent from
-        the senders' namespaces, received in the receivers')."""
+        the senders' namespaces, received in the receivers').
+
+        Call it before the test's clients connect: the TCP connections there already (an
+        earlier test's, still closing: FIN_WAIT, LAST_ACK) are not counted.  Such a connection
+        keeps its byte counts until its last ACK, so counted it would add an earlier test's
+        bytes to a reading and take them away again when it closed, mid-window or before the
+        flow was seen to start (which then waited for the new flow to make up for them)."""
         self.transport, self.datagram_bytes = transport, datagram_bytes
+        self._earlier = frozenset()
+        if transport == "tcp":
+            earlier = [*self._receiving(), *self._sending()]
+            if earlier:
+                log.debug("not counted in the next test: %d connection(s) of an earlier one (TCP states %s)",
+                          len(earlier), ", ".join(str(s.state) for s in earlier))
+            self._earlier = frozenset(s.cookie for s in earlier)
         return self
+
+    def _receiving(self) -> list:
+        return [s for ns, port, _pid in self.receivers for s in self._diag[ns].tcp(local_ports=[port])
+                if s.cookie not in self._earlier]
+
+    def _sending(self) -> list:
+        return [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
+                for s in self._diag[ns].tcp(remote_ports=[port]) if s.cookie not in self._earlier]
 
     # -- readings ------------------------------------------------------------------------
     def shaper(self) -> QdiscCounters:
@@ -301,10 +323,8 @@ class Monitor:
             received = sum(self._snmp[ns].udp("InDatagrams") for ns in dict.fromkeys(r[0] for r in self.receivers))
             sent = sum(self._snmp[ns].udp("OutDatagrams") for ns in dict.fromkeys(self._senders))
             return FlowCounters(received * self.datagram_bytes, received_datagrams=received, sent_datagrams=sent)
-        received = sum(s.bytes_received or 0 for ns, port, _pid in self.receivers
-                       for s in self._diag[ns].tcp(local_ports=[port]))
-        senders = [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
-                   for s in self._diag[ns].tcp(remote_ports=[port])]
+        received = sum(s.bytes_received or 0 for s in self._receiving())
+        senders = self._sending()
         limits = [(s.busy_us, s.rwnd_limited_us, s.sndbuf_limited_us) for s in senders]
         ooo, retrans = sum(s.sacked_bytes for s in senders), sum(s.total_retrans for s in senders)
         if not limits or any(b is None for b, _, _ in limits):

@@ -17,6 +17,7 @@ from experiments.monitor import (
     LINK_FULL,
     Evidence,
     FlowCounters,
+    Monitor,
     ProcStat,
     QdiscCounters,
     Reading,
@@ -27,6 +28,7 @@ from experiments.monitor import (
     parse_qdiscs,
     udp_counter,
 )
+from experiments.sockdiag import ESTABLISHED, TcpSocket
 from testbed.backends import CpuSample
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -172,3 +174,61 @@ def test_udp_counters_add_both_ip_versions():
     assert udp_counter(SNMP, SNMP6, "InDatagrams") == 1255
     assert udp_counter(SNMP, SNMP6, "OutDatagrams") == 807
     assert udp_counter(SNMP, "", "InDatagrams") == 1200  # no IPv6
+
+
+# -- whose connections a test's readings count ---------------------------------------------
+
+LAST_ACK = 9
+
+
+def tcp(cookie: int, received: int, state: int = ESTABLISHED, *, port: int = 5201) -> TcpSocket:
+    return TcpSocket(state, cookie, port, 40000 + cookie, received, 0, None, None, None, 0)
+
+
+class FakeDiag:
+    """sock_diag in one namespace: the connections listed are ``now``, or if ``then`` holds
+    lists, the next of them at each reading (the last one stays)."""
+
+    def __init__(self) -> None:
+        self.now: list[TcpSocket] = []
+        self.then: list[list[TcpSocket]] = []
+
+    def tcp(self, local_ports=(), remote_ports=()) -> list[TcpSocket]:
+        if not local_ports:
+            return []
+        if self.then:
+            self.now = self.then.pop(0)
+        return list(self.now)
+
+
+def monitor_on(diag: FakeDiag) -> Monitor:
+    m = Monitor.__new__(Monitor)  # (without the real sockets: only the flow readings are used)
+    m.receivers, m._senders, m._diag = [("server", 5201, 1)], ["client"], {"server": diag, "client": FakeDiag()}
+    m.transport, m.datagram_bytes, m._earlier = "tcp", 0, frozenset()
+    return m
+
+
+def test_a_closing_connection_of_an_earlier_test_is_not_counted():
+    # the previous test's data connection, 39 MB in, is in LAST_ACK when the next test is set up
+    diag = FakeDiag()
+    diag.now = [tcp(1, 39_000_000, LAST_ACK)]
+    m = monitor_on(diag).for_test("tcp")
+    assert m.flows().received == 0
+    # the new test's control and data connections come; the old one is gone by the window's end
+    diag.now = [tcp(1, 39_000_000, LAST_ACK), tcp(2, 300), tcp(3, 1_000_000)]
+    first = m.flows().received
+    diag.now = [tcp(2, 300), tcp(3, 11_000_000)]
+    assert (first, m.flows().received) == (1_000_300, 11_000_300)
+
+
+def test_the_flow_is_seen_when_the_new_tests_bytes_arrive_not_when_an_old_connection_closes():
+    diag = FakeDiag()
+    diag.now = [tcp(1, 39_000_000, LAST_ACK)]
+    m = monitor_on(diag).for_test("tcp")
+    # the old connection closes, then the new test's first segment arrives
+    diag.then = [[tcp(1, 39_000_000, LAST_ACK)], [], [tcp(2, 1_448)]]
+    assert m.wait_for_flow(timeout_s=1.0, poll_s=0.001) > 0
+    # and without a new test's bytes nothing is seen, however the old connection goes
+    diag.then = [[tcp(1, 39_000_000, LAST_ACK)], [], []]
+    with pytest.raises(TimeoutError):
+        monitor_on(diag).for_test("tcp").wait_for_flow(timeout_s=0.05, poll_s=0.001)
