@@ -107,10 +107,15 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
         elif record.get("failed"):
             bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
         else:
-            bound = record.get("bound")
-            flag = f" [{bound}-bound]" if bound in ("cpu", "other") else " [ANOMALY]" if bound == "anomaly" else ""
-            value = (f"{record['goodput_mbps']:.2f} Mbit/s" if record.get("goodput_mbps") is not None
-                     else f"{record.get('mean_ms', float('nan')):.2f} ms")
+            bound, goodput = record.get("bound"), record.get("goodput_mbps")
+            flag = (f" [{bound}-bound]" if bound in ("cpu", "other")
+                    else " [ANOMALY, left out of the means]" if bound == "anomaly" else "")
+            if goodput is not None and goodput < 0:  # counters that went backwards: no figure to show
+                value = "no goodput (its counters went backwards)"
+            elif goodput is not None:
+                value = f"{goodput:.2f} Mbit/s"
+            else:
+                value = f"{record.get('mean_ms', float('nan')):.2f} ms"
             bar.update(task, completed=done, description=f"{label}: {value}{flag}")
     return progress
 

@@ -38,3 +38,21 @@ def test_eta_counts_only_this_runs_steps():
     task.started -= 10  # the first point of this run took 10 s
     p.update(t, completed=5)
     assert 9 * 5 <= p.eta(task) <= 10 * 5 + 1
+
+
+def test_the_sweeps_line_never_shows_an_impossible_goodput():
+    from experiments.plan import Point
+    from experiments.runner import progress_callback
+
+    class Bar:
+        def update(self, task, **kw):
+            self.description = kw.get("description")
+
+    bar = Bar()
+    show = progress_callback(bar, 0)
+    point = Point("vpn_gateway", "aes-gcm-256", "tunnel", 4, "tcp", 100.0, 100, "mss", 1, "", 0)
+    show(point, {"goodput_mbps": 41.7, "bound": "cpu"}, 1, 2)
+    assert bar.description.endswith("rep 1: 41.70 Mbit/s [cpu-bound]")
+    show(point, {"goodput_mbps": -39.2, "bound": "anomaly"}, 2, 2)
+    assert "-39" not in bar.description
+    assert bar.description.endswith(": no goodput (its counters went backwards) [ANOMALY, left out of the means]")
