@@ -296,22 +296,21 @@ class Monitor:
         bytes to a reading and take them away again when it closed, mid-window or before the
         flow was seen to start (which then waited for the new flow to make up for them)."""
         self.transport, self.datagram_bytes = transport, datagram_bytes
-        self._earlier = frozenset()
-        if transport == "tcp":
-            earlier = [*self._receiving(), *self._sending()]
-            if earlier:
-                log.debug("not counted in the next test: %d connection(s) of an earlier one (TCP states %s)",
-                          len(earlier), ", ".join(str(s.state) for s in earlier))
-            self._earlier = frozenset(s.cookie for s in earlier)
+        earlier = [*self._server_side(), *self._client_side()] if transport == "tcp" else []
+        if earlier:
+            log.debug("not counted in the next test: %d connection(s) of an earlier one (TCP states %s)",
+                      len(earlier), ", ".join(str(s.state) for s in earlier))
+        self._earlier = frozenset(s.cookie for s in earlier)
         return self
 
-    def _receiving(self) -> list:
-        return [s for ns, port, _pid in self.receivers for s in self._diag[ns].tcp(local_ports=[port])
-                if s.cookie not in self._earlier]
+    def _server_side(self) -> list:
+        """Every TCP connection on the servers' ports, in the receivers' namespaces."""
+        return [s for ns, port, _pid in self.receivers for s in self._diag[ns].tcp(local_ports=[port])]
 
-    def _sending(self) -> list:
+    def _client_side(self) -> list:
+        """Every TCP connection to the servers' ports, in the senders' namespaces."""
         return [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
-                for s in self._diag[ns].tcp(remote_ports=[port]) if s.cookie not in self._earlier]
+                for s in self._diag[ns].tcp(remote_ports=[port])]
 
     # -- readings ------------------------------------------------------------------------
     def shaper(self) -> QdiscCounters:
@@ -323,8 +322,8 @@ class Monitor:
             received = sum(self._snmp[ns].udp("InDatagrams") for ns in dict.fromkeys(r[0] for r in self.receivers))
             sent = sum(self._snmp[ns].udp("OutDatagrams") for ns in dict.fromkeys(self._senders))
             return FlowCounters(received * self.datagram_bytes, received_datagrams=received, sent_datagrams=sent)
-        received = sum(s.bytes_received or 0 for s in self._receiving())
-        senders = self._sending()
+        received = sum(s.bytes_received or 0 for s in self._server_side() if s.cookie not in self._earlier)
+        senders = [s for s in self._client_side() if s.cookie not in self._earlier]
         limits = [(s.busy_us, s.rwnd_limited_us, s.sndbuf_limited_us) for s in senders]
         ooo, retrans = sum(s.sacked_bytes for s in senders), sum(s.total_retrans for s in senders)
         if not limits or any(b is None for b, _, _ in limits):
@@ -342,8 +341,7 @@ class Monitor:
         """Wait until no server holds a connection open: after an interrupted test an iperf3 server
         takes a moment to wind it up, and turns a client away ("busy") until it has."""
         deadline = time.monotonic() + timeout_s
-        while any(s.state in (ESTABLISHED, CLOSE_WAIT)
-                  for ns, port, _pid in self.receivers for s in self._diag[ns].tcp(local_ports=[port])):
+        while any(s.state in (ESTABLISHED, CLOSE_WAIT) for s in self._server_side()):
             if time.monotonic() > deadline:
                 return False
             time.sleep(poll_s)

@@ -181,8 +181,8 @@ def test_udp_counters_add_both_ip_versions():
 LAST_ACK = 9
 
 
-def tcp(cookie: int, received: int, state: int = ESTABLISHED, *, port: int = 5201) -> TcpSocket:
-    return TcpSocket(state, cookie, port, 40000 + cookie, received, 0, None, None, None, 0)
+def tcp(cookie: int, received: int, state: int = ESTABLISHED) -> TcpSocket:
+    return TcpSocket(state, cookie, 5201, 40000 + cookie, received, 0, None, None, None, 0)
 
 
 class FakeDiag:
