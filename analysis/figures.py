@@ -300,10 +300,11 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None = None) 
         fig.add_trace(_measured_trace(
             series, [a.cpu_s_per_gb for a in series], profile, label, color, [a.bound for a in series], legend,
             customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
-                         fmt_num(a.cpu["cpu_busy_pct"].mean) if "cpu_busy_pct" in a.cpu else "–"]
+                         (fmt_num(a.cpu["cpu_busy_pct"].mean) + " %" if "cpu_busy_pct" in a.cpu else "–")
+                         + (" (saturated: this cost follows the goodput)" if a.cpu_saturated else "")]
                         for a in series],
             hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} s/GB ± %{{customdata[1]}}"
-                           " (n=%{customdata[0]})<br>CPU busy %{customdata[2]} %<extra></extra>"),
+                           " (n=%{customdata[0]})<br>CPU busy %{customdata[2]}<extra></extra>"),
             meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
         ), **_cell(panels, i))
     _bound_legends(fig, seen)

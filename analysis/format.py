@@ -9,7 +9,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.stats import BOUND_ORDER, NO_MODE, PLAIN_PROFILE, Aggregate, Ratio, RatioEstimate, Summary
+from analysis.stats import (
+    BOUND_ORDER,
+    BUSIEST_CPU_PCT,
+    CPU_SATURATED_PCT,
+    NO_MODE,
+    PLAIN_PROFILE,
+    Aggregate,
+    Ratio,
+    RatioEstimate,
+    Summary,
+)
 
 
 def profile_label(profile: Any) -> str:
@@ -221,6 +231,25 @@ def summary_text(s: Summary | None) -> str:
         return ""
     mean, ci = fmt_mean_ci(s.mean, s.ci95)
     return mean if s.ci95 is None else f"{mean} ± {ci}"
+
+
+#: Marks a CPU cost taken with the CPU saturated (Aggregate.cpu_saturated), explained by SATURATED_HELP.
+SATURATED_MARK = "*"
+SATURATED_HELP = (f"the CPU was at least {CPU_SATURATED_PCT:g} % busy (or one CPU {BUSIEST_CPU_PCT:g} %): the CPU "
+                  "per GB is then mostly the CPU there was over the goodput, so it follows the goodput and shows "
+                  "a costlier profile as less costly than it is; compare CPU costs where the CPU was less busy")
+
+
+def cpu_cost_text(a: Aggregate) -> str:
+    """The point's CPU-seconds per GB (± 95 % CI), marked when its CPU was saturated."""
+    text = summary_text(a.cpu_s_per_gb)
+    return f"{text} {SATURATED_MARK}" if text and a.cpu_saturated else text
+
+
+def cpu_ratio_text(r: Ratio | None) -> str:
+    """IPsec/plain CPU per GB (± 95 % CI), marked when either side's CPU was saturated."""
+    text = ratio_text(r.cpu_s_per_gb if r else None)
+    return f"{text} {SATURATED_MARK}" if text and (r.ipsec.cpu_saturated or r.plain.cpu_saturated) else text
 
 
 def group_of(a: Aggregate, varying: Sequence[str]) -> tuple:

@@ -9,8 +9,11 @@ from rich.table import Table
 from analysis.format import (
     BOUND_HELP,
     BOUND_NAMES,
+    SATURATED_HELP,
+    SATURATED_MARK,
     bound_text,
     compare_key,
+    cpu_cost_text,
     fmt_mean_ci,
     group_of,
     ratio_index,
@@ -44,8 +47,9 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     """The aggregated points as a rich table: plain and IPsec side by side per size.
 
     Columns: profile, rate, size, mean goodput, its 95 % CI half-width, repetitions, IPsec/plain
-    goodput (± 95 % CI), CPU-seconds per GB (± 95 % CI), and what bounded the point (link,
-    CPU, other; anomalies left out and failed repetitions), explained in the caption.
+    goodput (± 95 % CI), CPU-seconds per GB (± 95 % CI; marked when the CPU was saturated),
+    and what bounded the point (link, CPU, other; anomalies left out and failed repetitions),
+    explained in the caption.
     A scenario column comes first when the points span several scenarios.
     """
     varying = varying_scenario_keys(aggs)
@@ -60,7 +64,7 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         ratio = by_ipsec.get(id(a))
         cells = ["plain" if a.is_plain else str(a.profile), "unshaped" if a.rate_mbit is None else f"{a.rate_mbit:g}",
                  str(a.size_bytes), mean, ci, str(a.goodput.n), ratio_text(ratio.goodput if ratio else None),
-                 summary_text(a.cpu_s_per_gb), bound_text(a)]
+                 cpu_cost_text(a), bound_text(a)]
         if varying:
             cells.insert(0, scenario_of(a, varying))
         nxt = ordered[i + 1] if i + 1 < len(ordered) else None
@@ -70,8 +74,13 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     table = _rich_table(title or "Goodput per point (mean of repetitions, 95 % confidence intervals)",
                         headers, rows, left=("scenario", "profile", "bound"), styles=styles, sections=sections)
     seen = {b for a in ordered for b in a.bounds if b in BOUND_HELP}
+    captions = []
     if seen:
-        table.caption = "bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen)
+        captions.append("bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen))
+    if any(a.cpu_s_per_gb is not None and a.cpu_saturated for a in ordered):
+        captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
+    if captions:
+        table.caption = "\n".join(captions)
         table.caption_justify = "left"
     return table
 

@@ -37,6 +37,7 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 
+from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT
 from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
 from testbed import netns
 from testbed.backends import CpuMeter, CpuSample
@@ -48,13 +49,12 @@ BOUNDS = ("link", "cpu", "other", "anomaly")
 LINK_FULL = 0.97
 #: ... with a queue in front of it in at least this share of the backlog samples (or drops).
 QUEUE_STANDING = 0.5
-#: The emulating machine counts as saturated when its CPU was busy this share of the window.
-CPU_SATURATED = 0.90
+#: The emulating machine counts as saturated when its CPU was busy this share of the window ...
+CPU_SATURATED = CPU_SATURATED_PCT / 100
 #: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs) ...
 KERNEL_BUSY_PCT = 99.0
-#: ... or when one of its CPUs was this busy: a flow's work runs on one or two CPUs at a time,
-#: so on a machine of many CPUs one saturated CPU bounds a point while the rest idle.
-BUSIEST_CPU_PCT = 95.0
+# ... or when one of its CPUs was BUSIEST_CPU_PCT busy. Both limits live in analysis.stats,
+# shared with the reports, which mark the CPU cost of such points.
 #: Goodput may exceed what the shaper's bytes carry (at the overhead model's payload share)
 #: by this much before the two are called contradictory: the bytes in flight between the
 #: shaper and the receiving socket at the window's two ends differ by up to a few packets.

@@ -462,3 +462,61 @@ def test_points_table_splits_each_ipsec_penalty_into_wire_and_other():
     wire = 1 - ipsec / plain
     total = 1 - ipsec / 2 / plain
     assert f"{100 * total:.1f} = {100 * wire:.1f} + {100 * (total - wire):.1f} %" in page
+
+
+def _saturated_records():
+    """The synthetic run with plain and AES-GCM-256 at 34 Mbit/s, 1400 B, 96 % busy; and GCM at
+    10 Mbit/s, 250 B, with one of several CPUs 97 % busy (the machine 40 %)."""
+    out = []
+    for r in synthetic_records(limited=()):
+        if r["rate_mbit"] == 34.0 and r["size_bytes"] == 1400 and r["profile"] in ("none", "aes-gcm-256"):
+            r = dict(r, cpu_busy_pct=96.0)
+        if r["rate_mbit"] == 10.0 and r["size_bytes"] == 250 and r["profile"] == "aes-gcm-256":
+            r = dict(r, cpu_busiest_pct=97.0)
+        out.append(r)
+    return out
+
+
+def test_cpu_saturated_follows_the_monitors_limits():
+    from experiments import monitor
+    from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT
+
+    assert monitor.CPU_SATURATED * 100 == CPU_SATURATED_PCT and monitor.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
+    by_point = {(a.rate_mbit, a.size_bytes, a.profile): a for a in aggregate(_saturated_records())}
+    assert by_point[(34.0, 1400, "none")].cpu_saturated and by_point[(34.0, 1400, "aes-gcm-256")].cpu_saturated
+    assert by_point[(10.0, 250, "aes-gcm-256")].cpu_saturated  # one CPU of several
+    assert not by_point[(34.0, 1400, "aes-cbc-128-sha1")].cpu_saturated  # 40 % busy
+    assert not by_point[(10.0, 250, "none")].cpu_saturated
+    # on the mean of the repetitions: one busy repetition of three does not make the point saturated
+    records = [dict(r, cpu_busy_pct=99.0 if r["repetition"] == 0 else 40.0) for r in synthetic_records()]
+    assert not any(a.cpu_saturated for a in aggregate(records))
+    # runs without CPU figures are not marked
+    assert not any(a.cpu_saturated for a in aggregate([{k: v for k, v in r.items() if not k.startswith("cpu")}
+                                                       for r in _saturated_records()]))
+
+
+def test_saturated_cpu_costs_are_marked_and_explained_in_the_table():
+    aggs = aggregate(_saturated_records())
+    text = _text(terminal_table(aggs, normalize(aggs)))
+    marked = [line.split()[:3] for line in text.splitlines() if " * " in line]
+    assert sorted(marked) == sorted([["plain", "34", "1400"], ["aes-gcm-256", "34", "1400"],
+                                     ["aes-gcm-256", "10", "250"]])
+    assert "CPU s/GB *: the CPU was at least 90 % busy" in " ".join(text.split())
+    plain = _text(terminal_table(aggregate(synthetic_records()), []))
+    assert " * " not in plain and "CPU s/GB *" not in plain
+
+
+def test_saturated_cpu_costs_are_marked_in_the_page():
+    page = render_html(_saturated_records(), META)
+    table = page[page.index('<table class="points" id="points">'):]
+    table = table[:table.index("</table>")]
+    rows = [row for row in table.split("<tr")[2:]]
+    marked = [row for row in rows if "±" in row and " *</td>" in row]
+    # the three saturated points' CPU per GB, and the CPU ratio of every IPsec point with a saturated
+    # side: GCM at 34/1400 and 10/250, and CBC at 34/1400, whose plain baseline was saturated
+    assert len(marked) == 4
+    assert sum(row.count(" *</td>") for row in marked) == 6
+    cbc = next(row for row in marked if "aes-cbc-128-sha1" in row)
+    assert cbc.count(" *</td>") == 1 and '<td class="num">8.00 ± 2.48</td>' in cbc
+    assert "CPU s/GB or CPU ratio marked *: the CPU was at least 90 % busy" in page
+    assert "marked *:" not in render_html(synthetic_records(), META)
