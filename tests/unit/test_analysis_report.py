@@ -478,8 +478,8 @@ def _saturated_records():
 
 
 def test_cpu_saturated_follows_the_monitors_limits():
-    from experiments import monitor
     from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT
+    from experiments import monitor
 
     assert monitor.CPU_SATURATED * 100 == CPU_SATURATED_PCT and monitor.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
     by_point = {(a.rate_mbit, a.size_bytes, a.profile): a for a in aggregate(_saturated_records())}
