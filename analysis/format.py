@@ -13,6 +13,7 @@ from analysis.stats import (
     BOUND_ORDER,
     BUSIEST_CPU_PCT,
     CPU_SATURATED_PCT,
+    KERNEL_BUSY_PCT,
     NO_MODE,
     PLAIN_PROFILE,
     Aggregate,
@@ -235,15 +236,21 @@ def summary_text(s: Summary | None) -> str:
 
 #: Marks a CPU cost taken with the CPU saturated (Aggregate.cpu_saturated), explained by SATURATED_HELP.
 SATURATED_MARK = "*"
-SATURATED_HELP = (f"the CPU was at least {CPU_SATURATED_PCT:g} % busy (or one CPU {BUSIEST_CPU_PCT:g} %): the CPU "
+SATURATED_HELP = (f"the CPU was at least {CPU_SATURATED_PCT:g} % busy (or one CPU {BUSIEST_CPU_PCT:g} %, or the "
+                  f"kernel's own account {KERNEL_BUSY_PCT:g} %): the CPU "
                   "per GB is then mostly the CPU there was over the goodput, so it follows the goodput and shows "
                   "a costlier profile as less costly than it is; compare CPU costs where the CPU was less busy")
+
+
+def cpu_cost_marked(a: Aggregate) -> bool:
+    """Whether the point has a CPU cost, taken with its CPU saturated (shown with SATURATED_MARK)."""
+    return a.cpu_s_per_gb is not None and a.cpu_saturated
 
 
 def cpu_cost_text(a: Aggregate) -> str:
     """The point's CPU-seconds per GB (± 95 % CI), marked when its CPU was saturated."""
     text = summary_text(a.cpu_s_per_gb)
-    return f"{text} {SATURATED_MARK}" if text and a.cpu_saturated else text
+    return f"{text} {SATURATED_MARK}" if cpu_cost_marked(a) else text
 
 
 def cpu_ratio_text(r: Ratio | None) -> str:

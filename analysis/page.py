@@ -16,6 +16,7 @@ from analysis.format import (
     SATURATED_HELP,
     SATURATED_MARK,
     bound_text,
+    cpu_cost_marked,
     cpu_cost_text,
     cpu_ratio_text,
     decimals,
@@ -310,7 +311,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, An
                  "intervals. Penalty: 1 &minus; IPsec/plain in percent of the plain goodput, split into what the "
                  "bytes IPsec adds explain on a saturated link (wire, from the overhead model) and the rest "
                  "(other: encryption and packet processing, or an emulator out of CPU).</p>")
-    if any(a.cpu_s_per_gb is not None and a.cpu_saturated for a in aggs):
+    if any(cpu_cost_marked(a) for a in aggs):
         parts.append(f"<p>CPU s/GB or CPU ratio marked {_esc(SATURATED_MARK)}: {_esc(SATURATED_HELP)}.</p>")
     sweep = meta.get("sweep") or {}
     parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))

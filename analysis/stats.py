@@ -30,14 +30,17 @@ POINT_KEYS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mb
 #: What an IPsec point and its plain baseline must share to be compared.
 MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_bytes", "size_mode", "clients")
 
-#: CPU fields summarised per point (percent of all CPUs or of the busiest one, and CPU-seconds
-#: per gigabyte delivered).
-CPU_FIELDS = ("cpu_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct", "cpu_s_per_gb")
+#: CPU fields summarised per point (percent busy by the CPU meter, by the kernel's own account and
+#: on its busiest CPU, system and softirq shares, and CPU-seconds per gigabyte delivered).
+CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
+              "cpu_s_per_gb")
 
 #: The CPU doing a point's work counts as saturated when its meter found it busy this share of
 #: the window, in percent (experiments.monitor classes such a point ``cpu`` unless the link was
 #: full) ...
 CPU_SATURATED_PCT = 90.0
+#: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs, in percent) ...
+KERNEL_BUSY_PCT = 99.0
 #: ... or one of its CPUs this busy: a flow's work runs on one or two CPUs at a time, so on a
 #: machine of many CPUs one saturated CPU bounds a point while the rest idle.
 BUSIEST_CPU_PCT = 95.0
@@ -206,9 +209,9 @@ class Aggregate(_PointFields):
         User-Mode Linux the guest is 93-100 % busy with the link full, plain or AES-GCM-256, and
         their CPU per GB at MSS 1460 differ by 1.09x, while at 10 Mbit/s (12-17 % busy) by 1.45x.
         """
-        busy, busiest = self.cpu.get("cpu_busy_pct"), self.cpu.get("cpu_busiest_pct")
-        return ((busy is not None and busy.mean >= CPU_SATURATED_PCT)
-                or (busiest is not None and busiest.mean >= BUSIEST_CPU_PCT))
+        limits = (("cpu_busy_pct", CPU_SATURATED_PCT), ("cpu_kernel_busy_pct", KERNEL_BUSY_PCT),
+                  ("cpu_busiest_pct", BUSIEST_CPU_PCT))
+        return any(field in self.cpu and self.cpu[field].mean >= limit for field, limit in limits)
 
 
 def _number(value: Any) -> float | None:

@@ -13,6 +13,7 @@ from analysis.format import (
     SATURATED_MARK,
     bound_text,
     compare_key,
+    cpu_cost_marked,
     cpu_cost_text,
     fmt_mean_ci,
     group_of,
@@ -77,7 +78,7 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     captions = []
     if seen:
         captions.append("bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen))
-    if any(a.cpu_s_per_gb is not None and a.cpu_saturated for a in ordered):
+    if any(cpu_cost_marked(a) for a in ordered):
         captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
     if captions:
         table.caption = "\n".join(captions)

@@ -37,7 +37,7 @@ import struct
 import time
 from collections.abc import Iterator, Sequence
 
-from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT
+from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
 from testbed import netns
 from testbed.backends import CpuMeter, CpuSample
@@ -49,12 +49,10 @@ BOUNDS = ("link", "cpu", "other", "anomaly")
 LINK_FULL = 0.97
 #: ... with a queue in front of it in at least this share of the backlog samples (or drops).
 QUEUE_STANDING = 0.5
-#: The emulating machine counts as saturated when its CPU was busy this share of the window ...
+#: The emulating machine counts as saturated when its CPU was busy this share of the window, or
+#: its kernel KERNEL_BUSY_PCT busy, or one of its CPUs BUSIEST_CPU_PCT busy. The three limits live
+#: in analysis.stats, shared with the reports, which mark the CPU cost of such points.
 CPU_SATURATED = CPU_SATURATED_PCT / 100
-#: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs) ...
-KERNEL_BUSY_PCT = 99.0
-# ... or when one of its CPUs was BUSIEST_CPU_PCT busy. Both limits live in analysis.stats,
-# shared with the reports, which mark the CPU cost of such points.
 #: Goodput may exceed what the shaper's bytes carry (at the overhead model's payload share)
 #: by this much before the two are called contradictory: the bytes in flight between the
 #: shaper and the receiving socket at the window's two ends differ by up to a few packets.

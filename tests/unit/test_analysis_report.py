@@ -478,10 +478,11 @@ def _saturated_records():
 
 
 def test_cpu_saturated_follows_the_monitors_limits():
-    from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT
+    from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
     from experiments import monitor
 
     assert monitor.CPU_SATURATED * 100 == CPU_SATURATED_PCT and monitor.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
+    assert monitor.KERNEL_BUSY_PCT == KERNEL_BUSY_PCT
     by_point = {(a.rate_mbit, a.size_bytes, a.profile): a for a in aggregate(_saturated_records())}
     assert by_point[(34.0, 1400, "none")].cpu_saturated and by_point[(34.0, 1400, "aes-gcm-256")].cpu_saturated
     assert by_point[(10.0, 250, "aes-gcm-256")].cpu_saturated  # one CPU of several
@@ -490,6 +491,10 @@ def test_cpu_saturated_follows_the_monitors_limits():
     # on the mean of the repetitions: one busy repetition of three does not make the point saturated
     records = [dict(r, cpu_busy_pct=99.0 if r["repetition"] == 0 else 40.0) for r in synthetic_records()]
     assert not any(a.cpu_saturated for a in aggregate(records))
+    # the kernel's own account finding no idle moment counts too, as in the monitor's ``cpu`` class
+    records = [dict(r, cpu_kernel_busy_pct=KERNEL_BUSY_PCT if r["profile"] == "none" else 98.0)
+               for r in synthetic_records(limited=())]
+    assert {a.profile for a in aggregate(records) if a.cpu_saturated} == {"none"}
     # runs without CPU figures are not marked
     assert not any(a.cpu_saturated for a in aggregate([{k: v for k, v in r.items() if not k.startswith("cpu")}
                                                        for r in _saturated_records()]))
