@@ -234,6 +234,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         "cpu_us_per_packet": ev.cpu_s * 1e6 / ev.link_packets if ev.link_packets else None,
         "cpu_kernel_busy_pct": ev.proc_busy_pct, "cpu_system_pct": ev.proc_system_pct,
         "cpu_softirq_pct": ev.proc_softirq_pct, "cpu_busiest_pct": ev.proc_busiest_cpu_pct,
+        "speed_probe_ns": ev.speed_probe_ns,
         "clock_skew": ev.clock_skew, "reading_spread_s": ev.max_reading_spread_s,
         "goodput_uncertainty": ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)

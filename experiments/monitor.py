@@ -466,6 +466,7 @@ class Evidence:
     goodput_uncertainty: float = 0.0      # how far the goodput may be off from its readings' timing alone
     utilization_uncertainty: float = 0.0  # ... and the link's utilization (shares of the value)
     shaper_lost: int = 0            # backlog samples that found no shaper (its qdisc was replaced)
+    speed_probe_ns: float | None = None  # the speed probe's ns per operation over the window (how slow the machine ran)
 
 
 def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, cpus: float,
@@ -491,6 +492,9 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
     if fa.sent_datagrams is not None and fb.sent_datagrams is not None and fb.sent_datagrams > fa.sent_datagrams:
         got = fb.received_datagrams - fa.received_datagrams
         loss = max(0.0, 100.0 * (1 - got / (fb.sent_datagrams - fa.sent_datagrams)))
+    speed = None
+    if a.cpu.probe and b.cpu.probe and b.cpu.probe[0] > a.cpu.probe[0]:
+        speed = (b.cpu.probe[1] - a.cpu.probe[1]) / (b.cpu.probe[0] - a.cpu.probe[0])
     spreads = [r.spread_ns for r in (a.shaper, a.flows, b.shaper, b.flows)]
     spreads += [x.local_ns[1] - x.local_ns[0] for x in (a.cpu, b.cpu)]
     return Evidence(
@@ -508,7 +512,8 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         max_reading_spread_s=max(spreads) / _NS,
         # a reading placed at the middle of its bracket is off by at most half of it, at each end
         goodput_uncertainty=(a.flows.spread_ns + b.flows.spread_ns) / 2 / _NS / t_recv,
-        utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper)
+        utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper,
+        speed_probe_ns=speed)
 
 
 def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[str, str]:

@@ -53,12 +53,15 @@ class CpuSample:
 
     ``cpu_ns``: CPU time used so far by what the meter accounts; ``clock_ns``: when, on the
     meter's own clock (the host's monotonic clock for a guest); ``local_ns``: this process's
-    monotonic clock just before and just after the reading, which bound when it was taken.
+    monotonic clock just before and just after the reading, which bound when it was taken;
+    ``probe``: a speed probe's (operations, ns) so far, where one runs beside the kernel
+    (:mod:`testbed.speedprobe`).
     """
 
     cpu_ns: int
     clock_ns: int
     local_ns: tuple[int, int]
+    probe: tuple[int, int] | None = None
 
 
 class CpuMeter(abc.ABC):
@@ -68,6 +71,8 @@ class CpuMeter(abc.ABC):
     method: ClassVar[str] = ""
     #: How many CPUs the accounted work can use: the busy share is CPU time / (clock time * cpus).
     cpus: float = 1.0
+    #: What the speed probe beside the kernel times, for meta.json ("": no probe).
+    speed_probe: str = ""
 
     @abc.abstractmethod
     def read(self) -> tuple[int, int]:
@@ -130,14 +135,16 @@ class KernelBackend(abc.ABC):
     @abc.abstractmethod
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False) -> int:
         """Run ``argv`` as root on this backend's kernel, with the host's files at the same paths,
         output streamed live; return its exit status (124: ``timeout_s`` ran out).
 
         ``interactive`` gives the command this terminal; ``modules`` are kernel modules the
         work needs loaded; ``output`` takes the command's output (both streams) instead of this
         process's; ``cpu`` is the host CPU to run it on where the backend can choose (two
-        guests on two CPUs do not slow each other).  Whatever way the caller ends (even
+        guests on two CPUs do not slow each other); ``speed_probe`` times a small workload on a
+        spare host CPU beside a guest, for its CPU meter (:mod:`testbed.speedprobe`; ignored
+        where there is no guest or no spare CPU).  Whatever way the caller ends (even
         SIGKILL), a guest and every process in it end with it: the lifeline.  Raises
         :class:`BackendError` when the command could not be run at all.
         """

@@ -83,7 +83,7 @@ class HostBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False) -> int:
         env = {**os.environ, GUEST_ENV: self.name}
         pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
         try:

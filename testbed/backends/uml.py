@@ -62,14 +62,26 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 from testbed import names
-from testbed.backends.base import DEFAULT_OPTIONS, GUEST_ENV, BackendError, CpuMeter, KernelBackend, Leftover, Options
+from testbed.backends.base import (
+    DEFAULT_OPTIONS,
+    GUEST_ENV,
+    BackendError,
+    CpuMeter,
+    CpuSample,
+    KernelBackend,
+    Leftover,
+    Options,
+)
 from testbed.capabilities import Needs, Probe
+from testbed.speedprobe import SpeedProbe, spare_cpu
 
 log = logging.getLogger(__name__)
 
 #: Inside the guest: the tty to ask the host's CPU meter on (absent: no host account).
 METER_ENV = "IPSEC_TESTBED_CPU_METER"
 METER_TTY = "/dev/tty3"
+#: Inside the guest: what the host's speed probe times (absent: no probe beside the guest).
+SPEED_PROBE_ENV = "IPSEC_TESTBED_SPEED_PROBE"
 #: The host's cgroup v1 cpuacct hierarchy, where each guest gets a group of its own.
 CPUACCT_ROOT = "/sys/fs/cgroup/cpuacct"
 
@@ -117,6 +129,10 @@ class UmlSpec:
     #: saturation and its CPU cost per byte vary less from run to run (measured: AES-GCM-256
     #: at 100 Mbit/s MSS 100, goodput's coefficient of variation 3.8 % unpinned, 1.6 % pinned)
     host_cpu: int | None = None
+    #: with the CPU meter, time a workload like the guest's on a host CPU other than
+    #: ``host_cpu`` and give its totals with every reading (:mod:`testbed.speedprobe`): how
+    #: fast the machine ran over each window
+    speed_probe: bool = False
     #: Whether the host's stdout/stderr are terminals.  The guest's are consoles (ttys);
     #: where the host's are not, the guest command writes through a pipe instead, so
     #: it behaves as it would on the host (no colours or progress redraws in a CI log).
@@ -372,8 +388,13 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
     terminal: list | None = None
     meter_fds: list[int] = []
     cgroup = make_cgroup(uml_id) if spec.cpu_meter else None
+    probe_cpu = spare_cpu(spec.host_cpu) if spec.speed_probe and cgroup is not None else None
+    probe: SpeedProbe | None = None
     started = time.monotonic()
     try:
+        if probe_cpu is not None:
+            probe = SpeedProbe(probe_cpu, workdir)
+            spec = dataclasses.replace(spec, env=(*spec.env, (SPEED_PROBE_ENV, probe.method())))
         with open(f"{workdir}/init.sh", "w") as f:
             f.write(plan_init_script(spec, workdir))
         with open(f"{workdir}/modprobe", "w") as f:
@@ -404,7 +425,7 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
         if guest_meter is not None:
             for fd in guest_meter:
                 os.close(fd)
-            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup), daemon=True).start()
+            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe), daemon=True).start()
         watcher, lifeline = _watch(proc.pid)
         pumps = [threading.Thread(target=_pump, args=(pipes[0][0], None, console), daemon=True),
                  threading.Thread(target=_pump, args=(pipes[1][0], stdout), daemon=True),
@@ -436,6 +457,8 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             watcher.kill()  # before the lifeline closes: the group is gone, its id may be reused
             watcher.wait()
             os.close(lifeline)
+        if probe is not None:
+            probe.close()
         if terminal is not None:
             with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
                 termios.tcsetattr(0, termios.TCSADRAIN, terminal)
@@ -485,9 +508,10 @@ def remove_cgroup(path: str, timeout_s: float = 5.0) -> bool:
             time.sleep(0.02)
 
 
-def serve_meter(requests: int, replies: int, cgroup: str) -> None:
+def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None) -> None:
     """The host's end of the CPU meter: each line the guest sends is answered at once with
-    ``<guest CPU ns> <host monotonic ns>``.  Ends when the guest's end closes."""
+    ``<guest CPU ns> <host monotonic ns>``, followed by ``<probe operations> <probe ns>``
+    when a speed ``probe`` runs and has its first totals.  Ends when the guest's end closes."""
     usage = os.open(os.path.join(cgroup, "cpuacct.usage"), os.O_RDONLY | os.O_CLOEXEC)
     try:
         while True:
@@ -499,8 +523,10 @@ def serve_meter(requests: int, replies: int, cgroup: str) -> None:
                 return
             for _ in range(chunk.count(b"\n")):
                 cpu_ns = int(os.pread(usage, 64, 0))
+                speed = probe.read() if probe is not None else None
+                tail = f" {speed[0]} {speed[1]}" if speed else ""
                 try:
-                    os.write(replies, f"{cpu_ns} {time.monotonic_ns()}\n".encode())
+                    os.write(replies, f"{cpu_ns} {time.monotonic_ns()}{tail}\n".encode())
                 except OSError:
                     return
     finally:
@@ -513,18 +539,29 @@ class GuestMeter(CpuMeter):
     Exact to the nanosecond and complete: it includes the host's work for the guest (its
     system calls and page faults, served through ptrace), which the guest's own /proc/stat
     never shows.  The clock is the host's.  One reading takes a round trip through the
-    guest's tty; :attr:`CpuSample.local_ns` bounds it.
+    guest's tty; :attr:`CpuSample.local_ns` bounds it.  With a speed probe beside the guest
+    (``speed_probe``: what it times) each sample carries the probe's totals too.
     """
 
     method = "cgroup v1 cpuacct.usage of the User-Mode Linux guest, read by the host (ns)"
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, speed_probe: str = "") -> None:
         self.cpus = 1.0  # UML is uniprocessor
+        self.speed_probe = speed_probe
         self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
         self._lock = threading.Lock()
         self._buffer = b""
 
     def read(self) -> tuple[int, int]:
+        return self._read()[:2]
+
+    def sample(self) -> CpuSample:
+        before = time.monotonic_ns()
+        cpu_ns, clock_ns, *probe = self._read()
+        return CpuSample(cpu_ns, clock_ns, (before, time.monotonic_ns()), probe=tuple(probe) if probe else None)
+
+    def _read(self) -> tuple[int, ...]:
+        """The host's reply: CPU ns and clock ns, then the probe's operations and ns when it has them."""
         with self._lock:
             os.write(self._fd, b"?\n")
             while b"\n" not in self._buffer:
@@ -533,8 +570,7 @@ class GuestMeter(CpuMeter):
                     raise BackendError("the host's CPU meter closed its channel")
                 self._buffer += chunk
             line, self._buffer = self._buffer.split(b"\n", 1)
-        cpu_ns, clock_ns = line.split()
-        return int(cpu_ns), int(clock_ns)
+        return tuple(int(field) for field in line.split())
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -578,7 +614,7 @@ def guest_cpu() -> int | None:
 def build_spec(command: Sequence[str], kernel: str | None = None, modules: str | None = None,
                mem: str = "2G", timeout_s: float | None = None, cwd: str | None = None,
                interactive: bool = False, boot_modules: Sequence[str] = (), cpu_meter: bool = True,
-               host_cpu: int | None = None) -> UmlSpec:
+               host_cpu: int | None = None, speed_probe: bool = False) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
     kernel_path = find_kernel(kernel)
@@ -587,7 +623,7 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
                    cwd=os.path.abspath(cwd or os.getcwd()), mem=mem, timeout_s=timeout_s,
                    env=guest_env(os.environ), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
-                   host_cpu=guest_cpu() if host_cpu is None else host_cpu)
+                   host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe)
 
 
 # -- leftovers of killed runs -----------------------------------------------------------------
@@ -728,9 +764,10 @@ class UmlBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False) -> int:
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
-                          timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu)
+                          timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu,
+                          speed_probe=speed_probe)
         if output is not None:
             spec = dataclasses.replace(spec, stdout_tty=False, stderr_tty=False)
         return run(spec, stdout=output, stderr=output)
@@ -757,7 +794,7 @@ class UmlBackend(KernelBackend):
         path = os.environ.get(METER_ENV)
         if path:
             try:
-                return GuestMeter(path)
+                return GuestMeter(path, os.environ.get(SPEED_PROBE_ENV, ""))
             except OSError as e:
                 log.warning("the host's CPU meter is not reachable (%s): the guest's own /proc/stat is used", e)
         from testbed.backends.host import ProcStatMeter

@@ -6,6 +6,7 @@ and just after the dump (the same figures, so the parse can be checked against t
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 from pathlib import Path
@@ -232,3 +233,12 @@ def test_the_flow_is_seen_when_the_new_tests_bytes_arrive_not_when_an_old_connec
     diag.then = [[tcp(1, 39_000_000, LAST_ACK)], [], []]
     with pytest.raises(TimeoutError):
         monitor_on(diag).for_test("tcp").wait_for_flow(timeout_s=0.05, poll_s=0.001)
+
+
+def test_the_speed_probes_ns_per_operation_over_the_window_is_kept():
+    a, b = reading(1.0, 0, 0, 1.0), reading(3.0, 2_500_000, 2_000_000, 1.5)
+    assert evidence(a, b, [3000] * 20, 10.0, 1.0, 9.5).speed_probe_ns is None  # no probe beside the kernel
+    a, b = dataclasses.replace(a, cpu=dataclasses.replace(a.cpu, probe=(1_000, 200_000_000))), \
+        dataclasses.replace(b, cpu=dataclasses.replace(b.cpu, probe=(1_400, 300_000_000)))
+    # 400 operations in 100 ms of the probe's work: 250 us each
+    assert evidence(a, b, [3000] * 20, 10.0, 1.0, 9.5).speed_probe_ns == pytest.approx(250_000)
