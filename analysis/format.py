@@ -242,6 +242,18 @@ SATURATED_HELP = (f"the CPU was at least {CPU_SATURATED_PCT:g} % busy (or one CP
                   "a costlier profile as less costly than it is; compare CPU costs where the CPU was less busy")
 
 
+#: Says that CPU costs were set to the run's common machine speed (analysis.stats.at_common_speed).
+AT_COMMON_SPEED_HELP = ("at the run's common machine speed: a speed probe on a spare host CPU timed every window, "
+                        "and each repetition's cost was set to the mean speed of its rate's windows, so a "
+                        "repetition taken while the shared machine ran slow counts at the speed of the others "
+                        "(each as measured is in results.jsonl)")
+
+
+def at_common_speed(aggs: Sequence[Aggregate]) -> bool:
+    """Whether any point's CPU costs were set to the run's common speed (shown with AT_COMMON_SPEED_HELP)."""
+    return any("cpu_s_per_gb_measured" in a.cpu for a in aggs)
+
+
 def cpu_cost_marked(a: Aggregate) -> bool:
     """Whether the point has a CPU cost, taken with its CPU saturated (shown with SATURATED_MARK)."""
     return a.cpu_s_per_gb is not None and a.cpu_saturated

@@ -8,6 +8,8 @@ is not needed, the standard library's arithmetic is exact enough for a few dozen
 * :func:`aggregate` -- mean, sample standard deviation, n, 95 % CI half-width, min and max of the
   goodput and of each CPU field, per point (the point key without the repetition).
 * :func:`normalize` -- IPsec/plain ratios at the same point, with a delta-method interval.
+* :func:`at_common_speed` -- CPU costs set to one machine speed, where a speed probe timed each
+  window (:mod:`testbed.speedprobe`); :func:`aggregate` summarises those.
 """
 from __future__ import annotations
 
@@ -33,7 +35,18 @@ MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_
 #: CPU fields summarised per point (percent busy by the CPU meter, by the kernel's own account and
 #: on its busiest CPU, system and softirq shares, and CPU-seconds per gigabyte delivered).
 CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
-              "cpu_s_per_gb")
+              "cpu_s_per_gb", "cpu_s_per_gb_measured")
+
+#: A speed probe's nanoseconds per operation over a repetition's window: how slow the machine
+#: ran then (testbed.speedprobe; absent without a probe).
+SPEED_FIELD = "speed_probe_ns"
+#: The CPU costs :func:`at_common_speed` sets to the run's common speed; each as measured is
+#: kept under its name with :data:`MEASURED` added.
+SPEED_ADJUSTED = ("cpu_s_per_gb", "cpu_us_per_packet")
+MEASURED = "_measured"
+#: Repetitions beyond each point's first that a group of points (a profile at a rate) needs
+#: for an elasticity of its own; with fewer it takes the run's.
+ELASTICITY_MIN_DF = 8
 
 #: The CPU doing a point's work counts as saturated when its meter found it busy this share of
 #: the window, in percent (experiments.monitor classes such a point ``cpu`` unless the link was
@@ -251,7 +264,7 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
     """
     keys = tuple(keys)
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in _latest_per_repetition(records, keys):
+    for r in at_common_speed(_latest_per_repetition(records, keys)):
         groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
     out = []
     for key, group in groups.items():
@@ -412,4 +425,87 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
             cpu = ratio_of_means(a.cpu_s_per_gb, base.cpu_s_per_gb)
         out.append(Ratio(point=a.point, ipsec=a, plain=base,
                          goodput=ratio_of_means(a.goodput, base.goodput), cpu_s_per_gb=cpu))
+    return out
+
+
+def _speed_group(r: Mapping[str, Any]) -> tuple:
+    """The points that share an elasticity: a profile at a rate (every point key but the size)."""
+    return tuple(r.get(k) for k in POINT_KEYS if k != "size_bytes")
+
+
+#: What the points compared with each other share (the profiles, sizes and arms of one rate):
+#: their costs are set to one reference speed, the mean over their windows.
+_COMPARED_KEYS = ("topology", "ip_version", "transport", "rate_mbit", "size_mode", "clients")
+
+
+def elasticities(records: Sequence[Mapping[str, Any]]) -> dict[tuple | None, float]:
+    """How a CPU cost follows the machine's speed: the slope of log(CPU per GB) on log(probe ns
+    per operation) between repetitions of the same point, pooled over a profile at a rate (key:
+    :func:`_speed_group`) and over the whole run (key None), never below 0.  Only repetitions
+    with both figures count; a point with one repetition adds nothing."""
+    points: dict[tuple, list[tuple[float, float]]] = {}
+    for r in records:
+        speed, cost = _number(r.get(SPEED_FIELD)), _number(r.get("cpu_s_per_gb"))
+        if speed and cost and speed > 0 and cost > 0 and r.get("bound") != "anomaly":
+            points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append((math.log(speed), math.log(cost)))
+    sums: dict[tuple | None, list[float]] = {}
+    for key, xy in points.items():
+        if len(xy) < 2:
+            continue
+        mx = math.fsum(x for x, _ in xy) / len(xy)
+        my = math.fsum(y for _, y in xy) / len(xy)
+        sxx = math.fsum((x - mx) ** 2 for x, _ in xy)
+        sxy = math.fsum((x - mx) * (y - my) for x, y in xy)
+        group = _speed_group(dict(zip(POINT_KEYS, key, strict=True)))
+        for g in (group, None):
+            acc = sums.setdefault(g, [0.0, 0.0, 0.0])
+            acc[0], acc[1], acc[2] = acc[0] + sxx, acc[1] + sxy, acc[2] + len(xy) - 1
+    slopes = {g: max(0.0, sxy / sxx) if sxx > 0 else 0.0 for g, (sxx, sxy, _) in sums.items()}
+    run = slopes.get(None, 0.0)
+    return {g: (s if g is None or sums[g][2] >= ELASTICITY_MIN_DF else run) for g, s in slopes.items()}
+
+
+def at_common_speed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records, with their CPU costs set to what they would have been at the run's common
+    machine speed, where a speed probe timed their windows.
+
+    On a shared machine the same work costs different CPU time from window to window; a probe
+    on a spare CPU (testbed.speedprobe) times a fixed workload over each window.  A record's
+    costs (:data:`SPEED_ADJUSTED`) are multiplied by ``(reference / probe) ** b``.  ``b`` is
+    the elasticity of its point's group (:func:`elasticities`).  The reference is the
+    geometric mean of the probe over the windows of every point compared with it (all
+    profiles, sizes and arms at its rate): a repetition measured while the machine ran slow
+    counts at the speed of the others.  Each rate has a reference of its own because the
+    guest's load slows the probe a little (~1 % at 100 Mbit/s against 10, on a quiet hour).
+    Each cost as measured is kept (its name + :data:`MEASURED`), and ``speed_factor`` says
+    what it was multiplied by.  Records without a probe figure, and runs with fewer than
+    three, are returned as they are; where the costs do not follow the probe ``b`` is near 0,
+    and so is the change.
+    """
+    if any("speed_factor" in r for r in records):  # set already
+        return list(records)
+    timed = [r for r in records if (_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
+             and r.get("bound") != "anomaly"]
+    if len(timed) < 3:
+        return list(records)
+    logs: dict[tuple, list[float]] = {}
+    for r in timed:
+        logs.setdefault(tuple(r.get(k) for k in _COMPARED_KEYS), []).append(math.log(r[SPEED_FIELD]))
+    reference = {key: math.fsum(xs) / len(xs) for key, xs in logs.items()}
+    slopes = elasticities(timed)
+    chosen = {id(r) for r in timed}
+    out: list[Mapping[str, Any]] = []
+    for r in records:
+        if id(r) not in chosen:
+            out.append(r)
+            continue
+        slope = slopes.get(_speed_group(r), slopes.get(None, 0.0))
+        factor = math.exp(slope * (reference[tuple(r.get(k) for k in _COMPARED_KEYS)] - math.log(r[SPEED_FIELD])))
+        adjusted = dict(r, speed_factor=factor)
+        for field in SPEED_ADJUSTED:
+            value = _number(r.get(field))
+            if value is not None:
+                adjusted[field + MEASURED] = value
+                adjusted[field] = value * factor
+        out.append(adjusted)
     return out

@@ -7,10 +7,12 @@ from rich import box
 from rich.table import Table
 
 from analysis.format import (
+    AT_COMMON_SPEED_HELP,
     BOUND_HELP,
     BOUND_NAMES,
     SATURATED_HELP,
     SATURATED_MARK,
+    at_common_speed,
     bound_text,
     compare_key,
     cpu_cost_marked,
@@ -80,6 +82,8 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         captions.append("bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen))
     if any(cpu_cost_marked(a) for a in ordered):
         captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
+    if at_common_speed(ordered):
+        captions.append(f"CPU s/GB: {AT_COMMON_SPEED_HELP}")
     if captions:
         table.caption = "\n".join(captions)
         table.caption_justify = "left"

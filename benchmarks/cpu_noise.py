@@ -18,7 +18,10 @@ and how many repetitions a point with that CPU spread needs for a 95 % confidenc
 within --cpu-precision of its mean (what the default sweep's extra repetitions must buy
 within its time budget).  When the packets and timeslices repeat closely but the CPU per
 timeslice does not, the same work cost different CPU time: the spread is the machine's,
-not the testbed's, and only repetitions narrow it.  Exit status 0 when it ran.
+not the testbed's.  Where a speed probe timed each window on a spare host CPU
+(testbed.speedprobe) it also prints the probe's CV, its correlation with the CPU per GB,
+and the CPU per GB's CV at the run's common speed (what the sweep's precision is judged
+on): when the probe tracks the machine, that CV is the smaller.  Exit status 0 when it ran.
 """
 from __future__ import annotations
 
@@ -111,10 +114,10 @@ def correlation(xs: list[float], ys: list[float]) -> float:
 
 
 def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
-    from analysis.stats import repetitions_for
+    from analysis.stats import SPEED_FIELD, at_common_speed, repetitions_for
     from testbed.rundir import load_results
 
-    records = [r for r in load_results(run_dir) if not r.get("failed") and r.get("bound") != "anomaly"]
+    records = [r for r in at_common_speed(load_results(run_dir)) if not r.get("failed") and r.get("bound") != "anomaly"]
     points: dict[tuple, list[tuple[dict, float, float]]] = {}
     for rec in records:
         got = sampler.over(rec["window_start_unix"], rec["window_start_unix"] + rec["window_s"])
@@ -139,6 +142,21 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
               f"{statistics.fmean(slices):>11.0f}{100 * cv(slices):>5.1f}%{statistics.fmean(cpu):>7.3f}"
               f"{100 * cv(cpu):>5.1f}%{1e6 * statistics.fmean(per_slice):>8.1f}µs{100 * cv(per_slice):>5.1f}%"
               f"{correlation(cpu, slices):>6.2f}{need if need else '> 50':>15}")
+    probed = {key: rows for key, rows in points.items() if all(r.get(SPEED_FIELD) for r, _, _ in rows)}
+    if probed:
+        print(f"\n{'point':<30}{'probe CV':>9}{'corr':>6}{'CPU/GB CV':>10}{'at common speed':>16}"
+              f"{'reps for ' + format(cpu_target, 'g') + ' %':>15}")
+        for (profile, rate, size), rows in sorted(probed.items()):
+            if len(rows) < 3:
+                continue
+            probe = [r[SPEED_FIELD] for r, _, _ in rows]
+            measured = [r.get("cpu_s_per_gb_measured", r["cpu_s_per_gb"]) for r, _, _ in rows]
+            common = [r["cpu_s_per_gb"] for r, _, _ in rows]
+            need = repetitions_for(cv(common), cpu_target / 100)
+            print(f"{profile + f' {rate:g} Mbit/s {size} B':<30}{100 * cv(probe):>8.1f}%"
+                  f"{correlation(probe, measured):>6.2f}{100 * cv(measured):>9.1f}%{100 * cv(common):>15.1f}%"
+                  f"{need if need else '> 50':>15}")
+        print("probe: the speed probe's ns per operation over each window; corr: its correlation with the CPU per GB")
     print("CV: standard deviation over the mean between repetitions; timeslices: times the host ran the guest's "
           "processes in the window; corr: correlation of CPU s with timeslices; reps: what a 95 % CI of the CPU "
           "within the target takes at this spread")

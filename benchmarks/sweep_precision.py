@@ -9,10 +9,12 @@ Runs experiments/packet_size_sweep.py on its defaults as a user would (booting U
 Linux when the host kernel has no ESP), timed from the command's start to its end, and then
 the same sweep with a fixed 3 repetitions per point (the sweep before the repetitions
 adapted). For every run it prints, per point, the 95 % confidence interval's half-width in
-percent of the mean, of the goodput and of the CPU cost per gigabyte, the repetitions used
-and what bounded the point; then the wall time, the widest and median intervals, how many
-points meet the targets (goodput within --precision, CPU per GB within --cpu-precision), and
-how many repetitions were anomalies (left out of the figures). Exit status 0 when it ran.
+percent of the mean, of the goodput and of the CPU cost per gigabyte (as the sweep reports
+it: at the run's common machine speed where a speed probe timed the windows; and as
+measured), the repetitions used and what bounded the point; then the wall time, the widest
+and median intervals, how many points meet the targets (goodput within --precision, CPU per
+GB within --cpu-precision), and how many repetitions were anomalies (left out of the
+figures). Exit status 0 when it ran.
 """
 from __future__ import annotations
 
@@ -57,15 +59,18 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
     records = load_results(run_dir)
     aggs = aggregate(records)
     print(f"\n{label}: {run_dir}")
-    print(f"  {'profile':<13}{'rate':>6}{'size':>6}{'n':>3}{'goodput CI %':>14}{'CPU/GB CI %':>13}  bound")
-    g_widths, c_widths = [], []
+    print(f"  {'profile':<13}{'rate':>6}{'size':>6}{'n':>3}{'goodput CI %':>14}{'CPU/GB CI %':>13}"
+          f"{'as measured':>13}  bound")
+    g_widths, c_widths, m_widths = [], [], []
     for a in aggs:
         g, c = half_width_pct(a.goodput), half_width_pct(a.cpu_s_per_gb)
+        m = half_width_pct(a.cpu.get("cpu_s_per_gb_measured", a.cpu_s_per_gb))
         g_widths.append(g)
         c_widths.append(c)
+        m_widths.append(m)
         fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
         print(f"  {str(a.profile):<13}{a.rate_mbit:>6g}{a.size_bytes:>6}{a.goodput.n:>3}{fmt(g):>14}{fmt(c):>13}"
-              f"  {bound_text(a)}")
+              f"{fmt(m):>13}  {bound_text(a)}")
     anomalies = sum(1 for r in records if r.get("bound") == "anomaly")
     known_g = [w for w in g_widths if w is not None]
     known_c = [w for w in c_widths if w is not None]
@@ -74,7 +79,8 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
            "g_max": max(known_g, default=None), "g_median": statistics.median(known_g) if known_g else None,
            "c_max": max(known_c, default=None), "c_median": statistics.median(known_c) if known_c else None,
            "g_met": sum(1 for w in g_widths if w is not None and w <= goodput_target),
-           "c_met": sum(1 for w in c_widths if w is not None and w <= cpu_target)}
+           "c_met": sum(1 for w in c_widths if w is not None and w <= cpu_target),
+           "m_met": sum(1 for w in m_widths if w is not None and w <= cpu_target)}
     print(f"  wall time: {'–' if wall is None else f'{wall:.0f} s ({wall / 60:.1f} min)'}; "
           f"{out['points']} points, {reps} repetitions, {anomalies} anomal{'y' if anomalies == 1 else 'ies'} "
           f"(left out)")
@@ -82,7 +88,8 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
           f"within {goodput_target:g} %: {out['g_met']} of {len(aggs)} points")
     if known_c:
         print(f"  CPU per GB CI half-width: median {out['c_median']:.2f} %, widest {out['c_max']:.2f} %; "
-              f"within {cpu_target:g} %: {out['c_met']} of {len(aggs)} points")
+              f"within {cpu_target:g} %: {out['c_met']} of {len(aggs)} points "
+              f"({out['m_met']} as measured, without the speed probe's adjustment)")
     return out
 
 
@@ -112,11 +119,11 @@ def main() -> int:
         results.append(("fixed 3", describe(d, wall, "fixed 3 repetitions", args.precision, args.cpu_precision)))
     print("\nsummary")
     print(f"  {'sweep':<10}{'wall s':>8}{'reps':>6}{'anom.':>6}{'goodput CI % med/max':>22}"
-          f"{'CPU/GB CI % med/max':>22}{'CPU within target':>19}")
+          f"{'CPU/GB CI % med/max':>22}{'CPU within target':>19}{'as measured':>13}")
     for name, r in results:
         print(f"  {name:<10}{r['wall']:>8.0f}{r['repetitions']:>6}{r['anomalies']:>6}"
               f"{r['g_median']:>11.2f} /{r['g_max']:>8.2f}{r['c_median'] or 0:>11.2f} /{r['c_max'] or 0:>8.2f}"
-              f"{r['c_met']:>12} of {r['points']}")
+              f"{r['c_met']:>12} of {r['points']}{r['m_met']:>13}")
     return 0
 
 

@@ -13,6 +13,11 @@ Every point records what bounded it, from the kernel's own counters: the shaped 
 (`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
 (`other`), or figures that contradict each other (`anomaly`, left out of the means).
 
+In User-Mode Linux on a machine of two or more CPUs, a speed probe on a spare host CPU
+times a small fixed workload over every window: on a shared machine the same work costs
+different CPU time from minute to minute, and the CPU costs (their precision included) are
+taken at the run's common machine speed, each as measured kept beside it.
+
 Results go to a run directory: results.jsonl (one line per point, written as it is
 measured), meta.json and report.html.  Running again with the same --out measures
 only the points that are missing.  It runs on the host kernel when that can do what
@@ -109,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="repeat a point until the 95%% confidence interval of its goodput is within this "
                         "share of the mean (default: %(default)g)")
     g.add_argument("--cpu-precision", type=float, default=d["cpu_precision_pct"].default, metavar="PERCENT",
-                   help="... and that of its CPU cost per GB within this share (default: %(default)g)")
+                   help="... and that of its CPU cost per GB (at the run's common machine speed, where a "
+                        "speed probe timed the windows) within this share (default: %(default)g)")
     g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
                    help="start no repetition beyond the minimum that would end later than this long after "
                         "the command started (a User-Mode Linux boot included), keeping the time the later "

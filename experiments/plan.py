@@ -28,7 +28,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 
-from analysis.stats import t_critical_95
+from analysis.stats import at_common_speed, t_critical_95
 
 TRANSPORTS = ("tcp", "udp")
 SIZE_MODES = ("mss", "write", "datagram")
@@ -308,8 +308,17 @@ def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
     return sum(1 for r in records if usable(r)) < spec.repetitions
 
 
+def at_common_speed_by_point(groups: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
+    """``groups`` (records by point) with their CPU costs at the run's common machine speed
+    (:func:`analysis.stats.at_common_speed`, over all of them), as :func:`precise` should judge
+    them (pure)."""
+    adjusted = iter(at_common_speed([r for records in groups.values() for r in records]))
+    return {key: [next(adjusted) for _ in records] for key, records in groups.items()}
+
+
 def precise(spec: SweepSpec, records: Sequence[dict]) -> bool:
-    """Whether the usable records' goodput and CPU per GB are as precise as the spec asks."""
+    """Whether the usable records' goodput and CPU per GB are as precise as the spec asks (CPU
+    per GB as given: at the run's common speed when it comes from :func:`at_common_speed_by_point`)."""
     ok = [r for r in records if usable(r)]
     for field, target in (("goodput_mbps", spec.precision_pct), ("cpu_s_per_gb", spec.cpu_precision_pct)):
         values = [r[field] for r in ok if isinstance(r.get(field), (int, float))]
@@ -333,6 +342,7 @@ def precision_of(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict:
     how many had their most repetitions (``at_most``) or were stopped short of them by the
     time budget or an interruption (``short``) (pure)."""
     out = {"points": 0, "precise": 0, "at_most": 0, "short": 0}
+    groups = at_common_speed_by_point(groups)
     for p in plan_points(spec, 1):
         records = groups.get(p.point_key(), [])
         out["points"] += 1

@@ -43,6 +43,7 @@ from experiments.plan import (
     EXTRA_ROUNDS,
     Point,
     SweepSpec,
+    at_common_speed_by_point,
     needs_minimum,
     needs_more,
     plan_points,
@@ -72,6 +73,7 @@ def by_point(records: Sequence[dict]) -> dict[tuple, list[dict]]:
 def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], extras: bool = True) -> list[Point]:
     """The points at ``rate`` that need another repetition (without ``extras``: to reach their
     minimum), each with its next repetition number, in measuring order."""
+    groups = at_common_speed_by_point(groups)
     rounds = collections.Counter()
     for p in plan_round(spec, rate, 0):
         records = groups.get(p.point_key(), [])
@@ -122,7 +124,7 @@ class _Budget:
 def is_complete(run_dir: str, spec: SweepSpec, extras: bool = True) -> bool:
     """Whether every point of ``spec`` has had all the repetitions it needs in ``run_dir``
     (without ``extras``: its minimum, as after the time budget stopped the others)."""
-    groups = by_point(rundir.load_existing(run_dir))
+    groups = at_common_speed_by_point(by_point(rundir.load_existing(run_dir)))
     return not any(needs_more(spec, groups.get(p.point_key(), []), extras) for p in plan_points(spec, 1))
 
 
@@ -173,7 +175,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     total = max(already + sum(len(_next_round(spec, r, groups)) for r in rates), len(plan_points(spec)))
     meter = backends.current().cpu_meter()
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
-                     cpu_accounting=meter.method)
+                     cpu_accounting=meter.method, speed_probe=meter.speed_probe or None)
     budget = _Budget(spec, started_unix)
     rounds = _Rounds(spec, groups, budget, rates, progress, already, total)
     try:

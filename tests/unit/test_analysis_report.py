@@ -525,3 +525,11 @@ def test_saturated_cpu_costs_are_marked_in_the_page():
     assert cbc.count(" *</td>") == 1 and '<td class="num">8.00 ± 2.48</td>' in cbc
     assert "CPU s/GB or CPU ratio marked *: the CPU was at least 90 % busy" in page
     assert "marked *:" not in render_html(synthetic_records(), META)
+
+
+def test_costs_at_the_runs_common_speed_are_said_so_in_table_and_page():
+    records = [dict(r, speed_probe_ns=100.0 + 7 * (i % 5)) for i, r in enumerate(_saturated_records())]
+    for text in (" ".join(_text(terminal_table(aggregate(records), [])).split()), render_html(records, META)):
+        assert "at the run&#x27;s common machine speed" in text or "at the run's common machine speed" in text
+    for text in (_text(terminal_table(aggregate(_saturated_records()), [])), render_html(_saturated_records(), META)):
+        assert "common machine speed" not in text

@@ -397,3 +397,19 @@ def test_ab_rounds_share_the_repetitions_out(tmp_path):
                                                                       rounds=2)][::2] == ["3", "5"]
     with pytest.raises(ValueError, match="rounds must be 1..5"):
         plan_ab([], ("host", "uml"), 5, str(tmp_path), rounds=6)
+
+
+def test_a_cost_that_follows_the_machines_speed_is_judged_at_the_runs_common_speed():
+    # the CPU per GB swings with the speed probe (+-15 %): as measured no point is within 10 %
+    # after 3 repetitions; at the run's common speed every one is, and no more are measured
+    spec = SweepSpec(rates_mbit=(10,), sizes=(500, 1000), repetitions=3, max_repetitions=8, cpu_precision_pct=10)
+    speeds = (85.0, 115.0, 100.0, 110.0, 90.0, 105.0)
+    records = [record(p, cpu_s_per_gb=p.size_bytes * speeds[i % 6] / 100 * (1.002 if i % 2 else 0.998),
+                      speed_probe_ns=speeds[i % 6])
+               for i, p in enumerate(plan_round(spec, 10.0, 0) + plan_round(spec, 10.0, 1) + plan_round(spec, 10.0, 2))]
+    assert all(relative_ci([r["cpu_s_per_gb"] for r in rs]) > 0.10 for rs in by_point(records).values())
+    assert _next_round(spec, 10.0, by_point(records)) == []
+    assert precision_of(spec, by_point(records))["precise"] == 4
+    # without the probe's figures the same costs need more repetitions
+    bare = [{k: v for k, v in r.items() if k != "speed_probe_ns"} for r in records]
+    assert len(_next_round(spec, 10.0, by_point(bare))) == 4
