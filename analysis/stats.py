@@ -222,9 +222,7 @@ class Aggregate(_PointFields):
         User-Mode Linux the guest is 93-100 % busy with the link full, plain or AES-GCM-256, and
         their CPU per GB at MSS 1460 differ by 1.09x, while at 10 Mbit/s (12-17 % busy) by 1.45x.
         """
-        limits = (("cpu_busy_pct", CPU_SATURATED_PCT), ("cpu_kernel_busy_pct", KERNEL_BUSY_PCT),
-                  ("cpu_busiest_pct", BUSIEST_CPU_PCT))
-        return any(field in self.cpu and self.cpu[field].mean >= limit for field, limit in limits)
+        return any(field in self.cpu and self.cpu[field].mean >= limit for field, limit in SATURATION_LIMITS)
 
 
 def _number(value: Any) -> float | None:
@@ -438,16 +436,40 @@ def _speed_group(r: Mapping[str, Any]) -> tuple:
 _COMPARED_KEYS = ("topology", "ip_version", "transport", "rate_mbit", "size_mode", "clients")
 
 
+#: The monitor's rule for a saturated CPU: a field at or above its limit (see CPU_SATURATED_PCT).
+SATURATION_LIMITS = (("cpu_busy_pct", CPU_SATURATED_PCT), ("cpu_kernel_busy_pct", KERNEL_BUSY_PCT),
+                     ("cpu_busiest_pct", BUSIEST_CPU_PCT))
+
+
+def _speed_timed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The repetitions whose CPU cost can be set to another machine speed: the probe timed the
+    window, there is a cost, it is no anomaly, and its point's CPU was not saturated on the mean
+    of these repetitions (a saturated CPU's time is the window's, whatever the speed: its cost
+    follows the goodput, not the probe; the whole point is left as measured, as it is marked)."""
+    points: dict[tuple, list[Mapping[str, Any]]] = {}
+    for r in records:
+        if ((_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
+                and r.get("bound") != "anomaly"):
+            points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(r)
+    out = []
+    for group in points.values():
+        means = {f: [v for r in group if (v := _number(r.get(f))) is not None] for f, _ in SATURATION_LIMITS}
+        if not any(vs and math.fsum(vs) / len(vs) >= limit for (f, limit), vs in
+                   zip(SATURATION_LIMITS, means.values(), strict=True)):
+            out.extend(group)
+    return out
+
+
 def elasticities(records: Sequence[Mapping[str, Any]]) -> dict[tuple | None, float]:
     """How a CPU cost follows the machine's speed: the slope of log(CPU per GB) on log(probe ns
     per operation) between repetitions of the same point, pooled over a profile at a rate (key:
     :func:`_speed_group`) and over the whole run (key None), never below 0.  Only repetitions
-    with both figures count; a point with one repetition adds nothing."""
+    with both figures at points whose CPU was not saturated count; a point with one such
+    repetition adds nothing."""
     points: dict[tuple, list[tuple[float, float]]] = {}
-    for r in records:
-        speed, cost = _number(r.get(SPEED_FIELD)), _number(r.get("cpu_s_per_gb"))
-        if speed and cost and speed > 0 and cost > 0 and r.get("bound") != "anomaly":
-            points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append((math.log(speed), math.log(cost)))
+    for r in _speed_timed(records):
+        points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(
+            (math.log(r[SPEED_FIELD]), math.log(r["cpu_s_per_gb"])))
     sums: dict[tuple | None, list[float]] = {}
     for key, xy in points.items():
         if len(xy) < 2:
@@ -478,14 +500,15 @@ def at_common_speed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
     counts at the speed of the others.  Each rate has a reference of its own because the
     guest's load slows the probe a little (~1 % at 100 Mbit/s against 10, on a quiet hour).
     Each cost as measured is kept (its name + :data:`MEASURED`), and ``speed_factor`` says
-    what it was multiplied by.  Records without a probe figure, and runs with fewer than
-    three, are returned as they are; where the costs do not follow the probe ``b`` is near 0,
-    and so is the change.
+    what it was multiplied by.  Points whose CPU was saturated (on the mean of their
+    repetitions, as the reports mark them) are left as they are: the CPU time of a saturated
+    window is the window's, whatever the machine's speed.  So are records without a probe
+    figure, and runs with fewer than three others; where the costs do not follow the probe
+    ``b`` is near 0, and so is the change.
     """
     if any("speed_factor" in r for r in records):  # set already
         return list(records)
-    timed = [r for r in records if (_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
-             and r.get("bound") != "anomaly"]
+    timed = _speed_timed(records)
     if len(timed) < 3:
         return list(records)
     logs: dict[tuple, list[float]] = {}

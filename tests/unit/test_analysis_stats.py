@@ -377,3 +377,14 @@ def test_an_elasticity_never_goes_below_zero_and_a_thin_group_takes_the_runs():
     slopes = elasticities(records)
     thin = next(k for k in slopes if k and k[1] == "aes-gcm-128")  # one repetition beyond the first
     assert slopes[thin] == slopes[None]
+
+
+def test_a_point_whose_cpu_was_saturated_is_left_as_measured():
+    # a saturated CPU's time is the window's whatever the speed: its cost must not follow the probe
+    records = slow_and_fast_run()
+    busy = [probed("aes-gcm-256", 100, rep, speed, 500.0, cpu_busy_pct=pct)
+            for rep, (speed, pct) in enumerate(((80.0, 99.0), (120.0, 95.0), (100.0, 85.0)))]
+    adjusted = at_common_speed([*records, *busy])
+    assert adjusted[-3:] == busy  # on the mean (93 %) saturated: all three left alone, the 85 % one too
+    assert elasticities([*records, *busy]) == elasticities(records)
+    assert all("speed_factor" in r for r in adjusted[:-3])
