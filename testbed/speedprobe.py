@@ -13,11 +13,10 @@ a host context switch between address spaces, so one probe operation is
 :data:`PAGES` fresh pages.  It works for :data:`WORK_S` out of every :data:`PERIOD_S`
 (20 % of one CPU) and keeps two running totals, operations and the nanoseconds they took,
 in a 32-byte shared file; :meth:`SpeedProbe.read` returns them.  The nanoseconds per
-operation between two readings are how slow the machine was over that window.  Measured
-on a busy hour (``benchmarks/cpu_noise.py``, 10 Mbit/s, MSS 1000, 15 repetitions each), the
-probe's figure correlated 0.78 with the guest's CPU per GB, plain and AES-GCM-256, and the
-CPU per GB's spread between repetitions fell from 15.3 % and 11.0 % as measured to 9.2 % and
-6.9 % at the run's common speed (:func:`analysis.stats.at_common_speed`).
+operation between two readings are how slow the machine was over that window;
+:func:`analysis.stats.at_common_speed` sets the CPU costs to one speed with it.  On busy
+hours that took the default sweep from 15-18 of 28 points with CPU per GB within 10 % (as
+measured) to 23-28 (the README's "Benchmarks").
 
 Run as a script, this file is the probe process itself (it imports nothing of the
 testbed's).
