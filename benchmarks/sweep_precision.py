@@ -14,7 +14,11 @@ it: at the run's common machine speed where a speed probe timed the windows; and
 measured), the repetitions used and what bounded the point; then the wall time, the widest
 and median intervals, how many points meet the targets (goodput within --precision, CPU per
 GB within --cpu-precision), and how many repetitions were anomalies (left out of the
-figures). Exit status 0 when it ran.
+figures). With two runs or more it also sets their CPU per GB side by side, at the points
+whose CPU was not saturated: how much each point's mean moved between runs (coefficient of
+variation), and how many pairs of runs agreed within their intervals (the difference of
+the means within the root of the sum of the squared half-widths), at common speed and as
+measured.  Exit status 0 when it ran.
 """
 from __future__ import annotations
 
@@ -93,6 +97,43 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
     return out
 
 
+def between_runs(run_dirs: list[str]) -> None:
+    """Each unsaturated point's CPU per GB across runs: the spread of its means, and how often
+    two runs' intervals hold the difference of their means (at common speed and as measured)."""
+    import itertools
+    import math
+
+    from analysis.stats import aggregate
+    from testbed.rundir import load_results
+
+    points: dict[tuple, list] = {}
+    for d in run_dirs:
+        for a in aggregate(load_results(d)):
+            if a.cpu_s_per_gb is not None and not a.cpu_saturated:
+                points.setdefault((a.profile, a.rate_mbit, a.size_bytes), []).append(
+                    (a.cpu_s_per_gb, a.cpu.get("cpu_s_per_gb_measured", a.cpu_s_per_gb)))
+    cvs: list[list[float]] = [[], []]
+    held, pairs = [0, 0], 0
+    for runs in points.values():
+        if len(runs) < 2:
+            continue
+        for i in (0, 1):
+            means = [r[i].mean for r in runs]
+            cvs[i].append(statistics.stdev(means) / statistics.fmean(means))
+        for a, b in itertools.combinations(runs, 2):
+            pairs += 1
+            for i in (0, 1):
+                if a[i].ci95 is not None and b[i].ci95 is not None:
+                    held[i] += abs(a[i].mean - b[i].mean) <= math.hypot(a[i].ci95, b[i].ci95)
+    if not pairs:
+        return
+    print(f"\nbetween {len(run_dirs)} runs, CPU per GB at the {len(cvs[0])} points whose CPU was not saturated:")
+    for i, what in enumerate(("at common speed", "as measured")):
+        print(f"  {what:<16} median CV of the point's means {100 * statistics.median(cvs[i]):.1f} % (widest "
+              f"{100 * max(cvs[i]):.1f} %); pairs of runs within their intervals: {held[i]} of {pairs}")
+    print("  (each run's costs are at its own common speed: the runs' own speeds still differ)")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="sweep_precision", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,12 +148,14 @@ def main() -> int:
     if args.reuse:
         for d in args.reuse:
             describe(d, None, "run", args.precision, args.cpu_precision)
+        between_runs(args.reuse)
         return 0
     if os.geteuid() != 0:
         sys.exit("sweep_precision: needs root; run with sudo")
-    results = []
+    results, adaptive_dirs = [], []
     for i in range(args.runs):
         d, wall = run_sweep([], f"adaptive sweep {i + 1} of {args.runs}")
+        adaptive_dirs.append(d)
         results.append(("adaptive", describe(d, wall, f"adaptive {i + 1}", args.precision, args.cpu_precision)))
     if not args.no_fixed:
         d, wall = run_sweep(FIXED, "fixed 3 repetitions")
@@ -124,6 +167,7 @@ def main() -> int:
         print(f"  {name:<10}{r['wall']:>8.0f}{r['repetitions']:>6}{r['anomalies']:>6}"
               f"{r['g_median']:>11.2f} /{r['g_max']:>8.2f}{r['c_median'] or 0:>11.2f} /{r['c_max'] or 0:>8.2f}"
               f"{r['c_met']:>12} of {r['points']}{r['m_met']:>13}")
+    between_runs(adaptive_dirs)
     return 0
 
 
