@@ -148,7 +148,8 @@ def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interact
     t0 = time.monotonic()
     try:
         rc = choice.backend.run(doctor.guest_command(script, argv), interactive=interactive,
-                                modules=doctor.kernel_modules(), speed_probe=not interactive)
+                                modules=doctor.kernel_modules(),
+                                speed_probe=not interactive and not getattr(args, "no_speed_probe", False))
     except backends.BackendError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 125
