@@ -22,7 +22,14 @@ from collections.abc import Sequence
 
 from testbed import backends
 from testbed.errors import Parser, add_debug_option, run_main
-from testbed.options import add_kernel_options, add_uml_options, backend_options, percent, positive_seconds
+from testbed.options import (
+    add_kernel_options,
+    add_speed_probe_option,
+    add_uml_options,
+    backend_options,
+    percent,
+    positive_seconds,
+)
 
 log = logging.getLogger("ipsec-testbed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -235,7 +242,8 @@ def _kernel_options(args: argparse.Namespace) -> list[str]:
     """The sweep's options for the kernel the regress options select."""
     return ["--kernel", args.kernel, "--uml-mem", args.uml_mem,
             *(["--uml-kernel", args.uml_kernel] if args.uml_kernel else []),
-            *(["--uml-modules", args.uml_modules] if args.uml_modules else [])]
+            *(["--uml-modules", args.uml_modules] if args.uml_modules else []),
+            *(["--no-speed-probe"] if args.no_speed_probe else [])]
 
 
 def _regress_injected(args: argparse.Namespace, prog: str) -> int:
@@ -532,6 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "again instead of using the cached one")
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
     add_kernel_options(p)
+    add_speed_probe_option(p)
     p.set_defaults(func=cmd_regress)
 
     from topologies import TOPOLOGIES

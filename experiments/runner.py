@@ -20,7 +20,7 @@ from collections.abc import Callable
 from testbed import backends, rundir
 from testbed.capabilities import Needs
 from testbed.errors import Terminated
-from testbed.options import add_kernel_options, backend_options
+from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
 
 COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 #: When the command started on the host (Unix time): a guest shares the host's wall clock, so
@@ -39,6 +39,7 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
     o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
     add_debug_option(o)
     add_kernel_options(p)
+    add_speed_probe_option(p)
 
 
 def out_dir_of(out: str | None, repo: str, name: str) -> str:

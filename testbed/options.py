@@ -76,7 +76,11 @@ def add_kernel_options(p: argparse.ArgumentParser) -> None:
                         "kernel when it has what the work needs (ESP for IPsec profiles), UML otherwise "
                         "(default: %(default)s)")
     add_uml_options(g)
-    g.add_argument("--no-speed-probe", action="store_true",
+
+
+def add_speed_probe_option(p: argparse.ArgumentParser) -> None:
+    """--no-speed-probe, for the commands that measure CPU costs in a guest."""
+    p.add_argument("--no-speed-probe", action="store_true",
                    help="run no speed probe on a spare host CPU beside a UML guest; CPU costs are then "
                         "as measured, not set to the run's common machine speed (see testbed/speedprobe.py)")
 
