@@ -249,9 +249,9 @@ AT_COMMON_SPEED_HELP = ("at the run's common machine speed: a speed probe on a s
                         "(each as measured is in results.jsonl)")
 
 
-def at_common_speed(aggs: Sequence[Aggregate]) -> bool:
+def any_at_common_speed(aggs: Sequence[Aggregate]) -> bool:
     """Whether any point's CPU costs were set to the run's common speed (shown with AT_COMMON_SPEED_HELP)."""
-    return any("cpu_s_per_gb_measured" in a.cpu for a in aggs)
+    return any(a.cpu_at_common_speed for a in aggs)
 
 
 def cpu_cost_marked(a: Aggregate) -> bool:

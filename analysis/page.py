@@ -16,7 +16,7 @@ from analysis.format import (
     AT_COMMON_SPEED_HELP,
     SATURATED_HELP,
     SATURATED_MARK,
-    at_common_speed,
+    any_at_common_speed,
     bound_text,
     cpu_cost_marked,
     cpu_cost_text,
@@ -315,7 +315,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, An
                  "(other: encryption and packet processing, or an emulator out of CPU).</p>")
     if any(cpu_cost_marked(a) for a in aggs):
         parts.append(f"<p>CPU s/GB or CPU ratio marked {_esc(SATURATED_MARK)}: {_esc(SATURATED_HELP)}.</p>")
-    if at_common_speed(aggs):
+    if any_at_common_speed(aggs):
         parts.append(f"<p>CPU s/GB and CPU ratio: {_esc(AT_COMMON_SPEED_HELP)}.</p>")
     sweep = meta.get("sweep") or {}
     parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))

@@ -35,7 +35,7 @@ MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_
 #: CPU fields summarised per point (percent busy by the CPU meter, by the kernel's own account and
 #: on its busiest CPU, system and softirq shares, and CPU-seconds per gigabyte delivered).
 CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
-              "cpu_s_per_gb", "cpu_s_per_gb_measured")
+              "cpu_s_per_gb", "cpu_s_per_gb_measured")  # the last: as measured (at_common_speed)
 
 #: A speed probe's nanoseconds per operation over a repetition's window: how slow the machine
 #: ran then (testbed.speedprobe; absent without a probe).
@@ -222,7 +222,17 @@ class Aggregate(_PointFields):
         User-Mode Linux the guest is 93-100 % busy with the link full, plain or AES-GCM-256, and
         their CPU per GB at MSS 1460 differ by 1.09x, while at 10 Mbit/s (12-17 % busy) by 1.45x.
         """
-        return any(field in self.cpu and self.cpu[field].mean >= limit for field, limit in SATURATION_LIMITS)
+        return saturated({field: s.mean for field, s in self.cpu.items()})
+
+    @property
+    def cpu_at_common_speed(self) -> bool:
+        """Whether its CPU costs were set to the run's common speed (:func:`at_common_speed`)."""
+        return "cpu_s_per_gb" + MEASURED in self.cpu
+
+    @property
+    def cpu_s_per_gb_as_measured(self) -> Summary | None:
+        """CPU-seconds per GB as measured, before any setting to the run's common speed."""
+        return self.cpu.get("cpu_s_per_gb" + MEASURED, self.cpu_s_per_gb)
 
 
 def _number(value: Any) -> float | None:
@@ -441,23 +451,25 @@ SATURATION_LIMITS = (("cpu_busy_pct", CPU_SATURATED_PCT), ("cpu_kernel_busy_pct"
                      ("cpu_busiest_pct", BUSIEST_CPU_PCT))
 
 
-def _speed_timed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The repetitions whose CPU cost can be set to another machine speed: the probe timed the
-    window, there is a cost, it is no anomaly, and its point's CPU was not saturated on the mean
-    of these repetitions (a saturated CPU's time is the window's, whatever the speed: its cost
-    follows the goodput, not the probe; the whole point is left as measured, as it is marked)."""
+def saturated(means: Mapping[str, float]) -> bool:
+    """Whether a point's CPU was saturated by the monitor's rule, from the means of its
+    repetitions' CPU fields (a field at or above its limit in :data:`SATURATION_LIMITS`)."""
+    return any(field in means and means[field] >= limit for field, limit in SATURATION_LIMITS)
+
+
+def _speed_timed(records: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
+    """The repetitions whose CPU cost can be set to another machine speed, by point: the probe
+    timed the window, there is a cost, it is no anomaly, and its point's CPU was not saturated
+    on the mean of these repetitions (a saturated CPU's time is the window's, whatever the
+    speed: its cost follows the goodput, not the probe; the whole point is left as measured,
+    as it is marked)."""
     points: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in records:
         if ((_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
                 and r.get("bound") != "anomaly"):
             points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(r)
-    out = []
-    for group in points.values():
-        means = {f: [v for r in group if (v := _number(r.get(f))) is not None] for f, _ in SATURATION_LIMITS}
-        if not any(vs and math.fsum(vs) / len(vs) >= limit for (f, limit), vs in
-                   zip(SATURATION_LIMITS, means.values(), strict=True)):
-            out.extend(group)
-    return out
+    return {key: group for key, group in points.items()
+            if not saturated({f: s.mean for f, _ in SATURATION_LIMITS if (s := _summary_of(group, f))})}
 
 
 def elasticities(records: Sequence[Mapping[str, Any]]) -> dict[tuple | None, float]:
@@ -466,12 +478,14 @@ def elasticities(records: Sequence[Mapping[str, Any]]) -> dict[tuple | None, flo
     :func:`_speed_group`) and over the whole run (key None), never below 0.  Only repetitions
     with both figures at points whose CPU was not saturated count; a point with one such
     repetition adds nothing."""
-    points: dict[tuple, list[tuple[float, float]]] = {}
-    for r in _speed_timed(records):
-        points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(
-            (math.log(r[SPEED_FIELD]), math.log(r["cpu_s_per_gb"])))
+    return _elasticities(_speed_timed(records))
+
+
+def _elasticities(points: Mapping[tuple, Sequence[Mapping[str, Any]]]) -> dict[tuple | None, float]:
+    """:func:`elasticities` of repetitions already chosen and grouped by :func:`_speed_timed`."""
     sums: dict[tuple | None, list[float]] = {}
-    for key, xy in points.items():
+    for key, group in points.items():
+        xy = [(math.log(r[SPEED_FIELD]), math.log(r["cpu_s_per_gb"])) for r in group]
         if len(xy) < 2:
             continue
         mx = math.fsum(x for x, _ in xy) / len(xy)
@@ -508,14 +522,15 @@ def at_common_speed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, A
     """
     if any("speed_factor" in r for r in records):  # set already
         return list(records)
-    timed = _speed_timed(records)
+    points = _speed_timed(records)
+    timed = [r for group in points.values() for r in group]
     if len(timed) < 3:
         return list(records)
     logs: dict[tuple, list[float]] = {}
     for r in timed:
         logs.setdefault(tuple(r.get(k) for k in _COMPARED_KEYS), []).append(math.log(r[SPEED_FIELD]))
     reference = {key: math.fsum(xs) / len(xs) for key, xs in logs.items()}
-    slopes = elasticities(timed)
+    slopes = _elasticities(points)
     chosen = {id(r) for r in timed}
     out: list[Mapping[str, Any]] = []
     for r in records:

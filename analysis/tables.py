@@ -12,7 +12,7 @@ from analysis.format import (
     BOUND_NAMES,
     SATURATED_HELP,
     SATURATED_MARK,
-    at_common_speed,
+    any_at_common_speed,
     bound_text,
     compare_key,
     cpu_cost_marked,
@@ -82,7 +82,7 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         captions.append("bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen))
     if any(cpu_cost_marked(a) for a in ordered):
         captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
-    if at_common_speed(ordered):
+    if any_at_common_speed(ordered):
         captions.append(f"CPU s/GB: {AT_COMMON_SPEED_HELP}")
     if captions:
         table.caption = "\n".join(captions)

@@ -114,7 +114,7 @@ def correlation(xs: list[float], ys: list[float]) -> float:
 
 
 def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
-    from analysis.stats import SPEED_FIELD, at_common_speed, repetitions_for
+    from analysis.stats import MEASURED, SPEED_FIELD, at_common_speed, repetitions_for
     from testbed.rundir import load_results
 
     records = [r for r in at_common_speed(load_results(run_dir)) if not r.get("failed") and r.get("bound") != "anomaly"]
@@ -150,7 +150,7 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
             if len(rows) < 3:
                 continue
             probe = [r[SPEED_FIELD] for r, _, _ in rows]
-            measured = [r.get("cpu_s_per_gb_measured", r["cpu_s_per_gb"]) for r, _, _ in rows]
+            measured = [r.get("cpu_s_per_gb" + MEASURED, r["cpu_s_per_gb"]) for r, _, _ in rows]
             common = [r["cpu_s_per_gb"] for r, _, _ in rows]
             need = repetitions_for(cv(common), cpu_target / 100)
             print(f"{profile + f' {rate:g} Mbit/s {size} B':<30}{100 * cv(probe):>8.1f}%"

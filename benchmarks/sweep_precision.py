@@ -68,7 +68,7 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
     g_widths, c_widths, m_widths = [], [], []
     for a in aggs:
         g, c = half_width_pct(a.goodput), half_width_pct(a.cpu_s_per_gb)
-        m = half_width_pct(a.cpu.get("cpu_s_per_gb_measured", a.cpu_s_per_gb))
+        m = half_width_pct(a.cpu_s_per_gb_as_measured)
         g_widths.append(g)
         c_widths.append(c)
         m_widths.append(m)
@@ -111,7 +111,7 @@ def between_runs(run_dirs: list[str]) -> None:
         for a in aggregate(load_results(d)):
             if a.cpu_s_per_gb is not None and not a.cpu_saturated:
                 points.setdefault((a.profile, a.rate_mbit, a.size_bytes), []).append(
-                    (a.cpu_s_per_gb, a.cpu.get("cpu_s_per_gb_measured", a.cpu_s_per_gb)))
+                    (a.cpu_s_per_gb, a.cpu_s_per_gb_as_measured))
     cvs: list[list[float]] = [[], []]
     held, pairs = [0, 0], 0
     for runs in points.values():
