@@ -62,8 +62,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _need_root("doctor")
     from experiments import doctor
 
-    report = doctor.probe()
-    choice = backends.choose(args.kernel, doctor.needs(("aes-gcm-256",)), lambda: report)
+    options = backend_options(args)
+    report = doctor.probe(options=options)
+    choice = backends.choose(args.kernel, doctor.needs(("aes-gcm-256",)), lambda: report, options)
     if args.json:
         print(json.dumps({**report.to_json(), "choice": choice.name, "choice_reason": choice.reason}, indent=2))
         return 0 if choice.backend else 1
@@ -433,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kernel", choices=(backends.AUTO, *backends.names()), default=backends.AUTO,
                    help="the choice to explain (default: %(default)s)")
+    add_uml_options(p.add_argument_group("User-Mode Linux"))
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("profiles", help="list the IPsec profiles (transform sets) experiments can use",
@@ -505,8 +507,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--suite", choices=tuple(SUITES), default="smoke", help="suite to run (default: %(default)s)")
     what.add_argument("--run", metavar="RUN_DIR", help="compare this run directory instead of running a suite")
     p.add_argument("--ab", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
-                   help="A/B: run the suite on two kernels (host, uml, or the path of a UML kernel built with "
-                        "`make ARCH=um`), repetitions interleaved ABBA, and compare B with A")
+                   help="A/B: run the suite on two kernels (host; uml: the UML kernel chosen by default; debian: "
+                        "Debian's linux.uml; recipe: the project's, from scripts/build-uml-kernel.sh; or the path "
+                        "of a UML kernel built with `make ARCH=um`), repetitions interleaved ABBA, and compare B "
+                        "with A")
     p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions per kernel "
                    "(default: the suite's)")
     p.add_argument("--rounds", type=int, metavar="N", help="with --ab: boots of each kernel, ABBA, each "

@@ -38,8 +38,9 @@ GUEST_TIMEOUT_S = 50 * 60
 #: per module from fresh-clone runs on this project's two-CPU machine; the suite prints them).
 FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py", "test_bounds.py")
 #: Host test modules that run alone, before any guest boots: ``ipsec-testbed clean`` removes
-#: every guest, a running test suite's too, and the speed probe needs a CPU beside its guest's.
-HOST_ALONE = ("test_clean.py", "test_speed_probe.py")
+#: every guest, a running test suite's too, the speed probe needs a CPU beside its guest's, and
+#: the XSAVE test builds a kernel (both CPUs, about a minute on a fresh machine).
+HOST_ALONE = ("test_clean.py", "test_speed_probe.py", "test_xsave_boot.py")
 #: How often a line says the guests are still at work.
 HEARTBEAT_S = 60
 
@@ -131,8 +132,8 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
         unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
         if backend is None:
             _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{choice.reason}\n"
-                    "Install Debian's user-mode-linux package (scripts/install.sh does) or use a kernel "
-                    "with CONFIG_INET_ESP/CONFIG_INET6_ESP.")
+                    "`sudo ./run install` installs Debian's user-mode-linux package, and builds the project's "
+                    "UML kernel where Debian's cannot boot; or use a host kernel with CONFIG_INET_ESP/INET6_ESP.")
             return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
         _banner(f"integration tests with ESP on {backend.label()}\n({choice.reason})")
         integ_rc = subprocess.call(_pytest_cmd("tests/integration", f"{out}/integration.xml", extra), cwd=REPO)

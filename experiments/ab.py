@@ -9,7 +9,8 @@
 Each round boots each kernel once, in alternating order (ABBA), and measures its share of
 the repetitions there (by default one: a round per repetition), so slow drifts of the
 machine (thermal, other load) fall on both kernels alike.  A kernel
-is a backend's name (``host``: the running kernel, ``uml``: Debian's linux.uml) or the path
+is a backend's name (``host``: the running kernel, ``uml``: the UML kernel chosen by default), a
+UML kernel by its origin (``debian``: Debian's linux.uml, ``recipe``: the project's) or the path
 of a kernel image a backend boots (a UML kernel built from a tree with ``make ARCH=um``).
 The comparison itself is :mod:`analysis.regress`
 with A as the baseline.
@@ -24,12 +25,15 @@ from experiments.suites import sweep_command
 
 
 def kernel_options(kernel: str) -> list[str]:
-    """packet_size_sweep.py's options that select ``kernel``: a backend's name, or a kernel image
-    a backend boots (the path of a UML kernel built with ``make ARCH=um``)."""
-    from testbed import backends
+    """packet_size_sweep.py's options that select ``kernel``: a backend's name, a UML kernel named
+    by its origin (``debian``, ``recipe``: :mod:`testbed.umlkernel`), or a kernel image a backend
+    boots (the path of a UML kernel built with ``make ARCH=um``)."""
+    from testbed import backends, umlkernel
 
     if kernel in backends.names():
         return ["--kernel", kernel]
+    if kernel in umlkernel.NAMED:
+        return ["--kernel", backends.UmlBackend.name, "--uml-kernel", kernel]
     backend = backends.booting(kernel)
     return ["--kernel", backend.name, "--uml-kernel", os.path.abspath(kernel)]
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 
-from testbed import backends, names, netns
+from testbed import backends, names, netns, xsave
 from testbed.capabilities import BASE_NEEDS, Check, Needs, Probe
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 QDISCS = ("tbf", "htb", "netem")
 
 
-def probe(run_id: str | None = None, tools: bool = True) -> Probe:
-    """Probe the running kernel for real (needs root); see the module docstring."""
+def probe(run_id: str | None = None, tools: bool = True,
+          options: backends.Options = backends.DEFAULT_OPTIONS) -> Probe:
+    """Probe the running kernel for real (needs root); see the module docstring.  ``options``: the
+    guest's (``--uml-kernel``...), for the line on each backend."""
     run_id = run_id or names.new_run_id()
     checks: list[Check] = []
     name = names.netns_name(run_id, "doctor")
@@ -36,7 +38,8 @@ def probe(run_id: str | None = None, tools: bool = True) -> Probe:
         netns.create(name)
     except OSError as e:
         checks.append(Check("kernel", "netns", False, f"cannot create a network namespace: {e}"))
-        return Probe(platform.release(), backends.current().name, tuple(checks + (_tool_checks() if tools else [])))
+        return Probe(platform.release(), backends.current().name,
+                     tuple(checks + (_tool_checks(options) if tools else [])))
     try:
         checks.append(Check("kernel", "netns", True, "network namespaces"))
         checks.append(Check("kernel", "ipv6", os.path.isdir("/proc/sys/net/ipv6"),
@@ -46,7 +49,7 @@ def probe(run_id: str | None = None, tools: bool = True) -> Probe:
     finally:
         netns.delete(name)
     if tools:
-        checks += _tool_checks()
+        checks += _tool_checks(options)
     return Probe(platform.release(), backends.current().name, tuple(checks))
 
 
@@ -133,7 +136,7 @@ def _version(cmd: Sequence[str], pattern: str) -> str | None:
     return m.group(1) if m else "unknown version"
 
 
-def _tool_checks() -> list[Check]:
+def _tool_checks(options: backends.Options = backends.DEFAULT_OPTIONS) -> list[Check]:
     checks = []
     for tool, cmd, pattern, why in (
         ("iperf3", ["iperf3", "--version"], r"iperf (\S+)", "measurements (apt: iperf3)"),
@@ -148,8 +151,11 @@ def _tool_checks() -> list[Check]:
             checks.append(Check("tool", tool, True, f"{version} ({shutil.which(tool)})" if version
                                 else shutil.which(tool)))
     here = backends.current()
+    if here.runs_here and xsave.host_bytes() is not None:
+        # what decides whether Debian's UML kernel can boot on this CPU (testbed/xsave.py)
+        checks.append(Check("backend", "xsave", True, xsave.describe()))
     for name in backends.names():
-        backend = backends.get(name)
+        backend = backends.get(name, options)
         if backend.runs_here:
             continue
         if here.name == name:

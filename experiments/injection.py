@@ -54,9 +54,13 @@ def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:
     """What a calibration depends on of the kernel: the backend chosen, the host's release and the
     UML image that would boot (path, size, date), whichever of them the backend uses."""
     import platform
-    import shutil
 
-    image = uml_kernel or shutil.which("linux.uml") or "/usr/bin/linux.uml"
+    from testbed import umlkernel
+
+    try:
+        image = umlkernel.select(uml_kernel).path
+    except umlkernel.KernelUnavailableError:
+        image = uml_kernel or "linux.uml"
     try:
         st = os.stat(image)
         stamp = f"{os.path.abspath(image)}:{st.st_size}:{int(st.st_mtime)}"

@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Callable
 
-from testbed import backends
+from testbed import backends, umlkernel
 from testbed.backends import uml
 
 
@@ -52,7 +52,7 @@ def _uml_kernel(path: str) -> str:
     try:
         uml.find_kernel(path)
     except uml.UmlError as e:
-        raise argparse.ArgumentTypeError(f"{e} (a UML kernel: linux.uml, or ./linux after `make ARCH=um`)") from None
+        raise argparse.ArgumentTypeError(str(e)) from None
     return path
 
 
@@ -87,8 +87,10 @@ def add_speed_probe_option(p: argparse.ArgumentParser) -> None:
 
 def add_uml_options(g) -> None:
     g.add_argument("--uml-kernel", metavar="PATH", type=_uml_kernel,
-                   help="UML kernel to boot instead of Debian's linux.uml, e.g. your tree's "
-                        "./linux after `make ARCH=um`")
+                   help="UML kernel to boot: a path (your tree's ./linux after `make ARCH=um`), `debian` "
+                        "(Debian's linux.uml) or `recipe` (the project's, from scripts/build-uml-kernel.sh); "
+                        f"default: ${umlkernel.KERNEL_ENV} if set, else Debian's where it can boot on this CPU, "
+                        "else the project's (`ipsec-testbed doctor` says which and why)")
     g.add_argument("--uml-modules", metavar="DIR", type=_uml_modules,
                    help="module directory for --uml-kernel (a release dir with modules.dep, or "
                         "the lib/modules of `make ARCH=um modules_install`); omit for a kernel "

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import json
 import logging
 import os
 import platform
@@ -61,7 +62,7 @@ import tty
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
-from testbed import names
+from testbed import names, umlkernel
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
     GUEST_ENV,
@@ -85,8 +86,9 @@ SPEED_PROBE_ENV = "IPSEC_TESTBED_SPEED_PROBE"
 #: The host's cgroup v1 cpuacct hierarchy, where each guest gets a group of its own.
 CPUACCT_ROOT = "/sys/fs/cgroup/cpuacct"
 
-DEFAULT_KERNEL = "linux.uml"
-DEFAULT_MODULES_ROOT = "/usr/lib/uml/modules"
+DEFAULT_MODULES_ROOT = umlkernel.DEBIAN_MODULES_ROOT
+#: Inside the guest: the host's choice of kernel, as JSON (``UmlKernel.metadata()``).
+KERNEL_CHOICE_ENV = "IPSEC_TESTBED_UML_KERNEL_CHOICE"
 
 #: Environment variables not handed to the guest: they describe the host session.
 _ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$"
@@ -143,6 +145,8 @@ class UmlSpec:
     #: (line editing, Ctrl-C), while the host terminal is in raw mode.  For shells and
     #: the demo's Mininet CLI.
     interactive: bool = False
+    #: what is known of ``kernel`` (where it came from, its FPU buffer), to explain a failed boot
+    kernel_info: umlkernel.UmlKernel | None = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -156,20 +160,17 @@ class UmlSpec:
 
 
 def find_kernel(path: str | None = None) -> str:
-    """The UML kernel to boot: ``path`` if given, else ``linux.uml`` on PATH.
+    """The UML kernel image to boot: ``path`` (a path, ``debian`` or ``recipe``) if given, else the one
+    :func:`~testbed.umlkernel.select` chooses.  Raises :class:`UmlError` with the fix in one line."""
+    return choose_kernel(path).path
 
-    Raises :class:`UmlError` with the fix in one line when there is none.
-    """
-    if path:
-        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-            raise UmlError(f"UML kernel {path!r} is not an executable file")
-        return os.path.abspath(path)
-    found = shutil.which(DEFAULT_KERNEL) or (
-        "/usr/bin/linux.uml" if os.access("/usr/bin/linux.uml", os.X_OK) else None)
-    if not found:
-        raise UmlError("linux.uml not found: install Debian's user-mode-linux package "
-                       "(apt-get install user-mode-linux, or scripts/install.sh) or pass --uml-kernel PATH")
-    return found
+
+def choose_kernel(path: str | None = None) -> umlkernel.UmlKernel:
+    """:func:`testbed.umlkernel.select`, its failure as a :class:`UmlError`."""
+    try:
+        return umlkernel.select(path)
+    except umlkernel.KernelUnavailableError as e:
+        raise UmlError(str(e)) from None
 
 
 def find_modules_dir(kernel: str, path: str | None = None) -> str | None:
@@ -182,7 +183,7 @@ def find_modules_dir(kernel: str, path: str | None = None) -> str | None:
     """
     if path:
         return _release_dir(path)
-    if os.path.realpath(kernel) == os.path.realpath("/usr/bin/linux.uml") and os.path.isdir(DEFAULT_MODULES_ROOT):
+    if os.path.realpath(kernel) == os.path.realpath(umlkernel.DEBIAN_KERNEL) and os.path.isdir(DEFAULT_MODULES_ROOT):
         return _release_dir(DEFAULT_MODULES_ROOT)
     return None
 
@@ -445,11 +446,8 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
         if os.path.exists(status_file):
             with open(status_file) as f:
                 return int(f.read().strip() or 1)
-        tail = b"".join(console).decode(errors="replace").strip().splitlines()[-15:]
-        booted = os.path.exists(f"{workdir}/started")
-        what = "the command's guest died before it finished" if booted else "the UML guest failed to boot"
-        raise UmlError(f"{what} (linux.uml exited {proc.returncode} after "
-                       f"{time.monotonic() - started:.1f} s); last console lines:\n  " + "\n  ".join(tail))
+        raise UmlError(_death(b"".join(console).decode(errors="replace"), spec, proc.returncode,
+                              time.monotonic() - started, booted=os.path.exists(f"{workdir}/started")))
     finally:
         if proc is not None and proc.poll() is None:
             _kill(proc)
@@ -469,6 +467,20 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
                 os.close(fd)
         if cgroup is not None:
             remove_cgroup(cgroup)
+
+
+def _death(console: str, spec: UmlSpec, returncode: int, seconds: float, booted: bool) -> str:
+    """Why a guest ended without a status, for people: the console lines that say why, then the cause
+    and its fix in one line where the cause is known."""
+    cause, telling = umlkernel.boot_failure(console, spec.kernel_info)
+    what = "the command's guest died before it finished" if booted else "the UML guest failed to boot"
+    kernel = spec.kernel_info.describe() if spec.kernel_info else spec.kernel
+    lines = [f"{what} ({kernel} exited {returncode} after {seconds:.1f} s)"]
+    if telling:
+        lines += ["its console said:", *(f"  {line}" for line in telling)]
+    if cause:
+        lines.append(f"cause: {cause}")
+    return "\n".join(lines)
 
 
 def make_cgroup(uml_id: str) -> str | None:
@@ -617,11 +629,12 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
                host_cpu: int | None = None, speed_probe: bool = False) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
-    kernel_path = find_kernel(kernel)
-    return UmlSpec(command=tuple(command), kernel=kernel_path,
-                   modules_dir=find_modules_dir(kernel_path, modules),
+    chosen = choose_kernel(kernel)
+    env = (*guest_env(os.environ), (KERNEL_CHOICE_ENV, json.dumps(chosen.metadata(), sort_keys=True)))
+    return UmlSpec(command=tuple(command), kernel=chosen.path, kernel_info=chosen,
+                   modules_dir=find_modules_dir(chosen.path, modules),
                    cwd=os.path.abspath(cwd or os.getcwd()), mem=mem, timeout_s=timeout_s,
-                   env=guest_env(os.environ), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
+                   env=tuple(sorted(env)), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
                    host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe)
 
@@ -751,11 +764,11 @@ class UmlBackend(KernelBackend):
 
     def unavailable(self) -> str | None:
         try:
-            kernel = find_kernel(self.options.kernel)
-            find_modules_dir(kernel, self.options.modules)
+            kernel = choose_kernel(self.options.kernel)
+            find_modules_dir(kernel.path, self.options.modules)
         except UmlError as e:
             return str(e)
-        return None
+        return kernel.cannot_boot()
 
     def lacks(self, needs: Needs, probe_host: Callable[[], Probe]) -> list[str]:
         # Debian's kernel has every module the testbed uses; a developer's own kernel is
@@ -775,20 +788,34 @@ class UmlBackend(KernelBackend):
     def leftovers(self) -> list[Leftover]:
         return leftovers()
 
+    def _kernel(self) -> dict:
+        """The kernel: inside a guest, the host's choice it was handed; on the host, the choice now."""
+        handed = os.environ.get(KERNEL_CHOICE_ENV) if self.inside() else None
+        if handed:
+            with contextlib.suppress(ValueError):
+                return json.loads(handed)
+        try:
+            return choose_kernel(self.options.kernel).metadata()
+        except UmlError:
+            return {}
+
     def metadata(self) -> dict:
-        return {**super().metadata(), "kernel_release": platform.release()}
+        return {**super().metadata(), **self._kernel(), "kernel_release": platform.release()}
 
     def label(self) -> str:
-        try:
-            kernel = find_kernel(self.options.kernel)
-            return f"{self.title} {os.path.basename(find_modules_dir(kernel, self.options.modules) or kernel)}"
-        except UmlError:
+        kernel = self._kernel()
+        if not kernel:
             return self.title
+        origin = {"debian": "", "recipe": ", the project's kernel", "user": ", --uml-kernel"}.get(
+            kernel.get("kernel_origin"), "")
+        version = kernel.get("kernel_version") or (platform.release() if self.inside() else "")
+        return f"{self.title} {version}{origin}".replace("  ", " ").rstrip()
 
     def describe_kernel(self) -> str:
-        """The kernel and modules a guest boots, for people (raises UmlError when there is none)."""
-        kernel = find_kernel(self.options.kernel)
-        return f"{kernel}, modules {find_modules_dir(kernel, self.options.modules) or 'built in'}"
+        """The kernel and modules a guest boots, and why, for people (raises UmlError when there is none)."""
+        kernel = choose_kernel(self.options.kernel)
+        modules = find_modules_dir(kernel.path, self.options.modules) or "built in"
+        return f"{kernel.describe()}, modules {modules}: {kernel.reason}"
 
     def cpu_meter(self) -> CpuMeter:
         path = os.environ.get(METER_ENV)

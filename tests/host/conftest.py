@@ -14,6 +14,7 @@ from testbed import backends
 from testbed.isolation import root_namespace_unchanged
 
 CLI = [sys.executable, "-m", "cli.main"]
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -79,6 +79,10 @@ def test_missing_kernel_algorithm_is_named_with_its_module(pair):
     """Make DES unavailable (unload it, stop on-demand loading), then ask for it."""
     if subprocess.run(["grep", "-q", "^des_generic ", "/proc/modules"]).returncode != 0:
         subprocess.run(["modprobe", "-d", "/run/itb-modules", "des_generic"], capture_output=True)
+    if subprocess.run(["grep", "-q", "^des_generic ", "/proc/modules"]).returncode != 0 \
+            and "des-generic" in Path("/proc/crypto").read_text():
+        # the project's UML kernel (scripts/build-uml-kernel.sh) has its algorithms built in
+        pytest.skip("des_generic is built into this kernel: no way to make an algorithm missing")
     with open("/proc/sys/kernel/modprobe") as f:
         helper = f.read().strip()
     try:

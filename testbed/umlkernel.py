@@ -1,0 +1,278 @@
+"""Which User-Mode Linux kernel a guest boots, where it came from, and why it was chosen.
+
+Three kinds of kernel can boot a guest:
+
+``debian``
+    ``linux.uml`` from Debian's ``user-mode-linux`` package, with its modules under
+    ``/usr/lib/uml/modules``.  The default wherever it can boot.
+``recipe``
+    the project's own, built by ``scripts/build-uml-kernel.sh`` from Debian's
+    ``linux-source-6.1`` with Debian's configuration and an FPU buffer large enough for
+    every x86-64 CPU (:mod:`testbed.xsave` says why Debian's is not).  Cached under
+    ``~/.cache/ipsec-testbed/kernels/`` with a ``build.json`` that records how it was built.
+``user``
+    any other image given with ``--uml-kernel PATH`` (``make ARCH=um``'s ``./linux``).
+
+:func:`select` decides.  ``--uml-kernel`` wins (``PATH``, or the words ``debian`` /
+``recipe``); then :data:`KERNEL_ENV` in the environment, read the same way; then the
+automatic rule: Debian's kernel where this CPU's XSAVE area fits its buffer, else the
+project's kernel, which ``./run install`` builds on such a host.  :func:`boot_failure`
+turns a dead guest's console into the one line that says why and how to fix it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+
+from testbed import xsave
+
+#: Where the project's kernel recipe lives, relative to the repository.
+RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "scripts", "build-uml-kernel.sh")
+#: A default for ``--uml-kernel`` (a path, ``debian`` or ``recipe``): how a whole test suite or CI
+#: job runs on one kernel without passing the option to every command.
+KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
+DEBIAN_KERNEL = "/usr/bin/linux.uml"
+DEBIAN_MODULES_ROOT = "/usr/lib/uml/modules"
+ORIGINS = ("debian", "recipe", "user")
+#: The words ``--uml-kernel`` takes besides a path.
+NAMED = ("debian", "recipe")
+
+
+class KernelUnavailableError(RuntimeError):
+    """No UML kernel that can boot here: the message says which and how to get one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UmlKernel:
+    """A UML kernel image and what is known of it."""
+
+    path: str
+    origin: str                      # one of ORIGINS
+    reason: str                      # why this one, for people and meta.json
+    version: str | None = None       # "6.1.176", "6.1.192"
+    fp_bytes: int | None = None      # the FPU buffer it hands the host (None: not known)
+    key: str | None = None           # the recipe's cache key (recipe kernels)
+
+    @property
+    def fits_host(self) -> bool | None:
+        """Whether its FPU buffer holds this CPU's XSAVE area (None: either size is unknown)."""
+        if self.fp_bytes is None or xsave.host_bytes() is None:
+            return None
+        return xsave.fits(self.fp_bytes)
+
+    def cannot_boot(self) -> str | None:
+        """Why it cannot boot on this host, known without booting it; None when nothing says so."""
+        if self.fits_host is False:
+            return (f"{self.describe()} hands the host a {self.fp_bytes}-byte FPU buffer, smaller than this CPU's "
+                    f"{xsave.host_bytes()}-byte XSAVE area: it cannot boot here. {_FIX}")
+        return None
+
+    def describe(self) -> str:
+        what = {"debian": "Debian's linux.uml", "recipe": "the project's UML kernel",
+                "user": "the UML kernel"}[self.origin]
+        version = f" {self.version}" if self.version else ""
+        return f"{what}{version} ({self.path})"
+
+    def metadata(self) -> dict:
+        """For meta.json: which kernel ran, where it came from and why it was chosen."""
+        return {"kernel_path": self.path, "kernel_origin": self.origin, "kernel_version": self.version,
+                "kernel_fp_bytes": self.fp_bytes, "kernel_recipe_key": self.key, "kernel_reason": self.reason,
+                "host_xsave_bytes": xsave.host_bytes()}
+
+
+_FIX = ("Use the project's kernel, which boots on every x86-64 CPU: `sudo ./run install` builds it "
+        "(scripts/build-uml-kernel.sh, about 10 minutes on 2 CPUs), then it is chosen by itself.")
+
+
+def debian() -> UmlKernel | None:
+    """Debian's kernel, where its package is installed."""
+    found = shutil.which("linux.uml") or (DEBIAN_KERNEL if os.access(DEBIAN_KERNEL, os.X_OK) else None)
+    if not found:
+        return None
+    version = None
+    if os.path.isdir(DEBIAN_MODULES_ROOT):
+        releases = sorted(d for d in os.listdir(DEBIAN_MODULES_ROOT)
+                          if os.path.exists(os.path.join(DEBIAN_MODULES_ROOT, d, "modules.dep")))
+        version = releases[-1] if releases else None
+    return UmlKernel(found, "debian", "", version=version, fp_bytes=xsave.DEBIAN_FP_BYTES)
+
+
+@functools.cache
+def recipe_key() -> str | None:
+    """The cache key of the kernel the recipe builds now (None: the recipe is not here)."""
+    if not os.access(RECIPE, os.X_OK):
+        return None
+    try:
+        out = subprocess.run([RECIPE, "--key"], capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def cache_dir() -> str:
+    base = os.environ.get("IPSEC_TESTBED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ipsec-testbed")
+    return os.path.join(base, "kernels")
+
+
+def from_image(path: str, reason: str) -> UmlKernel:
+    """What is known of the kernel image at ``path``: a recipe build says how it was built."""
+    path = os.path.abspath(path)
+    if os.path.realpath(path) == os.path.realpath(DEBIAN_KERNEL):
+        found = debian()
+        if found:
+            return dataclasses.replace(found, reason=reason)
+    build = _build_info(path)
+    if build:
+        return UmlKernel(path, "recipe", reason, version=build.get("version"), fp_bytes=build.get("fp_bytes"),
+                         key=build.get("key"))
+    return UmlKernel(path, "user", reason)
+
+
+def _build_info(path: str) -> dict | None:
+    try:
+        with open(os.path.join(os.path.dirname(path), "build.json")) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("origin") == "recipe" else None
+
+
+def recipe(reason: str = "") -> UmlKernel | None:
+    """The project's kernel for the recipe as it is now, if it has been built."""
+    key = recipe_key()
+    if key is None:
+        return None
+    for directory in sorted(_glob_builds(key)):
+        image = os.path.join(directory, "linux")
+        if os.access(image, os.X_OK) and _build_info(image):
+            return from_image(image, reason)
+    return None
+
+
+def _glob_builds(key: str) -> Iterable[str]:
+    root = cache_dir()
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, d) for d in os.listdir(root) if re.fullmatch(rf"linux-.+-um-{re.escape(key)}", d)]
+
+
+def select(requested: str | None = None) -> UmlKernel:
+    """The kernel a guest boots: ``requested`` (``--uml-kernel``: a path, ``debian`` or ``recipe``), else
+    :data:`KERNEL_ENV`, else the automatic rule.  Raises :class:`KernelUnavailableError` with the fix."""
+    if requested:
+        return _named(requested, "--uml-kernel was given")
+    if os.environ.get(KERNEL_ENV):
+        return _named(os.environ[KERNEL_ENV], f"{KERNEL_ENV} was set")
+    return automatic()
+
+
+def _named(word: str, why: str) -> UmlKernel:
+    if word == "debian":
+        found = debian()
+        if not found:
+            raise KernelUnavailableError(f"{why} (debian), but Debian's linux.uml is not installed: "
+                                    "apt-get install user-mode-linux, or scripts/install.sh")
+        return dataclasses.replace(found, reason=f"{why} (debian)")
+    if word == "recipe":
+        found = recipe(f"{why} (recipe)")
+        if not found:
+            raise KernelUnavailableError(f"{why} (recipe), but the project's kernel is not built yet: "
+                                         "run scripts/build-uml-kernel.sh (about 10 minutes on 2 CPUs)")
+        return found
+    if not (os.path.isfile(word) and os.access(word, os.X_OK)):
+        raise KernelUnavailableError(f"UML kernel {word!r} is not an executable file "
+                                "(give a path, or `debian` or `recipe`)")
+    return from_image(word, why)
+
+
+def automatic() -> UmlKernel:
+    """Debian's kernel where it can boot on this CPU, else the project's."""
+    found = debian()
+    host = xsave.host_bytes()
+    if found and found.fits_host is not False:
+        size = f" ({host} bytes)" if host is not None else ""
+        return dataclasses.replace(found, reason=f"Debian's kernel; this CPU's XSAVE area{size} fits its "
+                                                 f"{found.fp_bytes}-byte FPU buffer")
+    if found:
+        why = (f"Debian's linux.uml cannot boot on this CPU (its XSAVE area is {host} bytes, Debian's kernel "
+               f"was built for {xsave.DEBIAN_FP_BYTES})")
+    else:
+        why = "Debian's linux.uml is not installed"
+    own = recipe(f"{why}: the project's kernel, built by scripts/build-uml-kernel.sh")
+    if own and own.fits_host is not False:
+        return own
+    if found:
+        raise KernelUnavailableError(f"{why}, and the project's kernel is not built yet. {_FIX}")
+    raise KernelUnavailableError(f"{why}: apt-get install user-mode-linux (or scripts/install.sh), "
+                            "or pass --uml-kernel PATH")
+
+
+def needs_build() -> bool:
+    """Whether this host needs the project's kernel built: Debian's cannot boot here, and it is not built."""
+    try:
+        automatic()
+    except KernelUnavailableError:
+        return debian() is not None
+    return False
+
+
+# -- why a guest did not boot -----------------------------------------------------------------
+
+#: Console lines that say why a guest died (the rest is a stack trace's noise).
+_TELLING = re.compile(r"panic|fail|errno|error|cannot|can't|couldn't|not on tmpfs|noexec|out of memory|killed|"
+                      r"not permitted|denied", re.IGNORECASE)
+
+#: Known causes: a console pattern, and the one line that names the cause and the fix.
+_CAUSES: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"ptrace set fp regs failed, errno = 14"),
+     "the kernel's FPU buffer{kernel} is smaller than this CPU's XSAVE area{host}: its first process died at its "
+     f"first FPU restore (Debian's UML kernel has {xsave.DEBIAN_FP_BYTES} bytes; a CPU with AMX needs 11008). "
+     + _FIX),
+    (re.compile(r"check_ptrace|check_sysemu|PTRACE_TRACEME|ptrace.*(Operation not permitted|errno = 1\b)"),
+     "ptrace is not allowed here (a container's seccomp profile, or kernel.yama.ptrace_scope=3), and User-Mode "
+     "Linux runs its processes through it: allow ptrace for this process (e.g. docker run --cap-add SYS_PTRACE "
+     "--security-opt seccomp=unconfined)"),
+    (re.compile(r"must be not mounted noexec|Failed to choose tempdir|cannot create .*(uml|vm_file)|"
+                r"Checking PROT_EXEC mmap.*(denied|not permitted)", re.IGNORECASE),
+     "User-Mode Linux keeps its memory in a file under /dev/shm (or TMPDIR), which must exist, be writable and "
+     "not be mounted noexec: mount -o remount,exec /dev/shm, or set TMPDIR to such a directory"),
+    (re.compile(r"Couldn't allocate|Out of memory|Cannot allocate memory|mmap.*failed", re.IGNORECASE),
+     "the guest could not get its memory: give it less (--uml-mem 1G) or free some on the host"),
+)
+
+
+def boot_failure(console: str, kernel: UmlKernel | None = None) -> tuple[str | None, list[str]]:
+    """A dead guest's console read for people: the known cause in one line (None: not known), and the lines
+    that say why (panics, failures, errno values), not the stack trace's tail."""
+    lines = [line.rstrip() for line in console.splitlines() if line.strip()]
+    telling = [line for line in lines if _TELLING.search(line) or any(p.search(line) for p, _ in _CAUSES)]
+    host = xsave.host_bytes()
+    sizes = {"host": f" ({host} bytes)" if host is not None else "",
+             "kernel": f" ({kernel.fp_bytes} bytes)" if kernel and kernel.fp_bytes else ""}
+    for pattern, message in _CAUSES:
+        if any(pattern.search(line) for line in lines):
+            # the cause's own lines and the panic it led to, not the other complaints of a dying guest
+            why = [line for line in telling if pattern.search(line) or "panic" in line.lower()]
+            return message.format(**sizes), why[-8:]
+    return None, telling[-8:] or lines[-15:]
+
+
+if __name__ == "__main__":  # `python -m testbed.umlkernel`: the choice, for scripts
+    import sys
+
+    if sys.argv[1:] == ["needs-build"]:
+        sys.exit(0 if needs_build() else 1)
+    try:
+        chosen = select(sys.argv[1] if len(sys.argv) > 1 else None)
+    except KernelUnavailableError as e:
+        print(e, file=sys.stderr)
+        sys.exit(1)
+    print(json.dumps(chosen.metadata(), indent=1))
