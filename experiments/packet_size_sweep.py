@@ -189,7 +189,9 @@ def dry_run(spec, out_dir: str) -> int:
 
 def measure(spec, out_dir: str) -> int:
     from experiments import runner
-    from experiments.sweep import run_sweep, summary
+    from experiments.plan import unusable_profiles
+    from experiments.sweep import by_point, run_sweep, summary
+    from testbed import rundir
 
     with runner.progress_bar() as bar:
         progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
@@ -202,6 +204,8 @@ def measure(spec, out_dir: str) -> int:
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
+    for line in unusable_profiles(spec, by_point(rundir.load_existing(out_dir))).values():
+        print(line, file=sys.stderr)
     print(precision_line(spec, out_dir, counts["over_budget"]), file=sys.stderr)
     return 0
 
@@ -218,6 +222,8 @@ def precision_line(spec, out_dir: str, over_budget: bool) -> str:
     why = []
     if p["at_most"]:
         why.append(f"{p['at_most']} had their {spec.most_repetitions} repetitions")
+    if p["unusable"]:
+        why.append(f"{p['unusable']} of profiles whose every repetition was an anomaly (above)")
     if p["short"]:
         cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
         why.append(f"{p['short']} stopped short by {cause}")

@@ -23,6 +23,7 @@ than that (counted from the command's start, a guest's boot included, by
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import re
@@ -308,6 +309,39 @@ def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
     return sum(1 for r in records if usable(r)) < spec.repetitions
 
 
+def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[str, str]:
+    """The profiles whose every point has had a repetition and every repetition so far was an
+    ``anomaly``, each with one line on what its data path did (pure).
+
+    Such a profile's data path is not the one the overhead model describes (ESP encrypted after
+    the shaper, counters reset): measuring it again changes nothing, so the sweep stops after its
+    first round.  Failed attempts do not count either way.
+    """
+    by_profile: dict[str, list[list[dict]]] = collections.defaultdict(list)
+    for p in plan_points(spec, 1):
+        by_profile[p.profile].append(groups.get(p.point_key(), []))
+    out = {}
+    for profile, points in by_profile.items():
+        measured = [[r for r in records if not r.get("failed")] for records in points]
+        if not all(measured) or any(r.get("bound") != "anomaly" for records in measured for r in records):
+            continue
+        records = [r for rs in measured for r in rs]
+        ratios = sorted(r["goodput_mbps"] / r["shaper_goodput_mbps"] for r in records
+                        if (r.get("shaper_goodput_mbps") or 0) > 0 and r.get("goodput_mbps") is not None)
+        if ratios and ratios[len(ratios) // 2] > 1:
+            ratio = ratios[len(ratios) // 2]
+            what = (f"it carried {ratio:.2f}x the payload that the shaper's bytes allow under the overhead model "
+                    f"(median of {len(ratios)}): the shaper counted {1 / ratio:.2f} of the bytes per payload byte "
+                    "that the model puts on the wire, so part of the packets' bytes bypassed it "
+                    "(ESP offload, which encrypts after the qdisc, does this)")
+        else:
+            reasons = collections.Counter(r.get("bound_reason", "") for r in records)
+            what = f"every repetition was an anomaly, most often: {reasons.most_common(1)[0][0]}"
+        out[profile] = (f"profile {profile}: all {len(records)} repetitions of its {len(points)} points were "
+                        f"anomalies; {what}. Its figures are not usable, and it was not measured again")
+    return out
+
+
 def at_common_speed_by_point(groups: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
     """``groups`` (records by point) with their CPU costs at the run's common machine speed
     (:func:`analysis.stats.at_common_speed`, over all of them), as :func:`precise` should judge
@@ -340,13 +374,17 @@ def within_budget(spec: SweepSpec, elapsed_s: float, seconds_per_point: float, m
 def precision_of(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict:
     """How many of the spec's points are as precise as asked (``precise``), and of the others
     how many had their most repetitions (``at_most``) or were stopped short of them by the
-    time budget or an interruption (``short``) (pure)."""
-    out = {"points": 0, "precise": 0, "at_most": 0, "short": 0}
+    time budget or an interruption (``short``), or belong to a profile given up as every repetition
+    of it was an anomaly (``unusable``, :func:`unusable_profiles`) (pure)."""
+    out = {"points": 0, "precise": 0, "at_most": 0, "short": 0, "unusable": 0}
     groups = at_common_speed_by_point(groups)
+    given_up = unusable_profiles(spec, groups)
     for p in plan_points(spec, 1):
         records = groups.get(p.point_key(), [])
         out["points"] += 1
-        if precise(spec, records) and not needs_minimum(spec, records):
+        if p.profile in given_up:
+            out["unusable"] += 1
+        elif precise(spec, records) and not needs_minimum(spec, records):
             out["precise"] += 1
         elif attempts(records) >= spec.most_repetitions:
             out["at_most"] += 1

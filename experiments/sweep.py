@@ -49,6 +49,7 @@ from experiments.plan import (
     plan_points,
     plan_round,
     point_key,
+    unusable_profiles,
     usable,
     within_budget,
 )
@@ -74,8 +75,9 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], e
     """The points at ``rate`` that need another repetition (without ``extras``: to reach their
     minimum), each with its next repetition number, in measuring order."""
     groups = at_common_speed_by_point(groups)
+    given_up = unusable_profiles(spec, groups)
     rounds = collections.Counter()
-    for p in plan_round(spec, rate, 0):
+    for p in plan_round(spec, rate, 0, lambda p: p.profile not in given_up):
         records = groups.get(p.point_key(), [])
         if needs_more(spec, records, extras):
             rounds[p.point_key()] = sum(1 for r in records if not r.get("failed"))
@@ -87,9 +89,11 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], e
 
 
 def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: dict[tuple, list[dict]]) -> int:
-    """Repetitions the points at ``rates`` still need to reach their minimum."""
+    """Repetitions the points at ``rates`` still need to reach their minimum (none for a profile
+    given up: :func:`~experiments.plan.unusable_profiles`)."""
+    given_up = unusable_profiles(spec, groups)
     return sum(max(0, spec.repetitions - sum(1 for r in groups.get(p.point_key(), []) if usable(r)))
-               for rate in rates for p in plan_round(spec, rate, 0))
+               for rate in rates for p in plan_round(spec, rate, 0, lambda p: p.profile not in given_up))
 
 
 class _Budget:
@@ -125,7 +129,9 @@ def is_complete(run_dir: str, spec: SweepSpec, extras: bool = True) -> bool:
     """Whether every point of ``spec`` has had all the repetitions it needs in ``run_dir``
     (without ``extras``: its minimum, as after the time budget stopped the others)."""
     groups = at_common_speed_by_point(by_point(rundir.load_existing(run_dir)))
-    return not any(needs_more(spec, groups.get(p.point_key(), []), extras) for p in plan_points(spec, 1))
+    given_up = unusable_profiles(spec, groups)
+    return not any(needs_more(spec, groups.get(p.point_key(), []), extras)
+                   for p in plan_points(spec, 1) if p.profile not in given_up)
 
 
 def note_interrupted(run_dir: str, why: str) -> None:
@@ -245,12 +251,15 @@ class _Rounds:
         spec, net = self.spec, self.net
         if net.shaping.rate_mbit != rate:
             net.reshape(ShapingSpec(rate_mbit=rate))
-        if not self.budget.over:
-            self.total = max(self.total, self.already + self.measured + len(todo))
+        coming = todo if not self.budget.over else \
+            [p for p in todo if needs_minimum(spec, self.groups[p.point_key()])]
+        self.total = max(self.total, self.already + self.measured + len(coming))
         for i, point in enumerate(todo):
             records = self.groups[point.point_key()]
             if not self.budget.allows(records, self.measured, self.rates, self.groups):
-                self.total = self.already + self.measured + minimum_left(spec, self.rates, self.groups)
+                self.total = self.already + self.measured + max(
+                    minimum_left(spec, self.rates, self.groups),
+                    sum(1 for p in todo[i + 1:] if needs_minimum(spec, self.groups[p.point_key()])))
                 continue
             self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions)
             if point.arm:
@@ -264,6 +273,7 @@ class _Rounds:
             records.append(record)
             self.measured += 1
             self.failed += bool(record["failed"])
+            self.total = max(self.total, self.already + self.measured)  # a bar never counts past its end
             if self.progress:
                 self.progress(point, record, self.already + self.measured, self.total)
 

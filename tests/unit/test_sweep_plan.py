@@ -239,7 +239,7 @@ def test_precision_counts_the_points_and_why_some_are_not_precise():
     rows += [{**record(noisy), "cpu_s_per_gb": c} for c in (1.0, 1.5)]
     rows += [{**record(capped), "cpu_s_per_gb": c} for c in (1.0, 1.5, 1.0, 1.5)]
     rows += [{**record(owed), "cpu_s_per_gb": 1.0}]
-    assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2}
+    assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2, "unusable": 0}
 
 
 def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
@@ -413,3 +413,25 @@ def test_a_cost_that_follows_the_machines_speed_is_judged_at_the_runs_common_spe
     # without the probe's figures the same costs need more repetitions
     bare = [{k: v for k, v in r.items() if k != "speed_probe_ns"} for r in records]
     assert len(_next_round(spec, 10.0, by_point(bare))) == 4
+
+
+def test_a_profile_whose_every_repetition_is_an_anomaly_is_given_up_after_its_first_round():
+    from experiments.plan import unusable_profiles
+
+    spec = SweepSpec(rates_mbit=(10,), sizes=(250, 1000), repetitions=3, max_repetitions=12)
+    first = plan_round(spec, 10.0, 0)
+    # AES's data path moved more payload than the shaper's bytes allow (ESP encrypted after the qdisc)
+    rows = [record(p, goodput_mbps=9.0, cpu_s_per_gb=1.0, bound="link") if p.profile == "none" else
+            record(p, goodput_mbps=7.3, shaper_goodput_mbps=6.65, bound="anomaly", bound_reason="above the shaper")
+            for p in first]
+    given_up = unusable_profiles(spec, by_point(rows))
+    assert list(given_up) == ["aes-gcm-256"]
+    assert "1.10x the payload" in given_up["aes-gcm-256"] and "not usable" in given_up["aes-gcm-256"]
+    todo = _next_round(spec, 10.0, by_point(rows))
+    assert todo and {p.profile for p in todo} == {"none"}  # plain goes on to its minimum; AES is not re-measured
+    assert minimum_left(spec, (10.0,), by_point(rows)) == 2 * 2
+    assert precision_of(spec, by_point(rows))["unusable"] == 2
+    # one usable repetition anywhere, or a point not yet measured, keeps the profile in the sweep
+    assert unusable_profiles(spec, by_point(rows[:1])) == {}
+    assert "aes-gcm-256" not in unusable_profiles(spec, by_point(
+        [r if r["profile"] == "none" or r["size_bytes"] != 250 else {**r, "bound": "link"} for r in rows]))
