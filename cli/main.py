@@ -532,7 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "$GITHUB_STEP_SUMMARY)")
     p.add_argument("--json", metavar="FILE", help="with --inject-slowdown: write the verdicts and the measured "
                    "slowdown as JSON")
-    p.add_argument("--inject-slowdown", type=percent(0, 100), metavar="PERCENT",
+    p.add_argument("--inject-slowdown", type=percent(0, 100, low_included=True), metavar="PERCENT",
                    help="check the gate's sensitivity on this machine: run the suite with two arms side by side, "
                         "a as is and b with the kernel's ESP path made PERCENT slower (extra BPF instructions per "
                         "ESP packet: the CPU cost per packet at the suite's CPU-bound point grows by PERCENT), "

@@ -24,15 +24,17 @@ def csv(kind: Callable) -> Callable[[str], tuple]:
     return parse
 
 
-def percent(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a number strictly between ``low`` and ``high``."""
+def percent(low: float, high: float, low_included: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number strictly between ``low`` and ``high`` (or ``low`` itself, with
+    ``low_included``)."""
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        if not low < value < high:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage in ({low:g}, {high:g})")
+        if not (low <= value if low_included else low < value) or not value < high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage in {'[' if low_included else '('}"
+                                             f"{low:g}, {high:g})")
         return value
     return parse
 

@@ -187,3 +187,20 @@ def test_each_metric_is_judged_in_its_own_direction():
         regress.compare(old, dearer, metrics=("cpu_s_per_gb",))
     with pytest.raises(regress.RegressError, match="unknown metric"):
         regress.compare(base, dearer, metrics=("joules",))
+
+
+@pytest.mark.parametrize("value,ok", [("0", True), ("5", True), ("99.5", True), ("100", False), ("-1", False),
+                                      ("five", False)])
+def test_inject_slowdown_takes_what_its_help_promises(value, ok, capsys):
+    """Its help says 0 makes two identical arms (a false-alarm check): the parser must take 0."""
+    from cli.main import build_parser
+
+    parser = build_parser()
+    if ok:
+        assert parser.parse_args(["regress", "--inject-slowdown", value]).inject_slowdown == float(value)
+    else:
+        with pytest.raises(SystemExit):
+            parser.parse_args(["regress", "--inject-slowdown", value])
+        assert "is not a percentage in [0, 100)" in capsys.readouterr().err
+    help_text = " ".join(parser._subparsers._group_actions[0].choices["regress"].format_help().split())
+    assert "0 makes two identical arms (a false-alarm check)" in help_text
