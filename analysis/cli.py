@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -82,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from analysis.page import render_html
     from analysis.run import RunData
     from analysis.tables import compare_table, terminal_table
-    from testbed.rundir import ResultsError
+    from testbed.rundir import ResultsError, atomic_write
 
     console = Console()
     if _is_reproduction(args.run_dirs[0]):
@@ -117,13 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     out = args.out or Path(first.run_dir) / "report.html"
     page = render_html(first.records, first.meta, compare=runs if len(runs) > 1 else ())
-    # written beside and renamed over: a crash never leaves half a report where a whole one was
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        tmp.write_text(page, encoding="utf-8")
-        os.replace(tmp, out)
+    try:  # a crash never leaves half a report where a whole one was
+        atomic_write(out, page)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 1
     print(f"report: {out} ({len(page) / 1e6:.1f} MB, opens offline)", file=sys.stderr)

@@ -25,11 +25,11 @@ import dataclasses
 import datetime
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.stats import POINT_KEYS, Summary, aggregate
+from testbed.rundir import atomic_write
 
 BASELINE_FORMAT = "ipsec-testbed-baseline/1"
 #: What the gate can judge, per record field: (name, unit, +1 when higher is better, -1 when lower is).
@@ -167,11 +167,7 @@ def load_baseline(path: str) -> dict:
 
 def save_baseline(baseline: dict, path: str) -> None:
     """Write atomically (beside, then renamed over)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(baseline, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
 def machine_differences(baseline: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:

@@ -30,6 +30,8 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from testbed.rundir import atomic_write
+
 #: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
 CALIBRATION_INSTRUCTIONS = 6000
 CALIBRATION_REPETITIONS = 4
@@ -188,11 +190,7 @@ def save_calibration(cal: Calibration, path: str | None = None) -> None:
     except (OSError, ValueError):
         data = {}
     data[f"{cal.kernel}|{cal.suite}"] = dataclasses.asdict(cal)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
 def calibrated(suite: str, sweep_args: Sequence[str], kernel: str, run_sweep: Callable[..., int], base_dir: str,

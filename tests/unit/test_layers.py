@@ -122,3 +122,15 @@ def test_scripts_may_import_anything_but_not_the_command_line():
     for path in sorted(p for d in SCRIPTS for p in (REPO / d).glob("*.py") if not p.is_symlink()):
         assert "cli" not in {top for _, top in project_imports(path)}, f"{path}: imports the cli package"
     assert os.path.islink(REPO / "benchmarks" / "_bootstrap.py")
+
+
+def test_one_atomic_write():
+    """Files are replaced in one place (testbed.rundir.atomic_write: written beside, fsynced, renamed over,
+    the directory synced); a second, hand-written write-then-rename would skip a step."""
+    found = [f"{path.relative_to(REPO)}:{node.lineno}"
+             for path in modules() + sorted((REPO / "benchmarks").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+             and node.func.attr in ("replace", "rename") and isinstance(node.func.value, ast.Name)
+             and node.func.value.id == "os"]
+    assert found == ["testbed/rundir.py:75"], found
