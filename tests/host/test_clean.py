@@ -4,20 +4,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from conftest import CLI, run_cli
 
-from testbed import names
+from testbed import names, waiting
 from testbed.isolation import root_namespace_snapshot
 
 
 def wait_for(cond, timeout_s=60.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    waiting.until(cond, timeout_s, what, interval_s=0.1)
 
 
 def ours_netns():

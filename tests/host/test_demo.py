@@ -7,10 +7,11 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 from test_sweep_resume import leftovers
+
+from testbed import waiting
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -25,14 +26,9 @@ def screen() -> str:
 
 def wait_for(pattern: str, timeout_s: float = 60.0) -> str:
     """The screen (trailing blank lines cut) once ``pattern`` is found in it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        text = screen().rstrip()
-        if re.search(pattern, text):
-            return text
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{pattern!r} did not appear within {timeout_s:g} s; the screen:\n{text}")
-        time.sleep(0.3)
+    return waiting.until(lambda: (text := screen().rstrip()) and re.search(pattern, text) and text, timeout_s,
+                         f"{pattern!r} to appear in the demo's terminal", interval_s=0.3,
+                         state=lambda: f"the screen:\n{screen().rstrip()}")
 
 
 def type_line(line: str) -> None:
@@ -52,10 +48,8 @@ def session(tmp_path):
     finally:
         # a closed terminal (SIGHUP) tears the demo down too; normally `exit` did already
         subprocess.run(["tmux", "-L", "itb-test", "kill-server"], capture_output=True)
-    deadline = time.monotonic() + 30
-    while leftovers() - before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert leftovers() <= before, leftovers() - before
+    waiting.until(lambda: leftovers() <= before, 30, "the demo's network to be gone", interval_s=0.5,
+                  state=lambda: f"left: {leftovers() - before}")
 
 
 def test_demo_end_to_end(session):

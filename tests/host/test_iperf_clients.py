@@ -7,11 +7,14 @@ arguments is not used.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
 from experiments import iperf
+from testbed import waiting
 from topologies.veth_pair import veth_pair
 
 
@@ -40,12 +43,23 @@ def nice_of(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
+def blocked_on_its_gate(clients: iperf.Clients) -> bool:
+    """Whether the first client is blocked in read(2) on the pipe that holds it."""
+    pid = clients.procs[0].pid
+    with open(f"/proc/{pid}/syscall") as f:
+        fields = f.read().split()
+    if fields[0] != "0":  # x86-64's read
+        return False
+    gate = f"pipe:[{os.fstat(clients._gates[0][0]).st_ino}]"
+    return os.readlink(f"/proc/{pid}/fd/{int(fields[1], 16)}") == gate
+
+
 def wait_until_held(clients: iperf.Clients, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not clients.held():
+    def held():
         assert clients.waiting(), "a held iperf3 client exited"
-        assert time.monotonic() < deadline, "iperf3 client never reached its hold"
-        time.sleep(0.02)
+        return clients.held()
+
+    waiting.until(held, timeout_s, "the iperf3 client to reach its hold", interval_s=0.02)
 
 
 def test_a_held_client_waits_unconnected_at_low_priority_then_runs_its_test(pair_with_server):
@@ -54,7 +68,9 @@ def test_a_held_client_waits_unconnected_at_low_priority_then_runs_its_test(pair
     with iperf.Clients(flows, args) as clients:
         wait_until_held(clients)
         pid = clients.procs[0].pid
-        time.sleep(0.5)  # long enough to have connected, had it not been held
+        # not a pause that hopes it would have connected by now: it is seen blocked in read(2) on its gate
+        waiting.until(lambda: blocked_on_its_gate(clients), 10, "the held client to block reading its gate",
+                      state=lambda: Path(f"/proc/{pid}/syscall").read_text().strip())
         assert clients.waiting() and connections_to(pid, servers.ports[0]) == 0
         assert nice_of(pid) == iperf.HELD_NICE
         clients.go()

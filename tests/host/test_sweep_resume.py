@@ -8,11 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from conftest import run_cli
 
 from experiments import doctor
+from testbed import waiting
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
 ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--max-repetitions", "2", "--duration", "1",
@@ -24,6 +24,19 @@ def keys(path):
         return [tuple(sorted((k, v) for k, v in json.loads(line).items()
                              if k in ("profile", "size_bytes", "repetition", "rate_mbit")))
                 for line in f if line.endswith("\n")]
+
+
+def holders(path):
+    """The host processes that have ``path`` open."""
+    path = os.path.realpath(path)
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}") == path for fd in os.listdir(f"/proc/{pid}/fd")):
+                pids.append(int(pid))
+        except OSError:  # gone, or not ours to look at
+            continue
+    return pids
 
 
 def leftovers():
@@ -47,15 +60,17 @@ def test_sigkill_then_resume_has_every_point_once(tmp_path):
     results = os.path.join(out, "results.jsonl")
     first = subprocess.Popen([sys.executable, SCRIPT, *ARGS, "--out", out],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 240
-    while not (os.path.exists(results) and len(keys(results)) >= 3):
+    def three_recorded():
         assert first.poll() is None, "the sweep ended before it could be killed"
-        assert time.monotonic() < deadline, "the sweep measured nothing within 240 s"
-        time.sleep(0.2)
+        return os.path.exists(results) and len(keys(results)) >= 3
+
+    waiting.until(three_recorded, 240, "the sweep to record 3 points", interval_s=0.2)
     first.send_signal(signal.SIGKILL)
     first.wait()
     measured_before = len(keys(results))
-    time.sleep(3)  # an orphaned guest would go on writing here
+    # an orphaned guest would keep the file open (through hostfs) and go on writing: wait until nothing holds it
+    waiting.until(lambda: not holders(results), 30, f"every process to let go of {results}",
+                  state=lambda: f"held by pids {holders(results)}")
     assert len(keys(results)) == measured_before, "points were written after the sweep was killed"
     assert leftovers() - before, "the killed run left nothing: the test would prove nothing"
 

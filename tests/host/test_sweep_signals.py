@@ -12,10 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from test_sweep_resume import SCRIPT, keys, leftovers
+
+from testbed import waiting
 
 SMALL = ["--rates", "50", "--sizes", "700,1400", "--repetitions", "2", "--max-repetitions", "2", "--duration", "1",
          "--warmup", "0.2", "--no-report"]
@@ -27,11 +28,11 @@ def start(out, args=SMALL):
 
 
 def wait_for_points(proc, results, n, timeout_s=240):
-    deadline = time.monotonic() + timeout_s
-    while not (os.path.exists(results) and len(keys(results)) >= n):
+    def recorded():
         assert proc.poll() is None, f"the sweep ended early: {proc.stderr.read()[-2000:]}"
-        assert time.monotonic() < deadline, f"fewer than {n} points within {timeout_s} s"
-        time.sleep(0.1)
+        return os.path.exists(results) and len(keys(results)) >= n
+
+    waiting.until(recorded, timeout_s, f"the sweep to record {n} points", interval_s=0.1)
 
 
 def complete_lines(path):

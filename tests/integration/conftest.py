@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from experiments import doctor
-from testbed import backends
+from testbed import backends, waiting
 from testbed.capabilities import Probe
 from testbed.isolation import root_namespace_unchanged
 from topologies.veth_pair import VethPair, veth_pair
@@ -96,16 +96,19 @@ def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[
 def settle(path: str, quiet_s: float = 0.3, timeout_s: float = 3.0) -> None:
     """Bounded wait until the capture file stops growing: the last packets of the block may
     still be in the kernel's capture buffer when the block ends, and stopping tcpdump then
-    drops them (seen inside UML: the fifth of five ESP replies missing)."""
-    deadline = time.monotonic() + timeout_s
-    last, since = -1, time.monotonic()
-    while time.monotonic() < deadline:
-        size = os.path.getsize(path) if os.path.exists(path) else 0
-        if size != last:
-            last, since = size, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
-        time.sleep(0.05)
+    drops them (seen inside UML: the fifth of five ESP replies missing).  A file still growing
+    after ``timeout_s`` fails the test: something else is writing to the capture."""
+    size = lambda: os.path.getsize(path) if os.path.exists(path) else 0  # noqa: E731
+    seen = {"size": -1, "since": time.monotonic()}
+
+    def quiet() -> bool:
+        now = size()
+        if now != seen["size"]:
+            seen.update(size=now, since=time.monotonic())
+        return time.monotonic() - seen["since"] >= quiet_s
+
+    waiting.until(quiet, timeout_s, f"the capture {path} to stop growing for {quiet_s:g} s",
+                  state=lambda: f"{size()} bytes")
 
 
 def iproute_states(ns: str) -> dict[tuple[str, int], dict]:

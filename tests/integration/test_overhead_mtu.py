@@ -32,7 +32,6 @@ import errno
 import os
 import socket
 import struct
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -40,7 +39,7 @@ from conftest import capture, ip
 
 from ipsec.overhead import IP_HEADER_BYTES, inner_mtu, max_tcp_mss, packet_overhead, payload_per_segment
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
-from testbed import netns
+from testbed import netns, waiting
 from topologies.veth_pair import VethPair, veth_pair
 
 #: The acceptance profiles, plus AH, ESP+AH, IPComp and a short GCM ICV.
@@ -147,10 +146,9 @@ def measure(p: VethPair, family: int, expected_mtu: int, pcap: str) -> Measured:
                 tx.send(os.urandom(size - hdr))
                 received.append(len(rx.recv(65535)) + hdr)
             # tcpdump (-U) writes each packet when it gets to it; stopping it earlier loses some
-            deadline = time.monotonic() + 10
-            while (len(outer_packets(pcap, family, p.addr("a", family))) < len(sizes)
-                   and time.monotonic() < deadline):
-                time.sleep(0.05)
+            captured = lambda: len(outer_packets(pcap, family, p.addr("a", family)))  # noqa: E731
+            waiting.until(lambda: captured() >= len(sizes), 10, f"tcpdump to write the {len(sizes)} ESP packets",
+                          state=lambda: f"{captured()} written")
         try:
             tx.send(os.urandom(expected_mtu + 1 - hdr))
             one_more = "sent"

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis import reproduction, reproduction_report
+from testbed import waiting
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -83,16 +84,18 @@ def test_seed004_clients_parts(tmp_path):
 @pytest.mark.parametrize("signal_name", ["SIGTERM"])
 def test_a_reproduction_stopped_by_a_signal_resumes(tmp_path, signal_name):
     import signal
-    import time
 
     out = str(tmp_path / "seed003")
     cmd = [sys.executable, os.path.join(REPO, "experiments", "seed003_gateway_rates.py"), "--out", out,
            "--no-report", "--rates", "10", "--sizes", "500,1000", "--repetitions", "2", "--duration", "1"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     path = os.path.join(out, "gateway", "results.jsonl")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (os.path.exists(path) and Path(path).read_text().count("\n") >= 2):
-        time.sleep(0.2)
+
+    def recorded() -> int:
+        assert proc.poll() is None, f"seed 003 ended (exit {proc.returncode}) before it could be stopped"
+        return Path(path).read_text().count("\n") if os.path.exists(path) else 0
+
+    waiting.until(lambda: recorded() >= 2, 120, "seed 003 to record 2 points", state=lambda: f"{recorded()} recorded")
     proc.send_signal(getattr(signal, signal_name))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + getattr(signal, signal_name), err[-2000:]

@@ -80,13 +80,15 @@ def test_sigterm_in_a_forked_copy_ends_the_copy_only():
         import os, signal, sys, time
         from testbed.errors import run_main
         def work():
+            ready, told = os.pipe()
             pid = os.fork()
             if pid == 0:
                 try:
+                    os.write(told, b"in")  # the copy is inside the block the signal must not unwind
                     time.sleep(30)
                 finally:
                     print("the copy unwound the parent's work", flush=True)
-            time.sleep(0.2)
+            assert os.read(ready, 2) == b"in"
             os.kill(pid, signal.SIGTERM)
             _, status = os.waitpid(pid, 0)
             print("child status", os.waitstatus_to_exitcode(status), flush=True)
