@@ -26,7 +26,7 @@
 # the configuration fragment, the FP buffer, Debian's configuration and the source's version.
 # A second run returns at once.  The source tree is removed after the build.
 #
-# Needs root only to install missing packages (linux-source-6.1, bc, flex, bison, gcc, make).
+# Needs root only to install missing packages (linux-source-6.1, bc, flex, bison, gcc, libc6-dev, make, patch).
 set -euo pipefail
 
 # The whole script is one function, read by bash before it runs: editing the file during a
@@ -103,7 +103,7 @@ main() {
 
     [[ -r $debian_config ]] || die "$debian_config missing: install user-mode-linux first (scripts/install.sh)"
     need=()
-    for p in "$source_package" bc flex bison gcc make xz-utils patch; do
+    for p in "$source_package" bc flex bison gcc libc6-dev make xz-utils patch; do
         dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || need+=("$p")
     done
     if ((${#need[@]})); then
