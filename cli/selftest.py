@@ -39,7 +39,7 @@ GUEST_TIMEOUT_S = 50 * 60
 FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py", "test_bounds.py")
 #: Host test modules that run alone, before any guest boots: ``ipsec-testbed clean`` removes
 #: every guest, a running test suite's too, the speed probe needs a CPU beside its guest's, and
-#: the XSAVE test builds a kernel (both CPUs, about a minute on a fresh machine).
+#: the XSAVE test builds a kernel (both CPUs, about 4 minutes, once per machine).
 HOST_ALONE = ("test_clean.py", "test_speed_probe.py", "test_xsave_boot.py")
 #: How often a line says the guests are still at work.
 HEARTBEAT_S = 60

@@ -24,7 +24,7 @@ def small_kernel() -> str:
     if host is None or host <= SMALL_FP_BYTES:
         pytest.skip(f"this CPU's XSAVE area ({host} bytes) fits an {SMALL_FP_BYTES}-byte buffer: "
                     "no kernel can be built too small for it")
-    # built once per machine (about a minute), then taken from the cache
+    # built once per machine (about 4 minutes on 2 CPUs), then taken from the cache
     out = subprocess.run([umlkernel.RECIPE, "--tiny", "--fp-bytes", str(SMALL_FP_BYTES)],
                          capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr[-3000:]
