@@ -17,6 +17,11 @@ reader expects, and survives with a warning:
 
 Anything else that is not a JSON object per line is an error naming the file and line: nothing
 here guesses at data it cannot read.  Standard library only.
+
+Both files carry the version of their layout, ``"schema"`` (:data:`SCHEMA`): every record and
+meta.json.  A directory written before versions were recorded has none and is schema 1, read as
+it is; one written by a newer version than this (a record or meta.json with a higher schema) is
+refused in one line that says so, rather than read wrongly.
 """
 from __future__ import annotations
 
@@ -41,6 +46,10 @@ LOCK_FILE = ".lock"
 
 #: Fields every record carries (a measured point's); the rest are optional (missing = null).
 REQUIRED_FIELDS = ("profile", "size_bytes", "goodput_mbps")
+
+#: The layout of records and meta.json this version writes and reads.  1: before versions were
+#: recorded (no "schema" field); 2: meta.json names the UML kernel and why it was chosen.
+SCHEMA = 2
 
 PathLike = str | os.PathLike
 
@@ -151,8 +160,8 @@ def open_results(run_dir: PathLike) -> IO[str]:
 
 
 def append(f: IO[str], record: dict) -> None:
-    """One record, on the disk before the next point starts."""
-    f.write(json.dumps(record, sort_keys=True) + "\n")
+    """One record, on the disk before the next point starts (with its :data:`SCHEMA`)."""
+    f.write(json.dumps({**record, "schema": SCHEMA}, sort_keys=True) + "\n")
     f.flush()
     os.fsync(f.fileno())
 
@@ -178,6 +187,7 @@ def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS) -
         record = _parse_line(path, number, line, unterminated=number == len(lines))
         if record is None:
             continue
+        _check_schema(record, f"{path}:{number}")
         missing = [f for f in required if f not in record]
         if missing:
             raise ResultsError(f"{path}:{number}: record lacks {', '.join(missing)} "
@@ -228,10 +238,19 @@ def _parse_line(path: Path, number: int, line: str, *, unterminated: bool) -> di
     return None
 
 
+def _check_schema(data: dict, where: str) -> None:
+    """Refuse what a newer version wrote (see the module docstring)."""
+    schema = data.get("schema", 1)
+    if not isinstance(schema, int) or schema > SCHEMA:
+        raise ResultsError(f"{where}: written by a newer ipsec-testbed (schema {schema!r}; this version reads "
+                           f"up to {SCHEMA}): upgrade ipsec-testbed to read it")
+
+
 # -- meta.json ----------------------------------------------------------------------------------
 
 def load_meta(run_dir: PathLike) -> dict[str, Any]:
-    """``run_dir/meta.json`` as a dict; ``{}`` with a warning when it is missing or unreadable.
+    """``run_dir/meta.json`` as a dict; ``{}`` with a warning when it is missing or unreadable, and
+    :class:`ResultsError` when a newer version wrote it (see the module docstring).
 
     The metadata labels results (kernel, backend, CPU, command line), so a run whose
     ``meta.json`` was never finished can still be analysed.
@@ -248,6 +267,7 @@ def load_meta(run_dir: PathLike) -> dict[str, Any]:
     if not isinstance(meta, dict):
         log.warning("%s: expected a JSON object, got %s; ignored", path, type(meta).__name__)
         return {}
+    _check_schema(meta, str(path))
     return meta
 
 
@@ -264,8 +284,10 @@ def start_run(run_dir: PathLike, machine: dict, **fields: Any) -> dict:
     """Record in meta.json that a run starts writing into ``run_dir``: ``machine`` (kernel,
     backend, CPU, versions) and ``fields`` at the top, a new entry in ``runs``."""
     def change(meta: dict) -> None:
+        _check_schema(meta, str(Path(run_dir) / META_FILE))  # never append to what a newer version wrote
         meta.update(machine)
         meta.update(fields)
+        meta["schema"] = SCHEMA
         meta.setdefault("started", now_iso())
         meta.setdefault("runs", []).append({"command_line": fields.get("command_line"), "started": now_iso()})
     os.makedirs(run_dir, exist_ok=True)

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from testbed import rundir
-from testbed.rundir import ResultsError, RunDirBusy
+from testbed.rundir import ResultsError, RunDirBusy, load_meta, load_results
 
 
 def record(**kw):
@@ -85,3 +87,45 @@ def test_a_second_holder_of_the_lock_is_refused_naming_the_first(tmp_path):
         holder.wait()
     with rundir.locked(tmp_path, "sweep"):  # free again once the holder is gone
         pass
+
+
+SCHEMA1 = Path(__file__).parent / "fixtures" / "rundir-schema1"  # a real sweep's, written before versions
+
+
+def test_a_run_directory_from_before_schema_versions_is_read_as_schema_1(tmp_path):
+    records = load_results(SCHEMA1)
+    assert len(records) == 8 and all("schema" not in r for r in records)
+    assert load_meta(SCHEMA1)["backend"] == "uml"
+    # resumed, it gains records of the current schema beside the old ones, and meta.json says so
+    run = tmp_path / "run"
+    shutil.copytree(SCHEMA1, run)
+    rundir.start_run(run, {"backend": "uml"})
+    with rundir.open_results(run) as f:
+        rundir.append(f, {**records[0], "repetition": 99})
+    again = load_results(run)
+    assert [r.get("schema", 1) for r in again] == [1] * 8 + [rundir.SCHEMA]
+    assert load_meta(run)["schema"] == rundir.SCHEMA
+
+
+@pytest.mark.parametrize("what", ["record", "meta"])
+def test_what_a_newer_version_wrote_is_refused_in_one_line(tmp_path, what):
+    run = tmp_path / "run"
+    shutil.copytree(SCHEMA1, run)
+    newer = rundir.SCHEMA + 1
+    if what == "record":
+        with open(run / "results.jsonl", "a") as f:
+            f.write(json.dumps({"profile": "none", "size_bytes": 100, "goodput_mbps": 1.0, "schema": newer}) + "\n")
+        with pytest.raises(ResultsError, match=rf"results.jsonl:9: written by a newer ipsec-testbed \(schema {newer};"):
+            load_results(run)
+    else:
+        meta = json.loads((run / "meta.json").read_text())
+        (run / "meta.json").write_text(json.dumps({**meta, "schema": newer}))
+        with pytest.raises(ResultsError, match=rf"meta.json: written by a newer ipsec-testbed \(schema {newer};"):
+            load_meta(run)
+        with pytest.raises(ResultsError, match="newer"):  # nor is a run started on it
+            rundir.start_run(run, {"backend": "uml"})
+    out = subprocess.run([sys.executable, "-c", f"from analysis.cli import main; raise SystemExit(main(['report', "
+                          f"{str(run)!r}, '--no-html']))"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 1 and "written by a newer ipsec-testbed" in out.stderr
+    assert "Traceback" not in out.stderr
