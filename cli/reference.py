@@ -1,0 +1,119 @@
+"""docs/cli.md: every command's and script's ``--help``, generated from their parsers.
+
+    .venv/bin/python -m cli.reference            # write docs/cli.md
+    .venv/bin/python -m cli.reference --check    # exit 1 if docs/cli.md is not what the parsers say
+
+The reference is the parsers' own help, so it cannot say what they do not accept;
+``tests/unit/test_cli_reference.py`` fails when a parser changed and the page was not
+regenerated.  The help is laid out for a fixed width, whatever the terminal's.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "cli.md"
+WIDTH = 100
+#: The entry-point scripts, each with the function that builds its parser.
+SCRIPTS = ("packet_size_sweep", "seed000_x230_gigabit", "seed001_netio_3des_ah", "seed002_ttcp_topologies",
+           "seed003_gateway_rates", "seed004_ipv6_clients")
+
+
+@contextlib.contextmanager
+def _width(columns: int) -> Iterator[None]:
+    """argparse lays out help for $COLUMNS."""
+    old = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(columns)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = old
+
+
+def _script_parser(name: str) -> argparse.ArgumentParser:
+    scripts = str(REPO / "experiments")
+    added = scripts not in sys.path
+    if added:  # the scripts import their _bootstrap beside them; nothing else of that folder by its bare name
+        sys.path.insert(0, scripts)
+    try:
+        module = importlib.import_module(f"experiments.{name}")
+    finally:
+        if added:
+            sys.path.remove(scripts)
+    if hasattr(module, "REPRODUCTION"):
+        from experiments.reproduce import build_parser
+
+        parser = build_parser(module.REPRODUCTION)
+    else:
+        parser = module.build_parser()
+    parser.prog = f"experiments/{name}.py"
+    return parser
+
+
+def sections() -> list[tuple[str, str]]:
+    """(title, help text) of the ``ipsec-testbed`` command, each of its subcommands, and each script."""
+    from cli.main import build_parser
+
+    out = []
+    with _width(WIDTH):
+        main = build_parser()
+        main.prog = "ipsec-testbed"
+        out.append(("ipsec-testbed", main.format_help()))
+        for action in main._subparsers._group_actions:  # argparse keeps its subcommands here
+            for name, sub in action.choices.items():
+                if name == "report":  # a front for analysis.cli, whose parser has the options
+                    from analysis.cli import build_parser as report_parser
+
+                    sub = report_parser()
+                sub.prog = f"ipsec-testbed {name}"
+                out.append((f"ipsec-testbed {name}", sub.format_help()))
+        for name in SCRIPTS:
+            parser = _script_parser(name)
+            out.append((parser.prog, parser.format_help()))
+    return out
+
+
+def render() -> str:
+    parts = ["# Command reference", "",
+             "Every command's and script's `--help`, generated from their parsers by `python -m cli.reference`",
+             "(a unit test fails when this page and the parsers disagree). The README says which to use when.", ""]
+    parts += [f"- [`{title}`](#{_anchor(title)})" for title, _ in sections()]
+    for title, text in sections():
+        parts += ["", f"## {title}", "", "```text", text.rstrip(), "```"]
+    return "\n".join(parts) + "\n"
+
+
+def _anchor(title: str) -> str:
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m cli.reference", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="only check that docs/cli.md is current")
+    args = p.parse_args(argv)
+    text = render()
+    if args.check:
+        current = PAGE.read_text() if PAGE.exists() else ""
+        if current != text:
+            print(f"{PAGE.relative_to(REPO)} is not what the parsers say: run `python -m cli.reference`",
+                  file=sys.stderr)
+            return 1
+        return 0
+    from testbed.rundir import atomic_write
+
+    atomic_write(PAGE, text)
+    print(f"wrote {PAGE.relative_to(REPO)} ({len(sections())} commands)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
