@@ -30,6 +30,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from testbed import names
 from testbed.rundir import atomic_write
 
 #: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
@@ -43,13 +44,8 @@ class InjectionError(RuntimeError):
     """A calibration that could not measure the injected cost, or a slowdown it cannot make."""
 
 
-def cache_dir() -> str:
-    return os.environ.get("IPSEC_TESTBED_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ipsec-testbed")
-
-
 def cache_path() -> str:
-    return os.path.join(cache_dir(), "injection.json")
+    return os.path.join(names.cache_dir(), "injection.json")
 
 
 def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:

@@ -257,9 +257,8 @@ class _Rounds:
         for i, point in enumerate(todo):
             records = self.groups[point.point_key()]
             if not self.budget.allows(records, self.measured, self.rates, self.groups):
-                self.total = self.already + self.measured + max(
-                    minimum_left(spec, self.rates, self.groups),
-                    sum(1 for p in todo[i + 1:] if needs_minimum(spec, self.groups[p.point_key()])))
+                # the repetitions still owed, these points' included (the rest are not measured)
+                self.total = self.already + self.measured + minimum_left(spec, self.rates, self.groups)
                 continue
             self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions)
             if point.arm:

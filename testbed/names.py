@@ -17,6 +17,13 @@ PREFIX = "itb"
 STATE_DIR = os.environ.get("IPSEC_TESTBED_STATE_DIR", "/run/ipsec-testbed")
 IFNAMSIZ = 15
 
+
+def cache_dir() -> str:
+    """What the testbed keeps between runs (built kernels, calibrations): ``$IPSEC_TESTBED_CACHE``, else
+    ``$XDG_CACHE_HOME/ipsec-testbed`` or ``~/.cache/ipsec-testbed`` (scripts/build-uml-kernel.sh agrees)."""
+    return os.environ.get("IPSEC_TESTBED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ipsec-testbed")
+
 _RUN_ID = re.compile(r"^[0-9a-f]{4,8}$")
 
 

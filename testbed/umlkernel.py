@@ -30,7 +30,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 
-from testbed import xsave
+from testbed import names, xsave
 
 #: Where the project's kernel recipe lives, relative to the repository.
 RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -117,9 +117,8 @@ def recipe_key() -> str | None:
 
 
 def cache_dir() -> str:
-    base = os.environ.get("IPSEC_TESTBED_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ipsec-testbed")
-    return os.path.join(base, "kernels")
+    """Where the recipe caches its kernels."""
+    return os.path.join(names.cache_dir(), "kernels")
 
 
 def from_image(path: str, reason: str) -> UmlKernel:
