@@ -151,8 +151,8 @@ def recipe(reason: str = "") -> UmlKernel | None:
         return None
     for directory in sorted(_glob_builds(key)):
         image = os.path.join(directory, "linux")
-        if os.access(image, os.X_OK) and _build_info(image):
-            return from_image(image, reason)
+        if os.access(image, os.X_OK) and (built := from_image(image, reason)).origin == "recipe":
+            return built
     return None
 
 
@@ -178,7 +178,7 @@ def _named(word: str, why: str) -> UmlKernel:
         found = debian()
         if not found:
             raise KernelUnavailableError(f"{why} (debian), but Debian's linux.uml is not installed: "
-                                    "apt-get install user-mode-linux, or scripts/install.sh")
+                                         "apt-get install user-mode-linux, or scripts/install.sh")
         return dataclasses.replace(found, reason=f"{why} (debian)")
     if word == "recipe":
         found = recipe(f"{why} (recipe)")
@@ -188,7 +188,7 @@ def _named(word: str, why: str) -> UmlKernel:
         return found
     if not (os.path.isfile(word) and os.access(word, os.X_OK)):
         raise KernelUnavailableError(f"UML kernel {word!r} is not an executable file "
-                                "(give a path, or `debian` or `recipe`)")
+                                     "(give a path, or `debian` or `recipe`)")
     return from_image(word, why)
 
 
@@ -211,7 +211,7 @@ def automatic() -> UmlKernel:
     if found:
         raise KernelUnavailableError(f"{why}, and the project's kernel is not built yet. {_FIX}")
     raise KernelUnavailableError(f"{why}: apt-get install user-mode-linux (or scripts/install.sh), "
-                            "or pass --uml-kernel PATH")
+                                 "or pass --uml-kernel PATH")
 
 
 def needs_build() -> bool:

@@ -37,7 +37,7 @@ def test_a_buffer_fits_the_host_only_when_it_holds_the_whole_area():
 
 @pytest.fixture
 def host(monkeypatch):
-    """Set the host's XSAVE size; Debian's kernel is a stand-in file, the cache an empty directory."""
+    """A setter of the host's XSAVE size, as testbed.xsave reports it."""
     def set_size(size):
         monkeypatch.setattr(xsave, "host_bytes", lambda: size)
     return set_size
