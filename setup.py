@@ -12,7 +12,8 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=["testbed", "testbed.backends", "ipsec", "topologies", "analysis", "experiments", "cli"],
+    packages=["testbed", "testbed.backends", "ipsec", "ipsec.xfrm", "topologies", "analysis", "experiments",
+              "experiments.catalogue", "cli", "benchmarks"],
     # Lower bounds are the versions the test suite has run against.
     install_requires=[
         "pyroute2>=0.9.7",

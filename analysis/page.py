@@ -1,6 +1,6 @@
 """The HTML report: one self-contained page of a run's figures and points (returned as a string).
 
-The command line (:mod:`analysis.cli`) writes it.
+The command line (:mod:`cli.report`) writes it.
 """
 from __future__ import annotations
 

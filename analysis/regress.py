@@ -350,7 +350,7 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     for arm in (base, current):
         if arm not in present:
             raise RegressError(f"the run has no arm {arm!r} (arms: {', '.join(present) or 'none'}): an A/B "
-                               "within a sweep is measured with packet_size_sweep.py --arms")
+                               "within a sweep is measured with `ipsec-testbed sweep --arms`")
     then, now = arm_records(records, base), arm_records(records, current)
     if not paired:
         return compare(make_baseline(then, meta), now, max_drop, confidence, metrics)

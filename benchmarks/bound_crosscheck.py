@@ -4,7 +4,7 @@
     sudo python3 benchmarks/bound_crosscheck.py                       # AES-GCM-256 at 100 Mbit/s
     sudo python3 benchmarks/bound_crosscheck.py --rate 10 --sizes 100,1460
 
-Runs a small packet-size sweep (``experiments/packet_size_sweep.py``, one repetition of 4 s per
+Runs a small packet-size sweep (``ipsec-testbed sweep``, one repetition of 4 s per
 point, the plain baseline and --profile) and, while it runs, keeps two accounts of its own:
 
 - inside the kernel that runs the sweep, ``tc -s -j qdisc show`` in every testbed namespace
@@ -36,10 +36,10 @@ import tempfile
 import threading
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.catalogue.suites import sweep_process
 
-REPO = _bootstrap.REPO
-SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPUACCT = "/sys/fs/cgroup/cpuacct"
 #: tc is a process to start, which costs the guest's one CPU: once a second keeps the load small
 TC_EVERY_S = 1.0
@@ -77,9 +77,9 @@ def inner(args: argparse.Namespace) -> int:
     stop = os.path.join(args.out, "stop")
     poller = threading.Thread(target=poll_tc, args=(os.path.join(args.out, "tc.jsonl"), stop), daemon=True)
     poller.start()
-    cmd = [sys.executable, SWEEP, "--rates", f"{args.rate:g}", "--profiles", args.profile,
+    cmd = sweep_process(["--rates", f"{args.rate:g}", "--profiles", args.profile,
            "--sizes", args.sizes, "--repetitions", "1", "--max-repetitions", "1", "--duration", "6",
-           "--out", os.path.join(args.out, "sweep"), "--no-report"]
+           "--out", os.path.join(args.out, "sweep"), "--no-report"])
     rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
     open(stop, "w").close()
     poller.join()
@@ -178,7 +178,7 @@ def judge(out: str, rate_mbit: float, cpu: HostCpu) -> int:
     return 0 if judged else 1
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="The sweep boots User-Mode Linux when the host kernel has no ESP, as "
                                         "`./run sweep` does; the tc poller runs beside it in the same kernel.",
@@ -187,7 +187,7 @@ def main() -> int:
     ap.add_argument("--profile", default="aes-gcm-256", help="the IPsec profile beside the plain baseline")
     ap.add_argument("--sizes", default="100,250,500,1000,1460", help="TCP MSS values, comma-separated")
     ap.add_argument("--inner", metavar="DIR", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.inner:
         args.out = args.inner
         return inner(args)

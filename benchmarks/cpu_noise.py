@@ -4,7 +4,7 @@
     sudo python3 benchmarks/cpu_noise.py                        # 10 Mbit/s, MSS 1000, 15 repetitions
     sudo python3 benchmarks/cpu_noise.py --rate 10 --size 250 --repetitions 30
 
-Runs the packet-size sweep (``experiments/packet_size_sweep.py``, booting User-Mode Linux when
+Runs the packet-size sweep (``ipsec-testbed sweep``, booting User-Mode Linux when
 the host kernel has no ESP, as ``./run sweep`` does) on one size and one rate, plain and
 --profile, a fixed number of repetitions, and, on the host beside it, samples the guest's
 cpuacct cgroup every 50 ms: its CPU nanoseconds and, from ``/proc/PID/schedstat`` of its
@@ -35,11 +35,11 @@ import tempfile
 import threading
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.catalogue.suites import sweep_process
 from testbed.backends.uml import CPUACCT_ROOT as CPUACCT
 
-REPO = _bootstrap.REPO
-SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVERY_S = 0.05
 
 
@@ -163,7 +163,7 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
     return 0
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="Run it on an otherwise idle machine: anything else on the guest's CPU "
                                         "adds to the spread it measures.")
@@ -177,14 +177,14 @@ def main() -> int:
     ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
                     help="the target the repetitions needed are counted for, as the sweep's --cpu-precision "
                          "(default: %(default)g)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.repetitions < 3:
         ap.error("--repetitions must be at least 3 for a spread to mean something")
     if os.geteuid() != 0:
         sys.exit("cpu_noise: needs root (namespaces, the host's cgroup and /proc files): run it with sudo")
     out = tempfile.mkdtemp(prefix="itb-bench-cpunoise-")
-    cmd = [sys.executable, SWEEP, "--rates", f"{args.rate:g}", "--sizes", str(args.size), "--profiles",
-           args.profile, "--repetitions", str(args.repetitions), "--out", out, "--no-report"]
+    cmd = sweep_process(["--rates", f"{args.rate:g}", "--sizes", str(args.size), "--profiles",
+           args.profile, "--repetitions", str(args.repetitions), "--out", out, "--no-report"])
     print(" ".join(cmd[1:]), flush=True)
     sampler = GuestSampler()
     sampler.start()

@@ -4,7 +4,7 @@
     sudo .venv/bin/python benchmarks/kernel_sweeps.py [--kernels debian recipe] [--out DIR] [SWEEP ARGS...]
     sudo .venv/bin/python benchmarks/kernel_sweeps.py --reuse DIR_A DIR_B
 
-Runs ``experiments/packet_size_sweep.py`` (its defaults, or the SWEEP ARGS given) once on each
+Runs ``ipsec-testbed sweep`` (its defaults, or the SWEEP ARGS given) once on each
 kernel (``--uml-kernel`` words or paths: Debian's, the project's), one after the other, into
 DIR/a and DIR/b; or reads two run directories.  Then, for every point: what bounded it on each
 kernel (the class most of its repetitions had), its anomalies, and its goodput's mean with 95 %
@@ -21,17 +21,18 @@ import sys
 import tempfile
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from analysis.stats import aggregate
+from experiments.catalogue.suites import sweep_process
 from testbed import rundir
 
-REPO = _bootstrap.REPO
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def sweep(kernel: str, out_dir: str, args: list[str]) -> float:
     """The sweep on ``kernel`` into ``out_dir``; its wall time."""
-    cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), "--kernel", "uml",
-           "--uml-kernel", kernel, "--out", out_dir, "--no-report", *args]
+    cmd = sweep_process(["--kernel", "uml",
+           "--uml-kernel", kernel, "--out", out_dir, "--no-report", *args])
     print(f"$ {' '.join(cmd)}", flush=True)
     started = time.monotonic()
     rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)

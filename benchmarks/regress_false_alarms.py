@@ -21,20 +21,20 @@ import sys
 import tempfile
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 
-REPO = _bootstrap.REPO
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def main() -> int:
-    from experiments.suites import SUITES, suite_args
+def main(argv: list[str] | None = None) -> int:
+    from experiments.catalogue.suites import SUITES, suite_args, sweep_argv, sweep_process
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=tuple(SUITES), default="smoke")
     ap.add_argument("--runs", type=int, default=4, help="identical runs (default: %(default)s)")
     ap.add_argument("--max-drop", type=float, default=5.0, metavar="PERCENT")
     ap.add_argument("--confidence", type=float, default=95.0, metavar="PERCENT")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("regress_false_alarms: needs root; run with sudo")
     if args.runs < 2:
@@ -47,8 +47,7 @@ def main() -> int:
     for n in range(args.runs):
         d = os.path.join(out, f"run{n}")
         t0 = time.monotonic()
-        rc = subprocess.call([sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"),
-                              *suite_args(args.suite), "--out", d, "--no-report"], stdout=subprocess.DEVNULL)
+        rc = subprocess.call(sweep_process(sweep_argv(suite_args(args.suite), d)), stdout=subprocess.DEVNULL)
         if rc != 0:
             sys.exit(f"run {n + 1} failed (exit {rc})")
         print(f"run {n + 1} of {args.runs}: {time.monotonic() - t0:.0f} s", flush=True)

@@ -38,16 +38,16 @@ import subprocess
 import sys
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 
-REPO = _bootstrap.REPO
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: arm label -> (requested slowdown in %, the arm its comparison is against)
 ARMS = {"a": (0.0, None), "b": (5.0, "a"), "c": (0.0, "a"), "d": (2.0, "c"), "e": (10.0, "c")}
 KINDS = (("identical", "c"), ("2 %", "d"), ("5 %", "b"), ("10 %", "e"))
 
 
-def main() -> int:
-    from experiments.suites import GATE_DEFAULTS, SUITES
+def main(argv: list[str] | None = None) -> int:
+    from experiments.catalogue.suites import GATE_DEFAULTS, SUITES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=tuple(SUITES), default="detect")
@@ -55,14 +55,14 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(REPO, "runs", "regress-power"),
                     help="where the trials' runs go (default: %(default)s)")
     ap.add_argument("--no-suite-run", action="store_true", help="skip the timed two-arm run at the end")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("regress_power: needs root; run with sudo")
     if args.suite not in GATE_DEFAULTS:
         sys.exit(f"regress_power: suite {args.suite} has no gate settings for detection")
     from analysis import regress
     from experiments import injection
-    from experiments.suites import gate_defaults, suite_args, sweep_command
+    from experiments.catalogue.suites import gate_defaults, suite_args, sweep_argv, sweep_process
     from testbed.rundir import load_meta, load_results
 
     sweep_args = suite_args(args.suite)
@@ -71,7 +71,7 @@ def main() -> int:
     say = lambda m: print(f"regress_power: {m}", flush=True)  # noqa: E731
 
     def run_sweep(run_dir: str, *extra: str) -> int:
-        return subprocess.call(sweep_command(sweep_args, run_dir, (), *extra), stdout=subprocess.DEVNULL)
+        return subprocess.call(sweep_process(sweep_argv(sweep_args, run_dir, (), *extra)), stdout=subprocess.DEVNULL)
 
     cal = injection.calibrated(args.suite, sweep_args, injection.kernel_identity("auto"), run_sweep, args.out, say)
     counts = {arm: cal.instructions_for(pct) for arm, (pct, _) in ARMS.items()}

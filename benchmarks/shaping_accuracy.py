@@ -218,7 +218,8 @@ def main(argv=None) -> int:
         return 1
     # shaping needs veth and the qdisc, not ESP: the host kernel does when it has them
     needs = Needs(("veth", f"qdisc {args.qdisc}"))
-    rc = runner.follow("shaping_accuracy", __file__, list(argv if argv is not None else sys.argv[1:]), args, needs)
+    rc = runner.follow("shaping_accuracy", ("bench", "shaping_accuracy"),
+                       list(argv if argv is not None else sys.argv[1:]), args, needs)
     if rc is not None:
         return rc
     where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"

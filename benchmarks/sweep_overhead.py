@@ -4,7 +4,7 @@
     sudo .venv/bin/python benchmarks/sweep_overhead.py                  # runs the default sweep
     sudo .venv/bin/python benchmarks/sweep_overhead.py -- --rates 10    # sweep options after --
 
-Runs experiments/packet_size_sweep.py as a user would (booting UML when the host
+Runs `ipsec-testbed sweep` as a user would (booting UML when the host
 kernel has no ESP) into a fresh directory, and prints:
 
 - wall time against the sum of every point's warm-up and window: the rest is the
@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.catalogue.suites import sweep_process
 
-REPO = _bootstrap.REPO
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def boot_s(backend) -> float:
@@ -42,17 +43,17 @@ def boot_s(backend) -> float:
     return statistics.median(times)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep_args", nargs="*", help="options for packet_size_sweep.py (after --)")
-    args = ap.parse_args()
+    ap.add_argument("sweep_args", nargs="*", help="options for ipsec-testbed sweep (after --)")
+    args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("sweep_overhead: needs root; run with sudo")
     from experiments import doctor
 
     out = tempfile.mkdtemp(prefix="itb-bench-sweep-")
-    cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *args.sweep_args,
-           "--out", out, "--no-report"]
+    cmd = sweep_process([*args.sweep_args,
+           "--out", out, "--no-report"])
     choice = doctor.choose("auto")
     print(f"running: {' '.join(cmd[1:])}\nbackend: {choice.name} ({choice.reason})", flush=True)
     t0 = time.monotonic()

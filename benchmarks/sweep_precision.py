@@ -5,7 +5,7 @@
     sudo python3 benchmarks/sweep_precision.py --runs 3          # the adaptive sweep three times
     sudo python3 benchmarks/sweep_precision.py --reuse DIR ...   # only the figures of run directories
 
-Runs experiments/packet_size_sweep.py on its defaults as a user would (booting User-Mode
+Runs `ipsec-testbed sweep` on its defaults as a user would (booting User-Mode
 Linux when the host kernel has no ESP), timed from the command's start to its end, and then
 the same sweep with a fixed 3 repetitions per point (the sweep before the repetitions
 adapted). For every run it prints, per point, the 95 % confidence interval's half-width in
@@ -30,16 +30,16 @@ import sys
 import tempfile
 import time
 
-import _bootstrap
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments.catalogue.suites import sweep_process
 
-REPO = _bootstrap.REPO
-SWEEP = os.path.join(REPO, "experiments", "packet_size_sweep.py")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXED = ["--repetitions", "3", "--max-repetitions", "3"]
 
 
 def run_sweep(extra: list[str], label: str) -> tuple[str, float]:
     out = tempfile.mkdtemp(prefix="itb-bench-precision-")
-    cmd = [sys.executable, SWEEP, *extra, "--out", out, "--no-report"]
+    cmd = sweep_process([*extra, "--out", out, "--no-report"])
     print(f"{label}: {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
@@ -134,7 +134,7 @@ def between_runs(run_dirs: list[str]) -> None:
     print("  (each run's costs are at its own common speed: the runs' own speeds still differ)")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="sweep_precision", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=1, metavar="N", help="adaptive sweeps to run (default: 1)")
@@ -144,7 +144,7 @@ def main() -> int:
                     help="the goodput target to count against (default: the sweep's, %(default)s)")
     ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
                     help="the CPU-per-GB target to count against (default: the sweep's, %(default)s)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.reuse:
         for d in args.reuse:
             describe(d, None, "run", args.precision, args.cpu_precision)

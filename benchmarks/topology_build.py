@@ -71,7 +71,7 @@ def _median(xs: list[float]) -> str:
     return f"{statistics.median(xs):.2f}" if xs else "n/a"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--where", choices=("all", *backends.names()), default="all",
                     help="which kernel backend(s) to measure on (default: %(default)s)")
@@ -79,7 +79,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="builds per topology (default: 1)")
     ap.add_argument("--profile", default="aes-gcm-256", help="IPsec profile applied (default: %(default)s)")
     add_uml_options(ap.add_argument_group("guest"))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("topology_build: needs root; run with sudo")
     rc = 0

@@ -50,11 +50,11 @@ def _spread(xs: list[float]) -> str:
     return f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5, help="boots per case (default: %(default)s)")
     ap.add_argument("--mem", default="2G", help="guest memory (default: %(default)s)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("uml_overhead: needs root; run with sudo")
     py = sys.executable

@@ -571,8 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_install_rate: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    rc = runner.follow("xfrm_install_rate", __file__, list(argv if argv is not None else sys.argv[1:]), args,
-                       doctor.needs((args.algorithm,)))
+    rc = runner.follow("xfrm_install_rate", ("bench", "xfrm_install_rate"),
+                       list(argv if argv is not None else sys.argv[1:]), args, doctor.needs((args.algorithm,)))
     if rc is not None:
         return rc
     signal.signal(signal.SIGTERM, _terminate)

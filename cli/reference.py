@@ -1,4 +1,4 @@
-"""docs/cli.md: every command's and script's ``--help``, generated from their parsers.
+"""docs/cli.md: every command's ``--help``, generated from their parsers.
 
     .venv/bin/python -m cli.reference            # write docs/cli.md
     .venv/bin/python -m cli.reference --check    # exit 1 if docs/cli.md is not what the parsers say
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import sys
 from collections.abc import Iterator
@@ -20,9 +19,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "cli.md"
 WIDTH = 100
-#: The entry-point scripts, each with the function that builds its parser.
-SCRIPTS = ("packet_size_sweep", "seed000_x230_gigabit", "seed001_netio_3des_ah", "seed002_ttcp_topologies",
-           "seed003_gateway_rates", "seed004_ipv6_clients")
 
 
 @contextlib.contextmanager
@@ -39,29 +35,13 @@ def _width(columns: int) -> Iterator[None]:
             os.environ["COLUMNS"] = old
 
 
-def _script_parser(name: str) -> argparse.ArgumentParser:
-    scripts = str(REPO / "experiments")
-    added = scripts not in sys.path
-    if added:  # the scripts import their _bootstrap beside them; nothing else of that folder by its bare name
-        sys.path.insert(0, scripts)
-    try:
-        module = importlib.import_module(f"experiments.{name}")
-    finally:
-        if added:
-            sys.path.remove(scripts)
-    if hasattr(module, "REPRODUCTION"):
-        from experiments.reproduce import build_parser
-
-        parser = build_parser(module.REPRODUCTION)
-    else:
-        parser = module.build_parser()
-    parser.prog = f"experiments/{name}.py"
-    return parser
-
-
 def sections() -> list[tuple[str, str]]:
-    """(title, help text) of the ``ipsec-testbed`` command, each of its subcommands, and each script."""
+    """(title, help text) of the ``ipsec-testbed`` command, each of its subcommands, each seed and benchmark."""
+    from cli import bench, reproduce
     from cli.main import build_parser
+    from cli.sweep import build_parser as sweep_parser
+    from experiments.catalogue import reproductions
+    from experiments.reproduce import build_parser as seed_parser
 
     out = []
     with _width(WIDTH):
@@ -70,23 +50,29 @@ def sections() -> list[tuple[str, str]]:
         out.append(("ipsec-testbed", main.format_help()))
         for action in main._subparsers._group_actions:  # argparse keeps its subcommands here
             for name, sub in action.choices.items():
-                if name == "report":  # a front for analysis.cli, whose parser has the options
-                    from analysis.cli import build_parser as report_parser
+                if name == "report":  # listed here, parsed by cli.report
+                    from cli.report import build_parser as report_parser
 
                     sub = report_parser()
-                sub.prog = f"ipsec-testbed {name}"
-                out.append((f"ipsec-testbed {name}", sub.format_help()))
-        for name in SCRIPTS:
-            parser = _script_parser(name)
-            out.append((parser.prog, parser.format_help()))
+                elif name == "sweep":
+                    sub = sweep_parser()
+                if name == "reproduce":
+                    out.append(("ipsec-testbed reproduce", reproduce.usage()))
+                    out += [(r.prog, seed_parser(r).format_help()) for r in reproductions()]
+                elif name == "bench":  # their parsers are built when they run: their summaries here
+                    out.append(("ipsec-testbed bench", bench.usage()))
+                else:
+                    sub.prog = f"ipsec-testbed {name}"
+                    out.append((f"ipsec-testbed {name}", sub.format_help()))
     return out
 
 
 def render() -> str:
     helps = sections()
     parts = ["# Command reference", "",
-             "Every command's and script's `--help`, generated from their parsers by `python -m cli.reference`",
-             "(a unit test fails when this page and the parsers disagree). The README says which to use when.", ""]
+             "Every command's `--help`, generated from their parsers by `python -m cli.reference` (a unit test",
+             "fails when this page and the parsers disagree). The scripts `experiments/packet_size_sweep.py` and",
+             "`experiments/seed00N_*.py` are the same as `ipsec-testbed sweep` and `ipsec-testbed reproduce N`.", ""]
     parts += [f"- [`{title}`](#{_anchor(title)})" for title, _ in helps]
     for title, text in helps:
         parts += ["", f"## {title}", "", "```text", text.rstrip(), "```"]

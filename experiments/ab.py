@@ -18,14 +18,13 @@ with A as the baseline.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 
-from experiments.suites import sweep_command
+from experiments.catalogue.suites import sweep_argv
 
 
 def kernel_options(kernel: str) -> list[str]:
-    """packet_size_sweep.py's options that select ``kernel``: a backend's name, a UML kernel named
+    """``ipsec-testbed sweep``'s options that select ``kernel``: a backend's name, a UML kernel named
     by its origin (``debian``, ``recipe``: :mod:`testbed.umlkernel`), or a kernel image a backend
     boots (the path of a UML kernel built with ``make ARCH=um``)."""
     from testbed import backends, umlkernel
@@ -40,7 +39,7 @@ def kernel_options(kernel: str) -> list[str]:
 
 def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
             rounds: int | None = None) -> list[tuple[str, list[str]]]:
-    """The runs, in order: (label "a" or "b", the sweep's command line).  Pure.
+    """The runs, in order: (label "a" or "b", the sweep's arguments).  Pure.
 
     ``rounds`` boots of each kernel (default: one per repetition), in ABBA order; round ``k``
     measures the kernel's repetitions up to ``ceil(k * repetitions / rounds)``.
@@ -55,20 +54,22 @@ def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: in
     for k in range(1, rounds + 1):
         upto = -(-k * repetitions // rounds)
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, sweep_command(sweep_args, os.path.join(out_dir, label), options[label],
+            runs.append((label, sweep_argv(sweep_args, os.path.join(out_dir, label), options[label],
                                               "--repetitions", str(upto), "--max-repetitions", str(upto))))
     return runs
 
 
 def run_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
-           say: Callable[[str], None] = lambda s: None, rounds: int | None = None) -> tuple[str, str]:
-    """Measure the suite on both kernels, interleaved; returns the two run directories."""
+           sweep: Callable[[list[str]], int], say: Callable[[str], None] = lambda s: None,
+           rounds: int | None = None) -> tuple[str, str]:
+    """Measure the suite on both kernels, interleaved, each run by ``sweep(argv)`` (``ipsec-testbed
+    sweep``'s main, which returns its exit status); returns the two run directories."""
     runs = plan_ab(sweep_args, kernels, repetitions, out_dir, rounds)
     for n, (label, cmd) in enumerate(runs, 1):
         upto = cmd[cmd.index("--repetitions") + 1]
         say(f"A/B run {n} of {len(runs)}: kernel {label.upper()} ({kernels['ab'.index(label)]}), "
             f"round {(n + 1) // 2}, repetitions up to {upto}")
-        rc = subprocess.call(cmd)
+        rc = sweep(cmd)
         if rc != 0:
             raise RuntimeError(f"the sweep on kernel {label.upper()} failed (exit {rc}); its run directory "
                                f"{os.path.join(out_dir, label)} keeps what was measured")

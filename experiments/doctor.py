@@ -192,8 +192,8 @@ def choose(requested: str = backends.AUTO, work_needs: Needs | None = None,
     return backends.choose(requested, work_needs or ESP_NEEDS, lambda: probe(tools=False), options)
 
 
-def guest_command(script: str, argv: Sequence[str]) -> list[str]:
-    """The command that runs this Python ``script`` again, with ``argv``, in a guest."""
+def guest_command(command: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """What a guest runs for ``ipsec-testbed COMMAND... ARGV...``: the front door, with this Python."""
     import sys
 
-    return [sys.executable, os.path.abspath(script), *argv]
+    return [sys.executable, "-m", "cli", *command, *argv]

@@ -1,6 +1,6 @@
 """The reproduction engine: one seed's experiment as named parts, measured into one run directory.
 
-A seed's script (``experiments/seed00N_*.py``) describes its experiment as
+A seed's module (:mod:`experiments.catalogue`) describes its experiment as
 :class:`Part` objects: each is a :class:`~experiments.sweep.SweepSpec` (or a series of
 request/response transactions) with a name the seed's reference file
 (``analysis/reference/seed00N.json``) uses in its ``where.part``.  This module runs
@@ -87,14 +87,21 @@ class Part:
 
 @dataclasses.dataclass(frozen=True)
 class Reproduction:
-    """A seed's experiment: its parts as a function of the script's options."""
+    """A seed's experiment: its parts as a function of its options (``ipsec-testbed reproduce SEED``).
+
+    ``name`` is also the name of the script that runs it (``experiments/<name>.py``).
+    """
 
     seed: str
-    prog: str
+    name: str
     doc: str
     parts: Callable[[argparse.Namespace], list[Part]]
     add_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
     epilog: str = ""
+
+    @property
+    def prog(self) -> str:
+        return f"ipsec-testbed reproduce {self.seed}"
 
 
 # -- measuring ----------------------------------------------------------------------------
@@ -350,11 +357,12 @@ def report(repro: Reproduction, out_dir: str) -> None:
     print(f"report: {path}", file=sys.stderr)
 
 
-def main(repro: Reproduction, script: str, argv: Sequence[str] | None = None) -> int:
+def main(repro: Reproduction, argv: Sequence[str]) -> int:
+    """``ipsec-testbed reproduce SEED ARGV...``: see the module docstring."""
     from experiments import doctor, runner
     from testbed.errors import run_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = list(argv)
     args = build_parser(repro).parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")
@@ -365,7 +373,7 @@ def main(repro: Reproduction, script: str, argv: Sequence[str] | None = None) ->
         if args.dry_run:
             return dry_run(parts, out_dir, args.scale)
         needs = doctor.needs(p for part in parts for p in part.spec.profiles)
-        return runner.run(repro.prog, script, args, argv, out_dir, needs,
+        return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,
                           measure=lambda: measure_parts(repro, parts, out_dir, args.scale),
                           report=lambda: report(repro, out_dir),
                           on_interrupt=lambda why: note_interrupted(out_dir, parts, why))

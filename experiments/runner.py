@@ -15,7 +15,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from testbed import backends, rundir
 from testbed.capabilities import Needs
@@ -78,7 +78,7 @@ def report_leftovers(prog: str) -> None:
 
 
 def typed_command() -> list[str] | None:
-    """The command line the user typed on the host (also inside UML), for meta.json."""
+    """The job as one front-door command line (set on the host, read also inside UML), for meta.json."""
     typed = os.environ.get(COMMAND_ENV)
     return shlex.split(typed) if typed else None
 
@@ -128,12 +128,13 @@ def progress_bar():
     return bar()
 
 
-def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interactive: bool = False) -> int | None:
-    """Where the work of ``script`` should run, acted on: how every entry point honours ``--kernel``.
+def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Needs,
+           interactive: bool = False) -> int | None:
+    """Where the work of ``ipsec-testbed COMMAND...`` should run, acted on: how every job honours ``--kernel``.
 
     Prints the decision.  Returns None when the work runs here (on the kernel this process
-    runs on: the host's, or inside the guest already); otherwise runs ``script argv...`` on the
-    chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
+    runs on: the host's, or inside the guest already); otherwise runs ``ipsec-testbed COMMAND...
+    ARGV...`` on the chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
     guest could not run).
     """
     from experiments import doctor
@@ -148,7 +149,7 @@ def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interact
         return None
     t0 = time.monotonic()
     try:
-        rc = choice.backend.run(doctor.guest_command(script, argv), interactive=interactive,
+        rc = choice.backend.run(doctor.guest_command(command, argv), interactive=interactive,
                                 modules=doctor.kernel_modules(),
                                 speed_probe=not interactive and not getattr(args, "no_speed_probe", False))
     except backends.BackendError as e:
@@ -158,12 +159,13 @@ def follow(prog: str, script: str, argv: list[str], args, needs: Needs, interact
     return rc
 
 
-def run(prog: str, script: str, args, argv: list[str], out_dir: str, needs: Needs, measure: Callable[[], int],
-        report: Callable[[], None], on_interrupt: Callable[[str], None]) -> int:
+def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, needs: Needs,
+        measure: Callable[[], int], report: Callable[[], None], on_interrupt: Callable[[str], None]) -> int:
     """Measure (here or in a guest) with ``measure()``, then ``report()`` on the host; see the module docstring.
 
+    ``command`` names the job as the front door does (``("sweep",)``, ``("reproduce", "003")``);
     ``args`` carries the kernel options (``add_kernel_options``) and ``no_report``; ``argv``
-    is what the script was given, passed on to the guest with ``--out`` and ``--no-report``.
+    is what the job was given, passed on to the guest with ``--out`` and ``--no-report``.
     ``needs`` is what the work needs of a kernel.  ``on_interrupt(signal_name)`` marks the run
     directory when a signal ends the run.
     """
@@ -172,7 +174,8 @@ def run(prog: str, script: str, args, argv: list[str], out_dir: str, needs: Need
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
-    os.environ.setdefault(COMMAND_ENV, shlex.join([sys.executable, *sys.argv]))  # for meta.json
+    if backends.GUEST_ENV not in os.environ:  # for meta.json: the job as one command, however it was started
+        os.environ[COMMAND_ENV] = shlex.join(["ipsec-testbed", *command, *argv])
     mark_started(os.environ)
     check_tools()
     on_host = backends.current().runs_here
@@ -184,7 +187,7 @@ def run(prog: str, script: str, args, argv: list[str], out_dir: str, needs: Need
     with rundir.locked(out_dir) if on_host else contextlib.nullcontext():
         try:
             # In a guest the work measures and the host renders: importing plotly in a guest is slow.
-            rc = follow(prog, script, [*argv, "--out", out_dir, "--no-report"], args, needs)
+            rc = follow(prog, command, [*argv, "--out", out_dir, "--no-report"], args, needs)
             if rc is None:
                 rc = measure()
         except (KeyboardInterrupt, Terminated) as e:

@@ -1,70 +1,9 @@
 #!/usr/bin/env python3
-"""Seed 002: ttcp over four topologies with AES, DES and 3DES, and a request/response latency test.
-
-The seed (USENIX 2002, shared/seeds/002; OpenBSD, Figures 5-8 and 13) ran ttcp over TCP
-with 65535-byte socket buffers in four networks: host to host, host - gateway - gateway
-- host (IPsec between the gateways), three hosts - gateway - host (tunnels from each
-host to the gateway) and three hosts - host (each host to the end host); AES-128/192/256,
-DES and 3DES, all with HMAC-SHA1, against no encryption.  Its latency test timed 1000
-transfers of a tiny file over HTTP, plain and over IPsec with 3DES.
-
-Here: host_to_host (transport), vpn_gateway (tunnel), road_warrior with 3 clients
-(tunnel to the gateway) and multi_host_to_host with 3 clients (transport), at 1000
-Mbit/s, iperf3 -w 65535 with write sizes --sizes; the latency part makes 1000 TCP
-request/response transactions, one connection each (experiments/transactions.py).
-The seed's hardware accelerator has no counterpart: every cipher here is software.
-"""
-from __future__ import annotations
-
+"""``ipsec-testbed reproduce 002``, as a script (``--help`` says what the seed measured and what this does)."""
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction, main
-from testbed.options import csv
-
-EPILOG = """\
-examples:
-  sudo .venv/bin/python experiments/seed002_ttcp_topologies.py           # ~7 min in UML
-  sudo .venv/bin/python experiments/seed002_ttcp_topologies.py --sizes 512,1024,2048,4096,8192 --parts h2h
-  sudo .venv/bin/python experiments/seed002_ttcp_topologies.py --parts latency --transactions 5000
-"""
-PROFILES = ("none", "aes-cbc-128-sha1", "aes-cbc-192-sha1", "aes-cbc-256-sha1", "des-cbc-sha1", "3des-cbc-sha1")
-TOPOLOGIES = (  # part, topology, mode, clients, the seed's figure
-    ("h2h", "host_to_host", "transport", 1, "Figure 5: host to host"),
-    ("hggh", "vpn_gateway", "tunnel", 1, "Figure 6: host - gateway - gateway - host"),
-    ("3hgh", "road_warrior", "tunnel", 3, "Figure 7: 3 hosts - gateway - host"),
-    ("3h2h", "multi_host_to_host", "transport", 3, "Figure 8: 3 hosts - host"),
-)
-
-
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 002")
-    g.add_argument("--sizes", type=csv(int), default=(1024, 8192), metavar="BYTES,...",
-                   help="ttcp write sizes (default: 1024,8192; the seed's figures span small to 8 KB)")
-    g.add_argument("--rate", type=float, default=1000.0, metavar="MBIT",
-                   help="rate of the shaped link in Mbit/s (default: %(default)g)")
-    g.add_argument("--transactions", type=int, default=1000, metavar="N",
-                   help="request/response transactions per latency measurement (default: %(default)s, as the seed)")
-
-
-def parts(args) -> list[Part]:
-    if args.transactions < 1:
-        raise ValueError(f"--transactions must be >= 1, not {args.transactions}")
-    out = [Part(name, title, SweepSpec(topology=topo, mode=mode, clients=clients, profiles=PROFILES,
-                                       ip_versions=(4,), transports=("tcp",), rates_mbit=(args.rate,),
-                                       sizes=args.sizes, size_mode="write", socket_buffer=65535,
-                                       repetitions=2, duration_s=2, warmup_s=0.5))
-           for name, topo, mode, clients, title in TOPOLOGIES]
-    out.append(Part("latency", "Figure 13: 1000 small request/response transactions, plain and 3DES",
-                    SweepSpec(topology="host_to_host", mode="transport", profiles=("none", "3des-cbc-sha1"),
-                              rates_mbit=(args.rate,), sizes=(100,), repetitions=3),
-                    transactions=args.transactions))
-    return out
-
-
-REPRODUCTION = Reproduction(seed="002", prog="seed002_ttcp_topologies", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+from cli.reproduce import main
 
 if __name__ == "__main__":
-    sys.exit(main(REPRODUCTION, __file__))
+    sys.exit(main(["002", *sys.argv[1:]]))

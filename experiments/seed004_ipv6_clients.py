@@ -1,52 +1,9 @@
 #!/usr/bin/env python3
-"""Seed 004: IPv6 transport mode, 1 to 5 clients streaming to one server, DES and AES with HMAC-MD5.
-
-The seed (the WIT IPv6 IPsec testbed, 2003, shared/seeds/004) ran netperf TCP_STREAM and
-UDP_STREAM from 1, 2, 3, 4 and 5 clients (dual Pentium III 850 MHz, 100 Mbit Ethernet,
-USAGI 2.4.19) at the same time to one server, with no IPsec and with IPv6 transport mode
-ESP (DES or AES, HMAC-MD5), and measured throughput and the server's CPU load.
-
-Here: multi_host_to_host with N clients (one part per N), IPv6, transport mode, the
-server's link at 100 Mbit/s, TCP MSS and UDP datagrams of 1400 bytes (no fragmentation
-with either cipher).  The CPU figures are the whole machine's: inside User-Mode Linux
-every host shares one CPU, so "server CPU" cannot be told apart.
-"""
-from __future__ import annotations
-
+"""``ipsec-testbed reproduce 004``, as a script (``--help`` says what the seed measured and what this does)."""
 import sys
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction, main
-
-EPILOG = """\
-examples:
-  sudo .venv/bin/python experiments/seed004_ipv6_clients.py              # 1..5 clients, ~5 min in UML
-  sudo .venv/bin/python experiments/seed004_ipv6_clients.py --max-clients 3 --repetitions 3
-"""
-
-
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 004")
-    g.add_argument("--max-clients", type=int, default=5, metavar="N",
-                   help="measure 1..N concurrent clients (default: %(default)s, as the seed)")
-    g.add_argument("--rate", type=float, default=100.0, metavar="MBIT",
-                   help="rate of the server's link in Mbit/s (default: %(default)g, the seed's 100 Mbit cards)")
-
-
-def parts(args) -> list[Part]:
-    if not 1 <= args.max_clients <= 16:
-        raise ValueError(f"--max-clients must be 1..16, not {args.max_clients}")
-    return [Part(f"clients{n}", f"Figures 3-6 with {n} client{'s' if n > 1 else ''}",
-                 SweepSpec(topology="multi_host_to_host", clients=n, mode="transport",
-                           profiles=("none", "des-cbc-md5", "aes-cbc-128-md5"), ip_versions=(6,),
-                           transports=("tcp", "udp"), rates_mbit=(args.rate,), sizes=(1400,), size_mode="mss",
-                           udp_bitrate="0", repetitions=2, duration_s=2, warmup_s=0.5))
-            for n in range(1, args.max_clients + 1)]
-
-
-REPRODUCTION = Reproduction(seed="004", prog="seed004_ipv6_clients", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+from cli.reproduce import main
 
 if __name__ == "__main__":
-    sys.exit(main(REPRODUCTION, __file__))
+    sys.exit(main(["004", *sys.argv[1:]]))

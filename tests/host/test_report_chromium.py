@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis import cli
 from analysis.figures import PROFILE_PALETTE
+from cli import report as cli
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -186,7 +186,7 @@ def test_keys_never_reach_results_reports_or_logs(tmp_path):
         watcher.join(10)
     assert run.returncode == 0, run.stderr[-2000:]
     assert keys, "no key was seen in the kernel: the test would prove nothing"
-    from analysis.cli import main as report_main
+    from cli.report import main as report_main
     assert report_main(["report", str(out)]) == 0
     texts = {"stdout": run.stdout, "stderr (debug log)": run.stderr}
     for name in os.listdir(out):

@@ -1,4 +1,4 @@
-"""testbed.rundir, the analysis modules (run, figures, tables, page) and analysis.cli on a synthetic run directory.
+"""testbed.rundir, the analysis modules (run, figures, tables, page) and cli.report on a synthetic run directory.
 
 The figures are checked through the plotly Figure objects (which traces, where, with which error
 bars and markers); tests/host/test_report_chromium.py checks that a browser really draws them.
@@ -14,7 +14,6 @@ import pytest
 from plotly.offline import get_plotlyjs
 from rich.console import Console
 
-from analysis import cli
 from analysis.figures import (
     EMULATION_LIMITED_LABEL,
     PLAIN_COLOR,
@@ -28,6 +27,7 @@ from analysis.page import render_html
 from analysis.run import RunData
 from analysis.stats import aggregate, normalize
 from analysis.tables import compare_table, terminal_table
+from cli import report as cli
 from testbed.rundir import ResultsError, load_meta, load_results
 
 RATES = (10.0, 34.0)

@@ -21,12 +21,16 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
 #: Entry-point scripts import from any layer; they are programs, not library modules.
 SCRIPTS = ("benchmarks",)
+#: Scripts kept for users who run them by name: each is ``ipsec-testbed JOB`` and nothing else.
+SHIMS = ("experiments/packet_size_sweep.py", "experiments/seed000_x230_gigabit.py",
+         "experiments/seed001_netio_3des_ah.py", "experiments/seed002_ttcp_topologies.py",
+         "experiments/seed003_gateway_rates.py", "experiments/seed004_ipv6_clients.py")
 
 
 def modules() -> list[Path]:
     found = []
     for layer in LAYERS:
-        found += sorted((REPO / layer).rglob("*.py"))
+        found += sorted(p for p in (REPO / layer).rglob("*.py") if str(p.relative_to(REPO)) not in SHIMS)
     return found
 
 
@@ -137,3 +141,49 @@ def test_one_atomic_write():
                         and node.func.value.id == "os":
                     found.append((str(path.relative_to(REPO)), getattr(function, "name", "<module>")))
     assert {f for f in found if f[1] != "<module>"} == {("testbed/rundir.py", "atomic_write")}, found
+
+
+def test_the_shims_only_hand_their_arguments_to_the_front_door():
+    for shim in SHIMS:
+        tree = ast.parse((REPO / shim).read_text())
+        imported = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        assert imported <= {("cli.sweep", "main"), ("cli.reproduce", "main")}, (shim, imported)
+        assert sum(isinstance(n, ast.FunctionDef) for n in ast.walk(tree)) == 0, f"{shim}: a shim defines nothing"
+
+
+def script_names() -> set[str]:
+    """The file names of the project's runnable scripts (experiments/*.py, benchmarks/*.py, cli/*.py)."""
+    return {p.name for d in ("experiments", "benchmarks", "cli") for p in (REPO / d).glob("*.py")
+            if not p.name.startswith("_")}
+
+
+def scripts_run_by_path(path: Path, names: set[str]) -> list[str]:
+    """String constants outside docstrings and help texts that name one of the project's scripts (a file
+    name such as ``"packet_size_sweep.py"``, alone or at the end of a path): a command built to run it."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body
+                  and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
+                and " " not in node.value and node.value.rsplit("/", 1)[-1] in names:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}")
+    return found
+
+
+def test_no_project_module_runs_another_projects_script_by_path():
+    """Jobs call each other in process or through the front door (``python -m cli JOB``), never by a path."""
+    names = script_names()
+    found = [f for path in modules() + sorted((REPO / "benchmarks").glob("*.py")) for f in
+             scripts_run_by_path(path, names)]
+    assert not found, "run the job through `ipsec-testbed`, not by its path:\n" + "\n".join(found)
+
+
+def test_the_path_check_finds_a_script_named_in_a_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text('"""Runs packet_size_sweep.py."""\n'
+                      'cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]\n'
+                      'help = "see experiments/packet_size_sweep.py --help"\n')
+    assert [f.split(":")[1] for f in scripts_run_by_path(sample, {"packet_size_sweep.py"})] == ["2"]

@@ -1,11 +1,9 @@
 """The reproduction analysis on synthetic data with known answers; the seed scripts against their reference files."""
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,12 +11,11 @@ import pytest
 from analysis import penalty, reproduction, reproduction_report
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, Row, evaluate_claim
 from analysis.stats import RatioEstimate, Summary
+from experiments import catalogue
 from ipsec import overhead
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "experiments"))
-SCRIPTS = {"000": "seed000_x230_gigabit", "001": "seed001_netio_3des_ah", "002": "seed002_ttcp_topologies",
-           "003": "seed003_gateway_rates", "004": "seed004_ipv6_clients"}
+SEEDS = ("000", "001", "002", "003", "004")
 
 
 # -- the overhead model for UDP and bulk writes --------------------------------------------------
@@ -302,12 +299,11 @@ def test_report_of_a_synthetic_run(tmp_path):
 
 # -- the seed scripts and their reference files --------------------------------------------------
 
-@pytest.mark.parametrize("seed", sorted(SCRIPTS))
+@pytest.mark.parametrize("seed", SEEDS)
 def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
     from experiments.reproduce import build_parser, select_parts
 
-    module = importlib.import_module(SCRIPTS[seed])
-    repro = module.REPRODUCTION
+    repro = catalogue.reproduction(seed)
     args = build_parser(repro).parse_args([])
     parts = select_parts(repro, args)
     assert parts and len({p.name for p in parts}) == len(parts)
@@ -316,11 +312,11 @@ def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
     assert all(p.spec.repetitions >= 2 for p in parts), "a confidence interval needs 2 repetitions"
 
 
-@pytest.mark.parametrize("seed", sorted(SCRIPTS))
+@pytest.mark.parametrize("seed", SEEDS)
 def test_every_claim_and_compared_value_names_a_part_of_the_script(seed):
     from experiments.reproduce import build_parser, select_parts
 
-    repro = importlib.import_module(SCRIPTS[seed]).REPRODUCTION
+    repro = catalogue.reproduction(seed)
     parts = select_parts(repro, build_parser(repro).parse_args([]))
     names = {p.name for p in parts} | {p.reference for p in parts}
     ref = reproduction.load_reference(seed)
@@ -336,7 +332,7 @@ def test_every_claim_and_compared_value_names_a_part_of_the_script(seed):
 def test_parts_option_selects_and_refuses_unknown_names():
     from experiments.reproduce import build_parser, select_parts
 
-    repro = importlib.import_module(SCRIPTS["000"]).REPRODUCTION
+    repro = catalogue.reproduction("000")
     args = build_parser(repro).parse_args(["--parts", "bulk,mtu3000", "--repetitions", "4"])
     parts = select_parts(repro, args)
     assert [p.name for p in parts] == ["bulk", "mtu3000"] and {p.spec.repetitions for p in parts} == {4}

@@ -124,7 +124,7 @@ def test_what_a_newer_version_wrote_is_refused_in_one_line(tmp_path, what):
             load_meta(run)
         with pytest.raises(ResultsError, match="newer"):  # nor is a run started on it
             rundir.start_run(run, {"backend": "uml"})
-    out = subprocess.run([sys.executable, "-c", f"from analysis.cli import main; raise SystemExit(main(['report', "
+    out = subprocess.run([sys.executable, "-c", f"from cli.report import main; raise SystemExit(main(['report', "
                           f"{str(run)!r}, '--no-html']))"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 1 and "written by a newer ipsec-testbed" in out.stderr

@@ -18,8 +18,8 @@ import subprocess
 import pytest
 import yaml
 
-from analysis.cli import build_parser as report_parser
 from cli.main import build_parser
+from cli.report import build_parser as report_parser
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKFLOW = os.path.join(REPO, "examples", "github-actions", "ipsec-regress.yml")

@@ -351,11 +351,9 @@ def test_repetition_options(argv, expected):
 
 
 def _sweep_script():
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                    "experiments"))  # the script imports _bootstrap, beside it
-    import packet_size_sweep
+    from cli import sweep
 
-    return packet_size_sweep
+    return sweep
 
 
 def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):

@@ -1,16 +1,13 @@
 """Named sweeps for the regression gate (``ipsec-testbed regress --suite NAME``).
 
-Each suite is the argument list of ``experiments/packet_size_sweep.py``: data, not code.
+Each suite is the argument list of ``ipsec-testbed sweep``: data, not code.
 They are short on purpose (a CI job runs one on every change) and repeat each point
 enough times for the gate to tell noise from a change.
 """
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
     "detect": ("built to detect a slower kernel IPsec (with --inject-slowdown or --ab): VPN gateways, "
@@ -63,9 +60,14 @@ def suite_args(name: str) -> tuple[str, ...]:
         raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}") from None
 
 
-def sweep_command(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence[str] = (),
-                  *extra: str) -> list[str]:
-    """The command line of a suite's sweep into ``run_dir`` (``extra`` options after the suite's own, so
-    they win), on the kernel ``kernel_options`` select (``--kernel uml --uml-kernel PATH``...)."""
-    return [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py"), *sweep_args, *extra,
-            "--out", run_dir, "--no-report", *kernel_options]
+def sweep_argv(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence[str] = (),
+               *extra: str) -> list[str]:
+    """The arguments of ``ipsec-testbed sweep`` for a suite's sweep into ``run_dir`` (``extra`` options
+    after the suite's own, so they win), on the kernel ``kernel_options`` select (``--kernel uml``...)."""
+    return [*sweep_args, *extra, "--out", run_dir, "--no-report", *kernel_options]
+
+
+def sweep_process(argv: Sequence[str]) -> list[str]:
+    """``ipsec-testbed sweep ARGV...`` as a process of its own, with this Python (for a benchmark that
+    times a sweep as a user runs it)."""
+    return [sys.executable, "-m", "cli", "sweep", *argv]

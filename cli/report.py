@@ -7,8 +7,8 @@
 
 ``main(argv)`` takes the words after the program name, with or without the leading ``report``
 (``main(["report", "runs/x"])`` and ``main(["runs/x"])`` are the same), so ``ipsec-testbed``
-can hand it ``sys.argv[1:]`` or its own remainder. Also runnable as ``python -m analysis.cli``.
-This is the only place in :mod:`analysis` that writes files or prints.
+can hand it ``sys.argv[1:]`` or its own remainder.  The analysis modules compute and render; this
+is the one place that writes their files or prints them.
 """
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""The benchmarks: scripts that print figures (`ipsec-testbed bench`)."""

@@ -1,0 +1,270 @@
+"""Throughput versus packet size, plain and through IPsec, over shaped links.
+
+With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
+the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
+tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
+gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.3 s warm-up,
+each point repeated until its 95 % confidence interval is within 2 % of its goodput
+(and 10 % of its CPU cost per GB), 2 to 12 times, the repetitions beyond the second
+within a time budget that keeps the whole sweep under 5 minutes, boot included.
+
+Every point records what bounded it, from the kernel's own counters: the shaped link
+(`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
+(`other`), or figures that contradict each other (`anomaly`, left out of the means).
+
+In User-Mode Linux on a machine of two or more CPUs, a speed probe on a spare host CPU
+times a small fixed workload over every window: on a shared machine the same work costs
+different CPU time from minute to minute, and the CPU costs (their precision included) are
+taken at the run's common machine speed, each as measured kept beside it.
+
+Results go to a run directory: results.jsonl (one line per point, written as it is
+measured), meta.json and report.html.  Running again with the same --out measures
+only the points that are missing.  It runs on the host kernel when that can do what
+the sweep needs (ESP for IPsec profiles) and inside User-Mode Linux otherwise, by itself.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+
+from experiments.runner import add_output_options, out_dir_of
+from testbed.errors import Parser, run_main
+from testbed.options import csv
+
+PROG = "ipsec-testbed sweep"
+#: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 12
+#: (10 Mbit/s points' CPU cost varies by up to 12 % between repetitions, for the same work
+#: this machine's CPU time varies by 5-8 % over 2 s: README, Benchmarks) ...
+DEFAULT_REPETITIONS = 2
+DEFAULT_MAX_REPETITIONS = 12
+#: ... those beyond the minimum while the command has run less than this long (seconds, the
+#: guest's boot included): the default sweep, 28 points, ends within 5 minutes (~1 s after it).
+DEFAULT_BUDGET_S = 285.0
+log = logging.getLogger("ipsec-testbed.sweep")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+EPILOG = """\
+examples:
+  sudo ipsec-testbed sweep                       # seed 003's curve, ~5 min
+  sudo ipsec-testbed sweep --dry-run             # the plan and its time
+  sudo ipsec-testbed sweep --rates 1,2,4,10,34,44,51,100 \\
+        --profiles aes-cbc-128-md5 --out runs/seed003   # seed 003's rates and algorithm
+  sudo ipsec-testbed sweep --topology host_to_host --mode transport \\
+        --profiles 3des-cbc-sha1+ah-md5 --size-mode write --sizes 1024,2048,4096,8192
+  sudo ipsec-testbed sweep --topology multi_host_to_host --clients 5 \\
+        --ip 6 --mode transport --transport tcp,udp
+
+Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C or SIGTERM: the network is torn
+down, the points measured so far stay, and the exit status is 130 or 143; run the same
+command with the same --out to finish the sweep.  A point whose iperf3 test fails twice
+is recorded as failed and measured again by the next run.  Exit status: 0 done (even
+with failed points, which the summary counts), 1 error, 2 bad arguments.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from experiments.plan import SweepSpec
+    from topologies import TOPOLOGIES
+
+    d = SweepSpec.__dataclass_fields__
+    p = Parser(prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("what to measure")
+    g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d["topology"].default,
+                   help="network to build (default: %(default)s)")
+    g.add_argument("--clients", type=int, default=d["clients"].default, metavar="N",
+                   help="clients of road_warrior / multi_host_to_host; they send at the same time "
+                        "(default: %(default)s)")
+    g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
+                   help="IPsec profiles to compare with the plain baseline, which is always measured "
+                        "(default: aes-gcm-256; list: ipsec-testbed profiles)")
+    g.add_argument("--mode", choices=("tunnel", "transport"), default=d["mode"].default,
+                   help="IPsec mode (default: %(default)s)")
+    g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
+                   help="rates of the shaped link in Mbit/s (default: 10,100)")
+    g.add_argument("--sizes", type=csv(int), default=d["sizes"].default, metavar="BYTES,...",
+                   help="packet sizes (default: 100,250,500,750,1000,1250,1460)")
+    g.add_argument("--size-mode", choices=("mss", "write"), default=d["size_mode"].default,
+                   help="for TCP, what a size is: the MSS (iperf3 -M; seed 003) or the write size "
+                        "(iperf3 -l; seed 001's netio); UDP sizes are datagram sizes (default: %(default)s)")
+    g.add_argument("--ip", type=csv(int), default=d["ip_versions"].default, metavar="4|6|4,6",
+                   help="IP versions (default: 4)")
+    g.add_argument("--transport", type=csv(str), default=d["transports"].default, metavar="tcp|udp|tcp,udp",
+                   help="transports (default: tcp)")
+    g.add_argument("--udp-bitrate", default=d["udp_bitrate"].default, metavar="RATE",
+                   help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
+    g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
+                   help="the measured window of each point, in seconds (default: %(default)g)")
+    g.add_argument("--warmup", type=float, default=d["warmup_s"].default, metavar="SECONDS",
+                   help="traffic before the window opens, in seconds, counted from the moment data reaches "
+                        "the receivers: TCP's start and the shaper's initial token bucket stay out of the "
+                        "figures (default: %(default)g)")
+    g.add_argument("--repetitions", type=int, default=None, metavar="N",
+                   help=f"repetitions per point at least; given alone, exactly N (default: {DEFAULT_REPETITIONS}, "
+                        f"then more while the point is less precise than --precision and --cpu-precision, up to "
+                        f"{DEFAULT_MAX_REPETITIONS})")
+    g.add_argument("--max-repetitions", type=int, default=None, metavar="N",
+                   help="repetitions per point at most, while it is less precise than --precision or "
+                        f"--cpu-precision (default: {DEFAULT_MAX_REPETITIONS}, or --repetitions when that is given)")
+    g.add_argument("--precision", type=float, default=d["precision_pct"].default, metavar="PERCENT",
+                   help="repeat a point until the 95%% confidence interval of its goodput is within this "
+                        "share of the mean (default: %(default)g)")
+    g.add_argument("--cpu-precision", type=float, default=d["cpu_precision_pct"].default, metavar="PERCENT",
+                   help="... and that of its CPU cost per GB (at the run's common machine speed, where a "
+                        "speed probe timed the windows) within this share (default: %(default)g)")
+    g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help="start no repetition beyond the minimum that would end later than this long after "
+                        "the command started (a User-Mode Linux boot included), keeping the time the later "
+                        "rates' minimum repetitions need; the points left less "
+                        "precise are counted at the end; 0 = no limit (default: %(default)g, the default "
+                        "sweep in 5 minutes; run again with --out DIR --budget 0 to finish what it cut)")
+    g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
+                   help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
+                        "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
+    g.add_argument("--mtu", type=int, default=d["mtu"].default, help="MTU of every link (default: %(default)s)")
+    g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
+                   help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
+                        "(default: the kernel's, autotuned)")
+    g.add_argument("--no-plain", dest="plain", action="store_false",
+                   help="leave out the plain profile (no IPsec), which is otherwise always measured: for "
+                        "suites that watch IPsec alone; the IPsec/plain figures then have nothing to divide by")
+    g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
+                   help="an A/B within the sweep: measure every IPsec point once per value in every round, "
+                        "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
+                        "packet's way out of an IPsec endpoint (0: nothing added). The regression gate's "
+                        "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
+    add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
+    return p
+
+
+def repetitions_of(args) -> dict:
+    """``repetitions`` and ``max_repetitions`` from the options (see their --help)."""
+    reps = DEFAULT_REPETITIONS if args.repetitions is None else args.repetitions
+    if args.max_repetitions is not None:
+        most = max(args.max_repetitions, reps)
+    elif args.repetitions is not None:
+        most = reps  # a count given alone is a fixed count
+    else:
+        most = DEFAULT_MAX_REPETITIONS
+    return {"repetitions": reps, "max_repetitions": most}
+
+
+def spec_from(args):
+    from experiments.plan import SweepSpec
+
+    return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
+                     transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
+                     clients=args.clients, **repetitions_of(args),
+                     precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
+                     warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
+                     socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
+                     budget_s=args.budget or None)
+
+
+def dry_run(spec, out_dir: str) -> int:
+    from experiments.plan import estimate_seconds, plan_points
+    from experiments.sweep import by_point
+    from testbed.rundir import load_existing
+
+    done = by_point(load_existing(out_dir))
+    points = plan_points(spec)
+    todo = [p for p in points if len(done.get(p.point_key(), [])) <= p.repetition]
+    for p in todo:
+        print(f"{p.topology} {p.profile:>22s} {p.mode} IPv{p.ip_version} {p.transport} {p.rate_mbit:g} Mbit/s "
+              f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
+    most = len(plan_points(spec, spec.most_repetitions)) - (len(points) - len(todo))
+    more = (f", up to {most} if every point needs {spec.most_repetitions} repetitions "
+            f"(~{estimate_seconds(spec, most) / 60:.1f} min" if spec.adaptive else "")
+    if spec.adaptive:
+        more += f"; the extra repetitions stop at {spec.budget_s:g} s, --budget)" if spec.budget_s else ")"
+    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}{more}; estimated "
+          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min for these, plus a User-Mode Linux boot if the "
+          "host kernel cannot run them", file=sys.stderr)
+    return 0
+
+
+def measure(spec, out_dir: str) -> int:
+    from experiments import runner
+    from experiments.plan import unusable_profiles
+    from experiments.sweep import by_point, run_sweep, summary
+    from testbed import rundir
+
+    with runner.progress_bar() as bar:
+        progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
+        # the caller holds the run directory's lock (taken on the host, before any guest boots)
+        counts = run_sweep(spec, out_dir, progress, command_line=runner.typed_command(), lock=False,
+                           started_unix=runner.command_started())
+    failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
+    bounds = summary(out_dir)
+    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in ("link", "cpu", "other", "anomaly"))
+    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
+          file=sys.stderr)
+    print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
+    for line in unusable_profiles(spec, by_point(rundir.load_existing(out_dir))).values():
+        print(line, file=sys.stderr)
+    print(precision_line(spec, out_dir, counts["over_budget"]), file=sys.stderr)
+    return 0
+
+
+def precision_line(spec, out_dir: str, over_budget: bool) -> str:
+    """How many points are as precise as asked, and why the others are not."""
+    from experiments.plan import precision_of
+    from experiments.sweep import by_point
+    from testbed.rundir import load_existing
+
+    p = precision_of(spec, by_point(load_existing(out_dir)))
+    line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
+            f"{spec.cpu_precision_pct:g} % (CPU per GB)")
+    why = []
+    if p["at_most"]:
+        why.append(f"{p['at_most']} had their {spec.most_repetitions} repetitions")
+    if p["unusable"]:
+        why.append(f"{p['unusable']} of profiles whose every repetition was an anomaly (above)")
+    if p["short"]:
+        cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
+        why.append(f"{p['short']} stopped short by {cause}")
+    line += f"; {', '.join(why)}" if why else ""
+    if p["short"]:
+        # a run on the same directory measures only what is missing: here, the extra repetitions
+        more = " --budget 0" if over_budget else ""
+        line += f"\n(the same command with --out {shlex.quote(out_dir)}{more} adds the repetitions they lack)"
+    return line
+
+
+def report(out_dir: str) -> None:
+    from cli.report import main as report_main
+
+    if os.path.exists(os.path.join(out_dir, "results.jsonl")):
+        report_main(["report", out_dir])
+
+
+def sweep(args, argv: list[str], spec, out_dir: str) -> int:
+    """Measure (here or in a guest), then report; see the module docstring and :mod:`experiments.runner`."""
+    from experiments import doctor, runner
+    from experiments.sweep import note_interrupted
+
+    return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
+                      measure=lambda: measure(spec, out_dir), report=lambda: report(out_dir),
+                      on_interrupt=lambda why: note_interrupted(out_dir, why))
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    def work() -> int:
+        spec = spec_from(args)  # a ValueError here is the one-line message of a bad value
+        out_dir = out_dir_of(args.out, REPO, spec.topology)
+        if args.dry_run:
+            return dry_run(spec, out_dir)
+        return sweep(args, argv, spec, out_dir)
+
+    return run_main(PROG, work, args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
