@@ -20,15 +20,16 @@ from plotly.subplots import make_subplots
 from analysis.format import Panel, bound_text, fmt_num, group_panels, panel_titles, profile_label, scenario_key
 from analysis.run import RunData
 from analysis.stats import PLAIN_PROFILE, Aggregate, Ratio
+from testbed.record import Bound
 
 EMULATION_LIMITED_LABEL = "CPU-bound (emulator limit)"
 
 #: The marker of each bound class (the link's is the plain filled circle).
-BOUND_SYMBOLS = {"link": "circle", "cpu": "circle-open", "other": "diamond-open"}
+BOUND_SYMBOLS = {Bound.LINK: "circle", Bound.CPU: "circle-open", Bound.OTHER: "diamond-open"}
 
 #: The legend entries that explain the hollow markers, with their legend ranks.
-BOUND_LEGENDS = {"cpu": (EMULATION_LIMITED_LABEL, "emulation_limited", 2000),
-                 "other": ("other-bound (neither link nor CPU)", "other_bound", 2001)}
+BOUND_LEGENDS = {Bound.CPU: (EMULATION_LIMITED_LABEL, "emulation_limited", 2000),
+                 Bound.OTHER: ("other-bound (neither link nor CPU)", "other_bound", 2001)}
 
 
 THEORETICAL_LABEL = "theoretical goodput (dashed)"
@@ -141,7 +142,7 @@ def _cell(panels: Sequence[Panel], i: int) -> dict[str, int]:
 
 
 def _marker_symbols(bounds: Sequence[str | None]) -> list[str]:
-    return [BOUND_SYMBOLS.get(b or "link", "circle") for b in bounds]
+    return [BOUND_SYMBOLS.get(b or Bound.LINK, "circle") for b in bounds]
 
 
 def _ci_array(values: Sequence[float | None]) -> list[float | None]:

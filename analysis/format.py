@@ -10,7 +10,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.stats import (
-    BOUND_ORDER,
     BUSIEST_CPU_PCT,
     CPU_SATURATED_PCT,
     KERNEL_BUSY_PCT,
@@ -21,6 +20,7 @@ from analysis.stats import (
     RatioEstimate,
     Summary,
 )
+from testbed.record import CAUTION_ORDER, Bound, bound_label
 
 
 def profile_label(profile: Any) -> str:
@@ -121,14 +121,10 @@ def group_panels(items: Sequence[Any]) -> list[Panel]:
 
 
 def panel_sort(point: Mapping[str, Any]) -> tuple:
-    out = []
-    for k, v in point.items():
-        if k == "rate_mbit":
-            continue
-        out.append((v is None, str(v)))
+    # the rate apart: a plain point has no arm where its IPsec arms have one, so the tuples differ in length
+    scenario = tuple((v is None, str(v)) for k, v in point.items() if k != "rate_mbit")
     rate = point.get("rate_mbit")
-    out.append((rate is None, rate or 0))
-    return tuple(out)
+    return scenario, (rate is None, rate or 0)
 
 
 def panel_titles(panels: Sequence[Panel]) -> list[str]:
@@ -189,28 +185,17 @@ def varying_scenario_keys(aggs: Sequence[Aggregate]) -> list[str]:
     return out
 
 
-#: How each class of :data:`analysis.stats.BOUND_ORDER` reads in a table.
-BOUND_NAMES = {"link": "link", "cpu": "CPU", "other": "other", "anomaly": "anomaly"}
-
-#: One line per class, for table captions and the report's reading guide.
-BOUND_HELP = {
-    "link": "the shaped link was full: the figure is the emulated network's",
-    "cpu": "the emulator's CPU was saturated first: the figure is this machine's, not the network's",
-    "other": "neither was full (a small window, loss, a slow receiver): look at the point before trusting it",
-}
-
-
 def bound_text(a: Aggregate) -> str:
     """What bounded the point's repetitions: "link", "CPU 2/3, link 1/3", plus anomalies left out
     and failed repetitions. Runs from before the monitor say only "CPU-bound" where flagged."""
-    counted = {b: n for b, n in a.bounds.items() if b != "anomaly"}
+    counted = {b: n for b, n in a.bounds.items() if Bound.parse(b) is not Bound.ANOMALY}
     total = sum(counted.values())
     flags = []
     if len(counted) == 1:
-        flags.append(BOUND_NAMES.get(next(iter(counted)), next(iter(counted))))
+        flags.append(bound_label(next(iter(counted))))
     elif counted:
-        order = sorted(counted, key=lambda b: BOUND_ORDER.index(b) if b in BOUND_ORDER else len(BOUND_ORDER))
-        flags.append(", ".join(f"{BOUND_NAMES.get(b, b)} {counted[b]}/{total}" for b in order))
+        order = sorted(counted, key=lambda b: CAUTION_ORDER.index(b) if b in CAUTION_ORDER else len(CAUTION_ORDER))
+        flags.append(", ".join(f"{bound_label(b)} {counted[b]}/{total}" for b in order))
     elif a.emulation_limited:
         flags.append("CPU-bound" if a.n_emulation_limited == a.goodput.n
                      else f"CPU-bound {a.n_emulation_limited}/{a.goodput.n}")

@@ -36,6 +36,7 @@ from analysis.format import (
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
+from testbed.record import Bound
 from testbed.rundir import load_meta, load_results
 
 CSS = f"""
@@ -121,12 +122,12 @@ def _warnings(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]], agg
         if len(seen) > 1:
             out.append(f"These results mix several values of {field} ({', '.join(seen)}): "
                        "a resumed run on another kernel? Points of different kernels are averaged together.")
-    limited = [a for a in aggs if a.bound == "cpu"]
+    limited = [a for a in aggs if a.bound == Bound.CPU]
     if limited:
         out.append(f"{len(limited)} of {len(aggs)} points were CPU-bound: the emulator's CPU, not the emulated "
                    "link, limited their goodput (hollow circles; \"CPU\" in the table's bound column). Their "
                    "absolute goodput says more about this machine than about the network being emulated.")
-    other = [a for a in aggs if a.bound == "other"]
+    other = [a for a in aggs if a.bound == Bound.OTHER]
     if other:
         out.append(f"{len(other)} of {len(aggs)} points were bound by neither the link nor the CPU (hollow "
                    "diamonds; \"other\" in the table): a small window, loss or a slow receiver set their "

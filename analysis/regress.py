@@ -28,7 +28,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.stats import POINT_KEYS, Summary, aggregate
+from analysis.stats import Summary, aggregate
+from testbed.record import POINT_FIELDS, Bound
 from testbed.rundir import atomic_write
 
 BASELINE_FORMAT = "ipsec-testbed-baseline/1"
@@ -119,14 +120,14 @@ def t_quantile(p: float, df: float) -> float:
 # -- baselines -----------------------------------------------------------------------------
 
 def _point_id(point: Mapping[str, Any]) -> tuple:
-    return tuple(point.get(k) for k in POINT_KEYS)
+    return tuple(point.get(k) for k in POINT_FIELDS)
 
 
 def _samples(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> list[float]:
     """``metric`` of every repetition of ``point`` that measured it (failed ones and anomalies do not)."""
     key = _point_id(point)
     return [float(r[metric]) for r in records
-            if _point_id(r) == key and r.get(metric) is not None and r.get("bound") != "anomaly"]
+            if _point_id(r) == key and r.get(metric) is not None and Bound.of(r) is not Bound.ANOMALY]
 
 
 def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], source: str = "") -> dict:
@@ -276,7 +277,7 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
     present = {_point_id(agg.point) for agg in aggregate(records)}
     verdicts, missing = [], []
     for p in baseline["points"]:
-        point = {k: p.get(k) for k in POINT_KEYS}
+        point = {k: p.get(k) for k in POINT_FIELDS}
         if _point_id(point) not in present:
             missing.append(point)
             continue
@@ -357,7 +358,7 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     _check_metrics(metrics)
     verdicts = []
     for agg in aggregate(then):
-        point = {k: agg.point.get(k) for k in POINT_KEYS}
+        point = {k: agg.point.get(k) for k in POINT_FIELDS}
         for metric in metrics:
             pairs = pairs_of(then, now, point, metric)
             if not pairs:
@@ -373,7 +374,7 @@ def by_repetition(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any]
     """``metric`` of ``point``'s repetitions by repetition number (failed ones and anomalies left out)."""
     key = _point_id(point)
     return {r.get("repetition"): float(r[metric]) for r in records
-            if _point_id(r) == key and r.get(metric) is not None and r.get("bound") != "anomaly"}
+            if _point_id(r) == key and r.get(metric) is not None and Bound.of(r) is not Bound.ANOMALY}
 
 
 def pairs_of(then: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]], point: Mapping[str, Any],

@@ -45,7 +45,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.stats import POINT_KEYS, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
+from analysis.stats import RatioEstimate, Summary, aggregate, normalize, ratio_of_means
+from testbed.record import POINT_FIELDS, Bound
 
 REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
 METRICS = ("goodput_mbps", "normalized_goodput", "loss_pct", "cpu_system_pct", "cpu_busy_pct", "cpu_s_per_gb",
@@ -79,7 +80,7 @@ def load_reference(seed: str) -> dict:
 class Row:
     """One point of a reproduction run (repetitions aggregated)."""
 
-    point: Mapping[str, Any]  # POINT_KEYS + part, reference, mtu (rate_mbit: the seed's, when scaled)
+    point: Mapping[str, Any]  # POINT_FIELDS + part, reference, mtu (rate_mbit: the seed's, when scaled)
     metrics: Mapping[str, Any]  # name -> Summary or RatioEstimate
     limited: bool = False
     penalty: Any = None  # analysis.penalty.Penalty for IPsec sweep points
@@ -145,7 +146,7 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
             if scale != 1.0 and point.get("rate_mbit") is not None:
                 point["emulated_rate_mbit"] = point["rate_mbit"]
                 point["rate_mbit"] = round(point["rate_mbit"] * scale, 6)
-            rows.append(Row(point, metrics, a.bound == "cpu", penalty, a.bound,
+            rows.append(Row(point, metrics, a.bound == Bound.CPU, penalty, a.bound,
                             ratio.bound if ratio is not None else None))
     return rows
 
@@ -153,13 +154,13 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
 def _transaction_rows(records: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> list[Row]:
     groups: dict[tuple, list] = {}
     for r in records:
-        groups.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(r)
+        groups.setdefault(tuple(r.get(k) for k in POINT_FIELDS), []).append(r)
     rows = []
     for key, group in groups.items():
         metrics = {"transaction_ms": Summary.of([r["mean_ms"] for r in group]),
                    "cpu_busy_pct": Summary.of([r["cpu_busy_pct"] for r in group]),
                    "cpu_system_pct": Summary.of([r["cpu_system_pct"] for r in group])}
-        rows.append(Row({**dict(zip(POINT_KEYS, key, strict=True)), **extra}, metrics))
+        rows.append(Row({**dict(zip(key, strict=True)), **extra}, metrics))
     plain = {tuple(v for k, v in r.point.items() if k != "profile"): r for r in rows if r.point["profile"] == "none"}
     for r in rows:
         base = plain.get(tuple(v for k, v in r.point.items() if k != "profile"))
@@ -385,7 +386,7 @@ def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row])
     return [(f"mean of {len(nums)} / mean of {len(dens)} points", value, [*nums, *dens])]
 
 
-_BOUND_WORDS = {"link": "the shaped link", "cpu": "the emulator's CPU", "other": "neither link nor CPU"}
+_BOUND_WORDS = {Bound.LINK: "the shaped link", Bound.CPU: "the emulator's CPU", Bound.OTHER: "neither link nor CPU"}
 
 
 def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str, int], scale: float,

@@ -15,6 +15,7 @@ from analysis.figures import fig_normalized, fig_throughput, profile_colors
 from analysis.page import CSS, figure_div
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, evaluate, load_run, run_kernel
 from analysis.stats import aggregate, normalize
+from testbed.record import Bound
 from testbed.rundir import atomic_write
 
 
@@ -48,13 +49,14 @@ def _bound_word(bound: str | None, limited: bool | None = None) -> str:
     """How a point's class reads in a reproduction table: only what is not the link is worth a word."""
     if bound is None:
         return "CPU-bound" if limited else ""
-    return {"cpu": "CPU-bound", "other": "bound by neither link nor CPU", "anomaly": "anomaly"}.get(bound, "")
+    words = {Bound.CPU: "CPU-bound", Bound.OTHER: "bound by neither link nor CPU", Bound.ANOMALY: "anomaly"}
+    return words.get(bound, "")
 
 
 def bounds_text(bounds: Mapping[str, int]) -> str:
     """'link 6, CPU 2' (pure)."""
-    names = {"link": "link", "cpu": "CPU", "other": "other", "unknown": "not classified"}
-    order = ("link", "cpu", "other", "unknown")
+    names = {**{b: b.label for b in Bound}, "unknown": "not classified"}
+    order = (Bound.LINK, Bound.CPU, Bound.OTHER, "unknown")
     return ", ".join(f"{names.get(b, b)} {bounds[b]}" for b in sorted(bounds, key=lambda b: (
         order.index(b) if b in order else len(order), b)))
 

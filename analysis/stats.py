@@ -20,14 +20,13 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from testbed.record import CAUTION_ORDER, POINT_FIELDS, Bound, usable
+
 log = logging.getLogger(__name__)
 
 #: The ``profile`` of the plain baseline (no IPsec) in result records.
 PLAIN_PROFILE = "none"
 
-#: What identifies a measured point; repetitions of a point share all of these.
-POINT_KEYS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
-              "size_mode", "clients", "arm")
 
 #: What an IPsec point and its plain baseline must share to be compared.
 MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_bytes", "size_mode", "clients")
@@ -58,8 +57,6 @@ KERNEL_BUSY_PCT = 99.0
 #: machine of many CPUs one saturated CPU bounds a point while the rest idle.
 BUSIEST_CPU_PCT = 95.0
 
-#: What can bound a point (experiments.monitor), the more cautious first.
-BOUND_ORDER = ("cpu", "other", "link", "anomaly")
 
 #: ``mode`` values a plain baseline may carry when the sweep records no IPsec mode for it.
 NO_MODE = (None, "none", "")
@@ -196,10 +193,10 @@ class Aggregate(_PointFields):
         """What bounded most of the point's repetitions (anomalies aside); ties go to the more
         cautious class (cpu, other, link). Runs from before the monitor carry only the CPU flag:
         ``cpu`` when a repetition was flagged, else None (not known)."""
-        counted = {b: n for b, n in self.bounds.items() if b in BOUND_ORDER and b != "anomaly"}
+        counted = {bound: n for b, n in self.bounds.items() if (bound := Bound.parse(b)) and bound.counted}
         if not counted:
-            return "cpu" if self.n_emulation_limited else None
-        return max(counted, key=lambda b: (counted[b], -BOUND_ORDER.index(b)))
+            return Bound.CPU if self.n_emulation_limited else None
+        return max(counted, key=lambda b: (counted[b], -CAUTION_ORDER.index(b)))
 
     @property
     def n_anomaly(self) -> int:
@@ -262,7 +259,7 @@ def sort_key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple:
     return tuple(out)
 
 
-def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_KEYS) -> list[Aggregate]:
+def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_FIELDS) -> list[Aggregate]:
     """Group records by ``keys`` (the point without its repetition) and summarise each group.
 
     A repetition written twice for the same point (a resumed run that measured it again) counts
@@ -284,7 +281,7 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
             if r.get("bound"):
                 bounds[r["bound"]] = bounds.get(r["bound"], 0) + 1
         # an anomaly's figures contradict each other: counted, never averaged
-        measured = [r for r in with_goodput if r.get("bound") != "anomaly"]
+        measured = [r for r in with_goodput if usable(r)]
         if not measured:
             # the report and the table say how many repetitions failed; this is detail
             log.info("point %s: none of its %d repetitions has a usable goodput; left out", point, len(group))
@@ -298,8 +295,8 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
             theoretical_goodput_mbps=theoretical.mean if theoretical else None,
             retransmits=_summary_of(measured, "retransmits"),
             loss_pct=_summary_of(measured, "loss_pct"),
-            n_emulation_limited=sum(1 for r in measured if r.get("bound") == "cpu"
-                                    or (r.get("bound") is None and r.get("emulation_limited") is True)),
+            n_emulation_limited=sum(1 for r in measured if Bound.of(r) is Bound.CPU
+                                    or (Bound.of(r) is None and r.get("emulation_limited") is True)),
             n_failed=len(group) - len(with_goodput),
             bounds=bounds,
         ))
@@ -308,9 +305,9 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
 
 
 def _latest_per_repetition(records: Iterable[Mapping[str, Any]], keys: Sequence[str]) -> list[Mapping[str, Any]]:
-    """Drop a repetition written again later for the same point (the point being :data:`POINT_KEYS`
+    """Drop a repetition written again later for the same point (the point being :data:`~testbed.record.POINT_FIELDS`
     and ``keys``, whichever is finer), keeping file order otherwise."""
-    identity = tuple(dict.fromkeys((*POINT_KEYS, *keys)))
+    identity = tuple(dict.fromkeys((*POINT_FIELDS, *keys)))
     latest: dict[tuple, int] = {}
     records = list(records)
     for i, r in enumerate(records):
@@ -390,7 +387,7 @@ class Ratio(_PointFields):
         """The more cautious class of the two sides: a ratio is no more a property of the link
         than its less link-bound side (cpu, then other, then link)."""
         sides = [b for b in (self.ipsec.bound, self.plain.bound) if b is not None]
-        return min(sides, key=BOUND_ORDER.index) if sides else None
+        return min(sides, key=CAUTION_ORDER.index) if sides else None
 
 
 def _match_key(point: Mapping[str, Any], *, any_mode: bool = False) -> tuple:
@@ -418,7 +415,7 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
     See :func:`ratio_of_means` for the interval.
     """
     if aggregates and "profile" not in aggregates[0].point:
-        raise ValueError("normalize needs aggregates grouped by 'profile' (see POINT_KEYS)")
+        raise ValueError("normalize needs aggregates grouped by 'profile' (see testbed.record.POINT_FIELDS)")
     plain = [a for a in aggregates if a.is_plain]
     out = []
     for a in aggregates:
@@ -438,7 +435,7 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
 
 def _speed_group(r: Mapping[str, Any]) -> tuple:
     """The points that share an elasticity: a profile at a rate (every point key but the size)."""
-    return tuple(r.get(k) for k in POINT_KEYS if k != "size_bytes")
+    return tuple(r.get(k) for k in POINT_FIELDS if k != "size_bytes")
 
 
 #: What the points compared with each other share (the profiles, sizes and arms of one rate):
@@ -466,8 +463,8 @@ def _speed_timed(records: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mappi
     points: dict[tuple, list[Mapping[str, Any]]] = {}
     for r in records:
         if ((_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
-                and r.get("bound") != "anomaly"):
-            points.setdefault(tuple(r.get(k) for k in POINT_KEYS), []).append(r)
+                and Bound.of(r) is not Bound.ANOMALY):
+            points.setdefault(tuple(r.get(k) for k in POINT_FIELDS), []).append(r)
     return {key: group for key, group in points.items()
             if not saturated({f: s.mean for f, _ in SATURATION_LIMITS if (s := _summary_of(group, f))})}
 
@@ -492,7 +489,7 @@ def _elasticities(points: Mapping[tuple, Sequence[Mapping[str, Any]]]) -> dict[t
         my = math.fsum(y for _, y in xy) / len(xy)
         sxx = math.fsum((x - mx) ** 2 for x, _ in xy)
         sxy = math.fsum((x - mx) * (y - my) for x, y in xy)
-        group = _speed_group(dict(zip(POINT_KEYS, key, strict=True)))
+        group = _speed_group(dict(zip(POINT_FIELDS, key, strict=True)))
         for g in (group, None):
             acc = sums.setdefault(g, [0.0, 0.0, 0.0])
             acc[0], acc[1], acc[2] = acc[0] + sxx, acc[1] + sxy, acc[2] + len(xy) - 1

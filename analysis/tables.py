@@ -8,8 +8,6 @@ from rich.table import Table
 
 from analysis.format import (
     AT_COMMON_SPEED_HELP,
-    BOUND_HELP,
-    BOUND_NAMES,
     SATURATED_HELP,
     SATURATED_MARK,
     any_at_common_speed,
@@ -28,7 +26,8 @@ from analysis.format import (
     varying_scenario_keys,
 )
 from analysis.run import RunData
-from analysis.stats import BOUND_ORDER, Aggregate, Ratio
+from analysis.stats import Aggregate, Ratio
+from testbed.record import CAUTION_ORDER, Bound
 
 
 def _rich_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -65,7 +64,9 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     for i, a in enumerate(ordered):
         mean, ci = fmt_mean_ci(a.goodput.mean, a.goodput.ci95)
         ratio = by_ipsec.get(id(a))
-        cells = ["plain" if a.is_plain else str(a.profile), "unshaped" if a.rate_mbit is None else f"{a.rate_mbit:g}",
+        arm = f" arm {a.point['arm']}" if a.point.get("arm") else ""  # an A/B within the sweep (--arms)
+        cells = ["plain" if a.is_plain else f"{a.profile}{arm}",
+                 "unshaped" if a.rate_mbit is None else f"{a.rate_mbit:g}",
                  str(a.size_bytes), mean, ci, str(a.goodput.n), ratio_text(ratio.goodput if ratio else None),
                  cpu_cost_text(a), bound_text(a)]
         if varying:
@@ -76,10 +77,10 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         sections.append(nxt is not None and group_of(nxt, varying) != group_of(a, varying))
     table = _rich_table(title or "Goodput per point (mean of repetitions, 95 % confidence intervals)",
                         headers, rows, left=("scenario", "profile", "bound"), styles=styles, sections=sections)
-    seen = {b for a in ordered for b in a.bounds if b in BOUND_HELP}
+    seen = {bound for a in ordered for b in a.bounds if (bound := Bound.parse(b)) and bound.counted}
     captions = []
     if seen:
-        captions.append("bound: " + "; ".join(f"{BOUND_NAMES[b]} = {BOUND_HELP[b]}" for b in BOUND_ORDER if b in seen))
+        captions.append("bound: " + "; ".join(f"{b.label} = {b.meaning}" for b in CAUTION_ORDER if b in seen))
     if any(cpu_cost_marked(a) for a in ordered):
         captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
     if any_at_common_speed(ordered):

@@ -115,9 +115,10 @@ def correlation(xs: list[float], ys: list[float]) -> float:
 
 def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
     from analysis.stats import MEASURED, SPEED_FIELD, at_common_speed, repetitions_for
+    from testbed.record import usable
     from testbed.rundir import load_results
 
-    records = [r for r in at_common_speed(load_results(run_dir)) if not r.get("failed") and r.get("bound") != "anomaly"]
+    records = [r for r in at_common_speed(load_results(run_dir)) if usable(r)]
     points: dict[tuple, list[tuple[dict, float, float]]] = {}
     for rec in records:
         got = sampler.over(rec["window_start_unix"], rec["window_start_unix"] + rec["window_s"])

@@ -33,6 +33,7 @@ import sys
 from experiments.runner import add_output_options, out_dir_of
 from testbed.errors import Parser, run_main
 from testbed.options import csv
+from testbed.record import Bound
 
 PROG = "ipsec-testbed sweep"
 #: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 12
@@ -198,7 +199,7 @@ def measure(spec, out_dir: str) -> int:
                            started_unix=runner.command_started())
     failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
     bounds = summary(out_dir)
-    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in ("link", "cpu", "other", "anomaly"))
+    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in Bound)
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)

@@ -41,10 +41,10 @@ from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
 from testbed import netns
 from testbed.backends import CpuMeter, CpuSample
+from testbed.record import Bound
 
 log = logging.getLogger(__name__)
 
-BOUNDS = ("link", "cpu", "other", "anomaly")
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
 LINK_FULL = 0.97
 #: ... with a queue in front of it in at least this share of the backlog samples (or drops).
@@ -516,7 +516,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         speed_probe_ns=speed)
 
 
-def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[str, str]:
+def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[Bound, str]:
     """What bounded the point, and why in one sentence (see the module docstring).
 
     ``burst_share``: the shaper's token bucket over what its rate moves in the window (it may
@@ -525,32 +525,32 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
     backwards = [what for what, moved in (("the shaper's", ev.link_packets), ("the receivers'", ev.goodput_mbps),
                                           ("the CPU meter's", ev.cpu_s)) if moved < 0]
     if backwards:
-        return "anomaly", (f"{' and '.join(backwards)} counters went backwards over the window: "
+        return Bound.ANOMALY, (f"{' and '.join(backwards)} counters went backwards over the window: "
                            "something replaced or reset them mid-window")
     if ev.shaper_lost:
-        return "anomaly", (f"the shaper's qdisc was missing in {ev.shaper_lost} of "
+        return Bound.ANOMALY, (f"the shaper's qdisc was missing in {ev.shaper_lost} of "
                            f"{ev.shaper_lost + ev.queue_samples} samples: something replaced it mid-window")
     possible = 1.0 + burst_share + CEILING_TOLERANCE
     if ev.link_utilization > possible + ev.utilization_uncertainty:
-        return "anomaly", (f"the shaper sent {ev.link_utilization:.4f} of its rate over the window, more than "
+        return Bound.ANOMALY, (f"the shaper sent {ev.link_utilization:.4f} of its rate over the window, more than "
                            f"its rate and bucket allow ({1 + burst_share:.4f})")
     agree = 1 + AGREEMENT + ev.goodput_uncertainty + ev.utilization_uncertainty
     if ev.shaper_goodput_mbps and ev.goodput_mbps > ev.shaper_goodput_mbps * agree \
             and ev.goodput_mbps - ev.shaper_goodput_mbps > 0.01:
-        return "anomaly", (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the shaper let through "
+        return Bound.ANOMALY, (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the shaper let through "
                            f"({ev.shaper_goodput_mbps:.3f} Mbit/s at the overhead model's payload share)")
     if expected_mbps and ev.goodput_mbps > expected_mbps * (possible + ev.goodput_uncertainty):
-        return "anomaly", (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the link can carry in the window: "
+        return Bound.ANOMALY, (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the link can carry in the window: "
                            f"its theoretical {expected_mbps:.3f} Mbit/s and its token bucket")
     queued = (ev.queue_busy or 0.0) >= QUEUE_STANDING or ev.link_drops > 0
     if ev.link_utilization >= LINK_FULL and queued:
         queue = f"a queue in {ev.queue_busy:.0%} of samples" if ev.queue_busy is not None else "drops"
-        return "link", f"the shaper sent {ev.link_utilization:.3f} of its rate with {queue}"
+        return Bound.LINK, f"the shaper sent {ev.link_utilization:.3f} of its rate with {queue}"
     if ev.cpu_busy >= CPU_SATURATED or ev.proc_busy_pct >= KERNEL_BUSY_PCT:
-        return "cpu", (f"the emulating CPU was {ev.cpu_busy:.0%} busy while the shaper sent "
+        return Bound.CPU, (f"the emulating CPU was {ev.cpu_busy:.0%} busy while the shaper sent "
                        f"{ev.link_utilization:.3f} of its rate")
     if ev.proc_busiest_cpu_pct >= BUSIEST_CPU_PCT:
-        return "cpu", (f"one CPU was {ev.proc_busiest_cpu_pct:.0f} % busy (all of them {ev.cpu_busy:.0%}) "
+        return Bound.CPU, (f"one CPU was {ev.proc_busiest_cpu_pct:.0f} % busy (all of them {ev.cpu_busy:.0%}) "
                        f"while the shaper sent {ev.link_utilization:.3f} of its rate")
     limits = []
     if ev.sender_rwnd_limited is not None and ev.sender_rwnd_limited >= 0.1:
@@ -559,4 +559,4 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
         limits.append(f"the send buffer held the sender back {ev.sender_sndbuf_limited:.0%} of the time")
     if not limits:
         limits.append(f"the shaper sent {ev.link_utilization:.3f} of its rate, the CPU was {ev.cpu_busy:.0%} busy")
-    return "other", "; ".join(limits)
+    return Bound.OTHER, "; ".join(limits)

@@ -30,13 +30,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from testbed.record import KEY_FIELDS, POINT_FIELDS, Bound, usable
 
 TRANSPORTS = ("tcp", "udp")
 SIZE_MODES = ("mss", "write", "datagram")
-#: What makes a point; its repetitions share all of these.
-POINT_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
-                "size_mode", "clients", "arm")
-KEY_FIELDS = POINT_FIELDS + ("repetition",)
 #: Hard bound of the repetitions.
 MAX_REPETITIONS = 50
 #: Rounds a rate may take beyond its most repetitions: failed points are measured again.
@@ -223,22 +220,6 @@ class Point:
         return out
 
 
-def _field(record: dict, f: str):
-    if f == "rate_mbit":
-        return float(record[f])
-    return record.get(f, "") if f == "arm" else record[f]
-
-
-def record_key(record: dict) -> tuple:
-    """The key of a result record (what makes a point unique)."""
-    return tuple(_field(record, f) for f in KEY_FIELDS)
-
-
-def point_key(record: dict) -> tuple:
-    """The key of a record's point, its repetition left out."""
-    return tuple(_field(record, f) for f in POINT_FIELDS)
-
-
 def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,
                wanted: Callable[[Point], bool] | None = None) -> list[Point]:
     """The points of one round at ``rate_mbit``: repetition ``repetition`` of every point
@@ -284,11 +265,6 @@ def relative_ci(values: Sequence[float]) -> float | None:
     return t_critical_95(n - 1) * std / math.sqrt(n) / abs(mean)
 
 
-def usable(record: dict) -> bool:
-    """Whether a record counts towards its point's means: measured, and not an anomaly."""
-    return not record.get("failed") and record.get("bound") != "anomaly" and record.get("goodput_mbps") is not None
-
-
 def attempts(records: Sequence[dict]) -> int:
     """Repetitions a point has had: its records that measured something (anomalies included)."""
     return sum(1 for r in records if not r.get("failed"))
@@ -323,7 +299,7 @@ def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[
     out = {}
     for profile, points in by_profile.items():
         measured = [[r for r in records if not r.get("failed")] for records in points]
-        if not all(measured) or any(r.get("bound") != "anomaly" for records in measured for r in records):
+        if not all(measured) or any(Bound.of(r) is not Bound.ANOMALY for records in measured for r in records):
             continue
         records = [r for rs in measured for r in rs]
         ratios = sorted(r["goodput_mbps"] / r["shaper_goodput_mbps"] for r in records

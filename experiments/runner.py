@@ -21,6 +21,7 @@ from testbed import backends, rundir
 from testbed.capabilities import Needs
 from testbed.errors import Terminated
 from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
+from testbed.record import Bound
 
 COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
 #: When the command started on the host (Unix time): a guest shares the host's wall clock, so
@@ -109,8 +110,8 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
             bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
         else:
             bound, goodput = record.get("bound"), record.get("goodput_mbps")
-            flag = (f" [{bound}-bound]" if bound in ("cpu", "other")
-                    else " [ANOMALY, left out of the means]" if bound == "anomaly" else "")
+            flag = (f" [{bound}-bound]" if Bound.parse(bound) in (Bound.CPU, Bound.OTHER)
+                    else " [ANOMALY, left out of the means]" if Bound.parse(bound) is Bound.ANOMALY else "")
             if goodput is not None and goodput < 0:  # counters that went backwards: no figure to show
                 value = "no goodput (its counters went backwards)"
             elif goodput is not None:

@@ -48,12 +48,11 @@ from experiments.plan import (
     needs_more,
     plan_points,
     plan_round,
-    point_key,
     unusable_profiles,
-    usable,
     within_budget,
 )
 from testbed import rundir
+from testbed.record import point_key, usable
 
 log = logging.getLogger(__name__)
 

@@ -332,6 +332,18 @@ def test_terminal_table(aggs):
     assert sum("CPU-bound" in line for line in text.splitlines()) == 1
 
 
+def test_a_sweep_with_arms_and_the_plain_baseline_has_a_row_per_arm(tmp_path):
+    # the plain point has no arm where the IPsec points have a and b: they sort together all the same
+    records = [r for r in synthetic_records(limited=()) if r["rate_mbit"] == 10.0 and r["size_bytes"] == 250]
+    armed = [{**r, "arm": arm} if r["profile"] != "none" else r for r in records for arm in "ab"
+             if r["profile"] != "none" or arm == "a"]
+    ordered = aggregate(armed)
+    text = _text(terminal_table(ordered, normalize(ordered)))
+    assert [line.split()[:3] for line in text.splitlines() if line.split()[:1] == ["aes-gcm-256"]] == [
+        ["aes-gcm-256", "arm", "a"], ["aes-gcm-256", "arm", "b"]]
+    assert cli.main([str(write_run(tmp_path / "run", armed)), "--no-html"]) == 0
+
+
 def test_render_html_is_self_contained_with_header_figures_and_table(tmp_path):
     run = write_run(tmp_path / "run", synthetic_records())
     page = render_html(run)

@@ -15,7 +15,6 @@ import pytest
 from analysis import stats
 from analysis.stats import (
     PLAIN_PROFILE,
-    POINT_KEYS,
     Summary,
     aggregate,
     at_common_speed,
@@ -25,6 +24,7 @@ from analysis.stats import (
     repetitions_for,
     t_critical_95,
 )
+from testbed.record import POINT_FIELDS
 
 # --- t_critical_95 ---------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ def test_aggregate_groups_by_point_without_repetition():
     assert [(a.profile, a.size_bytes, a.goodput.n) for a in aggs] == [
         (PLAIN_PROFILE, 500, 3), (PLAIN_PROFILE, 1000, 5), ("aes-gcm-256", 500, 3)]
     # "arm" only for the arms of an A/B within a sweep
-    assert "repetition" not in aggs[0].point and set(aggs[0].point) == set(POINT_KEYS) - {"arm"}
+    assert "repetition" not in aggs[0].point and set(aggs[0].point) == set(POINT_FIELDS) - {"arm"}
     assert aggs[0].goodput.mean == 10.0 and aggs[0].goodput.ci95 == pytest.approx(2.484138, abs=1e-6)
     assert aggs[1].goodput.mean == 24.0 and aggs[1].goodput.ci95 == pytest.approx(3.926486, abs=1e-6)
     assert aggs[2].goodput.mean == pytest.approx(9.0)

@@ -187,3 +187,70 @@ def test_the_path_check_finds_a_script_named_in_a_command(tmp_path, monkeypatch)
                       'cmd = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py")]\n'
                       'help = "see experiments/packet_size_sweep.py --help"\n')
     assert [f.split(":")[1] for f in scripts_run_by_path(sample, {"packet_size_sweep.py"})] == ["2"]
+
+
+BOUND_NAMES = ("link", "cpu", "other", "anomaly")
+RECORD_MODULE = "testbed/record.py"
+
+
+def bound_literals(path: Path) -> list[str]:
+    """Places that spell a bound class as a string (testbed.record.Bound says them once):
+
+    a comparison of something about a bound (``r.get("bound") != "anomaly"``, ``a.bound == "cpu"``),
+    a tuple, list or set of bound names, a dict keyed by them, or a ``return "link", why``.
+    """
+    source = path.read_text()
+    names = set(BOUND_NAMES)
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        hit = False
+        if isinstance(node, ast.Compare):
+            parts = [node.left, *node.comparators]
+            strings = {c.value for p in parts for c in ast.walk(p) if isinstance(c, ast.Constant)}
+            about = " ".join(ast.get_source_segment(source, p) or "" for p in parts
+                             if not isinstance(p, ast.Constant)).lower()
+            hit = bool(strings & names) and "bound" in about
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            hit = len(node.elts) > 1 and all(isinstance(e, ast.Constant) and e.value in names for e in node.elts)
+        elif isinstance(node, ast.Dict):
+            keys = [k for k in node.keys if k is not None]
+            hit = bool(keys) and all(isinstance(k, ast.Constant) and k.value in names for k in keys)
+        elif isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and node.value.elts:
+            first = node.value.elts[0]
+            hit = isinstance(first, ast.Constant) and first.value in names
+        if hit:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.get_source_segment(source, node)[:80]}")
+    return found
+
+
+def test_only_the_record_module_spells_the_bound_classes():
+    found = [f for path in modules() + sorted((REPO / "benchmarks").glob("*.py"))
+             if str(path.relative_to(REPO)) != RECORD_MODULE for f in bound_literals(path)]
+    assert not found, "use testbed.record.Bound:\n" + "\n".join(found)
+
+
+def test_the_bound_check_finds_what_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text('a = [r for r in rs if r.get("bound") != "anomaly"]\nb = ("link", "cpu")\n'
+                      'c = {"cpu": 1, "other": 2}\ndef f():\n    return "link", "full"\n'
+                      'd = fields[0] == "cpu"\ne = agg.bound == Bound.CPU\n')
+    assert sorted(f.split(":")[1] for f in bound_literals(sample)) == ["1", "2", "3", "5"]
+
+
+def test_the_point_and_the_usable_rule_are_defined_once():
+    """A point's fields are listed, and a usable record defined, only in testbed.record."""
+    point = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes")
+    found = []
+    for path in modules() + sorted((REPO / "benchmarks").glob("*.py")):
+        if str(path.relative_to(REPO)) == RECORD_MODULE:
+            continue
+        tree = ast.parse(path.read_text())
+        for node in tree.body:  # functions of a module (a Point's own point_key() is its fields, by name)
+            if isinstance(node, ast.FunctionDef) and node.name in ("usable", "point_key", "record_key"):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: def {node.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Tuple) and len(node.elts) >= len(point) and \
+                    tuple(getattr(e, "value", None) for e in node.elts[:len(point)]) == point:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: the point's fields")
+    assert not found, "use testbed.record:\n" + "\n".join(found)

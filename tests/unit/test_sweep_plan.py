@@ -14,11 +14,11 @@ from experiments.plan import (
     plan_points,
     plan_round,
     precision_of,
-    record_key,
     relative_ci,
     within_budget,
 )
 from experiments.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
+from testbed.record import record_key
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
 

@@ -1,0 +1,266 @@
+"""The result record: one line of a run directory's results.jsonl, one repetition of one point.
+
+This module owns what a record is, so that the rest of the project does not spell it again:
+
+- :class:`Record`, the fields of a sweep point's record, each with its meaning (a frozen
+  dataclass; :meth:`Record.to_json` is the line written, :meth:`Record.from_json` reads one);
+- :data:`POINT_FIELDS`, what identifies a point (its repetitions share these), and
+  :func:`point_key` / :func:`record_key`;
+- :class:`Bound`, what bounded a point, as the bottleneck monitor judged it, and which of those
+  count in the means;
+- :func:`usable`, the one rule for a record that counts towards its point's figures.
+
+A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
+``docs/records.md`` is generated from this module (``python -m testbed.record``) and a test
+fails when the two disagree.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+class Bound(enum.StrEnum):
+    """What bounded a point's goodput (:func:`experiments.monitor.classify` decides, from the kernel's counters).
+
+    A member is its own string (``Bound.LINK == "link"``), so records stay plain JSON.
+    """
+
+    LINK = "link"
+    CPU = "cpu"
+    OTHER = "other"
+    ANOMALY = "anomaly"
+
+    @property
+    def counted(self) -> bool:
+        """Whether a repetition so bounded counts in its point's means."""
+        return self is not Bound.ANOMALY
+
+    @property
+    def label(self) -> str:
+        """The word tables print."""
+        return "CPU" if self is Bound.CPU else self.value
+
+    @property
+    def meaning(self) -> str:
+        """One line: what a point so bounded says (table captions, the report's guide, docs/records.md)."""
+        return _MEANINGS[self]
+
+    @classmethod
+    def parse(cls, value: Any) -> Bound | None:
+        """The bound a record's text names; None for none, or for a name this version does not know."""
+        try:
+            return cls(value) if value else None
+        except ValueError:
+            return None
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> Bound | None:
+        """A record's bound; None where it has none (a failed point, a transaction, an old run)."""
+        return cls.parse(record.get("bound"))
+
+
+_MEANINGS = {
+    Bound.LINK: "the shaped link was full: the figure is the emulated network's",
+    Bound.CPU: "the emulator's CPU was saturated first: the figure is this machine's, not the network's",
+    Bound.OTHER: "neither was full (a small window, loss, a slow receiver): look at the point before trusting it",
+    Bound.ANOMALY: "figures that contradict each other (counters that went backwards, more than the link can "
+                   "carry): counted, never averaged",
+}
+
+def bound_label(text: str) -> str:
+    """How a record's bound reads in a table (``CPU`` for cpu); a name this version does not know, as it is."""
+    bound = Bound.parse(text)
+    return bound.label if bound else str(text)
+
+
+#: The bounds from the most cautious reading of a point to the least: a point whose repetitions
+#: disagree is reported as the first of its bounds in this order (``cpu`` before ``link``).
+CAUTION_ORDER = (Bound.CPU, Bound.OTHER, Bound.LINK, Bound.ANOMALY)
+
+#: What identifies a point; its repetitions share all of these.
+POINT_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes",
+                "size_mode", "clients", "arm")
+#: ... and what identifies one record: the point and its repetition.
+KEY_FIELDS = (*POINT_FIELDS, "repetition")
+
+
+def _key_field(record: Mapping[str, Any], field: str):
+    if field == "rate_mbit":
+        return float(record[field])
+    return record.get(field, "") if field == "arm" else record[field]
+
+
+def point_key(record: Mapping[str, Any]) -> tuple:
+    """The key of a record's point (its repetition left out); a record without an arm has arm ``""``."""
+    return tuple(_key_field(record, f) for f in POINT_FIELDS)
+
+
+def record_key(record: Mapping[str, Any]) -> tuple:
+    """The key of one record: its point and repetition."""
+    return tuple(_key_field(record, f) for f in KEY_FIELDS)
+
+
+def usable(record: Mapping[str, Any]) -> bool:
+    """Whether a record counts towards its point's means: measured (not failed, with a goodput),
+    and not an anomaly."""
+    bound = Bound.of(record)
+    return not record.get("failed") and record.get("goodput_mbps") is not None and (bound is None or bound.counted)
+
+
+def counted(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records that :func:`usable` accepts."""
+    return [r for r in records if usable(r)]
+
+
+def _doc(text: str, default: Any = None) -> Any:
+    return dataclasses.field(default=default, metadata={"doc": text})
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One repetition of one sweep point, as results.jsonl holds it.
+
+    Figures are None where they could not be had (a failed point has only its identity,
+    ``failed``, ``attempts`` and ``error``).  CPU costs are those at the run's common machine
+    speed once the report has adjusted them (``speed_factor``); as measured they keep their
+    name with ``_measured`` appended.
+    """
+
+    # -- the point -------------------------------------------------------------------------------
+    topology: str = _doc("the network (topologies.TOPOLOGIES)", "")
+    profile: str = _doc("the IPsec profile, `none` for the plain baseline", "")
+    mode: str = _doc("IPsec mode: tunnel or transport", "")
+    ip_version: int = _doc("4 or 6", 4)
+    transport: str = _doc("tcp or udp", "tcp")
+    rate_mbit: float = _doc("the shaped link's rate, Mbit/s", 0.0)
+    size_bytes: int = _doc("the packet size, in the meaning of size_mode", 0)
+    size_mode: str = _doc("mss (TCP MSS), write (TCP write size) or datagram (UDP payload)", "mss")
+    clients: int = _doc("clients sending at the same time", 1)
+    arm: str = _doc("the arm of an A/B within the sweep (a, b, ...); absent without arms", "")
+    repetition: int = _doc("0-based repetition of the point", 0)
+    injected_instructions: int | None = _doc("with arms: extra BPF instructions per ESP packet in this arm")
+    # -- the window ------------------------------------------------------------------------------
+    duration_s: float | None = _doc("the measured window asked for, s")
+    warmup_s: float | None = _doc("traffic before the window opened, s")
+    window_s: float | None = _doc("the window as measured between the counter readings, s")
+    window_start_unix: float | None = _doc("when the window opened, Unix time")
+    # -- goodput ---------------------------------------------------------------------------------
+    goodput_mbps: float | None = _doc("application bytes the receivers got in the window, Mbit/s")
+    theoretical_goodput_mbps: float | None = _doc("what the shaped link can carry at this size and profile "
+                                                  "(ipsec.overhead), Mbit/s")
+    bytes: int | None = _doc("application bytes moved in the window")
+    iperf3_sender_mbps: float | None = _doc("iperf3's own account, sender side (no figure uses it)")
+    loss_pct: float | None = _doc("UDP datagrams lost, percent")
+    retransmits: int | None = _doc("TCP retransmissions in the window")
+    goodput_uncertainty: float | None = _doc("relative uncertainty of goodput from the counters' timing")
+    # -- what bounded it -------------------------------------------------------------------------
+    bound: str | None = _doc("link, cpu, other or anomaly (Bound)")
+    bound_reason: str | None = _doc("the monitor's evidence for bound, in a sentence")
+    emulation_limited: bool = _doc("bound is cpu: the figure is the emulator's", False)
+    link_utilization: float | None = _doc("share of the shaped rate the shaper sent")
+    link_packets: int | None = _doc("packets the shaper sent in the window")
+    link_drops: int | None = _doc("packets the shaper dropped")
+    link_overlimits: int | None = _doc("times the shaper held a packet back")
+    queue_busy: float | None = _doc("share of backlog samples with a queue at the shaper")
+    queue_mean_bytes: float | None = _doc("mean backlog at the shaper, bytes")
+    queue_samples: int | None = _doc("backlog samples taken")
+    shaper_goodput_mbps: float | None = _doc("goodput implied by the shaper's byte counter, Mbit/s")
+    sender_rwnd_limited: float | None = _doc("share of the window the sender was limited by the receive window")
+    sender_sndbuf_limited: float | None = _doc("share of the window the sender was limited by its send buffer")
+    clock_skew: float | None = _doc("disagreement of the two clocks the window was read with")
+    reading_spread_s: float | None = _doc("longest time one set of counter readings took, s")
+    # -- CPU -------------------------------------------------------------------------------------
+    cpu_busy_pct: float | None = _doc("the emulating CPUs' busy share over the window, percent")
+    cpu_s: float | None = _doc("CPU seconds the emulation used in the window")
+    cpu_s_per_gb: float | None = _doc("CPU seconds per GB of goodput")
+    cpu_us_per_packet: float | None = _doc("CPU microseconds per packet the shaper sent")
+    cpu_kernel_busy_pct: float | None = _doc("the kernel's own /proc/stat busy share, percent")
+    cpu_system_pct: float | None = _doc("... of it in system time, percent")
+    cpu_softirq_pct: float | None = _doc("... of it in softirq, percent")
+    cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
+    speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
+    # -- how it was measured ---------------------------------------------------------------------
+    clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)
+    kernel_release: str | None = _doc("the kernel that measured (uname -r)")
+    backend: str | None = _doc("where it ran: host or uml")
+    attempts: int = _doc("tries the point took (a failed iperf3 test is tried again)", 1)
+    failed: bool = _doc("no figure: every attempt failed", False)
+    error: str | None = _doc("with failed: why, one line per attempt")
+    time: str | None = _doc("when the record was written, ISO 8601")
+
+    #: Fields written only when they have a value (a run without arms has no arm).
+    OPTIONAL = ("arm", "injected_instructions", "error", "backend")
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as results.jsonl holds it."""
+        out = dataclasses.asdict(self)
+        for name in self.OPTIONAL:
+            if out[name] is None or out[name] == "":
+                del out[name]
+        return out
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> Record:
+        """A record from a results.jsonl line (its ``schema``, the file's layout, aside); fields it does
+        not know are refused."""
+        fields = {k: v for k, v in line.items() if k != "schema"}
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"not a sweep record's fields: {', '.join(sorted(unknown))}")
+        return cls(**fields)
+
+    def fields(self) -> dict[str, Any]:
+        """The record as a dict (to_json, every field kept)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def failure(cls, point: Mapping[str, Any], attempts: int, error: str, **window: Any) -> Record:
+        """The record of a point every attempt failed at: its identity and why."""
+        return cls(**point, **window, failed=True, attempts=attempts, error=error)
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(Record))
+
+
+# -- docs/records.md --------------------------------------------------------------------------
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "records.md"
+
+
+def render() -> str:
+    """docs/records.md: every field of a record, and the bounds, from this module."""
+    lines = ["# The result record", "",
+             "One line of a run directory's `results.jsonl` per repetition of a point, generated from",
+             "`testbed/record.py` by `python -m testbed.record` (a unit test fails when they disagree).",
+             "The report adjusts CPU costs to the run's common machine speed: each keeps its measured",
+             "value as `<name>_measured`, and `speed_factor` says by what it was multiplied.", "",
+             f"A point is identified by {', '.join(f'`{f}`' for f in POINT_FIELDS)};",
+             "its repetitions share these. A record counts towards its point's means when it did not fail,",
+             "has a goodput, and is not an anomaly.", "",
+             "| field | meaning |", "|---|---|"]
+    lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(Record)]
+    lines += ["", "## What bounded a point (`bound`)", "", "| bound | meaning | in the means |", "|---|---|---|"]
+    lines += [f"| `{b.value}` | {b.meaning} | {'yes' if b.counted else 'no'} |" for b in Bound]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write docs/records.md, or with --check say whether it is current."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = render()
+    if "--check" in argv:
+        return 0 if PAGE.exists() and PAGE.read_text() == text else 1
+    from testbed.rundir import atomic_write
+
+    atomic_write(PAGE, text)
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

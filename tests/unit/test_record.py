@@ -1,0 +1,83 @@
+"""testbed.record: the one definition of a result record, its point, its bounds and the usable rule."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.plan import Point
+from testbed import record
+from testbed.record import FIELDS, KEY_FIELDS, POINT_FIELDS, Bound, Record, point_key, record_key, usable
+
+FIXTURE = Path(__file__).parent / "fixtures" / "rundir-schema1" / "results.jsonl"
+
+
+def stored() -> list[dict]:
+    return [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+
+
+def test_a_stored_run_reads_into_records_and_writes_back_the_same_line():
+    for line in stored():
+        rec = Record.from_json(line)
+        assert rec.to_json() == line  # nothing dropped, nothing added, no arm where there was none
+        assert isinstance(Bound.of(line), Bound) and rec.bound == line["bound"]
+
+
+def test_an_unknown_field_is_refused_by_name_and_the_files_schema_is_not_a_field():
+    line = stored()[0]
+    assert Record.from_json({**line, "schema": 2}) == Record.from_json(line)
+    with pytest.raises(ValueError, match="goodput_mpbs"):
+        Record.from_json({**line, "goodput_mpbs": 1.0})
+
+
+def test_the_point_is_the_plans_point_and_the_key_adds_the_repetition():
+    assert tuple(f.name for f in dataclasses.fields(Point)) == KEY_FIELDS
+    assert (*POINT_FIELDS, "repetition") == KEY_FIELDS and set(KEY_FIELDS) <= set(FIELDS)
+    line = stored()[0]
+    assert record_key(line) == (*point_key(line), line["repetition"])
+    assert point_key(line)[POINT_FIELDS.index("arm")] == ""  # a run without arms: arm ""
+
+
+def test_an_arm_and_its_instruction_count_are_written_even_when_zero():
+    rec = Record(**Point("vpn_gateway", "aes-gcm-256", "tunnel", 4, "tcp", 1000.0, 1460, "mss", 1, "a", 0).fields(),
+                 injected_instructions=0, goodput_mbps=500.0)
+    out = rec.to_json()
+    assert out["arm"] == "a" and out["injected_instructions"] == 0 and "error" not in out
+
+
+def test_a_failed_point_keeps_its_identity_and_why():
+    point = Point("host_to_host", "none", "transport", 6, "udp", 10.0, 1000, "datagram", 2, "", 3).fields()
+    out = Record.failure(point, 2, "iperf3 exited 1; iperf3 exited 1", duration_s=2.0).to_json()
+    assert out["failed"] and out["attempts"] == 2 and out["goodput_mbps"] is None and out["bound"] is None
+    assert point_key(out) == point_key(point) and not usable(out)
+
+
+@pytest.mark.parametrize(("change", "counts"), [
+    ({}, True),
+    ({"bound": "cpu"}, True),
+    ({"bound": "other"}, True),
+    ({"bound": "anomaly"}, False),
+    ({"failed": True}, False),
+    ({"goodput_mbps": None}, False),
+    ({"bound": None}, True),  # a run from before the monitor
+])
+def test_the_usable_rule(change, counts):
+    assert usable({**stored()[0], **change}) is counts
+
+
+def test_bounds_are_their_own_strings_and_know_whether_they_count():
+    assert [b.value for b in Bound] == ["link", "cpu", "other", "anomaly"]
+    assert json.dumps({"bound": Bound.CPU}) == '{"bound": "cpu"}' and Bound.CPU == "cpu"
+    assert [b for b in Bound if not b.counted] == [Bound.ANOMALY]
+    assert record.CAUTION_ORDER[0] is Bound.CPU and set(record.CAUTION_ORDER) == set(Bound)
+    assert Bound.parse("nonsense") is None and record.bound_label("nonsense") == "nonsense"
+    assert record.bound_label("cpu") == "CPU"
+
+
+def test_docs_records_md_is_what_the_record_says():
+    assert record.PAGE.read_text() == record.render(), \
+        "docs/records.md is out of date: run `.venv/bin/python -m testbed.record` and commit it"
+    page = record.PAGE.read_text()
+    assert all(f"| `{name}` |" in page for name in FIELDS)
