@@ -1,22 +1,17 @@
 """What measurements depend on, for meta.json: kernel, backend, CPU, tool versions.
 
-Found on the host before a guest boots and handed to it in the environment: the same
+Found on the host before a guest boots and handed to it (:mod:`testbed.handoff`): the same
 files are seen through hostfs, and starting the processes that report versions costs a
 fraction there of what it does in the guest.
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
 
-from testbed import backends
+from testbed import backends, handoff
 
-#: meta.json's tool versions, handed from the host to a guest (JSON).
-VERSIONS_ENV = "IPSEC_TESTBED_VERSIONS"
-#: The host's CPU model, handed to a guest for meta.json (a UML guest's cpuinfo says "UML").
-HOST_CPU_ENV = "IPSEC_TESTBED_HOST_CPU"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -53,9 +48,10 @@ def cpu_model() -> str:
 
 
 def hand_to_guest() -> None:
-    """Put what :func:`machine_meta` needs from the host into the environment a guest inherits."""
-    os.environ.setdefault(VERSIONS_ENV, json.dumps(tool_versions()))
-    os.environ.setdefault(HOST_CPU_ENV, cpu_model())
+    """Hand a guest what :func:`machine_meta` needs from the host (found once per process)."""
+    if not handoff.outgoing().versions:
+        # a UML guest's cpuinfo says "UML": the host's CPU model is the one that matters
+        handoff.hand(versions=tool_versions(), host_cpu_model=cpu_model())
 
 
 def machine_meta() -> dict:
@@ -63,8 +59,8 @@ def machine_meta() -> dict:
     backend = backends.current()
     meta = {"kernel_release": platform.release(), **backend.metadata(), "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(), "python": platform.python_version()}
-    if os.environ.get(HOST_CPU_ENV):
-        meta["host_cpu_model"] = os.environ[HOST_CPU_ENV]
-    shared = os.environ.get(VERSIONS_ENV)
-    meta["versions"] = json.loads(shared) if shared else tool_versions()
+    handed = handoff.current()
+    if handed.host_cpu_model:
+        meta["host_cpu_model"] = handed.host_cpu_model
+    meta["versions"] = dict(handed.versions) or tool_versions()
     return meta

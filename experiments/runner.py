@@ -11,22 +11,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 
-from testbed import backends, rundir
+from testbed import backends, handoff, rundir
 from testbed.capabilities import Needs
 from testbed.errors import Terminated
 from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
 from testbed.record import Bound
-
-COMMAND_ENV = "IPSEC_TESTBED_COMMAND"
-#: When the command started on the host (Unix time): a guest shares the host's wall clock, so
-#: a time budget counted from it includes the guest's boot (:func:`command_started`).
-STARTED_ENV = "IPSEC_TESTBED_STARTED"
 
 
 def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
@@ -79,23 +73,15 @@ def report_leftovers(prog: str) -> None:
 
 
 def typed_command() -> list[str] | None:
-    """The job as one front-door command line (set on the host, read also inside UML), for meta.json."""
-    typed = os.environ.get(COMMAND_ENV)
-    return shlex.split(typed) if typed else None
-
-
-def mark_started(environ) -> None:
-    """Note in ``environ`` that the command starts now, on the host; in a guest keep the host's note."""
-    if backends.GUEST_ENV not in environ:
-        environ[STARTED_ENV] = repr(time.time())
+    """The job as one front-door command line (the host's, also inside UML), for meta.json."""
+    return list(handoff.current().command) or None
 
 
 def command_started() -> float:
-    """When this command started on the host, in Unix time (now where :func:`run` did not say)."""
-    try:
-        return float(os.environ[STARTED_ENV])
-    except (KeyError, ValueError):
-        return time.time()
+    """When this job started on the host, in Unix time (now where :func:`run` did not say): a guest
+    shares the host's wall clock, so a time budget counted from it includes the guest's boot."""
+    started = handoff.current().started_unix
+    return time.time() if started is None else started
 
 
 def progress_callback(bar, task, prefix: str = "") -> Callable:
@@ -175,9 +161,8 @@ def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, 
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
-    if backends.GUEST_ENV not in os.environ:  # for meta.json: the job as one command, however it was started
-        os.environ[COMMAND_ENV] = shlex.join(["ipsec-testbed", *command, *argv])
-    mark_started(os.environ)
+    if handoff.received() is None:  # on the host: the job as one command, however it was started, and now
+        handoff.hand(command=("ipsec-testbed", *command, *argv), started_unix=time.time())
     check_tools()
     on_host = backends.current().runs_here
     if on_host:

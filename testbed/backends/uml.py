@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
-import json
 import logging
 import os
 import platform
@@ -62,7 +61,7 @@ import tty
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
-from testbed import names, umlkernel
+from testbed import handoff, names, umlkernel
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
     GUEST_ENV,
@@ -78,17 +77,12 @@ from testbed.speedprobe import SpeedProbe, spare_cpu
 
 log = logging.getLogger(__name__)
 
-#: Inside the guest: the tty to ask the host's CPU meter on (absent: no host account).
-METER_ENV = "IPSEC_TESTBED_CPU_METER"
+#: Inside the guest: the tty to ask the host's CPU meter on (handed over when there is one).
 METER_TTY = "/dev/tty3"
-#: Inside the guest: what the host's speed probe times (absent: no probe beside the guest).
-SPEED_PROBE_ENV = "IPSEC_TESTBED_SPEED_PROBE"
 #: The host's cgroup v1 cpuacct hierarchy, where each guest gets a group of its own.
 CPUACCT_ROOT = "/sys/fs/cgroup/cpuacct"
 
 DEFAULT_MODULES_ROOT = umlkernel.DEBIAN_MODULES_ROOT
-#: Inside the guest: the host's choice of kernel, as JSON (``UmlKernel.metadata()``).
-KERNEL_CHOICE_ENV = "IPSEC_TESTBED_UML_KERNEL_CHOICE"
 
 #: Environment variables not handed to the guest: they describe the host session.
 _ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$"
@@ -203,6 +197,14 @@ def _release_dir(path: str) -> str:
     raise UmlError(f"no kernel modules (modules.dep) found under {path}")
 
 
+def handing(spec: UmlSpec, **fields) -> UmlSpec:
+    """``spec`` with ``fields`` added to the hand-off its guest gets (:mod:`testbed.handoff`)."""
+    env = dict(spec.env)
+    handed = handoff.Handoff.from_env(env[handoff.ENV]) if handoff.ENV in env else handoff.outgoing()
+    env[handoff.ENV] = handed.with_(**fields).to_env()
+    return dataclasses.replace(spec, env=tuple(sorted(env.items())))
+
+
 def guest_env(host_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The host environment as the guest command gets it, plus :data:`~testbed.backends.base.GUEST_ENV`."""
     env = {k: v for k, v in host_env.items()
@@ -277,7 +279,7 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         lines += ["stty -F /dev/tty1 raw -echo", "stty -F /dev/tty2 raw -echo"]
     lines += [f"export {k}={q(v)}" for k, v in spec.env]
     if spec.cpu_meter:
-        lines += [f"stty -F {METER_TTY} raw -echo", f"export {METER_ENV}={METER_TTY}"]
+        lines += [f"stty -F {METER_TTY} raw -echo"]
     lines += [
         f"cd {q(spec.cwd)} || {{ echo 126 > {q(workdir + '/status')}; echo o > /proc/sysrq-trigger; }}",
         f"echo started > {q(workdir + '/started')}",
@@ -379,55 +381,53 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
     os.makedirs(f"{names.STATE_DIR}/uml", exist_ok=True)
     # The work directory must be on a filesystem the guest sees through hostfs:
     # the guest mounts its own tmpfs on /run and /dev/shm, so use /tmp (or TMPDIR).
-    workdir = tempfile.mkdtemp(prefix=f"{names.PREFIX}-{run_id}-uml-")
-    with open(f"{workdir}/owner", "w") as f:  # `clean` leaves a live owner's work directory alone
-        f.write(f"{os.getpid()}\n")
     console: list[bytes] = []
-    proc: subprocess.Popen | None = None
-    watcher: subprocess.Popen | None = None
-    lifeline = -1
-    terminal: list | None = None
-    meter_fds: list[int] = []
-    cgroup = make_cgroup(uml_id) if spec.cpu_meter else None
-    probe_cpu = spare_cpu(spec.host_cpu) if spec.speed_probe and cgroup is not None else None
-    probe: SpeedProbe | None = None
     started = time.monotonic()
-    try:
-        if probe_cpu is not None:
+    # Each resource is released, in the reverse order of its taking, however the run ends: an error,
+    # a time limit, KeyboardInterrupt or SIGTERM (nothing survives us but what SIGKILL leaves for
+    # `ipsec-testbed clean`).
+    with contextlib.ExitStack() as held:
+        workdir = tempfile.mkdtemp(prefix=f"{names.PREFIX}-{run_id}-uml-")
+        held.callback(shutil.rmtree, workdir, ignore_errors=True)
+        held.callback(shutil.rmtree, f"{names.STATE_DIR}/uml/{uml_id}", ignore_errors=True)
+        with open(f"{workdir}/owner", "w") as f:  # `clean` leaves a live owner's work directory alone
+            f.write(f"{os.getpid()}\n")
+        cgroup = make_cgroup(uml_id) if spec.cpu_meter else None
+        if cgroup is not None:
+            held.callback(remove_cgroup, cgroup)  # last: after the guest's processes have left it
+        probe = None
+        if spec.speed_probe and cgroup is not None and (probe_cpu := spare_cpu(spec.host_cpu)) is not None:
             probe = SpeedProbe(probe_cpu, workdir)
-            spec = dataclasses.replace(spec, env=(*spec.env, (SPEED_PROBE_ENV, probe.method())))
-        with open(f"{workdir}/init.sh", "w") as f:
-            f.write(plan_init_script(spec, workdir))
-        with open(f"{workdir}/modprobe", "w") as f:
-            f.write(plan_modprobe_wrapper(spec.modules_dir))
-        os.chmod(f"{workdir}/init.sh", 0o755)
-        os.chmod(f"{workdir}/modprobe", 0o755)
+            held.callback(probe.close)
+            spec = handing(spec, speed_probe=probe.method())
+        _write_guest_files(spec, workdir)
 
         pipes = [os.pipe() for _ in range(3)]
         write_fds = (pipes[0][1], pipes[1][1], pipes[2][1])
         guest_meter: tuple[int, int] | None = None
+        meter_fds: list[int] = []
         if cgroup is not None:
             to_guest, from_guest = os.pipe(), os.pipe()
-            meter_fds = [to_guest[1], from_guest[0]]  # ours
+            meter_fds = [to_guest[1], from_guest[0]]  # ours: closed, the meter's thread reads end-of-file
+            held.callback(_close_all, meter_fds)
             guest_meter = (to_guest[0], from_guest[1])
         cmd = plan_command_line(spec, workdir, uml_id, write_fds, guest_meter, cgroup)
         log.debug("booting UML: %s", shlex.join(cmd))
         if spec.interactive:
-            if not os.isatty(0):
-                raise UmlError("an interactive guest needs a terminal on standard input")
-            terminal = termios.tcgetattr(0)
-            tty.setraw(0)  # keystrokes go to the guest's tty as they are typed (Ctrl-C included)
+            held.enter_context(_raw_terminal())
         proc = subprocess.Popen(
             cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
             stdout=None if spec.interactive else subprocess.DEVNULL, stderr=subprocess.STDOUT,
             pass_fds=write_fds + (guest_meter or ()), start_new_session=True)
+        held.callback(_kill_if_running, proc)
         for _, w in pipes:
             os.close(w)
         if guest_meter is not None:
-            for fd in guest_meter:
-                os.close(fd)
+            _close_all(guest_meter)
             threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe), daemon=True).start()
         watcher, lifeline = _watch(proc.pid)
+        held.callback(_stop_watcher, watcher, lifeline)
+        held.callback(_kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused
         pumps = [threading.Thread(target=_pump, args=(pipes[0][0], None, console), daemon=True),
                  threading.Thread(target=_pump, args=(pipes[1][0], stdout), daemon=True),
                  threading.Thread(target=_pump, args=(pipes[2][0], stderr), daemon=True)]
@@ -448,25 +448,47 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
                 return int(f.read().strip() or 1)
         raise UmlError(_death(b"".join(console).decode(errors="replace"), spec, proc.returncode,
                               time.monotonic() - started, booted=os.path.exists(f"{workdir}/started")))
+
+
+def _write_guest_files(spec: UmlSpec, workdir: str) -> None:
+    """The guest's init script and its modprobe wrapper, in ``workdir``."""
+    for name, text in (("init.sh", plan_init_script(spec, workdir)),
+                       ("modprobe", plan_modprobe_wrapper(spec.modules_dir))):
+        with open(f"{workdir}/{name}", "w") as f:
+            f.write(text)
+        os.chmod(f"{workdir}/{name}", 0o755)
+
+
+@contextlib.contextmanager
+def _raw_terminal():
+    """Standard input's terminal in raw mode (keystrokes go to the guest's tty as typed, Ctrl-C included),
+    restored after."""
+    if not os.isatty(0):
+        raise UmlError("an interactive guest needs a terminal on standard input")
+    saved = termios.tcgetattr(0)
+    tty.setraw(0)
+    try:
+        yield
     finally:
-        if proc is not None and proc.poll() is None:
-            _kill(proc)
-        if watcher is not None:
-            watcher.kill()  # before the lifeline closes: the group is gone, its id may be reused
-            watcher.wait()
-            os.close(lifeline)
-        if probe is not None:
-            probe.close()
-        if terminal is not None:
-            with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
-                termios.tcsetattr(0, termios.TCSADRAIN, terminal)
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(f"{names.STATE_DIR}/uml/{uml_id}", ignore_errors=True)
-        for fd in meter_fds:  # the meter's thread reads end-of-file and ends
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        if cgroup is not None:
-            remove_cgroup(cgroup)
+        with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
+            termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
+
+def _kill_if_running(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        _kill(proc)
+
+
+def _stop_watcher(watcher: subprocess.Popen, lifeline: int) -> None:
+    watcher.kill()
+    watcher.wait()
+    os.close(lifeline)
+
+
+def _close_all(fds) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _death(console: str, spec: UmlSpec, returncode: int, seconds: float, booted: bool) -> str:
@@ -630,11 +652,12 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
     chosen = choose_kernel(kernel)
-    env = (*guest_env(os.environ), (KERNEL_CHOICE_ENV, json.dumps(chosen.metadata(), sort_keys=True)))
+    handed = handoff.outgoing().with_(kernel=chosen.metadata(), cpu_meter_tty=METER_TTY if cpu_meter else "")
+    env = {**dict(guest_env(os.environ)), handoff.ENV: handed.to_env()}  # this job's, never one inherited
     return UmlSpec(command=tuple(command), kernel=chosen.path, kernel_info=chosen,
                    modules_dir=find_modules_dir(chosen.path, modules),
                    cwd=os.path.abspath(cwd or os.getcwd()), mem=mem, timeout_s=timeout_s,
-                   env=tuple(sorted(env)), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
+                   env=tuple(sorted(env.items())), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
                    host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe)
 
@@ -790,10 +813,9 @@ class UmlBackend(KernelBackend):
 
     def _kernel(self) -> dict:
         """The kernel: inside a guest, the host's choice it was handed; on the host, the choice now."""
-        handed = os.environ.get(KERNEL_CHOICE_ENV) if self.inside() else None
-        if handed:
-            with contextlib.suppress(ValueError):
-                return json.loads(handed)
+        handed = handoff.received() if self.inside() else None
+        if handed is not None and handed.kernel:
+            return dict(handed.kernel)
         try:
             return choose_kernel(self.options.kernel).metadata()
         except UmlError:
@@ -818,10 +840,10 @@ class UmlBackend(KernelBackend):
         return f"{kernel.describe()}, modules {modules}: {kernel.reason}"
 
     def cpu_meter(self) -> CpuMeter:
-        path = os.environ.get(METER_ENV)
-        if path:
+        handed = handoff.received()
+        if handed is not None and handed.cpu_meter_tty:
             try:
-                return GuestMeter(path, os.environ.get(SPEED_PROBE_ENV, ""))
+                return GuestMeter(handed.cpu_meter_tty, handed.speed_probe)
             except OSError as e:
                 log.warning("the host's CPU meter is not reachable (%s): the guest's own /proc/stat is used", e)
         from testbed.backends.host import ProcStatMeter

@@ -203,19 +203,22 @@ def test_the_budget_counts_what_the_command_spent_before_the_sweep_began():
 
 def test_the_command_start_is_the_hosts_and_a_guest_keeps_it(monkeypatch):
     from experiments import runner
-    from testbed.backends import GUEST_ENV
+    from testbed import handoff
 
-    host: dict[str, str] = {runner.STARTED_ENV: "1.0"}  # left over from somewhere: the host starts anew
-    runner.mark_started(host)
-    assert abs(float(host[runner.STARTED_ENV]) - time.time()) < 5
-    guest = {GUEST_ENV: "uml", runner.STARTED_ENV: "1795557000.25"}
-    runner.mark_started(guest)
-    assert guest[runner.STARTED_ENV] == "1795557000.25"
-    monkeypatch.setenv(runner.STARTED_ENV, "1795557000.25")
-    assert runner.command_started() == 1795557000.25
-    for unset in (lambda: monkeypatch.delenv(runner.STARTED_ENV), lambda: monkeypatch.setenv(runner.STARTED_ENV, "x")):
-        unset()
-        assert abs(runner.command_started() - time.time()) < 5
+    monkeypatch.setattr(handoff, "_outgoing", handoff.Handoff())
+    monkeypatch.delenv(handoff.ENV, raising=False)
+    handoff.received.cache_clear()
+    assert abs(runner.command_started() - time.time()) < 5  # nothing said: now
+    handoff.hand(started_unix=1.0, command=("ipsec-testbed", "sweep"))
+    assert runner.command_started() == 1.0 and runner.typed_command() == ["ipsec-testbed", "sweep"]
+    # a guest reads the host's, whatever it was handed itself
+    monkeypatch.setenv(handoff.ENV, handoff.Handoff(started_unix=1795557000.25).to_env())
+    handoff.received.cache_clear()
+    try:
+        assert runner.command_started() == 1795557000.25 and runner.typed_command() is None
+    finally:
+        monkeypatch.delenv(handoff.ENV)
+        handoff.received.cache_clear()
 
 
 def test_minimum_left_counts_the_repetitions_still_owed():

@@ -3,7 +3,7 @@
 import pytest
 
 from experiments.doctor import kernel_modules
-from testbed import names
+from testbed import names, umlkernel
 from testbed.backends import GUEST_ENV, uml
 
 
@@ -73,8 +73,31 @@ def test_the_cpu_meter_is_tty3_on_two_pipes_and_the_guest_starts_in_its_cgroup()
     pinned = uml.plan_command_line(spec(host_cpu=1), "/tmp/wd", "itb-abcdef", (7, 8, 9))
     assert pinned[:5] == ["taskset", "-c", "1", "setpriv", "--pdeathsig"]
     text = uml.plan_init_script(spec(cpu_meter=True), "/tmp/wd")
-    assert f"export {uml.METER_ENV}=/dev/tty3" in text and "stty -F /dev/tty3 raw -echo" in text
-    assert uml.METER_ENV not in uml.plan_init_script(spec(), "/tmp/wd")
+    assert "stty -F /dev/tty3 raw -echo" in text
+    assert "/dev/tty3" not in uml.plan_init_script(spec(), "/tmp/wd")
+
+
+def test_the_guest_gets_one_hand_off_with_the_kernel_the_meter_and_the_probe(monkeypatch, tmp_path):
+    from testbed import handoff
+
+    monkeypatch.setattr(handoff, "_outgoing", handoff.Handoff(command=("ipsec-testbed", "sweep"), started_unix=5.0))
+    monkeypatch.setenv(handoff.ENV, handoff.Handoff(command=("stale",)).to_env())  # inherited: never passed on
+    kernel = tmp_path / "linux"
+    kernel.write_text("")
+    kernel.chmod(0o755)
+    chosen = umlkernel.UmlKernel(str(kernel), "user", "--uml-kernel", "6.1.1")
+    monkeypatch.setattr(uml, "choose_kernel", lambda k: chosen)
+    monkeypatch.setattr(uml, "find_modules_dir", lambda kernel, modules: None)
+    built = uml.build_spec(["true"], cpu_meter=True)
+    env = dict(built.env)
+    assert [k for k, _ in built.env].count(handoff.ENV) == 1
+    handed = handoff.Handoff.from_env(env[handoff.ENV])
+    assert handed.command == ("ipsec-testbed", "sweep") and handed.started_unix == 5.0
+    assert handed.kernel["kernel_path"] == str(kernel) and handed.cpu_meter_tty == "/dev/tty3"
+    probed = handoff.Handoff.from_env(dict(uml.handing(built, speed_probe="probe").env)[handoff.ENV])
+    assert probed == handed.with_(speed_probe="probe")
+    with pytest.raises(ValueError, match=handoff.ENV):
+        handoff.Handoff.from_env('{"no_such_field": 1}')
 
 
 @pytest.mark.parametrize("field,kw,match", [
