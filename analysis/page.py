@@ -33,6 +33,7 @@ from analysis.format import (
     table_rows,
     varying_scenario_keys,
 )
+from analysis.penalty import penalty_of
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
@@ -170,8 +171,6 @@ per repetition.</p>
 
 def _penalty_text(ratio: Ratio | None, link_mtu: int, pmtu: str = "discover") -> str:
     """An IPsec point's penalty as 'total = wire + other' (percent of plain); see analysis.penalty."""
-    from analysis.penalty import penalty_of
-
     p = penalty_of(ratio, link_mtu, pmtu) if ratio else None
     if p is None:
         return ""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 from analysis.stats import Ratio
+from ipsec.overhead import expected_point_goodput_mbps
 
 #: A plain point at or above this share of its expected goodput counts as link-bound.
 LINK_BOUND = 0.90
@@ -51,8 +52,6 @@ def decompose(measured_ratio: float, expected_ipsec: float | None, expected_plai
 
 def penalty_of(ratio: Ratio, link_mtu: int = 1500, pmtu: str = "discover") -> Penalty | None:
     """:func:`decompose` for an IPsec/plain :class:`~analysis.stats.Ratio` of a sweep; None without a ratio."""
-    from ipsec.overhead import expected_point_goodput_mbps
-
     if ratio.goodput is None:
         return None
     point = dict(ratio.point)

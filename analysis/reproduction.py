@@ -45,8 +45,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from analysis.penalty import penalty_of
 from analysis.stats import RatioEstimate, Summary, aggregate, normalize, ratio_of_means
 from testbed.record import POINT_FIELDS, Bound
+from testbed.rundir import load_meta, load_results
 
 REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
 METRICS = ("goodput_mbps", "normalized_goodput", "loss_pct", "cpu_system_pct", "cpu_busy_pct", "cpu_s_per_gb",
@@ -102,8 +104,6 @@ class Row:
 
 def load_run(run_dir: str) -> tuple[dict, list[dict]]:
     """``meta.json`` of a reproduction run and its parts, each with its records."""
-    from testbed.rundir import load_meta, load_results
-
     meta = load_meta(run_dir)
     if not meta.get("seed") or not meta.get("parts"):
         raise ReproductionError(f"{run_dir}: not a reproduction run (meta.json names no seed and parts)")
@@ -122,8 +122,6 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
     is the seed's rate, which the reference file's WHEREs name, and ``emulated_rate_mbit`` the
     rate measured here.
     """
-    from analysis.penalty import penalty_of
-
     rows = []
     for part in parts:
         extra = {"part": part["name"], "reference": part.get("reference") or part["name"],

@@ -26,6 +26,11 @@ import tempfile
 
 from mininet.cli import CLI
 
+from experiments import iperf
+from testbed.backends import current
+from topologies import build_spec
+from topologies.shaping import ShapingSpec
+
 GUIDE = """\
 IPsec Testbed demo: {topology}, {profile} in {mode} mode, {rate:g} Mbit/s on the {shaped} link.
 
@@ -193,8 +198,6 @@ class DemoCLI(CLI):
 
     def do_speed(self, _line: str) -> None:
         """speed: iperf3 from the first client to its server for 2 s (after a 1 s warm-up)."""
-        from experiments import iperf
-
         client, server = self._flow()
         try:
             r = iperf.measure(self.net.ns(server), self.net.ns(client), self.net.addr(server), duration_s=2,
@@ -224,15 +227,11 @@ class DemoCLI(CLI):
 def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: int,
              pcap_dir: str | None = None, stdin=None) -> int:
     """Build the network, protect it, open the CLI; everything is removed when it ends."""
-    from topologies import build_spec
     from topologies.network import Network
-    from topologies.shaping import ShapingSpec
 
     spec = build_spec(topology, clients=clients)
     if pcap_dir:
         os.makedirs(pcap_dir, mode=0o700, exist_ok=True)
-    from testbed.backends import current
-
     print(f"building {topology} in {current().label()}...", flush=True)
     with Network(spec, shaping=ShapingSpec(rate_mbit=rate_mbit)) as net:
         net.apply_ipsec(profile, mode, families=(4, 6))

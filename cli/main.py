@@ -30,6 +30,8 @@ from collections.abc import Sequence
 
 from cli import regress as regress_command
 from cli.output import console
+from ipsec.overhead import overhead_table, render_rows
+from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
 from testbed import backends
 from testbed.errors import Parser, add_debug_option, run_main
 from testbed.options import (
@@ -38,6 +40,7 @@ from testbed.options import (
     backend_options,
     positive_seconds,
 )
+from topologies import TOPOLOGIES, build_spec
 
 log = logging.getLogger("ipsec-testbed")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,8 +132,6 @@ def _plural(noun: str) -> str:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    from ipsec.profiles import GRAMMAR, catalog, parse_profile
-
     rows = catalog()
     if args.names:
         try:
@@ -156,9 +157,6 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
-    from ipsec.overhead import overhead_table, render_rows
-    from ipsec.profiles import CATALOG
-
     profiles = args.profiles or [n.name for n in CATALOG if n.name != "none"]
     try:
         rows = overhead_table(profiles, modes=args.mode, ip_versions=args.ip, link_mtu=args.mtu)
@@ -185,9 +183,6 @@ def cmd_overhead(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     _need_root("demo")
-    from ipsec.profiles import parse_profile
-    from topologies import build_spec
-
     parse_profile(args.profile)  # bad input fails here, before a boot
     build_spec(args.topology, clients=args.clients)
     if not sys.stdin.isatty():
@@ -284,9 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only list what would be removed")
     p.set_defaults(func=cmd_clean)
 
-
-    from topologies import TOPOLOGIES
-
     p = sub.add_parser(
         "demo", help="a network with IPsec up and Mininet's CLI, with a guide (for classrooms)",
         description="Build a network, shape its bottleneck, switch IPsec on and open Mininet's command line\n"
@@ -320,27 +312,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sweep(argv: list[str]) -> int:
-    from cli.sweep import main as sweep
+    from cli.sweep import main as sweep_main
 
-    return sweep(argv[1:])
+    return sweep_main(argv[1:])
 
 
 def _reproduce(argv: list[str]) -> int:
-    from cli.reproduce import main as reproduce
+    from cli.reproduce import main as reproduce_main
 
-    return reproduce(argv[1:])
+    return reproduce_main(argv[1:])
 
 
 def _bench(argv: list[str]) -> int:
-    from cli.bench import main as bench
+    from cli.bench import main as bench_main
 
-    return bench(argv[1:])
+    return bench_main(argv[1:])
 
 
 def _report(argv: list[str]) -> int:
-    from cli.report import main as report
+    from cli.report import main as report_main
 
-    return report(argv)
+    return report_main(argv)
 
 
 #: Commands with parsers of their own, handed the command line (their name first) before parsing.

@@ -16,6 +16,14 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from cli import bench, reproduce
+from cli.main import build_parser
+from cli.report import build_parser as report_parser
+from cli.sweep import build_parser as sweep_parser
+from experiments.catalogue import reproductions
+from experiments.reproduce import build_parser as seed_parser
+from testbed.rundir import atomic_write
+
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "cli.md"
 WIDTH = 100
@@ -37,12 +45,6 @@ def _width(columns: int) -> Iterator[None]:
 
 def sections() -> list[tuple[str, str]]:
     """(title, help text) of the ``ipsec-testbed`` command, each of its subcommands, each seed and benchmark."""
-    from cli import bench, reproduce
-    from cli.main import build_parser
-    from cli.sweep import build_parser as sweep_parser
-    from experiments.catalogue import reproductions
-    from experiments.reproduce import build_parser as seed_parser
-
     out = []
     with _width(WIDTH):
         main = build_parser()
@@ -51,8 +53,6 @@ def sections() -> list[tuple[str, str]]:
         for action in main._subparsers._group_actions:  # argparse keeps its subcommands here
             for name, sub in action.choices.items():
                 if name == "report":  # listed here, parsed by cli.report
-                    from cli.report import build_parser as report_parser
-
                     sub = report_parser()
                 elif name == "sweep":
                     sub = sweep_parser()
@@ -95,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 1
         return 0
-    from testbed.rundir import atomic_write
-
     atomic_write(PAGE, text)
     print(f"wrote {PAGE.relative_to(REPO)} ({text.count(chr(10) + '## ')} commands)")
     return 0

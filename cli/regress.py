@@ -13,12 +13,12 @@ Every sweep runs in this process, through :func:`cli.sweep.main`.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import sys
 
 from cli.output import console
-from cli.sweep import main as sweep
 from testbed.options import add_kernel_options, add_speed_probe_option, percent
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,9 +101,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datetime
-
     from analysis import regress
+    from cli.sweep import main as sweep
     from experiments.catalogue.suites import gate_defaults, suite_args, sweep_argv
     from testbed.rundir import ResultsError, load_meta, load_results
 
@@ -169,9 +168,8 @@ def _kernel_options(args: argparse.Namespace) -> list[str]:
 def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     """``--inject-slowdown``: the suite with arms a (as is) and b (the ESP path slowed), and the gate's
     verdicts on b against a, next to the slowdown as measured."""
-    import datetime
-
     from analysis import regress
+    from cli.sweep import main as sweep
     from experiments import injection
     from experiments.catalogue.suites import suite_args, sweep_argv
     from testbed.rundir import ResultsError, load_meta, load_results
@@ -247,9 +245,8 @@ def regress_metrics(text: str) -> tuple[str, ...]:
 
 
 def _regress_ab(args: argparse.Namespace, prog: str) -> int:
-    import datetime
-
     from analysis import regress
+    from cli.sweep import main as sweep
     from experiments.ab import run_ab
     from experiments.catalogue.suites import suite_args
     from testbed.rundir import ResultsError, load_meta, load_results

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from analysis.run import RunData
+from analysis.run import RunData
+from testbed.errors import Parser
+from testbed.rundir import ResultsError, atomic_write
 
 log = logging.getLogger("ipsec-testbed.report")
 
@@ -39,8 +40,6 @@ Needs no root: it only reads results.jsonl and meta.json.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from testbed.errors import Parser  # standard library only: no kernel layer
-
     p = Parser(
         prog="ipsec-testbed report",
         description="Aggregate a sweep's results (means, 95 % confidence intervals, IPsec/plain ratios),\n"
@@ -79,9 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.measure import Measurement
 
     from analysis.page import render_html
-    from analysis.run import RunData
     from analysis.tables import compare_table, terminal_table
-    from testbed.rundir import ResultsError, atomic_write
 
     console = Console()
     if _is_reproduction(args.run_dirs[0]):
@@ -129,8 +126,6 @@ def _is_reproduction(run_dir: str) -> bool:
     """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts).
 
     Quietly False otherwise."""
-    import json
-
     try:
         with open(Path(run_dir) / "meta.json", encoding="utf-8") as f:
             meta = json.load(f)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from experiments.catalogue import reproduction, reproductions
+from experiments.reproduce import main as reproduce
 from testbed.errors import fail
 
 
 def usage() -> str:
-    from experiments.catalogue import reproductions
-
     lines = ["usage: ipsec-testbed reproduce SEED [OPTIONS]", "",
              "Reproduce a seed's published experiment: measure its parts into one run directory, then judge",
              "the seed's claims against the measurement (holds / fails / not testable here) in report.html.",
@@ -28,9 +28,6 @@ def usage() -> str:
 
 def main(argv: Sequence[str]) -> int:
     """``argv``: SEED, then that seed's options."""
-    from experiments.catalogue import reproduction
-    from experiments.reproduce import main as reproduce
-
     argv = list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), end="", file=sys.stdout if argv else sys.stderr)

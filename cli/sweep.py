@@ -30,10 +30,17 @@ import os
 import shlex
 import sys
 
+from cli.report import main as report_main
+from experiments import runner
+from experiments.plan import SweepSpec, estimate_seconds, plan_points, precision_of, unusable_profiles
 from experiments.runner import add_output_options, out_dir_of
+from experiments.sweep import by_point, note_interrupted, run_sweep, summary
+from testbed import rundir
 from testbed.errors import Parser, run_main
 from testbed.options import csv
 from testbed.record import Bound
+from testbed.rundir import load_existing
+from topologies import TOPOLOGIES
 
 PROG = "ipsec-testbed sweep"
 #: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 12
@@ -67,9 +74,6 @@ with failed points, which the summary counts), 1 error, 2 bad arguments.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from experiments.plan import SweepSpec
-    from topologies import TOPOLOGIES
-
     d = SweepSpec.__dataclass_fields__
     p = Parser(prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("what to measure")
@@ -153,8 +157,6 @@ def repetitions_of(args) -> dict:
 
 
 def spec_from(args):
-    from experiments.plan import SweepSpec
-
     return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
                      transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
                      clients=args.clients, **repetitions_of(args),
@@ -165,10 +167,6 @@ def spec_from(args):
 
 
 def dry_run(spec, out_dir: str) -> int:
-    from experiments.plan import estimate_seconds, plan_points
-    from experiments.sweep import by_point
-    from testbed.rundir import load_existing
-
     done = by_point(load_existing(out_dir))
     points = plan_points(spec)
     todo = [p for p in points if len(done.get(p.point_key(), [])) <= p.repetition]
@@ -187,11 +185,6 @@ def dry_run(spec, out_dir: str) -> int:
 
 
 def measure(spec, out_dir: str) -> int:
-    from experiments import runner
-    from experiments.plan import unusable_profiles
-    from experiments.sweep import by_point, run_sweep, summary
-    from testbed import rundir
-
     with runner.progress_bar() as bar:
         progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
         # the caller holds the run directory's lock (taken on the host, before any guest boots)
@@ -211,10 +204,6 @@ def measure(spec, out_dir: str) -> int:
 
 def precision_line(spec, out_dir: str, over_budget: bool) -> str:
     """How many points are as precise as asked, and why the others are not."""
-    from experiments.plan import precision_of
-    from experiments.sweep import by_point
-    from testbed.rundir import load_existing
-
     p = precision_of(spec, by_point(load_existing(out_dir)))
     line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
             f"{spec.cpu_precision_pct:g} % (CPU per GB)")
@@ -235,16 +224,13 @@ def precision_line(spec, out_dir: str, over_budget: bool) -> str:
 
 
 def report(out_dir: str) -> None:
-    from cli.report import main as report_main
-
     if os.path.exists(os.path.join(out_dir, "results.jsonl")):
         report_main(["report", out_dir])
 
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
     """Measure (here or in a guest), then report; see the module docstring and :mod:`experiments.runner`."""
-    from experiments import doctor, runner
-    from experiments.sweep import note_interrupted
+    from experiments import doctor
 
     return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
                       measure=lambda: measure(spec, out_dir), report=lambda: report(out_dir),

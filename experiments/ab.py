@@ -21,14 +21,13 @@ import os
 from collections.abc import Callable, Sequence
 
 from experiments.catalogue.suites import sweep_argv
+from testbed import backends, umlkernel
 
 
 def kernel_options(kernel: str) -> list[str]:
     """``ipsec-testbed sweep``'s options that select ``kernel``: a backend's name, a UML kernel named
     by its origin (``debian``, ``recipe``: :mod:`testbed.umlkernel`), or a kernel image a backend
     boots (the path of a UML kernel built with ``make ARCH=um``)."""
-    from testbed import backends, umlkernel
-
     if kernel in backends.names():
         return ["--kernel", kernel]
     if kernel in umlkernel.NAMED:

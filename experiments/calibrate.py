@@ -16,6 +16,13 @@ import dataclasses
 import logging
 import math
 
+from experiments import iperf
+from experiments.plan import Point, SweepSpec
+from ipsec.overhead import expected_point_goodput_mbps
+from testbed import backends
+from topologies import build_spec
+from topologies.shaping import MAX_RATE_MBIT, ShapingSpec
+
 log = logging.getLogger(__name__)
 
 #: The heaviest point may ask for at most this share of the measured capacity.
@@ -80,14 +87,8 @@ def heaviest_points(parts) -> list[dict]:
 
 def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calibration]:
     """Measure each of ``points`` (all of one part: one network) on a link twice its rate."""
-    from experiments import iperf
     from experiments.measure import measure_with_retry, monitor_for, switch_ipsec
-    from experiments.plan import Point, SweepSpec
-    from ipsec.overhead import expected_point_goodput_mbps
-    from testbed import backends
-    from topologies import build_spec
     from topologies.network import Network
-    from topologies.shaping import MAX_RATE_MBIT, ShapingSpec
 
     if not points:
         return []

@@ -17,10 +17,16 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 
+from ipsec.algorithms import ALGORITHMS
+from ipsec.algorithms import kernel_modules as ipsec_modules
+from ipsec.profiles import parse_profile
+from ipsec.sa import probe_spec
 from testbed import backends, names, netns, xsave
-from testbed.capabilities import BASE_NEEDS, Check, Needs, Probe
+from testbed.capabilities import BASE_NEEDS, ESP_NEEDS, Check, Needs, Probe
+from topologies import KERNEL_MODULES
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +68,6 @@ PROTOCOL_PROBES = (("esp", "ESP", "hmac-sha1-96"), ("ah", "AH", "hmac-sha1-96"),
 
 
 def _ipsec_checks(ns: str) -> list[Check]:
-    from ipsec.algorithms import ALGORITHMS
-    from ipsec.sa import probe_spec
     from ipsec.xfrm import XfrmError, XfrmSocket
 
     try:
@@ -170,30 +174,21 @@ def _tool_checks(options: backends.Options = backends.DEFAULT_OPTIONS) -> list[C
 def needs(profiles: Iterable[str] = ()) -> Needs:
     """What work with IPsec ``profiles`` needs of a kernel: veth and tbf, plus each profile's
     protocols over IPv4 (``esp``, ``ah``, ``comp``); plain work (``none``) needs no IPsec."""
-    from ipsec.profiles import parse_profile
-
     protocols = [proto for p in profiles for proto in parse_profile(p).protocols]
     return Needs(BASE_NEEDS + tuple(dict.fromkeys(protocols)))
 
 
 def kernel_modules() -> tuple[str, ...]:
     """Every kernel module the testbed's work may use (a guest loads them at boot)."""
-    from ipsec.algorithms import kernel_modules as ipsec_modules
-    from topologies import KERNEL_MODULES
-
     return tuple(dict.fromkeys(KERNEL_MODULES + ipsec_modules()))
 
 
 def choose(requested: str = backends.AUTO, work_needs: Needs | None = None,
            options: backends.Options = backends.DEFAULT_OPTIONS) -> backends.Choice:
     """:func:`testbed.backends.choose` with this module's probe of the running kernel."""
-    from testbed.capabilities import ESP_NEEDS
-
     return backends.choose(requested, work_needs or ESP_NEEDS, lambda: probe(tools=False), options)
 
 
 def guest_command(command: Sequence[str], argv: Sequence[str]) -> list[str]:
     """What a guest runs for ``ipsec-testbed COMMAND... ARGV...``: the front door, with this Python."""
-    import sys
-
     return [sys.executable, "-m", "cli", *command, *argv]

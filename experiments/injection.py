@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
+import platform
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from testbed import names
-from testbed.rundir import atomic_write
+from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
+from ipsec.slowdown import MAX_INSTRUCTIONS
+from testbed import names, umlkernel
+from testbed.rundir import atomic_write, load_results
 
 #: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
 CALIBRATION_INSTRUCTIONS = 6000
@@ -51,10 +55,6 @@ def cache_path() -> str:
 def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:
     """What a calibration depends on of the kernel: the backend chosen, the host's release and the
     UML image that would boot (path, size, date), whichever of them the backend uses."""
-    import platform
-
-    from testbed import umlkernel
-
     try:
         image = umlkernel.select(uml_kernel).path
     except umlkernel.KernelUnavailableError:
@@ -82,8 +82,6 @@ class Calibration:
 
     def instructions_for(self, pct: float) -> int:
         """The extra instructions for a slowdown of ``pct`` percent (see the module docstring)."""
-        from ipsec.slowdown import MAX_INSTRUCTIONS
-
         if not 0 <= pct <= 100:
             raise InjectionError(f"a slowdown must be 0..100 %, not {pct!r}")
         n = round(pct / 100 * self.us_per_packet / self.us_per_instruction)
@@ -134,8 +132,6 @@ def effect(records: Sequence[Mapping[str, Any]], arm: str, base: str = "a", conf
     """The CPU cost per packet of arm ``arm`` over arm ``base`` at the CPU-bound point, with its
     two-sided interval: the geometric mean of the repetitions' ratios, pair by pair (the arms'
     repetitions of one number are measured side by side; :func:`analysis.regress.judge_paired`)."""
-    from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
-
     top = ipsec_cpu_bound(records)
     then, now = arm_records(top, base), arm_records(top, arm)
     point = then[0] if then else top[0]
@@ -151,8 +147,6 @@ def effect(records: Sequence[Mapping[str, Any]], arm: str, base: str = "a", conf
 
 def calibrate_from(records: Sequence[Mapping[str, Any]], kernel: str, suite: str) -> Calibration:
     """The calibration a run with arms a (0) and b (:data:`CALIBRATION_INSTRUCTIONS`) gives."""
-    from analysis.regress import arm_records, by_repetition
-
     top = ipsec_cpu_bound(records)
     e = effect(records, "b")
     base = arm_records(top, "a")
@@ -193,10 +187,6 @@ def calibrated(suite: str, sweep_args: Sequence[str], kernel: str, run_sweep: Ca
                say: Callable[[str], None] = lambda m: None, recalibrate: bool = False) -> Calibration:
     """The calibration of ``suite`` on ``kernel`` (see :func:`kernel_identity`): cached, or measured now
     with ``run_sweep(run_dir, *extra_options)`` (the suite's sweep; returns its exit status) and cached."""
-    import hashlib
-
-    from testbed.rundir import load_results
-
     # the suite's name and what it measures: a changed suite is calibrated again
     suite = f"{suite}:{hashlib.sha256(' '.join(sweep_args).encode()).hexdigest()[:10]}"
     cal = None if recalibrate else load_calibration(kernel, suite)

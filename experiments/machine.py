@@ -17,7 +17,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def tool_versions() -> dict:
     """Versions of iperf3, pyroute2, mininet, scapy and the testbed (git) as meta.json records them."""
-    from importlib.metadata import PackageNotFoundError, version
+    from importlib.metadata import PackageNotFoundError, version  # slow: see tests/unit/test_imports.py
 
     versions: dict = {}
     for name in ("pyroute2", "mininet", "scapy"):

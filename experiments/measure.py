@@ -26,8 +26,11 @@ import time
 from experiments import iperf
 from experiments.monitor import Monitor, classify, evidence, no_gc, realtime
 from experiments.plan import Point, SweepSpec
+from ipsec.overhead import expected_point_goodput_mbps
+from testbed.errors import one_line
 from testbed.record import Bound, Record
 from testbed.rundir import now_iso
+from topologies.shaping import burst_bytes, shaper_handle
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +55,6 @@ def flows_of(net, ip_version: int) -> list[iperf.Flow]:
 
 def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
     """A :class:`~experiments.monitor.Monitor` of ``net``'s shaped link and its flows' ends."""
-    from topologies.shaping import shaper_handle
-
     client = net.spec.flows[0][0]
     node, peer = net.spec.shaped_sender(client)
     shaper = (net.ns(node), net.ifname(node, peer), shaper_handle(net.shaping))
@@ -157,9 +158,6 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     ``following``'s during its warm-up.  Raises :class:`~experiments.iperf.IperfError` when
     the test fails.
     """
-    from ipsec.overhead import expected_point_goodput_mbps
-    from topologies.shaping import burst_bytes
-
     flows = flows_of(net, point.ip_version)
     args = iperf.flow_args(flows, servers.ports, **iperf_options(point, spec))
     held = ahead.take() if ahead else None
@@ -250,8 +248,6 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
     them are (one may hang), and the monitor follows them.  Only iperf3 failures are
     retried: an error of the network or of IPsec is not the point's and ends the sweep.
     """
-    from testbed.errors import one_line
-
     reasons = []
     for attempt in range(1, ATTEMPTS + 1):
         try:

@@ -30,7 +30,10 @@ import re
 from collections.abc import Callable, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from ipsec.profiles import parse_profile
+from ipsec.slowdown import chunks
 from testbed.record import KEY_FIELDS, POINT_FIELDS, Bound, usable
+from topologies import build_spec
 
 TRANSPORTS = ("tcp", "udp")
 SIZE_MODES = ("mss", "write", "datagram")
@@ -88,10 +91,6 @@ class SweepSpec:
     budget_s: float | None = None
 
     def __post_init__(self) -> None:
-        from ipsec.profiles import parse_profile
-        from ipsec.slowdown import chunks
-        from topologies import build_spec
-
         profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
         if self.plain and "none" not in profiles:
             profiles = ("none",) + profiles  # the plain baseline is measured unless told otherwise

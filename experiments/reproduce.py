@@ -31,8 +31,18 @@ import platform
 import sys
 from collections.abc import Callable, Sequence
 
-from experiments.plan import SweepSpec
-from testbed import rundir
+from analysis.reproduction import evaluate
+from experiments import runner
+from experiments.calibrate import scale_for, scaled_rates
+from experiments.machine import machine_meta
+from experiments.plan import Point, SweepSpec, estimate_seconds, plan_points
+from experiments.runner import add_output_options
+from experiments.sweep import note_interrupted as note_part
+from experiments.sweep import run_sweep
+from testbed import backends, rundir
+from testbed.errors import Parser, run_main
+from topologies import build_spec
+from topologies.shaping import ShapingSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +76,11 @@ class Part:
             raise ValueError(f"part name {self.name!r}: letters, digits and _ only (it is a directory)")
 
     def points(self) -> int:
-        from experiments.plan import plan_points
-
         if self.transactions:
             return len(self.spec.profiles) * self.spec.repetitions
         return len(plan_points(self.spec))
 
     def estimate_seconds(self) -> float:
-        from experiments.plan import estimate_seconds
-
         if self.transactions:
             # about 2 ms a transaction inside UML, and a network to build
             return self.points() * (self.transactions * 0.002 + 1.0) + 6.0
@@ -107,8 +113,6 @@ class Reproduction:
 # -- measuring ----------------------------------------------------------------------------
 
 def _plan_transactions(part: Part) -> list:
-    from experiments.plan import Point
-
     spec = part.spec
     points = []
     for rep in range(spec.repetitions):
@@ -122,13 +126,9 @@ def _plan_transactions(part: Part) -> list:
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
     from experiments import transactions
-    from experiments.machine import machine_meta
     from experiments.measure import switch_ipsec
     from experiments.monitor import proc_stat_shares
-    from testbed import backends
-    from topologies import build_spec
     from topologies.network import Network
-    from topologies.shaping import ShapingSpec
 
     spec = part.spec
     points = _plan_transactions(part)
@@ -187,8 +187,6 @@ def scale_arg(text: str) -> str | float:
 
 def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
     """``parts`` with every link rate divided by ``factor``."""
-    from experiments.calibrate import scaled_rates
-
     if factor == 1.0:
         return list(parts)
     return [dataclasses.replace(p, spec=dataclasses.replace(p.spec, rates_mbit=scaled_rates(p.spec.rates_mbit, factor)))
@@ -217,8 +215,6 @@ def choose_scale(requested: str | float | None, parts: Sequence[Part], out_dir: 
         print(f"rates divided by {factor:g}, as when this run directory was started", file=sys.stderr)
         return factor, recorded
     if requested == "auto":
-        from experiments.calibrate import scale_for
-
         print("calibrating: how fast this machine emulates the seed's heaviest point ...", file=sys.stderr,
               flush=True)
         factor, entry = scale_for(parts, say=lambda m: print(m, file=sys.stderr, flush=True))
@@ -232,10 +228,6 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scal
 
     ``scale``: None (the seed's rates), a factor to divide them by, or "auto" (see :func:`choose_scale`).
     """
-    from experiments import runner
-    from experiments.machine import machine_meta
-    from experiments.sweep import run_sweep
-
     factor, scale_entry = choose_scale(scale, parts, out_dir)
     parts = scale_parts(parts, factor)
     command_line = runner.typed_command() or sys.argv
@@ -263,8 +255,6 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scal
 
 def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
     """Mark the run directory (and the part that was being measured) as ended by ``why``."""
-    from experiments.sweep import note_interrupted as note_part
-
     for part in parts:
         if os.path.exists(os.path.join(out_dir, part.name, rundir.META_FILE)):
             note_part(os.path.join(out_dir, part.name), why)
@@ -275,9 +265,6 @@ def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
 # -- the command line ---------------------------------------------------------------------
 
 def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
-    from experiments.runner import add_output_options
-    from testbed.errors import Parser
-
     p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("how long")
@@ -348,7 +335,6 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
 
 
 def report(repro: Reproduction, out_dir: str) -> None:
-    from analysis.reproduction import evaluate
     from analysis.reproduction_report import print_summary, write_report
 
     data = evaluate(out_dir)
@@ -359,8 +345,7 @@ def report(repro: Reproduction, out_dir: str) -> None:
 
 def main(repro: Reproduction, argv: Sequence[str]) -> int:
     """``ipsec-testbed reproduce SEED ARGV...``: see the module docstring."""
-    from experiments import doctor, runner
-    from testbed.errors import run_main
+    from experiments import doctor
 
     argv = list(argv)
     args = build_parser(repro).parse_args(argv)

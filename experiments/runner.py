@@ -11,22 +11,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 
+from experiments import progress
+from experiments.machine import hand_to_guest
 from testbed import backends, handoff, rundir
 from testbed.capabilities import Needs
-from testbed.errors import Terminated
+from testbed.errors import Refused, Terminated, add_debug_option
 from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
 from testbed.record import Bound
 
 
 def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
     """--out, --dry-run, --no-report, -v, --debug and the kernel options, as every experiment script has them."""
-    from testbed.errors import add_debug_option
-
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help=f"run directory; an existing one is resumed (default: {default_out})")
     o.add_argument("--dry-run", action="store_true", help=dry_run_help)
@@ -39,8 +40,6 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
 
 def out_dir_of(out: str | None, repo: str, name: str) -> str:
     """The run directory: ``--out`` or ``runs/<date>-<name>`` in the checkout; refused if a file is in the way."""
-    import time
-
     path = os.path.abspath(out or os.path.join(repo, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{name}"))
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"--out {path}: exists and is not a directory")
@@ -49,10 +48,6 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
 
 def check_tools() -> None:
     """The programs a sweep starts, found before anything is built or booted."""
-    import shutil
-
-    from testbed.errors import Refused
-
     for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
         if not shutil.which(tool):
             raise Refused(f"{tool} not found: install Debian's {package} package "
@@ -110,9 +105,7 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
 
 def progress_bar():
     """The progress bar every experiment shows (:mod:`experiments.progress`: bar, n of N, elapsed, ETA)."""
-    from experiments.progress import progress_bar as bar
-
-    return bar()
+    return progress.progress_bar()
 
 
 def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Needs,
@@ -156,8 +149,6 @@ def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, 
     ``needs`` is what the work needs of a kernel.  ``on_interrupt(signal_name)`` marks the run
     directory when a signal ends the run.
     """
-    from experiments.machine import hand_to_guest
-
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1

@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from experiments import iperf
 from experiments.machine import machine_meta
 from experiments.plan import (
     EXTRA_ROUNDS,
@@ -51,8 +52,10 @@ from experiments.plan import (
     unusable_profiles,
     within_budget,
 )
-from testbed import rundir
+from testbed import backends, rundir
 from testbed.record import point_key, usable
+from topologies import build_spec
+from topologies.shaping import ShapingSpec
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +168,8 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
                started_unix: float | None = None) -> dict:
-    from experiments import iperf
     from experiments.measure import Ahead, monitor_for
-    from testbed import backends
-    from topologies import build_spec
     from topologies.network import Network
-    from topologies.shaping import ShapingSpec
 
     records = rundir.load_existing(run_dir)
     groups = by_point(records)
@@ -244,8 +243,6 @@ class _Rounds:
     def measure(self, rate: float, todo: list[Point]) -> None:
         """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
         from experiments.measure import measure_with_retry, switch_ipsec
-        from testbed import backends
-        from topologies.shaping import ShapingSpec
 
         spec, net = self.spec, self.net
         if net.shaping.rate_mbit != rate:

@@ -17,6 +17,7 @@ installs a plan over netlink; if either side fails nothing is left installed.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import itertools
 
@@ -205,8 +206,6 @@ def remove_association(plan: AssociationPlan, missing_ok: bool = False) -> None:
 
 
 def _remove_side(plan: AssociationPlan, which: str, missing_ok: bool) -> None:
-    import errno
-
     from ipsec.xfrm import XfrmError, XfrmSocket
 
     ns, sas, policies = plan.side(which)

@@ -12,6 +12,7 @@ NDB``) gets it: the first such access runs the real ``__init__``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import importlib.util
 import sys
@@ -49,8 +50,6 @@ def preload_libc() -> None:
     pyroute2 finds it with ``ctypes.util.find_library("c")``, which runs ``ldconfig -p``
     (a process: 0.1 s inside User-Mode Linux) the first time a namespace is entered.
     """
-    import ctypes
-
     from pyroute2 import netns
 
     if netns.__dict__.get("__libc") is None:

@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from testbed.rundir import atomic_write
+
 
 class Bound(enum.StrEnum):
     """What bounded a point's goodput (:func:`experiments.monitor.classify` decides, from the kernel's counters).
@@ -255,8 +257,6 @@ def main(argv: list[str] | None = None) -> int:
     text = render()
     if "--check" in argv:
         return 0 if PAGE.exists() and PAGE.read_text() == text else 1
-    from testbed.rundir import atomic_write
-
     atomic_write(PAGE, text)
     print(f"wrote {PAGE}")
     return 0

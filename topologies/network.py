@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import shutil
+import subprocess
 import time
 
 from mininet.net import Mininet
@@ -29,8 +30,11 @@ from mininet.node import Host, Node
 from mininet.topo import Topo
 from mininet.util import numCores
 
+from ipsec import slowdown
+from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from testbed import names, netns
 from testbed.errors import critical
+from topologies.shaping import apply_shaping, remove_shaping
 from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_addresses
 
 log = logging.getLogger(__name__)
@@ -102,7 +106,6 @@ class TestbedHost(Host):
             netns.write_sysctls(self.netns_name, {"net.ipv4.tcp_congestion_control": "reno"})
         configure_node(self.netns_name, self.run_id, tuple(interfaces), tuple(routes), bridge)
         if shaping:
-            from topologies.shaping import apply_shaping
             for ifname, shape in shaping.items():
                 mtu = next(i.mtu for i in interfaces if i.ifname(self.run_id) == ifname)
                 apply_shaping(self.netns_name, ifname, shape, mtu=mtu)
@@ -258,8 +261,6 @@ class Network:
         its processes and its IPsec state stay as they are.  A sweep changes rate this
         way instead of building the network again.
         """
-        from topologies.shaping import apply_shaping, remove_shaping
-
         with critical():
             for node in self.spec.nodes:
                 for i in self.topo.shaped_interfaces(node.name):
@@ -305,8 +306,6 @@ class Network:
     # -- IPsec -------------------------------------------------------------------
     def plan_ipsec(self, profile: str, mode: str, family: int = 4, planner=None) -> list:
         """Association plans for every IPsec pair of the topology (pure but for keys)."""
-        from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
-
         planner = planner or SpiPlanner()
         plans = []
         for pair in self.spec.ipsec:
@@ -323,8 +322,6 @@ class Network:
         return plans
 
     def _tunnel_end(self, gw: str, host: str, family: int):
-        from ipsec.plan import Endpoint
-
         if gw == host:
             return Endpoint(self.ns(gw), self.addr(gw, family), None)
         # The gateway's address towards the other side, protecting the host's LAN.
@@ -341,8 +338,6 @@ class Network:
 
     def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6)) -> list:
         """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans."""
-        from ipsec.plan import SpiPlanner, apply_association
-
         self.remove_ipsec()
         planner = SpiPlanner()
         plans = [plan for family in families for plan in self.plan_ipsec(profile, mode, family, planner)]
@@ -361,8 +356,6 @@ class Network:
     def remove_ipsec(self) -> None:
         """Remove what :meth:`apply_ipsec` installed, and the path MTUs the senders learnt through
         it; the network stays up."""
-        from ipsec.plan import remove_association
-
         had = bool(self._ipsec)
         with critical():
             while self._ipsec:
@@ -382,8 +375,6 @@ class Network:
         The calibration regression of the gate: the IPsec profiles' CPU cost per packet grows,
         plain traffic's does not.  Works whether IPsec is on or not.
         """
-        from ipsec import slowdown
-
         if instructions == self._esp_slowdown:
             return
         slowdown.chunks(instructions)  # checks the number before anything changes
@@ -405,8 +396,6 @@ class Network:
         smaller segments than their MSS asks. IPv4's cache goes with a sysctl write; IPv6's
         exceptions only with a netlink delete each, which ``ip -6 route flush cache`` does.
         """
-        import subprocess
-
         def flush_v4() -> None:
             with open("/proc/sys/net/ipv4/route/flush", "w") as f:
                 f.write("1")

@@ -82,6 +82,7 @@ from ipsec.overhead import (
     IP_HEADER_BYTES,
     TCP_HEADER_BYTES,
 )
+from testbed.backends import current
 
 log = logging.getLogger(__name__)
 
@@ -263,8 +264,6 @@ def default_burst_bytes(rate_bytes_per_s: int, mtu: int = 1500, framing: str = "
 
 def kernel_burst_time_s() -> float:
     """How long a token bucket must last on the kernel this runs on (its backend's ``shaper_burst_s``)."""
-    from testbed.backends import current
-
     return current().shaper_burst_s
 
 

@@ -72,6 +72,7 @@ from testbed.backends.base import (
     Leftover,
     Options,
 )
+from testbed.backends.host import ProcStatMeter
 from testbed.capabilities import Needs, Probe
 from testbed.speedprobe import SpeedProbe, spare_cpu
 
@@ -846,8 +847,6 @@ class UmlBackend(KernelBackend):
                 return GuestMeter(handed.cpu_meter_tty, handed.speed_probe)
             except OSError as e:
                 log.warning("the host's CPU meter is not reachable (%s): the guest's own /proc/stat is used", e)
-        from testbed.backends.host import ProcStatMeter
-
         meter = ProcStatMeter()
         meter.method = "the guest's /proc/stat (10 ms ticks; misses the host's work for the guest)"
         return meter
