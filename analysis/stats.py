@@ -48,7 +48,7 @@ MEASURED = "_measured"
 ELASTICITY_MIN_DF = 8
 
 #: The CPU doing a point's work counts as saturated when its meter found it busy this share of
-#: the window, in percent (experiments.monitor classes such a point ``cpu`` unless the link was
+#: the window, in percent (experiments.engine.monitor classes such a point ``cpu`` unless the link was
 #: full) ...
 CPU_SATURATED_PCT = 90.0
 #: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs, in percent) ...
@@ -168,7 +168,7 @@ class Aggregate(_PointFields):
     ``point`` maps the grouping keys to their values (``profile``, ``rate_mbit``, ``size_bytes``,
     ...). ``cpu`` holds a :class:`Summary` per field of :data:`CPU_FIELDS` that the records carry.
     ``bounds`` counts the repetitions by what bounded them (``link``, ``cpu``, ``other``,
-    ``anomaly``; see :mod:`experiments.monitor`); anomalies are left out of every summary.
+    ``anomaly``; see :mod:`experiments.engine.monitor`); anomalies are left out of every summary.
     ``n_emulation_limited`` counts repetitions limited by the emulator's CPU rather than by the
     emulated link (``cpu``, or the flag of runs from before the classes); ``n_failed`` those
     without a goodput.
@@ -273,7 +273,7 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
         groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
     out = []
     for key, group in groups.items():
-        # "arm" only for the arms of an A/B within a sweep (experiments.plan.SweepSpec.arms)
+        # "arm" only for the arms of an A/B within a sweep (experiments.engine.plan.SweepSpec.arms)
         point = {k: v for k, v in zip(keys, key, strict=True) if not (k == "arm" and v is None)}
         with_goodput = [r for r in group if _number(r.get("goodput_mbps")) is not None]
         bounds: dict[str, int] = {}

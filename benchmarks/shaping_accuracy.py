@@ -125,7 +125,7 @@ def set_congestion_control(namespaces: tuple[str, ...]) -> str:
 
 
 def measure(args: argparse.Namespace) -> tuple[str, float, list[dict]]:
-    from experiments import iperf
+    from experiments.engine import iperf
     from topologies.shaping import shaped
     from topologies.veth_pair import veth_pair
 

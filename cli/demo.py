@@ -26,7 +26,7 @@ import tempfile
 
 from mininet.cli import CLI
 
-from experiments import iperf
+from experiments.engine import iperf
 from testbed.backends import current
 from topologies import build_spec
 from topologies.shaping import ShapingSpec

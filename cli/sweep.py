@@ -32,9 +32,9 @@ import sys
 
 from cli.report import main as report_main
 from experiments import runner
-from experiments.plan import SweepSpec, estimate_seconds, plan_points, precision_of, unusable_profiles
+from experiments.engine.plan import SweepSpec, estimate_seconds, plan_points, precision_of, unusable_profiles
+from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
-from experiments.sweep import by_point, note_interrupted, run_sweep, summary
 from testbed import rundir
 from testbed.errors import Parser, run_main
 from testbed.options import csv

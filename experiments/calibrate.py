@@ -16,8 +16,8 @@ import dataclasses
 import logging
 import math
 
-from experiments import iperf
-from experiments.plan import Point, SweepSpec
+from experiments.engine import iperf
+from experiments.engine.plan import Point, SweepSpec
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed import backends
 from topologies import build_spec
@@ -87,7 +87,7 @@ def heaviest_points(parts) -> list[dict]:
 
 def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calibration]:
     """Measure each of ``points`` (all of one part: one network) on a link twice its rate."""
-    from experiments.measure import measure_with_retry, monitor_for, switch_ipsec
+    from experiments.engine.measure import measure_with_retry, monitor_for, switch_ipsec
     from topologies.network import Network
 
     if not points:
@@ -129,7 +129,7 @@ def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calib
 
 
 def _flows(net, ip_version: int) -> list:
-    from experiments.measure import flows_of
+    from experiments.engine.measure import flows_of
 
     return flows_of(net, ip_version)
 

@@ -1,7 +1,7 @@
 """The reproduction engine: one seed's experiment as named parts, measured into one run directory.
 
 A seed's module (:mod:`experiments.catalogue`) describes its experiment as
-:class:`Part` objects: each is a :class:`~experiments.sweep.SweepSpec` (or a series of
+:class:`Part` objects: each is a :class:`~experiments.engine.sweep.SweepSpec` (or a series of
 request/response transactions) with a name the seed's reference file
 (``analysis/reference/seed00N.json``) uses in its ``where.part``.  This module runs
 them::
@@ -34,11 +34,11 @@ from collections.abc import Callable, Sequence
 from analysis.reproduction import evaluate
 from experiments import runner
 from experiments.calibrate import scale_for, scaled_rates
+from experiments.engine.plan import Point, SweepSpec, estimate_seconds, plan_points
+from experiments.engine.sweep import note_interrupted as note_part
+from experiments.engine.sweep import run_sweep
 from experiments.machine import machine_meta
-from experiments.plan import Point, SweepSpec, estimate_seconds, plan_points
 from experiments.runner import add_output_options
-from experiments.sweep import note_interrupted as note_part
-from experiments.sweep import run_sweep
 from testbed import backends, rundir
 from testbed.errors import Parser, run_main
 from topologies import build_spec
@@ -126,8 +126,8 @@ def _plan_transactions(part: Part) -> list:
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
     from experiments import transactions
-    from experiments.measure import switch_ipsec
-    from experiments.monitor import proc_stat_shares
+    from experiments.engine.measure import switch_ipsec
+    from experiments.engine.monitor import proc_stat_shares
     from topologies.network import Network
 
     spec = part.spec

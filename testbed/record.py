@@ -27,7 +27,7 @@ from testbed.rundir import atomic_write
 
 
 class Bound(enum.StrEnum):
-    """What bounded a point's goodput (:func:`experiments.monitor.classify` decides, from the kernel's counters).
+    """What bounded a point's goodput (:func:`experiments.engine.monitor.classify` decides, from the kernel's counters).
 
     A member is its own string (``Bound.LINK == "link"``), so records stay plain JSON.
     """

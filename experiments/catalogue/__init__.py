@@ -1,6 +1,6 @@
 """What the testbed measures, as data: the seeds' experiments and the regression gate's suites.
 
-The engine (:mod:`experiments.plan`, :mod:`experiments.sweep`, :mod:`experiments.reproduce`)
+The engine (:mod:`experiments.engine.plan`, :mod:`experiments.engine.sweep`, :mod:`experiments.reproduce`)
 measures whatever it is given; this package says what: one module per seed, each a
 :class:`~experiments.reproduce.Reproduction` of named parts, and :mod:`.suites`, the sweeps
 ``ipsec-testbed regress --suite NAME`` runs.

@@ -13,7 +13,7 @@ datagrams are 1350 bytes, so no point is fragmented by the tunnel.
 """
 from __future__ import annotations
 
-from experiments.plan import SweepSpec
+from experiments.engine.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction
 
 EPILOG = """\

@@ -12,7 +12,7 @@ fragmented, as netio's were), profile 3des-cbc-sha1+ah-md5 against none.
 """
 from __future__ import annotations
 
-from experiments.plan import SweepSpec
+from experiments.engine.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction
 from testbed.options import csv
 

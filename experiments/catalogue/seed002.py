@@ -15,7 +15,7 @@ The seed's hardware accelerator has no counterpart: every cipher here is softwar
 """
 from __future__ import annotations
 
-from experiments.plan import SweepSpec
+from experiments.engine.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction
 from testbed.options import csv
 

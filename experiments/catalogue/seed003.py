@@ -13,7 +13,7 @@ bytes its conclusion names); --pmtu discover measures a modern stack instead.
 """
 from __future__ import annotations
 
-from experiments.plan import SweepSpec
+from experiments.engine.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction
 from testbed.options import csv
 

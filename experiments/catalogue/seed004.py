@@ -12,7 +12,7 @@ every host shares one CPU, so "server CPU" cannot be told apart.
 """
 from __future__ import annotations
 
-from experiments.plan import SweepSpec
+from experiments.engine.plan import SweepSpec
 from experiments.reproduce import Part, Reproduction
 
 EPILOG = """\

@@ -201,7 +201,7 @@ def test_a_bad_profile_on_a_running_network_reaches_no_kernel_table():
     (lambda: __import__("topologies").build_spec("road_warrior", clients=0), "clients must be 1..200"),
     (lambda: __import__("topologies").build_spec("ring"), "unknown topology"),
     (lambda: __import__("topologies.shaping", fromlist=["x"]).ShapingSpec(rate_mbit=0), "rate_mbit"),
-    (lambda: __import__("experiments.sweep", fromlist=["x"]).SweepSpec(duration_s=0.1), "seconds in 0.5..3600"),
+    (lambda: __import__("experiments.engine.sweep", fromlist=["x"]).SweepSpec(duration_s=0.1), "seconds in 0.5..3600"),
 ])
 def test_api_rejects_in_one_line_before_the_kernel(call, message):
     before = kernel_state()

@@ -1,4 +1,4 @@
-"""iperf3 clients started ahead of their test and held (experiments.iperf.Clients), on real iperf3.
+"""iperf3 clients started ahead of their test and held (experiments.engine.iperf.Clients), on real iperf3.
 
 The sweep starts the next point's clients during a point's warm-up; these tests check
 that such a client really waits (no connection, lowest priority) until it is let go,
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import iperf
+from experiments.engine import iperf
 from testbed import waiting
 from topologies.veth_pair import veth_pair
 

@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from experiments import iperf
-from experiments.measure import flows_of, measure_with_retry, monitor_for, switch_ipsec
-from experiments.plan import Point, SweepSpec
+from experiments.engine import iperf
+from experiments.engine.measure import flows_of, measure_with_retry, monitor_for, switch_ipsec
+from experiments.engine.plan import Point, SweepSpec
 from testbed import backends
 from topologies import build_spec
 from topologies.network import Network

@@ -14,7 +14,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.ipsec import ESP
 from scapy.utils import rdpcap
 
-from experiments import iperf
+from experiments.engine import iperf
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association
 from ipsec.xfrm import XfrmSocket
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from experiments import iperf
+from experiments.engine import iperf
 from ipsec.overhead import theoretical_goodput_mbps
 from topologies import shaping
 from topologies.shaping import ShapingError, ShapingSpec, apply_shaping, remove_shaping

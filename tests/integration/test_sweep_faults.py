@@ -24,7 +24,7 @@ import time
 import pytest
 from conftest import ip
 
-from experiments.sweep import SweepSpec, is_complete, run_sweep
+from experiments.engine.sweep import SweepSpec, is_complete, run_sweep
 from testbed import netns, waiting
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

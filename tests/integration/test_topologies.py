@@ -84,7 +84,7 @@ def test_tunnel_mode_is_esp_on_the_untrusted_link_and_plaintext_on_the_lans(name
 def test_pmtu_knob_decides_whether_the_gateway_fragments_esp(pmtu, fragments, tmp_path):
     """Seed 003's 2005-era behaviour: full-sized segments exceed the ESP-reduced MTU and the
     gateway fragments the ESP packets; with path MTU discovery the sender shrinks them."""
-    from experiments import iperf
+    from experiments.engine import iperf
 
     spec = build_spec("vpn_gateway", pmtu=pmtu)
     with Network(spec) as net:
@@ -108,7 +108,7 @@ def test_pmtu_knob_decides_whether_the_gateway_fragments_esp(pmtu, fragments, tm
 def test_removing_ipsec_forgets_the_path_mtu_the_tunnel_taught(family):
     """A tunnel teaches the sender a smaller path MTU (a route exception, kept 10 minutes); the
     plain points after an IPsec point must send full-size packets again."""
-    from experiments import iperf
+    from experiments.engine import iperf
 
     def path_mtu(net, node, dst):
         out = ip("-n", net.ns(node), f"-{family}", "route", "get", dst)

@@ -491,7 +491,7 @@ def _saturated_records():
 
 def test_cpu_saturated_follows_the_monitors_limits():
     from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
-    from experiments import monitor
+    from experiments.engine import monitor
 
     assert monitor.CPU_SATURATED * 100 == CPU_SATURATED_PCT and monitor.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
     assert monitor.KERNEL_BUSY_PCT == KERNEL_BUSY_PCT

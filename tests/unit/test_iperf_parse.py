@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.iperf import IperfError, parse_iperf3
+from experiments.engine.iperf import IperfError, parse_iperf3
 
 FIX = Path(__file__).parent / "fixtures" / "iperf3"
 

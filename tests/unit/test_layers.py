@@ -74,7 +74,7 @@ def test_the_check_fails_on_an_import_against_the_layers(tmp_path, monkeypatch):
     fake_repo = tmp_path / "repo"
     (fake_repo / "testbed").mkdir(parents=True)
     (fake_repo / "testbed" / "rundir.py").write_text(module.read_text() + "\n\ndef _late():\n"
-                                                     "    from experiments.sweep import run_sweep  # noqa\n")
+                                                     "    from experiments.engine.sweep import run_sweep  # noqa\n")
     monkeypatch.setattr(__import__(__name__), "REPO", fake_repo)
     found = violations(fake_repo / "testbed" / "rundir.py")
     assert len(found) == 1 and "imports experiments" in found[0]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.monitor import (
+from experiments.engine.monitor import (
     CPU_SATURATED,
     LINK_FULL,
     Evidence,
@@ -29,7 +29,7 @@ from experiments.monitor import (
     parse_qdiscs,
     udp_counter,
 )
-from experiments.sockdiag import ESTABLISHED, TcpSocket
+from experiments.engine.sockdiag import ESTABLISHED, TcpSocket
 from testbed.backends import CpuSample
 
 FIXTURES = Path(__file__).parent / "fixtures"

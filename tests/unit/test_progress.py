@@ -41,7 +41,7 @@ def test_eta_counts_only_this_runs_steps():
 
 
 def test_the_sweeps_line_never_shows_an_impossible_goodput():
-    from experiments.plan import Point
+    from experiments.engine.plan import Point
     from experiments.runner import progress_callback
 
     class Bar:

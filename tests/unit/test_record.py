@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.plan import Point
+from experiments.engine.plan import Point
 from testbed import record
 from testbed.record import FIELDS, KEY_FIELDS, POINT_FIELDS, Bound, Record, point_key, record_key, usable
 

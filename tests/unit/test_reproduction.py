@@ -252,7 +252,7 @@ def test_published_values_and_transfer_ratios():
 # -- a run directory end to end ------------------------------------------------------------------
 
 def test_report_of_a_synthetic_run(tmp_path):
-    from experiments.sweep import SweepSpec
+    from experiments.engine.sweep import SweepSpec
 
     spec = SweepSpec(topology="vpn_gateway", profiles=("none", "aes-cbc-128-md5"), rates_mbit=(10.0,),
                      sizes=(500, 1000), repetitions=2)

@@ -12,7 +12,7 @@ from scapy.layers.l2 import Ether
 
 from analysis.regress import RegressError, arm_records, arms, compare_arms
 from experiments import injection
-from experiments.plan import SweepSpec, plan_points, plan_round
+from experiments.engine.plan import SweepSpec, plan_points, plan_round
 from ipsec import slowdown
 from testbed.record import point_key
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from experiments.plan import (
+from experiments.engine.plan import (
     SweepSpec,
     needs_more,
     plan_points,
@@ -17,7 +17,7 @@ from experiments.plan import (
     relative_ci,
     within_budget,
 )
-from experiments.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
+from experiments.engine.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
 from testbed.record import record_key
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
@@ -84,11 +84,11 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
                       (dict(warmup_s=0.0), "warm-up must be seconds in 0.2")):
         with pytest.raises(ValueError, match=match):
             SweepSpec(**kw)
-    from experiments.measure import IPERF_SPARE_S, iperf_options
+    from experiments.engine.measure import IPERF_SPARE_S, iperf_options
     options = iperf_options(plan_points(spec)[0], spec)
     assert options["omit_s"] == 0 and options["duration_s"] == 2 + IPERF_SPARE_S  # ceil(1.75) + spare
     # iperf3 (3.12) reads -t and -O as whole seconds: the arguments are checked to be whole
-    from experiments.iperf import client_args
+    from experiments.engine.iperf import client_args
     with pytest.raises(ValueError, match="whole seconds"):
         client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
     assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
@@ -328,7 +328,7 @@ class _FakeClients:
 
 @pytest.mark.parametrize("ready", [True, False])
 def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(ready):
-    from experiments.measure import Ahead
+    from experiments.engine.measure import Ahead
 
     ahead = Ahead(net=None, spec=SweepSpec(), servers=None)
     ahead.clients = fake = _FakeClients(ready)
@@ -417,7 +417,7 @@ def test_a_cost_that_follows_the_machines_speed_is_judged_at_the_runs_common_spe
 
 
 def test_a_profile_whose_every_repetition_is_an_anomaly_is_given_up_after_its_first_round():
-    from experiments.plan import unusable_profiles
+    from experiments.engine.plan import unusable_profiles
 
     spec = SweepSpec(rates_mbit=(10,), sizes=(250, 1000), repetitions=3, max_repetitions=12)
     first = plan_round(spec, 10.0, 0)

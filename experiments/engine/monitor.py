@@ -6,7 +6,7 @@ reading delayed by a busy CPU is placed where it really happened):
 
 - the **shaper** on the data's side of the shaped link (its qdisc over netlink): bytes and
   packets it sent, drops, overlimits, and, sampled through the window, its backlog;
-- the **receivers**: the bytes TCP took in (``tcp_info``, :mod:`experiments.sockdiag`) or the
+- the **receivers**: the bytes TCP took in (``tcp_info``, :mod:`experiments.engine.sockdiag`) or the
   UDP datagrams delivered (``Udp: InDatagrams`` of the server's namespace), counted by the
   testbed over its own window, not by iperf3;
 - the **senders'** ``tcp_info`` time limited by the receive window or the send buffer;
@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
-from experiments.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
+from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
 from testbed import netns
 from testbed.backends import CpuMeter, CpuSample
 from testbed.record import Bound
@@ -280,7 +280,7 @@ class Monitor:
         self.close()
 
     def follow(self, servers) -> None:
-        """Take the pids of ``servers`` (:class:`experiments.iperf.Servers`), restarted or not."""
+        """Take the pids of ``servers`` (:class:`experiments.engine.iperf.Servers`), restarted or not."""
         self.receivers = [(ns, port, proc.pid if proc is not None else pid)
                           for (ns, port, pid), proc in zip(self.receivers, servers.procs, strict=True)]
 

@@ -17,7 +17,7 @@ than ``cpu_precision_pct``), up to ``max_repetitions``.  Quiet points stop early
 ones get more; the rounds keep every point's repetitions interleaved with the others'.
 With ``budget_s`` the repetitions beyond the minimum stop once the sweep would run longer
 than that (counted from the command's start, a guest's boot included, by
-:mod:`experiments.sweep`), keeping the time the later rates' minimum repetitions need
+:mod:`experiments.engine.sweep`), keeping the time the later rates' minimum repetitions need
 (:func:`within_budget`); the points left less precise than asked are counted
 (:func:`precision_of`).
 """

@@ -7,7 +7,7 @@
 
 iperf3 only drives the traffic.  The testbed times the window itself, from the moment data
 reaches the receivers, and counts what moved with the kernel's own counters
-(:mod:`experiments.monitor`): iperf3's receiver figure, which a CPU-starved guest skews by up
+(:mod:`experiments.engine.monitor`): iperf3's receiver figure, which a CPU-starved guest skews by up
 to 9 % either way (its omit and end timers fire late and it counts bytes queued in its socket
 as received in its window), is not used.  When the window closes the clients are stopped
 (SIGINT: iperf3 ends the test and its server goes on serving), so a test takes only as long as
@@ -23,9 +23,9 @@ import platform
 import threading
 import time
 
-from experiments import iperf
-from experiments.monitor import Monitor, classify, evidence, no_gc, realtime
-from experiments.plan import Point, SweepSpec
+from experiments.engine import iperf
+from experiments.engine.monitor import Monitor, classify, evidence, no_gc, realtime
+from experiments.engine.plan import Point, SweepSpec
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed.errors import one_line
 from testbed.record import Bound, Record
@@ -54,7 +54,7 @@ def flows_of(net, ip_version: int) -> list[iperf.Flow]:
 
 
 def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
-    """A :class:`~experiments.monitor.Monitor` of ``net``'s shaped link and its flows' ends."""
+    """A :class:`~experiments.engine.monitor.Monitor` of ``net``'s shaped link and its flows' ends."""
     client = net.spec.flows[0][0]
     node, peer = net.spec.shaped_sender(client)
     shaper = (net.ns(node), net.ifname(node, peer), shaper_handle(net.shaping))
@@ -73,7 +73,7 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families) -> str:
 
 
 def iperf_options(point: Point, spec: SweepSpec) -> dict:
-    """:func:`experiments.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
+    """:func:`experiments.engine.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
     and window (it is stopped when the window closes), no warm-up of iperf3's own."""
     return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s) + IPERF_SPARE_S, transport=point.transport,
                 omit_s=0,
@@ -86,7 +86,7 @@ class Ahead:
     """The next point's iperf3 clients, started during this point's warm-up and held there.
 
     Starting iperf3 inside User-Mode Linux costs over a tenth of a second, most of it
-    loading its libraries; :class:`experiments.iperf.Clients` does that ahead and holds
+    loading its libraries; :class:`experiments.engine.iperf.Clients` does that ahead and holds
     the clients before they connect.  :meth:`start` is called :data:`AHEAD_AFTER_S`
     into a point's warm-up; :meth:`settle`, when the warm-up ends, kills any that has
     not yet reached its hold (the CPU was too busy to load it in time), so nothing but
@@ -155,7 +155,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     """Measure one point in the built network ``net`` (IPsec already as the point needs); its record.
 
     With ``ahead``, this point uses the clients started ahead for it, if any, and starts
-    ``following``'s during its warm-up.  Raises :class:`~experiments.iperf.IperfError` when
+    ``following``'s during its warm-up.  Raises :class:`~experiments.engine.iperf.IperfError` when
     the test fails.
     """
     flows = flows_of(net, point.ip_version)

@@ -8,10 +8,10 @@ until precise.
 
 The network is built once per sweep: the shaped link is re-shaped for each rate and IPsec
 is switched on and off in place.  Within a rate the points are measured in rounds (one
-repetition of every point that still needs one, see :mod:`experiments.plan`): first each
+repetition of every point that still needs one, see :mod:`experiments.engine.plan`): first each
 rate's rounds up to the minimum repetitions, then the rounds of the imprecise points go
 round the rates until they are precise, have their most repetitions, or the time budget
-is spent.  Each point's window, counters and verdict come from :mod:`experiments.measure`.
+is spent.  Each point's window, counters and verdict come from :mod:`experiments.engine.measure`.
 
 Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is measured;
 running again on the same directory measures only what is missing, so a sweep killed at
@@ -38,9 +38,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from experiments import iperf
-from experiments.machine import machine_meta
-from experiments.plan import (
+from experiments.engine import iperf
+from experiments.engine.plan import (
     EXTRA_ROUNDS,
     Point,
     SweepSpec,
@@ -52,6 +51,7 @@ from experiments.plan import (
     unusable_profiles,
     within_budget,
 )
+from experiments.machine import machine_meta
 from testbed import backends, rundir
 from testbed.record import point_key, usable
 from topologies import build_spec
@@ -92,7 +92,7 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], e
 
 def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: dict[tuple, list[dict]]) -> int:
     """Repetitions the points at ``rates`` still need to reach their minimum (none for a profile
-    given up: :func:`~experiments.plan.unusable_profiles`)."""
+    given up: :func:`~experiments.engine.plan.unusable_profiles`)."""
     given_up = unusable_profiles(spec, groups)
     return sum(max(0, spec.repetitions - sum(1 for r in groups.get(p.point_key(), []) if usable(r)))
                for rate in rates for p in plan_round(spec, rate, 0, lambda p: p.profile not in given_up))
@@ -168,7 +168,7 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
                started_unix: float | None = None) -> dict:
-    from experiments.measure import Ahead, monitor_for
+    from experiments.engine.measure import Ahead, monitor_for
     from topologies.network import Network
 
     records = rundir.load_existing(run_dir)
@@ -242,7 +242,7 @@ class _Rounds:
 
     def measure(self, rate: float, todo: list[Point]) -> None:
         """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
-        from experiments.measure import measure_with_retry, switch_ipsec
+        from experiments.engine.measure import measure_with_retry, switch_ipsec
 
         spec, net = self.spec, self.net
         if net.shaping.rate_mbit != rate:
@@ -274,7 +274,7 @@ class _Rounds:
 
 
 def _flows(net, ip_version: int) -> list:
-    from experiments.measure import flows_of
+    from experiments.engine.measure import flows_of
 
     return flows_of(net, ip_version)
 

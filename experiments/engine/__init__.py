@@ -1,0 +1,11 @@
+"""The sweep engine: what any experiment of the testbed is measured with.
+
+- :mod:`.plan`: a sweep's spec, its points and their order, the adaptive repetitions;
+- :mod:`.sweep`: the rounds, the run directory, resuming;
+- :mod:`.measure`: one point's window, with iperf3 driving the traffic;
+- :mod:`.monitor`: the bottleneck monitor, the kernel's own counters around the window;
+- :mod:`.iperf` and :mod:`.sockdiag`: iperf3's processes, and the sockets' TCP state.
+
+What is measured is data (:mod:`experiments.catalogue`); the commands that measure it are
+:mod:`cli`'s.
+"""
