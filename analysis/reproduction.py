@@ -158,7 +158,7 @@ def _transaction_rows(records: Sequence[Mapping[str, Any]], extra: Mapping[str, 
         metrics = {"transaction_ms": Summary.of([r["mean_ms"] for r in group]),
                    "cpu_busy_pct": Summary.of([r["cpu_busy_pct"] for r in group]),
                    "cpu_system_pct": Summary.of([r["cpu_system_pct"] for r in group])}
-        rows.append(Row({**dict(zip(key, strict=True)), **extra}, metrics))
+        rows.append(Row({**dict(zip(POINT_FIELDS, key, strict=True)), **extra}, metrics))
     plain = {tuple(v for k, v in r.point.items() if k != "profile"): r for r in rows if r.point["profile"] == "none"}
     for r in rows:
         base = plain.get(tuple(v for k, v in r.point.items() if k != "profile"))

@@ -19,6 +19,7 @@ import os
 import sys
 
 from cli.output import console
+from experiments.runner import INCOMPLETE
 from testbed.options import add_kernel_options, add_speed_probe_option, percent
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +29,8 @@ def sweep_failed(prog: str, rc: int) -> int:
     """The exit status when a suite's sweep did not finish: a signal's (130, 143) passes on, else 2."""
     if rc >= 128:
         return rc  # the sweep has said where its points are
-    print(f"{prog}: the suite's sweep failed (exit {rc}); nothing compared", file=sys.stderr)
+    what = "could not measure every point" if rc == INCOMPLETE else "failed"
+    print(f"{prog}: the suite's sweep {what} (exit {rc}); nothing compared", file=sys.stderr)
     return 2
 
 

@@ -32,7 +32,14 @@ import sys
 
 from cli.report import main as report_main
 from experiments import runner
-from experiments.engine.plan import SweepSpec, estimate_seconds, plan_points, precision_of, unusable_profiles
+from experiments.engine.plan import (
+    SweepSpec,
+    estimate_seconds,
+    plan_points,
+    precision_of,
+    unmeasured,
+    unusable_profiles,
+)
 from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
 from testbed import rundir
@@ -68,8 +75,9 @@ examples:
 Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C or SIGTERM: the network is torn
 down, the points measured so far stay, and the exit status is 130 or 143; run the same
 command with the same --out to finish the sweep.  A point whose iperf3 test fails twice
-is recorded as failed and measured again by the next run.  Exit status: 0 done (even
-with failed points, which the summary counts), 1 error, 2 bad arguments.
+is recorded as failed and measured again by the next run.  Exit status: 0 every point
+measured, 3 some points could not be measured (the last line says how many and why; 0 with
+--allow-failures), 1 error, 2 bad arguments.
 """
 
 
@@ -184,7 +192,7 @@ def dry_run(spec, out_dir: str) -> int:
     return 0
 
 
-def measure(spec, out_dir: str) -> int:
+def measure(spec, out_dir: str, allow_failures: bool = False) -> int:
     with runner.progress_bar() as bar:
         progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
         # the caller holds the run directory's lock (taken on the host, before any guest boots)
@@ -199,7 +207,23 @@ def measure(spec, out_dir: str) -> int:
     for line in unusable_profiles(spec, by_point(rundir.load_existing(out_dir))).values():
         print(line, file=sys.stderr)
     print(precision_line(spec, out_dir, counts["over_budget"]), file=sys.stderr)
+    missing = missing_line(spec, out_dir)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 0 if allow_failures else runner.INCOMPLETE
     return 0
+
+
+def missing_line(spec, out_dir: str) -> str | None:
+    """One line on the points the run could not measure, and why; None when it measured them all."""
+    groups = by_point(load_existing(out_dir))
+    missing = unmeasured(spec, groups)
+    if not missing:
+        return None
+    reasons = [r.get("error") for p in missing for r in groups.get(p.point_key(), []) if r.get("failed")]
+    why = f"; the last error: {reasons[-1]}" if reasons else ""
+    return (f"INCOMPLETE: {len(missing)} of {len(plan_points(spec, 1))} points could not be measured{why} "
+            f"(the same command with --out {shlex.quote(out_dir)} tries them again; --allow-failures exits 0)")
 
 
 def precision_line(spec, out_dir: str, over_budget: bool) -> str:
@@ -223,9 +247,13 @@ def precision_line(spec, out_dir: str, over_budget: bool) -> str:
     return line
 
 
-def report(out_dir: str) -> None:
+def report(out_dir: str, spec) -> None:
+    """The report on the host, and after it, as the last line, the points a partial run is missing."""
     if os.path.exists(os.path.join(out_dir, "results.jsonl")):
         report_main(["report", out_dir])
+    missing = missing_line(spec, out_dir)
+    if missing:
+        print(missing, file=sys.stderr)
 
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
@@ -233,7 +261,8 @@ def sweep(args, argv: list[str], spec, out_dir: str) -> int:
     from experiments import doctor
 
     return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
-                      measure=lambda: measure(spec, out_dir), report=lambda: report(out_dir),
+                      measure=lambda: measure(spec, out_dir, args.allow_failures),
+                      report=lambda: report(out_dir, spec),
                       on_interrupt=lambda why: note_interrupted(out_dir, why))
 
 

@@ -34,9 +34,9 @@ from collections.abc import Callable, Sequence
 from analysis.reproduction import evaluate
 from experiments import runner
 from experiments.calibrate import scale_for, scaled_rates
-from experiments.engine.plan import Point, SweepSpec, estimate_seconds, plan_points
+from experiments.engine.plan import Point, SweepSpec, estimate_seconds, plan_points, unmeasured
+from experiments.engine.sweep import by_point, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
-from experiments.engine.sweep import run_sweep
 from experiments.machine import machine_meta
 from experiments.runner import add_output_options
 from testbed import backends, rundir
@@ -223,10 +223,13 @@ def choose_scale(requested: str | float | None, parts: Sequence[Part], out_dir: 
     return float(requested), {"factor": float(requested), "how": f"given: --scale {float(requested):g}"}
 
 
-def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scale: str | float | None = None) -> int:
+def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scale: str | float | None = None,
+                  allow_failures: bool = False) -> int:
     """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's.
 
     ``scale``: None (the seed's rates), a factor to divide them by, or "auto" (see :func:`choose_scale`).
+    Returns :data:`experiments.runner.INCOMPLETE` when a part's points could not all be measured
+    (0 with ``allow_failures``).
     """
     factor, scale_entry = choose_scale(scale, parts, out_dir)
     parts = scale_parts(parts, factor)
@@ -247,10 +250,22 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scal
             note = f", {counts['failed']} FAILED" if counts["failed"] else ""
             bar.update(task, completed=counts["planned"],
                        description=f"{part.name}: {counts['measured']} measured{note}")
-    rundir.finish_run(out_dir)
-    if failed:
-        print(f"{failed} points FAILED; run the same command again to measure them", file=sys.stderr)
+    missing = {part.name: len(unmeasured(part.spec, by_point(rundir.load_existing(os.path.join(out_dir, part.name)))))
+               for part in parts if not part.transactions}
+    missing = {name: n for name, n in missing.items() if n}
+    rundir.finish_run(out_dir, points_missing=missing, attempts_failed=failed)
+    if missing:
+        print(missing_line(missing, failed), file=sys.stderr)
+        return 0 if allow_failures else runner.INCOMPLETE
     return 0
+
+
+def missing_line(missing: dict[str, int], failed: int) -> str:
+    """One line on the points of each part a run could not measure."""
+    return (f"INCOMPLETE: {sum(missing.values())} points could not be measured "
+            f"({', '.join(f'{n} of {name}' for name, n in missing.items())}; {failed} attempts failed, their "
+            "errors are in each part's results.jsonl); the same command measures them again "
+            "(--allow-failures exits 0)")
 
 
 def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
@@ -341,6 +356,9 @@ def report(repro: Reproduction, out_dir: str) -> None:
     path = write_report(out_dir, data=data)
     print_summary(out_dir, data)
     print(f"report: {path}", file=sys.stderr)
+    runs = rundir.load_meta(out_dir).get("runs") or [{}]
+    if runs[-1].get("points_missing"):  # the last line, after the report, as the sweep's
+        print(missing_line(runs[-1]["points_missing"], runs[-1].get("attempts_failed", 0)), file=sys.stderr)
 
 
 def main(repro: Reproduction, argv: Sequence[str]) -> int:
@@ -359,7 +377,7 @@ def main(repro: Reproduction, argv: Sequence[str]) -> int:
             return dry_run(parts, out_dir, args.scale)
         needs = doctor.needs(p for part in parts for p in part.spec.profiles)
         return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,
-                          measure=lambda: measure_parts(repro, parts, out_dir, args.scale),
+                          measure=lambda: measure_parts(repro, parts, out_dir, args.scale, args.allow_failures),
                           report=lambda: report(repro, out_dir),
                           on_interrupt=lambda why: note_interrupted(out_dir, parts, why))
 

@@ -25,12 +25,19 @@ from testbed.errors import Refused, Terminated, add_debug_option
 from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
 from testbed.record import Bound
 
+#: The exit status of a run that ended but could not measure every point (without --allow-failures).
+INCOMPLETE = 3
+
 
 def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
-    """--out, --dry-run, --no-report, -v, --debug and the kernel options, as every experiment script has them."""
+    """--out, --dry-run, --no-report, --allow-failures, -v, --debug and the kernel options, as every
+    experiment has them."""
     o = p.add_argument_group("output")
     o.add_argument("--out", metavar="DIR", help=f"run directory; an existing one is resumed (default: {default_out})")
     o.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    o.add_argument("--allow-failures", action="store_true",
+                   help=f"exit 0 when some points could not be measured (every attempt failed); without it such "
+                        f"a run exits {INCOMPLETE}, its last line saying how many and why")
     o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
     o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
     add_debug_option(o)
@@ -174,6 +181,6 @@ def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, 
             print(f"\n{prog}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
                   f"command with --out {out_dir} to finish", file=sys.stderr)
             return 128 + signum
-    if rc == 0 and not args.no_report:
-        report()
+    if rc in (0, INCOMPLETE) and not args.no_report:
+        report()  # a partial run's report too: it says which points are missing
     return rc

@@ -202,7 +202,9 @@ class Servers:
             while not _listening(server.pid, port):
                 if server.poll() is not None:
                     log_file.seek(0)
-                    raise IperfError(f"iperf3 server in {f.server_ns} exited: {log_file.read().strip()[-300:]}")
+                    said = log_file.read().strip()[-300:]
+                    raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "
+                                     f"on port {port}{f': {said}' if said else ', saying nothing'}")
                 if time.monotonic() > deadline:
                     raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
                 time.sleep(0.02)
@@ -230,6 +232,16 @@ def _kill(procs: list[subprocess.Popen | None], wait: bool = True) -> None:
         for p in procs:
             if p is not None:
                 p.wait()
+
+
+def _ended(returncode: int) -> str:
+    """How a process ended, in words (``exited with status 1``, ``was killed by SIGKILL``)."""
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
 
 
 def _renice(pid: int, nice: int) -> None:
@@ -294,6 +306,15 @@ class Clients:
         """Whether every client is still alive (held, or running its test)."""
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
+    def failure(self) -> str | None:
+        """Why the test cannot run, once a client has exited with an error: how it ended and what it said."""
+        for p in self.procs:
+            if p.poll() is not None and p.returncode != 0:
+                _, err = p.communicate()
+                said = (err or "").strip()[:200]
+                return f"iperf3 client {_ended(p.returncode)}{f': {said}' if said else ', saying nothing'}"
+        return None
+
     def held(self) -> bool:
         """Whether every client has reached its pid file, i.e. is waiting for :meth:`go` with its loading done."""
         for p, (r, _) in zip(self.procs, self._gates, strict=True):
@@ -330,7 +351,8 @@ class Clients:
             except subprocess.TimeoutExpired:
                 raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
             if not out.strip() and p.returncode:
-                raise IperfError(f"iperf3 client exited with status {p.returncode}: {err.strip()[:200]}")
+                said = err.strip()[:200]
+                raise IperfError(f"iperf3 client {_ended(p.returncode)}{f': {said}' if said else ', saying nothing'}")
             outputs.append(out)
         return outputs
 

@@ -170,7 +170,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         monitor.for_test(point.transport, point.size_bytes if point.transport == "udp" else 0)
         clients.go()
         try:
-            seen = monitor.wait_for_flow(FLOW_TIMEOUT_S) / 1e9
+            seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = seen + spec.warmup_s

@@ -35,7 +35,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
@@ -345,14 +345,21 @@ class Monitor:
             time.sleep(poll_s)
         return True
 
-    def wait_for_flow(self, timeout_s: float, poll_s: float = 0.02) -> int:
-        """Wait until the receivers take in data; returns the monotonic ns when they were seen to."""
+    def wait_for_flow(self, timeout_s: float, poll_s: float = 0.02,
+                      failed: Callable[[], str | None] = lambda: None) -> int:
+        """Wait until the receivers take in data; returns the monotonic ns when they were seen to.
+
+        TimeoutError after ``timeout_s``, or at once when ``failed()`` says why no data will come
+        (a client that exited)."""
         start = self.flows().received
         deadline = time.monotonic() + timeout_s
         while True:
             t = time.monotonic_ns()
             if self.flows().received > start:
                 return t
+            why = failed()
+            if why:
+                raise TimeoutError(why)
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no data reached the receivers within {timeout_s:g} s")
             time.sleep(poll_s)

@@ -284,6 +284,13 @@ def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
     return sum(1 for r in records if usable(r)) < spec.repetitions
 
 
+def unmeasured(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> list[Point]:
+    """The spec's points (their first repetition) with fewer measured repetitions than its minimum:
+    every attempt at the others failed, or the run ended before them (pure)."""
+    return [p for p in plan_points(spec, 1)
+            if sum(1 for r in groups.get(p.point_key(), []) if not r.get("failed")) < spec.repetitions]
+
+
 def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[str, str]:
     """The profiles whose every point has had a repetition and every repetition so far was an
     ``anomaly``, each with one line on what its data path did (pure).

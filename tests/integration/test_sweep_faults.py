@@ -4,6 +4,8 @@
 - a server killed again and again for a whole point: the point is recorded as failed with
   the reason, the sweep goes on and measures it again in a later round; a run that ended with
   a failed point is finished by the next run on its directory, which measures that point only;
+- a point whose every attempt fails: the sweep ends, exits 3 and its last line says how many
+  points it could not measure and why (0 with --allow-failures);
 - SIGINT and SIGTERM to the sweep script: the network is torn down, every point written
   before the signal is still there, the exit status is 130 or 143 and meta.json says so;
 - the keys the kernel held during a run appear in none of the run's files or logs.
@@ -15,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,6 +125,32 @@ def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path
     assert again["measured"] == 1 and again["failed"] == 0 and again["already"] == 4
     assert is_complete(str(again_dir), spec)
     assert ours() == before
+
+
+def test_a_sweep_that_could_not_measure_its_points_exits_3_and_says_why_last(tmp_path):
+    # an iperf3 whose servers work and whose every client fails, as a client that cannot connect does
+    fake = tmp_path / "bin" / "iperf3"
+    fake.parent.mkdir()
+    real = shutil.which("iperf3")
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" -s "*|*" --version "*) exec {real} "$@";; esac\n'
+                    "echo 'iperf3: error - unable to connect to server (injected by the test)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    before = ours()
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "cli", "sweep", "--topology", "host_to_host", "--mode", "transport", "--profiles",
+           "aes-gcm-128", "--rates", "50", "--sizes", "1000", "--repetitions", "2", "--duration", "1",
+           "--warmup", "0.2", "--no-report", "--out", str(out)]
+    for extra, status in (([], 3), (["--allow-failures"], 0)):
+        run = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=600, env=env)
+        assert run.returncode == status, run.stderr[-2000:]
+        last = run.stderr.strip().splitlines()[-1]
+        assert last.startswith("INCOMPLETE: 2 of 2 points could not be measured; the last error: iperf3 client "
+                               "exited with status 1: iperf3: error - unable to connect to server (injected"), last
+        assert "--allow-failures" in last
+        assert ours() == before
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert records and all(r["failed"] and r["attempts"] == 2 for r in records)
 
 
 def lines(path) -> list[str]:

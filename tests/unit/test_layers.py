@@ -34,6 +34,11 @@ def modules() -> list[Path]:
     return found
 
 
+def modules_and_scripts() -> list[Path]:
+    """The layers' modules and the benchmarks."""
+    return modules() + sorted((REPO / "benchmarks").glob("*.py"))
+
+
 def project_imports(path: Path) -> list[tuple[int, str]]:
     """(line, top-level package) of every import of one of the project's packages in ``path``."""
     tree = ast.parse(path.read_text(), filename=str(path))
@@ -132,7 +137,7 @@ def test_one_atomic_write():
     """Files are replaced in one place (testbed.rundir.atomic_write: written beside, fsynced, renamed over,
     the directory synced); a second, hand-written write-then-rename would skip a step."""
     found = []
-    for path in modules() + sorted((REPO / "benchmarks").glob("*.py")):
+    for path in modules_and_scripts():
         tree = ast.parse(path.read_text())
         for function in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)] + [tree]:
             for node in ast.walk(function):
@@ -175,7 +180,7 @@ def scripts_run_by_path(path: Path, names: set[str]) -> list[str]:
 def test_no_project_module_runs_another_projects_script_by_path():
     """Jobs call each other in process or through the front door (``python -m cli JOB``), never by a path."""
     names = script_names()
-    found = [f for path in modules() + sorted((REPO / "benchmarks").glob("*.py")) for f in
+    found = [f for path in modules_and_scripts() for f in
              scripts_run_by_path(path, names)]
     assert not found, "run the job through `ipsec-testbed`, not by its path:\n" + "\n".join(found)
 
@@ -224,7 +229,7 @@ def bound_literals(path: Path) -> list[str]:
 
 
 def test_only_the_record_module_spells_the_bound_classes():
-    found = [f for path in modules() + sorted((REPO / "benchmarks").glob("*.py"))
+    found = [f for path in modules_and_scripts()
              if str(path.relative_to(REPO)) != RECORD_MODULE for f in bound_literals(path)]
     assert not found, "use testbed.record.Bound:\n" + "\n".join(found)
 
@@ -242,7 +247,7 @@ def test_the_point_and_the_usable_rule_are_defined_once():
     """A point's fields are listed, and a usable record defined, only in testbed.record."""
     point = ("topology", "profile", "mode", "ip_version", "transport", "rate_mbit", "size_bytes")
     found = []
-    for path in modules() + sorted((REPO / "benchmarks").glob("*.py")):
+    for path in modules_and_scripts():
         if str(path.relative_to(REPO)) == RECORD_MODULE:
             continue
         tree = ast.parse(path.read_text())

@@ -351,6 +351,21 @@ def test_transaction_summary():
         summarize([], 0.0)
 
 
+def test_transaction_rows_carry_their_point_and_the_ratio_to_plain():
+    from experiments.engine.plan import Point
+
+    records = []
+    for profile, ms in (("none", (1.0, 1.2)), ("3des-cbc-sha1", (2.0, 2.4))):
+        for rep, mean in enumerate(ms):
+            point = Point("host_to_host", profile, "transport", 4, "tcp", 100.0, 100, "transaction", 1, "", rep)
+            records.append({**point.fields(), "kind": "transactions", "mean_ms": mean, "cpu_busy_pct": 50.0,
+                            "cpu_system_pct": 20.0, "failed": False, "bound": None})
+    rows = reproduction._transaction_rows(records, {"part": "latency", "mtu": 1500})
+    assert [(r.point["profile"], r.point["part"], r.point["size_mode"]) for r in rows] == [
+        ("none", "latency", "transaction"), ("3des-cbc-sha1", "latency", "transaction")]
+    assert rows[1].metrics["transaction_ms"].mean == pytest.approx(2.2)
+
+
 def test_verdict_counts_reads_as_a_sentence():
     claims = [{"verdict": HOLDS}, {"verdict": FAILS}, {"verdict": UNMEASURED}, {"verdict": HOLDS}]
     assert reproduction_report.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"

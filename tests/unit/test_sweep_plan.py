@@ -436,3 +436,22 @@ def test_a_profile_whose_every_repetition_is_an_anomaly_is_given_up_after_its_fi
     assert unusable_profiles(spec, by_point(rows[:1])) == {}
     assert "aes-gcm-256" not in unusable_profiles(spec, by_point(
         [r if r["profile"] == "none" or r["size_bytes"] != 250 else {**r, "bound": "link"} for r in rows]))
+
+
+def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_minimum(tmp_path):
+    from cli.sweep import missing_line
+    from experiments.engine.plan import unmeasured
+
+    spec = SweepSpec(topology="host_to_host", profiles=(), rates_mbit=(10.0,), sizes=(500, 1000), repetitions=2)
+    first, second = plan_points(spec, 1)
+    measured = [dict(p.fields(), failed=False, goodput_mbps=9.0) for p in plan_points(spec) if p.size_bytes == 500]
+    failed = [dict(second.fields(), failed=True, goodput_mbps=None, error="iperf3 client exited 1: refused"),
+              dict(second.fields(), repetition=1, failed=False, goodput_mbps=9.1)]
+    assert unmeasured(spec, by_point(measured + failed)) == [second]
+    assert unmeasured(spec, by_point(measured + failed + [dict(failed[0], failed=False, goodput_mbps=9.2)])) == []
+    with open_results(str(tmp_path)) as out:
+        for r in measured + failed:
+            append(out, r)
+    line = missing_line(spec, str(tmp_path))
+    assert line.startswith("INCOMPLETE: 1 of 2 points could not be measured; the last error: iperf3 client exited 1")
+    assert first.point_key() != second.point_key()
