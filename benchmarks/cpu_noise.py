@@ -37,7 +37,7 @@ import time
 
 import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from experiments.catalogue.suites import sweep_process
-from testbed.backends.uml import CPUACCT_ROOT as CPUACCT
+from testbed.backends.umlmeter import CPUACCT_ROOT as CPUACCT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVERY_S = 0.05

@@ -11,7 +11,7 @@ reading delayed by a busy CPU is placed where it really happened):
   testbed over its own window, not by iperf3;
 - the **senders'** ``tcp_info`` time limited by the receive window or the send buffer;
 - the **CPU** of the kernel the work runs on, from its backend's meter (for User-Mode Linux
-  the host's nanosecond account of the whole guest, :class:`testbed.backends.uml.GuestMeter`),
+  the host's nanosecond account of the whole guest, :class:`testbed.backends.umlmeter.GuestMeter`),
   and the guest's own /proc/stat split (system, softirq).
 
 :func:`evidence` turns two readings and the backlog samples into :class:`Evidence` (pure), and

@@ -67,21 +67,25 @@ from testbed.backends.base import (
     GUEST_ENV,
     BackendError,
     CpuMeter,
-    CpuSample,
     KernelBackend,
     Leftover,
     Options,
 )
 from testbed.backends.host import ProcStatMeter
+from testbed.backends.umlmeter import (
+    CPUACCT_ROOT,
+    METER_TTY,
+    GuestMeter,
+    cgroup_tasks,
+    make_cgroup,
+    remove_cgroup,
+    serve_meter,
+)
 from testbed.capabilities import Needs, Probe
 from testbed.speedprobe import SpeedProbe, spare_cpu
 
 log = logging.getLogger(__name__)
 
-#: Inside the guest: the tty to ask the host's CPU meter on (handed over when there is one).
-METER_TTY = "/dev/tty3"
-#: The host's cgroup v1 cpuacct hierarchy, where each guest gets a group of its own.
-CPUACCT_ROOT = "/sys/fs/cgroup/cpuacct"
 
 DEFAULT_MODULES_ROOT = umlkernel.DEBIAN_MODULES_ROOT
 
@@ -506,113 +510,6 @@ def _death(console: str, spec: UmlSpec, returncode: int, seconds: float, booted:
     return "\n".join(lines)
 
 
-def make_cgroup(uml_id: str) -> str | None:
-    """A cpuacct cgroup for the guest ``uml_id`` (None where the host has no cgroup v1 cpuacct)."""
-    path = os.path.join(CPUACCT_ROOT, uml_id)
-    try:
-        os.mkdir(path)
-        return path
-    except FileExistsError:
-        return path if not _cgroup_tasks(path) else None
-    except OSError as e:
-        log.info("no cpuacct cgroup for the guest (%s): its CPU is accounted inside it only", e)
-        return None
-
-
-def _cgroup_tasks(path: str) -> list[int]:
-    try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
-            return [int(line) for line in f if line.strip()]
-    except OSError:
-        return []
-
-
-def remove_cgroup(path: str, timeout_s: float = 5.0) -> bool:
-    """Remove a guest's cgroup once its processes are gone (bounded wait); whether it is gone."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            os.rmdir(path)
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            if time.monotonic() > deadline:
-                log.warning("cgroup %s still busy after %g s; `ipsec-testbed clean` removes it", path, timeout_s)
-                return False
-            time.sleep(0.02)
-
-
-def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None) -> None:
-    """The host's end of the CPU meter: each line the guest sends is answered at once with
-    ``<guest CPU ns> <host monotonic ns>``, followed by ``<probe operations> <probe ns>``
-    when a speed ``probe`` runs and has its first totals.  Ends when the guest's end closes."""
-    usage = os.open(os.path.join(cgroup, "cpuacct.usage"), os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        while True:
-            try:
-                chunk = os.read(requests, 4096)
-            except OSError:
-                return
-            if not chunk:
-                return
-            for _ in range(chunk.count(b"\n")):
-                cpu_ns = int(os.pread(usage, 64, 0))
-                speed = probe.read() if probe is not None else None
-                tail = f" {speed[0]} {speed[1]}" if speed else ""
-                try:
-                    os.write(replies, f"{cpu_ns} {time.monotonic_ns()}{tail}\n".encode())
-                except OSError:
-                    return
-    finally:
-        os.close(usage)
-
-
-class GuestMeter(CpuMeter):
-    """Inside a guest: the host's account of the whole guest's CPU time, asked over tty3.
-
-    Exact to the nanosecond and complete: it includes the host's work for the guest (its
-    system calls and page faults, served through ptrace), which the guest's own /proc/stat
-    never shows.  The clock is the host's.  One reading takes a round trip through the
-    guest's tty; :attr:`CpuSample.local_ns` bounds it.  With a speed probe beside the guest
-    (``speed_probe``: what it times) each sample carries the probe's totals too.
-    """
-
-    method = "cgroup v1 cpuacct.usage of the User-Mode Linux guest, read by the host (ns)"
-
-    def __init__(self, path: str, speed_probe: str = "") -> None:
-        self.cpus = 1.0  # UML is uniprocessor
-        self.speed_probe = speed_probe
-        self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-        self._lock = threading.Lock()
-        self._buffer = b""
-
-    def read(self) -> tuple[int, int]:
-        return self._read()[:2]
-
-    def sample(self) -> CpuSample:
-        before = time.monotonic_ns()
-        cpu_ns, clock_ns, *probe = self._read()
-        return CpuSample(cpu_ns, clock_ns, (before, time.monotonic_ns()), probe=tuple(probe) if probe else None)
-
-    def _read(self) -> tuple[int, ...]:
-        """The host's reply: CPU ns and clock ns, then the probe's operations and ns when it has them."""
-        with self._lock:
-            os.write(self._fd, b"?\n")
-            while b"\n" not in self._buffer:
-                chunk = os.read(self._fd, 256)
-                if not chunk:
-                    raise BackendError("the host's CPU meter closed its channel")
-                self._buffer += chunk
-            line, self._buffer = self._buffer.split(b"\n", 1)
-        return tuple(int(field) for field in line.split())
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
 def _watch(pgid: int) -> tuple[subprocess.Popen, int]:
     """A watcher that kills the guest's process group when this process dies, however it dies.
 
@@ -744,7 +641,7 @@ def _workdir_in_use(workdir: str) -> bool:
 
 
 def _remove_cgroup_now(path: str) -> None:
-    _kill_all(_cgroup_tasks(path))
+    _kill_all(cgroup_tasks(path))
     remove_cgroup(path)
 
 
@@ -761,7 +658,7 @@ def leftovers() -> list[Leftover]:
                                   remove=lambda d=workdir: shutil.rmtree(d, ignore_errors=True)))
     for path in sorted(glob.glob(os.path.join(CPUACCT_ROOT, f"{names.PREFIX}-*"))):
         if os.path.isdir(path) and names.is_ours(os.path.basename(path)):
-            found.append(Leftover("cgroup", path, live=bool(_cgroup_tasks(path)),
+            found.append(Leftover("cgroup", path, live=bool(cgroup_tasks(path)),
                                   remove=lambda p=path: _remove_cgroup_now(p)))
     return found
 

@@ -6,7 +6,7 @@ import tty
 import pytest
 
 from testbed import speedprobe, waiting
-from testbed.backends.uml import GuestMeter
+from testbed.backends.umlmeter import GuestMeter
 
 
 def test_spare_cpu_is_one_the_guest_is_not_pinned_to():
