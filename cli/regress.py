@@ -250,12 +250,12 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     from analysis import regress
     from cli.sweep import main as sweep
     from experiments.ab import run_ab
-    from experiments.catalogue.suites import suite_args
+    from experiments.catalogue.suites import suite_args, suite_spec
     from testbed.rundir import ResultsError, load_meta, load_results
 
     try:
         sweep_args = suite_args(args.suite)
-        reps = args.repetitions or int(sweep_args[sweep_args.index("--repetitions") + 1])
+        reps = args.repetitions or suite_spec(args.suite).repetitions
         out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("ab-%Y%m%d-%H%M%S")
                                        + f"-{args.suite}")
         dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out, sweep,

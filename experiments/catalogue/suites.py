@@ -1,6 +1,7 @@
 """Named sweeps for the regression gate (``ipsec-testbed regress --suite NAME``).
 
-Each suite is the argument list of ``ipsec-testbed sweep``: data, not code.
+Each suite is a :class:`~experiments.engine.plan.SweepSpec`, as a seed's parts are: data, not code;
+``ipsec-testbed sweep`` measures it (:meth:`~experiments.engine.plan.SweepSpec.to_argv`).
 They are short on purpose (a CI job runs one on every change) and repeat each point
 enough times for the gate to tell noise from a change.
 """
@@ -9,29 +10,32 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-SUITES: dict[str, tuple[str, tuple[str, ...]]] = {
+from experiments.engine.plan import SweepSpec
+
+SUITES: dict[str, tuple[str, SweepSpec]] = {
     "detect": ("built to detect a slower kernel IPsec (with --inject-slowdown or --ab): VPN gateways, "
                "AES-GCM-256 tunnel alone, unshaped (1000 Mbit/s, so the emulator's CPU sets the goodput), "
                "MSS 1460, 24 repetitions of 2 s; judged on goodput and CPU per packet, with 3 % tolerance against a "
                "baseline, 0.5 % between arms. About 1 min in UML, 2 min with two arms",
-               ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--no-plain", "--rates", "1000",
-                "--sizes", "1460", "--repetitions", "24", "--duration", "2", "--warmup", "0.2")),
+               SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), plain=False, rates_mbit=(1000.0,),
+                         sizes=(1460,), repetitions=24, duration_s=2.0, warmup_s=0.2)),
     "quick": ("host to host, no IPsec and AES-GCM-128 transport, 50 Mbit/s, MSS 1400, 3 repetitions of 1 s "
               "(about 30 s in UML): to try the gate",
-              ("--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "50",
-               "--sizes", "1400", "--repetitions", "3", "--duration", "1", "--warmup", "1")),
+              SweepSpec(topology="host_to_host", mode="transport", profiles=("aes-gcm-128",), rates_mbit=(50.0,),
+                        sizes=(1400,), repetitions=3, duration_s=1.0, warmup_s=1.0)),
     "smoke": ("VPN gateways, no IPsec and AES-GCM-256 tunnel, 100 Mbit/s, MSS 500 and 1460, 5 repetitions "
               "(about 1.5 min in UML)",
-              ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "100", "--sizes", "500,1460",
-               "--repetitions", "5", "--duration", "2", "--warmup", "1")),
+              SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), rates_mbit=(100.0,), sizes=(500, 1460),
+                        repetitions=5, duration_s=2.0, warmup_s=1.0)),
     "ciphers": ("host to host, transport mode, every ESP cipher family the seeds use, unshaped (1000 Mbit/s), "
                 "MSS 1460, 4 repetitions (about 2.5 min in UML)",
-                ("--topology", "host_to_host", "--mode", "transport", "--profiles",
-                 "aes-gcm-128,aes-gcm-256,aes-cbc-128-sha1,aes-cbc-256-sha256,3des-cbc-sha1,null-sha1",
-                 "--rates", "1000", "--sizes", "1460", "--repetitions", "4", "--duration", "2", "--warmup", "1")),
+                SweepSpec(topology="host_to_host", mode="transport",
+                          profiles=("aes-gcm-128", "aes-gcm-256", "aes-cbc-128-sha1", "aes-cbc-256-sha256",
+                                    "3des-cbc-sha1", "null-sha1"),
+                          rates_mbit=(1000.0,), sizes=(1460,), repetitions=4, duration_s=2.0, warmup_s=1.0)),
     "ipv6": ("VPN gateways over IPv6, no IPsec and AES-GCM-256 tunnel, 100 Mbit/s, MSS 1000, 5 repetitions",
-             ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--ip", "6", "--rates", "100",
-              "--sizes", "1000", "--repetitions", "5", "--duration", "2", "--warmup", "1")),
+             SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), ip_versions=(6,), rates_mbit=(100.0,),
+                       sizes=(1000,), repetitions=5, duration_s=2.0, warmup_s=1.0)),
 }
 
 
@@ -52,12 +56,17 @@ def gate_defaults(name: str | None) -> dict:
     return {**DEFAULT_GATE, **GATE_DEFAULTS.get(name or "", {})}
 
 
-def suite_args(name: str) -> tuple[str, ...]:
-    """The sweep arguments of suite ``name``; ValueError naming the suites otherwise."""
+def suite_spec(name: str) -> SweepSpec:
+    """Suite ``name``'s sweep; ValueError naming the suites otherwise."""
     try:
         return SUITES[name][1]
     except KeyError:
         raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}") from None
+
+
+def suite_args(name: str) -> tuple[str, ...]:
+    """The options of ``ipsec-testbed sweep`` that measure suite ``name``."""
+    return tuple(suite_spec(name).to_argv())
 
 
 def sweep_argv(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence[str] = (),

@@ -174,6 +174,29 @@ class SweepSpec:
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
+    def to_argv(self) -> list[str]:
+        """The options of ``ipsec-testbed sweep`` that measure this spec, every one given (a guest, a
+        suite of the regression gate and a seed's part are run by the same command)."""
+        def join(values) -> str:
+            return ",".join(_number(v) for v in values)
+
+        ipsec = [p for p in self.profiles if p != "none"] if self.plain else list(self.profiles)
+        argv = ["--topology", self.topology, "--profiles", ",".join(ipsec or ["none"]), "--mode", self.mode,
+                "--ip", join(self.ip_versions), "--transport", ",".join(self.transports),
+                "--rates", join(self.rates_mbit), "--sizes", join(self.sizes), "--size-mode", self.size_mode,
+                "--clients", str(self.clients), "--repetitions", str(self.repetitions),
+                "--max-repetitions", str(self.most_repetitions), "--precision", _number(self.precision_pct),
+                "--cpu-precision", _number(self.cpu_precision_pct), "--duration", _number(self.duration_s),
+                "--warmup", _number(self.warmup_s), "--udp-bitrate", self.udp_bitrate, "--pmtu", self.pmtu,
+                "--mtu", str(self.mtu), "--budget", _number(self.budget_s or 0)]
+        if self.socket_buffer is not None:
+            argv += ["--socket-buffer", str(self.socket_buffer)]
+        if self.arms:
+            argv += ["--arms", join(self.arms)]
+        if not self.plain:
+            argv.append("--no-plain")
+        return argv
+
     @classmethod
     def from_json(cls, data: dict) -> SweepSpec:
         """The spec :meth:`to_json` wrote (JSON turned its tuples into lists).
@@ -217,6 +240,11 @@ class Point:
         if not self.arm:
             del out["arm"]
         return out
+
+
+def _number(value: float) -> str:
+    """A number as an option takes it, exactly (``repr`` of a float, an int as it is)."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,

@@ -455,3 +455,53 @@ def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_
     line = missing_line(spec, str(tmp_path))
     assert line.startswith("INCOMPLETE: 1 of 2 points could not be measured; the last error: iperf3 client exited 1")
     assert first.point_key() != second.point_key()
+
+
+#: The suites as they were written before they were specs: each must still measure the same.
+SUITE_ARGV = {
+    "detect": ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--no-plain", "--rates", "1000",
+               "--sizes", "1460", "--repetitions", "24", "--duration", "2", "--warmup", "0.2"),
+    "quick": ("--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "50",
+              "--sizes", "1400", "--repetitions", "3", "--duration", "1", "--warmup", "1"),
+    "smoke": ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--rates", "100", "--sizes", "500,1460",
+              "--repetitions", "5", "--duration", "2", "--warmup", "1"),
+    "ciphers": ("--topology", "host_to_host", "--mode", "transport", "--profiles",
+                "aes-gcm-128,aes-gcm-256,aes-cbc-128-sha1,aes-cbc-256-sha256,3des-cbc-sha1,null-sha1",
+                "--rates", "1000", "--sizes", "1460", "--repetitions", "4", "--duration", "2", "--warmup", "1"),
+    "ipv6": ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--ip", "6", "--rates", "100",
+             "--sizes", "1000", "--repetitions", "5", "--duration", "2", "--warmup", "1"),
+}
+
+
+def _spec_of(argv) -> SweepSpec:
+    from cli.sweep import build_parser, spec_from
+
+    return spec_from(build_parser().parse_args(list(argv)))
+
+
+def _same(spec: SweepSpec) -> SweepSpec:
+    """``spec`` with its most repetitions spelt out (None means "as many as the least")."""
+    return dataclasses.replace(spec, max_repetitions=spec.most_repetitions)
+
+
+@pytest.mark.parametrize("name", sorted(SUITE_ARGV))
+def test_each_suite_is_the_spec_its_old_command_line_made(name):
+    from experiments.catalogue.suites import suite_args, suite_spec
+
+    # with fixed repetitions the time budget plays no part: a suite has none
+    assert _same(suite_spec(name)) == dataclasses.replace(_spec_of(SUITE_ARGV[name]), budget_s=None)
+    assert _spec_of(suite_args(name)) == _same(suite_spec(name))
+
+
+@pytest.mark.parametrize("spec", [
+    SweepSpec(),
+    SweepSpec(topology="multi_host_to_host", clients=3, profiles=("3des-cbc-sha1+ah-md5",), mode="transport",
+              ip_versions=(4, 6), transports=("tcp", "udp"), rates_mbit=(1.5, 34.0), sizes=(1024, 8192),
+              size_mode="write", repetitions=2, max_repetitions=7, precision_pct=1.5, cpu_precision_pct=8.0,
+              duration_s=0.7, warmup_s=0.25, udp_bitrate="300M", pmtu="fragment", mtu=1400, socket_buffer=65535,
+              budget_s=120.0),
+    SweepSpec(profiles=("aes-gcm-256",), plain=False, arms=(0, 3000), repetitions=4),
+    SweepSpec(profiles=("none",)),
+], ids=["defaults", "everything", "arms", "plain-only"])
+def test_a_spec_and_its_command_line_are_the_same_sweep(spec):
+    assert _spec_of(spec.to_argv()) == _same(spec)
