@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import logging
 import os
 import platform
@@ -72,11 +71,10 @@ from testbed.backends.base import (
     Options,
 )
 from testbed.backends.host import ProcStatMeter
+from testbed.backends.umlclean import leftovers
 from testbed.backends.umlmeter import (
-    CPUACCT_ROOT,
     METER_TTY,
     GuestMeter,
-    cgroup_tasks,
     make_cgroup,
     remove_cgroup,
     serve_meter,
@@ -558,109 +556,6 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
                    env=tuple(sorted(env.items())), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
                    host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe)
-
-
-# -- leftovers of killed runs -----------------------------------------------------------------
-
-def _guests() -> list[tuple[str, int]]:
-    """(umid, pid) of guests we booted, by their pid files; pid 0 when the kernel process is gone.
-
-    A recycled pid belongs to someone else: only a linux.uml with our umid counts.
-    """
-    found = []
-    for piddir in sorted(glob.glob(os.path.join(names.STATE_DIR, "uml", f"{names.PREFIX}-*"))):
-        uml_id = os.path.basename(piddir)
-        try:
-            with open(os.path.join(piddir, "pid")) as f:
-                pid = int(f.read().strip())
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-        except (OSError, ValueError):
-            found.append((uml_id, 0))  # a stale directory: the guest is gone
-            continue
-        found.append((uml_id, pid if f"umid={uml_id}".encode() in cmdline else 0))
-    return found
-
-
-def _processes_with(argument: bytes) -> list[int]:
-    """Host processes with ``argument`` among their command-line arguments."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
-                if argument in f.read().split(b"\0"):
-                    found.append(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
-
-
-def _kill_all(pids: list[int], timeout_s: float = 10.0) -> None:
-    """SIGKILL ``pids`` and wait (bounded) until they are gone: their files are free then."""
-    for p in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-    deadline = time.monotonic() + timeout_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _remove_guest(uml_id: str) -> None:
-    """Kill every host process of guest ``uml_id`` and remove its pid directory.
-
-    A guest whose main process died (killed with its parent) can leave the host processes
-    that ran its user space; they carry the same ``umid=`` argument.
-    """
-    _kill_all(_processes_with(f"umid={uml_id}".encode()))
-    shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
-
-
-def _workdir_in_use(workdir: str) -> bool:
-    """Whether a live run owns this work directory or a live linux.uml boots from it.
-
-    A directory without an ``owner`` file that is only seconds old counts as in use: its
-    owner has just made it and is about to write that file.
-    """
-    try:
-        with open(os.path.join(workdir, "owner")) as f:
-            if _alive(int(f.read().strip())):
-                return True
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            if time.time() - os.stat(workdir).st_mtime < 10:
-                return True
-    except (OSError, ValueError):
-        pass
-    return bool(_processes_with(f"init={workdir}/init.sh".encode()))
-
-
-def _remove_cgroup_now(path: str) -> None:
-    _kill_all(cgroup_tasks(path))
-    remove_cgroup(path)
-
-
-def leftovers() -> list[Leftover]:
-    """Guests, work directories and cgroups of User-Mode Linux runs; see :class:`Leftover`."""
-    found = []
-    for uml_id, pid in _guests():
-        procs = _processes_with(f"umid={uml_id}".encode())
-        label = f"{uml_id} (pid {pid or (procs[0] if procs else '-')})"
-        found.append(Leftover("UML guest", label, live=bool(pid), remove=lambda u=uml_id: _remove_guest(u)))
-    for workdir in sorted(glob.glob(os.path.join(tempfile.gettempdir(), f"{names.PREFIX}-*-uml-*"))):
-        if os.path.isdir(workdir):
-            found.append(Leftover("work directory", workdir, live=_workdir_in_use(workdir),
-                                  remove=lambda d=workdir: shutil.rmtree(d, ignore_errors=True)))
-    for path in sorted(glob.glob(os.path.join(CPUACCT_ROOT, f"{names.PREFIX}-*"))):
-        if os.path.isdir(path) and names.is_ours(os.path.basename(path)):
-            found.append(Leftover("cgroup", path, live=bool(cgroup_tasks(path)),
-                                  remove=lambda p=path: _remove_cgroup_now(p)))
-    return found
 
 
 class UmlBackend(KernelBackend):
