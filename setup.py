@@ -13,7 +13,7 @@ setup(
     license="MIT",
     python_requires=">=3.11",
     packages=["testbed", "testbed.backends", "ipsec", "ipsec.xfrm", "topologies", "analysis", "experiments",
-              "experiments.catalogue", "cli", "benchmarks"],
+              "experiments.catalogue", "experiments.engine", "cli", "benchmarks"],
     # Lower bounds are the versions the test suite has run against.
     install_requires=[
         "pyroute2>=0.9.7",

@@ -335,6 +335,8 @@ def _report(argv: list[str]) -> int:
     return report_main(argv)
 
 
+#: The options of ``ipsec-testbed`` itself, which a job with a parser of its own takes too.
+GLOBAL_FLAGS = ("-v", "-vv", "--verbose", "--debug")
 #: Commands with parsers of their own, handed the command line (their name first) before parsing.
 OWN_PARSERS = {"sweep": _sweep, "reproduce": _reproduce, "bench": _bench, "report": _report}
 
@@ -343,8 +345,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Behave like a Unix tool when the reader goes away (`ipsec-testbed profiles | head`).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] and argv[0] in OWN_PARSERS:  # their own parsers, --help included
-        return OWN_PARSERS[argv[0]](argv)
+    # jobs with parsers of their own, --help included; `ipsec-testbed -v sweep` is `ipsec-testbed sweep -v`
+    leading = next((i for i, word in enumerate(argv) if word not in GLOBAL_FLAGS), len(argv))
+    if leading < len(argv) and argv[leading] in OWN_PARSERS:
+        return OWN_PARSERS[argv[leading]]([*argv[leading:], *argv[:leading]])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(levelname)s %(name)s: %(message)s")

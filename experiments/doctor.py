@@ -190,5 +190,6 @@ def choose(requested: str = backends.AUTO, work_needs: Needs | None = None,
 
 
 def guest_command(command: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """What a guest runs for ``ipsec-testbed COMMAND... ARGV...``: the front door, with this Python."""
-    return [sys.executable, "-m", "cli", *command, *argv]
+    """What a guest runs for ``ipsec-testbed COMMAND... ARGV...``: the front door, with this Python
+    (``-P``: the guest starts in the user's directory, whose files must not stand in for the project's)."""
+    return [sys.executable, "-P", "-m", "cli", *command, *argv]

@@ -79,4 +79,4 @@ def sweep_argv(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence
 def sweep_process(argv: Sequence[str]) -> list[str]:
     """``ipsec-testbed sweep ARGV...`` as a process of its own, with this Python (for a benchmark that
     times a sweep as a user runs it)."""
-    return [sys.executable, "-m", "cli", "sweep", *argv]
+    return [sys.executable, "-P", "-m", "cli", "sweep", *argv]  # -P: not the current directory's modules

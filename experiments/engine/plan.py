@@ -180,15 +180,19 @@ class SweepSpec:
         def join(values) -> str:
             return ",".join(_number(v) for v in values)
 
+        if self.size_mode not in ("mss", "write"):
+            raise ValueError(f"size_mode {self.size_mode!r} has no option of the sweep's command line")
         ipsec = [p for p in self.profiles if p != "none"] if self.plain else list(self.profiles)
         argv = ["--topology", self.topology, "--profiles", ",".join(ipsec or ["none"]), "--mode", self.mode,
                 "--ip", join(self.ip_versions), "--transport", ",".join(self.transports),
                 "--rates", join(self.rates_mbit), "--sizes", join(self.sizes), "--size-mode", self.size_mode,
                 "--clients", str(self.clients), "--repetitions", str(self.repetitions),
-                "--max-repetitions", str(self.most_repetitions), "--precision", _number(self.precision_pct),
+                "--precision", _number(self.precision_pct),
                 "--cpu-precision", _number(self.cpu_precision_pct), "--duration", _number(self.duration_s),
                 "--warmup", _number(self.warmup_s), "--udp-bitrate", self.udp_bitrate, "--pmtu", self.pmtu,
                 "--mtu", str(self.mtu), "--budget", _number(self.budget_s or 0)]
+        if self.max_repetitions is not None:  # without: exactly --repetitions, whatever a later one says
+            argv += ["--max-repetitions", str(self.max_repetitions)]
         if self.socket_buffer is not None:
             argv += ["--socket-buffer", str(self.socket_buffer)]
         if self.arms:
@@ -314,9 +318,11 @@ def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
 
 def unmeasured(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> list[Point]:
     """The spec's points (their first repetition) with fewer measured repetitions than its minimum:
-    every attempt at the others failed, or the run ended before them (pure)."""
-    return [p for p in plan_points(spec, 1)
-            if sum(1 for r in groups.get(p.point_key(), []) if not r.get("failed")) < spec.repetitions]
+    every attempt at the others failed, or the run ended before them; a profile given up on
+    (:func:`unusable_profiles`: every repetition an anomaly) is not missing, it was measured (pure)."""
+    given_up = unusable_profiles(spec, groups)
+    return [p for p in plan_points(spec, 1) if p.profile not in given_up
+            and sum(1 for r in groups.get(p.point_key(), []) if not r.get("failed")) < spec.repetitions]
 
 
 def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[str, str]:

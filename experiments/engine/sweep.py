@@ -209,6 +209,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
                                 rounds.measure(rate, todo)
                 finally:
                     rounds.ahead.close()
+                    gc.unfreeze()  # a sweep run in a longer process (regress) leaves nothing pinned
                 if rounds.ahead.killed:
                     log.info("%d time(s) the next point's clients were not ready within a warm-up",
                              rounds.ahead.killed)

@@ -22,3 +22,15 @@ def test_every_command_and_script_has_its_section_with_its_options():
 def test_the_page_does_not_depend_on_the_terminal(monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
     assert reference.render() == reference.PAGE.read_text()
+
+
+def test_the_front_door_takes_its_own_options_before_a_job_with_its_own_parser(capsys):
+    import pytest
+
+    from cli.main import main
+
+    assert main(["-v", "reproduce", "--help"]) == 0
+    assert "seeds:" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        main(["--debug", "sweep", "--help"])
+    assert done.value.code == 0 and "ipsec-testbed sweep" in capsys.readouterr().out

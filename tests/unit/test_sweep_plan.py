@@ -505,3 +505,31 @@ def test_each_suite_is_the_spec_its_old_command_line_made(name):
 ], ids=["defaults", "everything", "arms", "plain-only"])
 def test_a_spec_and_its_command_line_are_the_same_sweep(spec):
     assert _spec_of(spec.to_argv()) == _same(spec)
+
+
+def test_a_later_repetitions_option_fixes_a_suites_count_as_the_calibration_needs():
+    # injection.calibrated adds --repetitions 4 after the suite's options: exactly 4, not 4 to 24
+    from experiments.catalogue.suites import suite_args
+
+    spec = _spec_of([*suite_args("detect"), "--repetitions", "4"])
+    assert (spec.repetitions, spec.most_repetitions, spec.adaptive) == (4, 4, False)
+
+
+def test_a_profile_given_up_on_is_not_missing():
+    from experiments.engine.plan import unmeasured, unusable_profiles
+
+    spec = SweepSpec(topology="host_to_host", profiles=("aes-gcm-256",), rates_mbit=(10.0,), sizes=(500, 1000),
+                     repetitions=2)
+    records = [dict(p.fields(), failed=False, goodput_mbps=9.0, shaper_goodput_mbps=9.0,
+                    bound="anomaly" if p.profile != "none" else "link") for p in plan_points(spec, 1)]
+    records += [dict(p.fields(), repetition=1, failed=False, goodput_mbps=9.0, bound="link")
+                for p in plan_points(spec, 1) if p.profile == "none"]
+    groups = by_point(records)
+    assert "aes-gcm-256" in unusable_profiles(spec, groups)
+    assert unmeasured(spec, groups) == []
+
+
+def test_a_guest_runs_the_front_door_without_the_current_directorys_modules():
+    from experiments.doctor import guest_command
+
+    assert guest_command(("sweep",), ["--dry-run"])[1:] == ["-P", "-m", "cli", "sweep", "--dry-run"]
