@@ -9,7 +9,6 @@ regenerated.  The help is laid out for a fixed width, whatever the terminal's.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -22,7 +21,7 @@ from cli.report import build_parser as report_parser
 from cli.sweep import build_parser as sweep_parser
 from experiments.catalogue import reproductions
 from experiments.reproduce import build_parser as seed_parser
-from testbed.rundir import atomic_write
+from testbed import pages
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "cli.md"
@@ -84,20 +83,7 @@ def _anchor(title: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cli.reference", description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="only check that docs/cli.md is current")
-    args = p.parse_args(argv)
-    text = render()
-    if args.check:
-        current = PAGE.read_text() if PAGE.exists() else ""
-        if current != text:
-            print(f"{PAGE.relative_to(REPO)} is not what the parsers say: run `python -m cli.reference`",
-                  file=sys.stderr)
-            return 1
-        return 0
-    atomic_write(PAGE, text)
-    print(f"wrote {PAGE.relative_to(REPO)} ({text.count(chr(10) + '## ')} commands)")
-    return 0
+    return pages.main("cli.reference", PAGE, render, "the parsers", argv)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from testbed.rundir import atomic_write
+from testbed import pages
 
 
 class Bound(enum.StrEnum):
@@ -112,11 +112,6 @@ def usable(record: Mapping[str, Any]) -> bool:
     and not an anomaly."""
     bound = Bound.of(record)
     return not record.get("failed") and record.get("goodput_mbps") is not None and (bound is None or bound.counted)
-
-
-def counted(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The records that :func:`usable` accepts."""
-    return [r for r in records if usable(r)]
 
 
 def _doc(text: str, default: Any = None) -> Any:
@@ -216,10 +211,6 @@ class Record:
             raise ValueError(f"not a sweep record's fields: {', '.join(sorted(unknown))}")
         return cls(**fields)
 
-    def fields(self) -> dict[str, Any]:
-        """The record as a dict (to_json, every field kept)."""
-        return dataclasses.asdict(self)
-
     @classmethod
     def failure(cls, point: Mapping[str, Any], attempts: int, error: str, **window: Any) -> Record:
         """The record of a point every attempt failed at: its identity and why."""
@@ -252,14 +243,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Write docs/records.md, or with --check say whether it is current."""
-    argv = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--check" in argv:
-        return 0 if PAGE.exists() and PAGE.read_text() == text else 1
-    atomic_write(PAGE, text)
-    print(f"wrote {PAGE}")
-    return 0
+    return pages.main("testbed.record", PAGE, render, "testbed/record.py", argv)
 
 
 if __name__ == "__main__":
