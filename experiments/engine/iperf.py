@@ -202,9 +202,8 @@ class Servers:
             while not _listening(server.pid, port):
                 if server.poll() is not None:
                     log_file.seek(0)
-                    said = log_file.read().strip()[-300:]
                     raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "
-                                     f"on port {port}{f': {said}' if said else ', saying nothing'}")
+                                     f"on port {port}{_said(log_file.read().strip()[-300:])}")
                 if time.monotonic() > deadline:
                     raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
                 time.sleep(0.02)
@@ -242,6 +241,11 @@ def _ended(returncode: int) -> str:
         except ValueError:
             return f"was killed by signal {-returncode}"
     return f"exited with status {returncode}"
+
+
+def _said(output: str) -> str:
+    """What a process printed, to follow how it ended in a sentence (``: ...``, or that it said nothing)."""
+    return f": {output}" if output else ", saying nothing"
 
 
 def _renice(pid: int, nice: int) -> None:
@@ -311,8 +315,7 @@ class Clients:
         for p in self.procs:
             if p.poll() is not None and p.returncode != 0:
                 _, err = p.communicate()
-                said = (err or "").strip()[:200]
-                return f"iperf3 client {_ended(p.returncode)}{f': {said}' if said else ', saying nothing'}"
+                return f"iperf3 client {_ended(p.returncode)}{_said((err or '').strip()[:200])}"
         return None
 
     def held(self) -> bool:
@@ -351,8 +354,7 @@ class Clients:
             except subprocess.TimeoutExpired:
                 raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
             if not out.strip() and p.returncode:
-                said = err.strip()[:200]
-                raise IperfError(f"iperf3 client {_ended(p.returncode)}{f': {said}' if said else ', saying nothing'}")
+                raise IperfError(f"iperf3 client {_ended(p.returncode)}{_said(err.strip()[:200])}")
             outputs.append(out)
         return outputs
 
