@@ -134,8 +134,7 @@ def run(args: argparse.Namespace) -> int:
         run_dir = args.run
         if run_dir is None:
             sweep_args = suite_args(args.suite)
-            run_dir = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime(
-                "regress-%Y%m%d-%H%M%S") + f"-{args.suite}")
+            run_dir = _out_dir(args, "regress")
             print(f"regress: suite {args.suite} into {run_dir}", file=sys.stderr, flush=True)
             rc = sweep(sweep_argv(sweep_args, run_dir, _kernel_options(args)))
             if rc != 0:
@@ -157,6 +156,12 @@ def run(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     return _report_verdicts(args, verdicts, warnings, ("baseline", "now"))
+
+
+def _out_dir(args: argparse.Namespace, kind: str, suffix: str = "") -> str:
+    """``--out``, or ``runs/KIND-<date>-SUITE<suffix>`` in the checkout."""
+    when = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return args.out or os.path.join(REPO, "runs", f"{kind}-{when}-{args.suite}{suffix}")
 
 
 def _kernel_options(args: argparse.Namespace) -> list[str]:
@@ -182,8 +187,7 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     pct = args.inject_slowdown
     try:
         sweep_args = suite_args(args.suite)
-        out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("inject-%Y%m%d-%H%M%S")
-                                       + f"-{args.suite}-{pct:g}pct")
+        out = _out_dir(args, "inject", f"-{pct:g}pct")
         cal = injection.calibrated(
             args.suite, sweep_args, injection.kernel_identity(args.kernel, args.uml_kernel),
             lambda run_dir, *extra: sweep(sweep_argv(sweep_args, run_dir, _kernel_options(args), *extra)),
@@ -256,8 +260,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     try:
         sweep_args = suite_args(args.suite)
         reps = args.repetitions or suite_spec(args.suite).repetitions
-        out = args.out or os.path.join(REPO, "runs", datetime.datetime.now().strftime("ab-%Y%m%d-%H%M%S")
-                                       + f"-{args.suite}")
+        out = _out_dir(args, "ab")
         dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out, sweep,
                               say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True),
                               rounds=args.rounds or min(reps, 4))
