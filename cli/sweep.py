@@ -42,7 +42,6 @@ from experiments.engine.plan import (
 )
 from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
-from testbed import rundir
 from testbed.errors import Parser, run_main
 from testbed.options import csv
 from testbed.record import Bound
@@ -204,19 +203,21 @@ def measure(spec, out_dir: str, allow_failures: bool = False) -> int:
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
-    for line in unusable_profiles(spec, by_point(rundir.load_existing(out_dir))).values():
+    groups = by_point(load_existing(out_dir))
+    for line in unusable_profiles(spec, groups).values():
         print(line, file=sys.stderr)
-    print(precision_line(spec, out_dir, counts["over_budget"]), file=sys.stderr)
-    missing = missing_line(spec, out_dir)
+    print(precision_line(spec, out_dir, counts["over_budget"], groups), file=sys.stderr)
+    missing = missing_line(spec, out_dir, groups)
     if missing:
         print(missing, file=sys.stderr)
         return 0 if allow_failures else runner.INCOMPLETE
     return 0
 
 
-def missing_line(spec, out_dir: str) -> str | None:
-    """One line on the points the run could not measure, and why; None when it measured them all."""
-    groups = by_point(load_existing(out_dir))
+def missing_line(spec, out_dir: str, groups: dict | None = None) -> str | None:
+    """One line on the points the run could not measure, and why; None when it measured them all
+    (``groups``: the run's records by point, when they have been read already)."""
+    groups = by_point(load_existing(out_dir)) if groups is None else groups
     missing = unmeasured(spec, groups)
     if not missing:
         return None
@@ -226,9 +227,10 @@ def missing_line(spec, out_dir: str) -> str | None:
             f"(the same command with --out {shlex.quote(out_dir)} tries them again; --allow-failures exits 0)")
 
 
-def precision_line(spec, out_dir: str, over_budget: bool) -> str:
-    """How many points are as precise as asked, and why the others are not."""
-    p = precision_of(spec, by_point(load_existing(out_dir)))
+def precision_line(spec, out_dir: str, over_budget: bool, groups: dict | None = None) -> str:
+    """How many points are as precise as asked, and why the others are not (``groups``: the run's
+    records by point, when they have been read already)."""
+    p = precision_of(spec, by_point(load_existing(out_dir)) if groups is None else groups)
     line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
             f"{spec.cpu_precision_pct:g} % (CPU per GB)")
     why = []
@@ -247,13 +249,9 @@ def precision_line(spec, out_dir: str, over_budget: bool) -> str:
     return line
 
 
-def report(out_dir: str, spec) -> None:
-    """The report on the host, and after it, as the last line, the points a partial run is missing."""
+def report(out_dir: str) -> None:
     if os.path.exists(os.path.join(out_dir, "results.jsonl")):
         report_main(["report", out_dir])
-    missing = missing_line(spec, out_dir)
-    if missing:
-        print(missing, file=sys.stderr)
 
 
 def sweep(args, argv: list[str], spec, out_dir: str) -> int:
@@ -262,8 +260,8 @@ def sweep(args, argv: list[str], spec, out_dir: str) -> int:
 
     return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
                       measure=lambda: measure(spec, out_dir, args.allow_failures),
-                      report=lambda: report(out_dir, spec),
-                      on_interrupt=lambda why: note_interrupted(out_dir, why))
+                      report=lambda: report(out_dir), on_interrupt=lambda why: note_interrupted(out_dir, why),
+                      missing=lambda: missing_line(spec, out_dir))
 
 
 def main(argv=None) -> int:

@@ -255,13 +255,17 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scal
     missing = {name: n for name, n in missing.items() if n}
     rundir.finish_run(out_dir, points_missing=missing, attempts_failed=failed)
     if missing:
-        print(missing_line(missing, failed), file=sys.stderr)
+        print(missing_line(out_dir), file=sys.stderr)
         return 0 if allow_failures else runner.INCOMPLETE
     return 0
 
 
-def missing_line(missing: dict[str, int], failed: int) -> str:
-    """One line on the points of each part a run could not measure."""
+def missing_line(out_dir: str) -> str | None:
+    """One line on the points of each part the last run could not measure (None: it measured them all)."""
+    last = (rundir.load_meta(out_dir).get("runs") or [{}])[-1]
+    missing, failed = last.get("points_missing"), last.get("attempts_failed", 0)
+    if not missing:
+        return None
     return (f"INCOMPLETE: {sum(missing.values())} points could not be measured "
             f"({', '.join(f'{n} of {name}' for name, n in missing.items())}; {failed} attempts failed, their "
             "errors are in each part's results.jsonl); the same command measures them again "
@@ -356,9 +360,6 @@ def report(repro: Reproduction, out_dir: str) -> None:
     path = write_report(out_dir, data=data)
     print_summary(out_dir, data)
     print(f"report: {path}", file=sys.stderr)
-    runs = rundir.load_meta(out_dir).get("runs") or [{}]
-    if runs[-1].get("points_missing"):  # the last line, after the report, as the sweep's
-        print(missing_line(runs[-1]["points_missing"], runs[-1].get("attempts_failed", 0)), file=sys.stderr)
 
 
 def main(repro: Reproduction, argv: Sequence[str]) -> int:
@@ -379,6 +380,7 @@ def main(repro: Reproduction, argv: Sequence[str]) -> int:
         return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,
                           measure=lambda: measure_parts(repro, parts, out_dir, args.scale, args.allow_failures),
                           report=lambda: report(repro, out_dir),
-                          on_interrupt=lambda why: note_interrupted(out_dir, parts, why))
+                          on_interrupt=lambda why: note_interrupted(out_dir, parts, why),
+                          missing=lambda: missing_line(out_dir))
 
     return run_main(repro.prog, work, args.debug)

@@ -147,14 +147,17 @@ def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Need
 
 
 def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, needs: Needs,
-        measure: Callable[[], int], report: Callable[[], None], on_interrupt: Callable[[str], None]) -> int:
+        measure: Callable[[], int], report: Callable[[], None], on_interrupt: Callable[[str], None],
+        missing: Callable[[], str | None] = lambda: None) -> int:
     """Measure (here or in a guest) with ``measure()``, then ``report()`` on the host; see the module docstring.
 
     ``command`` names the job as the front door does (``("sweep",)``, ``("reproduce", "003")``);
     ``args`` carries the kernel options (``add_kernel_options``) and ``no_report``; ``argv``
     is what the job was given, passed on to the guest with ``--out`` and ``--no-report``.
     ``needs`` is what the work needs of a kernel.  ``on_interrupt(signal_name)`` marks the run
-    directory when a signal ends the run.
+    directory when a signal ends the run.  ``missing()`` says, from the run directory, what a run
+    that ended could not measure (``measure()`` says it too): after a report it is said again, as the
+    last line.
     """
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
@@ -183,4 +186,7 @@ def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, 
             return 128 + signum
     if rc in (0, INCOMPLETE) and not args.no_report:
         report()  # a partial run's report too: it says which points are missing
+        line = missing()
+        if line:
+            print(line, file=sys.stderr)
     return rc
