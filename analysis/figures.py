@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from analysis.format import Panel, bound_text, fmt_num, group_panels, panel_titles, profile_label, scenario_key
 from analysis.run import RunData
 from analysis.stats import PLAIN_PROFILE, Aggregate, Ratio
-from testbed.record import Bound
+from testbed.record import FIELD, Bound
 
 EMULATION_LIMITED_LABEL = "CPU-bound (emulator limit)"
 
@@ -220,7 +220,7 @@ def fig_throughput(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None =
                            "± %{customdata[1]} (95 % CI, n=%{customdata[0]})<br>"
                            "min %{customdata[2]}, max %{customdata[3]}<br>bound: %{customdata[4]}"
                            "<extra></extra>"),
-            meta={"kind": "goodput", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+            meta={"kind": "goodput", "profile": profile, "rate_mbit": panel.point.rate_mbit},
         ), **_cell(panels, i))
         theo = [a for a in series if a.theoretical_goodput_mbps is not None]
         if theo:
@@ -232,7 +232,7 @@ def fig_throughput(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None =
                 mode="lines", name=theo_label, legendgroup=str(profile), showlegend=False,
                 line=dict(color=color, width=1.5, dash="dash"), opacity=0.85,
                 hovertemplate=f"{html.escape(theo_label)}<br>size %{{x}} B<br>%{{y:.3g}} Mbit/s<extra></extra>",
-                meta={"kind": "theoretical", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+                meta={"kind": "theoretical", "profile": profile, "rate_mbit": panel.point.rate_mbit},
             ), **_cell(panels, i))
     if any_theoretical:
         _theoretical_legend(fig)
@@ -273,7 +273,7 @@ def fig_normalized(ratios: Sequence[Ratio], colors: Mapping[Any, str] | None = N
             hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>IPsec/plain %{{y:.3f}} "
                            "± %{customdata[0]}<br>%{customdata[1]} / %{customdata[2]} Mbit/s<br>"
                            "bound: %{customdata[3]} / %{customdata[4]}<extra></extra>"),
-            meta={"kind": "ratio", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+            meta={"kind": "ratio", "profile": profile, "rate_mbit": panel.point.rate_mbit},
         ), **_cell(panels, i))
     fig.add_hline(y=1.0, line=dict(color="#777", width=1.5, dash="dot"), row="all", col="all")
     fig.update_yaxes(range=[0, max(1.1, top) * 1.05], rangemode="normal")
@@ -301,12 +301,12 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None = None) 
         fig.add_trace(_measured_trace(
             series, [a.cpu_s_per_gb for a in series], profile, label, color, [a.bound for a in series], legend,
             customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
-                         (fmt_num(a.cpu["cpu_busy_pct"].mean) + " %" if "cpu_busy_pct" in a.cpu else "–")
+                         (fmt_num(a.cpu[FIELD.cpu_busy_pct].mean) + " %" if FIELD.cpu_busy_pct in a.cpu else "–")
                          + (" (saturated: this cost follows the goodput)" if a.cpu_saturated else "")]
                         for a in series],
             hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} s/GB ± %{{customdata[1]}}"
                            " (n=%{customdata[0]})<br>CPU busy %{customdata[2]}<extra></extra>"),
-            meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.get("rate_mbit")},
+            meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.rate_mbit},
         ), **_cell(panels, i))
     _bound_legends(fig, seen)
     return fig
@@ -339,9 +339,9 @@ def _measured_trace(series: Sequence[Any], summaries: Sequence[Any], profile: An
 def _by_profile(items: Sequence[Any]) -> list[tuple[Any, list[Any]]]:
     groups: dict[Any, list[Any]] = {}
     for it in items:
-        groups.setdefault(it.point.get("profile"), []).append(it)
+        groups.setdefault(it.point.profile, []).append(it)
     ordered = sorted(groups.items(), key=lambda kv: (kv[0] != PLAIN_PROFILE, str(kv[0])))
-    return [(p, sorted(s, key=lambda it: it.point.get("size_bytes") or 0)) for p, s in ordered]
+    return [(p, sorted(s, key=lambda it: it.point.size_bytes or 0)) for p, s in ordered]
 
 
 def fig_compare(runs: Sequence[RunData], colors: Mapping[Any, str] | None = None) -> go.Figure:
@@ -380,7 +380,7 @@ def fig_compare(runs: Sequence[RunData], colors: Mapping[Any, str] | None = None
                     hovertemplate=(f"{html.escape(name)}<br>size %{{x}} B<br>IPsec/plain %{{y:.3f}}<br>"
                                    "bound: %{customdata[0]}<extra></extra>"),
                     meta={"kind": "compare", "run": run.label, "profile": profile,
-                          "rate_mbit": panel.point.get("rate_mbit")},
+                          "rate_mbit": panel.point.rate_mbit},
                 ), **_cell(panels, i))
                 shown.add(name)
     fig.add_hline(y=1.0, line=dict(color="#777", width=1.5, dash="dot"), row="all", col="all")

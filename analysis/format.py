@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from analysis.stats import (
@@ -20,7 +20,7 @@ from analysis.stats import (
     RatioEstimate,
     Summary,
 )
-from testbed.record import CAUTION_ORDER, Bound, bound_label
+from testbed.record import CAUTION_ORDER, FIELD, Bound, Group, bound_label
 
 
 def profile_label(profile: Any) -> str:
@@ -33,24 +33,24 @@ def rate_label(rate_mbit: float | None) -> str:
 
 
 def describe(key: str, value: Any) -> str:
-    if key == "rate_mbit":
+    if key == FIELD.rate_mbit:
         return rate_label(value)
-    if key == "mode" and value in NO_MODE:
+    if key == FIELD.mode and value in NO_MODE:
         return "no IPsec mode"
     if value is None:
         return f"{key} n/a"
-    if key == "ip_version":
+    if key == FIELD.ip_version:
         return f"IPv{value}"
-    if key == "transport":
+    if key == FIELD.transport:
         return str(value).upper()
-    if key == "mode":
+    if key == FIELD.mode:
         return f"{value} mode"
-    if key == "clients":
+    if key == FIELD.clients:
         return f"{value} client{'s' if value != 1 else ''}"
-    if key == "size_mode":
+    if key == FIELD.size_mode:
         return {"mss": "sized by MSS", "write": "sized by write", "datagram": "sized by datagram"}.get(
             value, f"size mode {value}")
-    if key == "topology":
+    if key == FIELD.topology:
         return str(value)
     return f"{key} {value}"
 
@@ -76,11 +76,12 @@ def fmt_mean_ci(mean: float | None, ci: float | None, sig: int = 3) -> tuple[str
     return f"{mean:.{d}f}", ("–" if ci is None else f"{ci:.{d}f}")
 
 
-NOT_SCENARIO = ("profile", "size_bytes")
+NOT_SCENARIO = (FIELD.profile, FIELD.size_bytes)
 
 
-def panel_key(point: Mapping[str, Any]) -> tuple:
-    return tuple((k, v) for k, v in point.items() if k not in NOT_SCENARIO)
+def panel_key(point: Group) -> tuple:
+    """The scenario and rate a point is drawn in: its fields but the profile and size, as (name, value)."""
+    return tuple((k, v) for k, v in point.to_json().items() if k not in NOT_SCENARIO)
 
 
 @dataclasses.dataclass
@@ -89,12 +90,12 @@ class Panel:
     items: list = dataclasses.field(default_factory=list)
 
     @property
-    def point(self) -> dict[str, Any]:
-        return dict(self.key)
+    def point(self) -> Group:
+        return Group(**dict(self.key))
 
     @property
     def size_mode(self) -> Any:
-        return self.point.get("size_mode")
+        return self.point.size_mode
 
 
 def group_panels(items: Sequence[Any]) -> list[Panel]:
@@ -103,15 +104,15 @@ def group_panels(items: Sequence[Any]) -> list[Panel]:
     panels: dict[tuple, Panel] = {}
     modeless_plain = []
     for it in items:
-        if it.point.get("profile") == PLAIN_PROFILE and it.point.get("mode") in NO_MODE:
+        if it.point.profile == PLAIN_PROFILE and it.point.mode in NO_MODE:
             modeless_plain.append(it)
             continue
         key = panel_key(it.point)
         panels.setdefault(key, Panel(key)).items.append(it)
     for it in modeless_plain:
         own = panel_key(it.point)
-        rest = tuple((k, v) for k, v in own if k != "mode")
-        targets = [p for k, p in panels.items() if tuple((a, b) for a, b in k if a != "mode") == rest]
+        rest = tuple((k, v) for k, v in own if k != FIELD.mode)
+        targets = [p for k, p in panels.items() if tuple((a, b) for a, b in k if a != FIELD.mode) == rest]
         if not targets:
             targets = [panels.setdefault(own, Panel(own))]
         for p in targets:
@@ -120,30 +121,29 @@ def group_panels(items: Sequence[Any]) -> list[Panel]:
     return ordered
 
 
-def panel_sort(point: Mapping[str, Any]) -> tuple:
+def panel_sort(point: Group) -> tuple:
     # the rate apart: a plain point has no arm where its IPsec arms have one, so the tuples differ in length
-    scenario = tuple((v is None, str(v)) for k, v in point.items() if k != "rate_mbit")
-    rate = point.get("rate_mbit")
-    return scenario, (rate is None, rate or 0)
+    scenario = tuple((v is None, str(v)) for k, v in point.to_json().items() if k != FIELD.rate_mbit)
+    return scenario, (point.rate_mbit is None, point.rate_mbit or 0)
 
 
 def panel_titles(panels: Sequence[Panel]) -> list[str]:
     keys = [k for k, _ in panels[0].key] if panels else []
-    varying = [k for k in keys if k != "rate_mbit" and len({str(p.point.get(k)) for p in panels}) > 1
-               and k != "size_mode"]
+    varying = [k for k in keys if k not in (FIELD.rate_mbit, FIELD.size_mode)
+               and len({str(getattr(p.point, k)) for p in panels}) > 1]
     titles = []
     for p in panels:
-        parts = [describe(k, p.point.get(k)) for k in varying]
-        parts.append(describe("rate_mbit", p.point.get("rate_mbit")))
+        parts = [describe(k, getattr(p.point, k)) for k in varying]
+        parts.append(describe(FIELD.rate_mbit, p.point.rate_mbit))
         titles.append(" · ".join(parts))
     return titles
 
 
-def scenario_summary(points: Sequence[Mapping[str, Any]]) -> str:
+def scenario_summary(points: Sequence[Group]) -> str:
     """What all points share besides the topology, e.g. "TCP · IPv4 · tunnel mode · 1 client"."""
     parts = []
-    for k in ("transport", "ip_version", "mode", "clients"):
-        values = {p.get(k) for p in points if not (k == "mode" and p.get("profile") == PLAIN_PROFILE)}
+    for k in (FIELD.transport, FIELD.ip_version, FIELD.mode, FIELD.clients):
+        values = {getattr(p, k) for p in points if not (k == FIELD.mode and p.profile == PLAIN_PROFILE)}
         if len(values) == 1:
             (v,) = values
             if v is not None:
@@ -152,14 +152,13 @@ def scenario_summary(points: Sequence[Mapping[str, Any]]) -> str:
 
 
 def scenario_key(panel: Panel) -> tuple:
-    return tuple((k, v) for k, v in panel.key if k != "rate_mbit")
+    return tuple((k, v) for k, v in panel.key if k != FIELD.rate_mbit)
 
 
 def row_order(a: Aggregate) -> tuple:
     # mode after size: a plain baseline recorded without a mode stays next to the IPsec rows of every mode
-    scenario = {k: v for k, v in panel_key(a.point) if k != "mode"}
-    return (panel_sort(scenario), a.size_bytes or 0, a.profile != PLAIN_PROFILE,
-            str(a.point.get("mode") or ""), str(a.profile))
+    return (panel_sort(a.point.replace(mode=None, profile=None, size_bytes=None)), a.size_bytes or 0,
+            a.profile != PLAIN_PROFILE, str(a.point.mode or ""), str(a.profile))
 
 
 def table_rows(aggs: Sequence[Aggregate]) -> list[Aggregate]:
@@ -172,14 +171,15 @@ def ratio_index(ratios: Sequence[Ratio]) -> dict[int, Ratio]:
 
 
 def scenario_of(a: Aggregate, varying: Sequence[str]) -> str:
-    return " · ".join(describe(k, a.point.get(k)) for k in varying)
+    return " · ".join(describe(k, getattr(a.point, k)) for k in varying)
 
 
 def varying_scenario_keys(aggs: Sequence[Aggregate]) -> list[str]:
-    keys = [k for k in (aggs[0].point if aggs else {}) if k not in ("profile", "size_bytes", "rate_mbit")]
+    keys = [k for k in (aggs[0].point.to_json() if aggs else {}) if k not in (*NOT_SCENARIO, FIELD.rate_mbit)]
     out = []
     for k in keys:
-        values = {str(a.point.get(k)) for a in aggs if not (k == "mode" and a.is_plain and a.point.get(k) in NO_MODE)}
+        values = {str(getattr(a.point, k)) for a in aggs
+                  if not (k == FIELD.mode and a.is_plain and a.point.mode in NO_MODE)}
         if len(values) > 1:
             out.append(k)
     return out
@@ -262,4 +262,4 @@ def group_of(a: Aggregate, varying: Sequence[str]) -> tuple:
 
 
 def compare_key(a: Aggregate) -> tuple:
-    return tuple(sorted((k, str(v)) for k, v in a.point.items()))
+    return tuple(sorted((k, str(v)) for k, v in a.point.to_json().items()))

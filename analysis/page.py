@@ -37,7 +37,7 @@ from analysis.penalty import penalty_of
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
-from testbed.record import Bound
+from testbed.record import FIELD, Bound, Record, as_records
 from testbed.rundir import load_meta, load_results
 
 CSS = f"""
@@ -73,13 +73,13 @@ def _esc(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _meta_rows(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
+def _meta_rows(meta: Mapping[str, Any], records: Sequence[Record],
                aggs: Sequence[Aggregate]) -> list[tuple[str, str]]:
     def values(field: str) -> list[str]:
-        return sorted({str(r.get(field)) for r in records if r.get(field) is not None})
+        return sorted({str(getattr(r, field)) for r in records if getattr(r, field) is not None})
 
     rows = []
-    topologies = values("topology")
+    topologies = values(FIELD.topology)
     rows.append(("topology", _esc(", ".join(topologies) or "–")))
     scenario = scenario_summary([a.point for a in aggs])
     if scenario:
@@ -88,9 +88,9 @@ def _meta_rows(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     rows.append(("IPsec profiles", _esc(", ".join(profiles) or "none (plain only)")))
     rates = sorted({a.rate_mbit for a in aggs}, key=lambda r: (r is None, r or 0))
     rows.append(("link rates", _esc(", ".join("unshaped" if r is None else f"{r:g} Mbit/s" for r in rates))))
-    backend = meta.get("backend") or ", ".join(values("backend")) or "–"
+    backend = meta.get("backend") or ", ".join(values(FIELD.backend)) or "–"
     rows.append(("backend", _esc(backend)))
-    rows.append(("kernel", _esc(meta.get("kernel_release") or ", ".join(values("kernel_release")) or "–")))
+    rows.append(("kernel", _esc(meta.get("kernel_release") or ", ".join(values(FIELD.kernel_release)) or "–")))
     cpu = meta.get("cpu_model") or "–"
     if meta.get("cpu_count"):
         cpu = f"{cpu} × {meta['cpu_count']} CPUs"
@@ -116,10 +116,10 @@ def _meta_rows(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]],
     return rows
 
 
-def _warnings(meta: Mapping[str, Any], records: Sequence[Mapping[str, Any]], aggs: Sequence[Aggregate]) -> list[str]:
+def _warnings(meta: Mapping[str, Any], records: Sequence[Record], aggs: Sequence[Aggregate]) -> list[str]:
     out = []
-    for field in ("backend", "kernel_release"):
-        seen = sorted({str(r.get(field)) for r in records if r.get(field) is not None})
+    for field in (FIELD.backend, FIELD.kernel_release):
+        seen = sorted({str(getattr(r, field)) for r in records if getattr(r, field) is not None})
         if len(seen) > 1:
             out.append(f"These results mix several values of {field} ({', '.join(seen)}): "
                        "a resumed run on another kernel? Points of different kernels are averaged together.")
@@ -251,7 +251,7 @@ def figure_div(fig: go.Figure, div_id: str, first: bool) -> str:
                                "toImageButtonOptions": {"format": "svg", "filename": div_id}})
 
 
-def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, Any]],
+def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mapping[str, Any]],
                 meta: Mapping[str, Any] | None = None, *, compare: Sequence[RunData] = ()) -> str:
     """One self-contained HTML page: header, how to read it, figures, table of points.
 
@@ -265,7 +265,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, An
         if meta is None:
             meta = load_meta(run_dir_or_records)
     else:
-        records = [dict(r) for r in run_dir_or_records]
+        records = as_records(run_dir_or_records)
     meta = dict(meta or {})
     aggs = aggregate(records)
     ratios = normalize(aggs)
@@ -281,7 +281,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Mapping[str, An
         figures.append(("compare", "Comparison of runs", fig_compare(compare, colors)))
 
     title = "IPsec Testbed report"
-    topologies = sorted({str(r.get("topology")) for r in records if r.get("topology")})
+    topologies = sorted({r.topology for r in records if r.topology})
     subtitle = f"Goodput vs payload size, plain and with IPsec — {', '.join(topologies) or 'no topology recorded'}"
     parts = [
         "<!DOCTYPE html>",

@@ -19,9 +19,11 @@ within noise.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-from analysis.stats import Ratio
+from analysis.stats import PLAIN_PROFILE, Ratio
 from ipsec.overhead import expected_point_goodput_mbps
+from testbed.record import Group
 
 #: A plain point at or above this share of its expected goodput counts as link-bound.
 LINK_BOUND = 0.90
@@ -31,33 +33,38 @@ LINK_BOUND = 0.90
 class Penalty:
     """One IPsec point's penalty (shares of the plain goodput; 0.1 = 10 %)."""
 
-    point: dict
+    point: Group
     ratio: float
     penalty: float
     wire: float | None
     other: float | None
     plain_link_bound: bool | None
 
+    def to_json(self) -> dict[str, Any]:
+        """The penalty as JSON-able data, its point as the fields it is identified by."""
+        return {**dataclasses.asdict(self), "point": self.point.to_json()}
+
 
 def decompose(measured_ratio: float, expected_ipsec: float | None, expected_plain: float | None,
-              plain_goodput: float | None = None, point: dict | None = None) -> Penalty:
+              plain_goodput: float | None = None, point: Group | None = None) -> Penalty:
     """The :class:`Penalty` of a point from its measured ratio and the two expected goodputs (pure)."""
+    point = Group() if point is None else point
     penalty = 1.0 - measured_ratio
     if not expected_ipsec or not expected_plain:
-        return Penalty(dict(point or {}), measured_ratio, penalty, None, None, None)
+        return Penalty(point, measured_ratio, penalty, None, None, None)
     wire = 1.0 - expected_ipsec / expected_plain
     bound = None if plain_goodput is None else plain_goodput >= LINK_BOUND * expected_plain
-    return Penalty(dict(point or {}), measured_ratio, penalty, wire, penalty - wire, bound)
+    return Penalty(point, measured_ratio, penalty, wire, penalty - wire, bound)
 
 
 def penalty_of(ratio: Ratio, link_mtu: int = 1500, pmtu: str = "discover") -> Penalty | None:
     """:func:`decompose` for an IPsec/plain :class:`~analysis.stats.Ratio` of a sweep; None without a ratio."""
     if ratio.goodput is None:
         return None
-    point = dict(ratio.point)
+    point = ratio.point
     try:
         exp_ipsec = expected_point_goodput_mbps(point, link_mtu, pmtu)
-        exp_plain = expected_point_goodput_mbps({**point, "profile": "none"}, link_mtu, pmtu)
+        exp_plain = expected_point_goodput_mbps(point.replace(profile=PLAIN_PROFILE), link_mtu, pmtu)
     except (KeyError, TypeError, ValueError):
         exp_ipsec = exp_plain = None  # a point the model does not cover
     return decompose(ratio.goodput.value, exp_ipsec, exp_plain, ratio.plain.goodput.mean, point)

@@ -29,17 +29,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.stats import Summary, aggregate
-from testbed.record import POINT_FIELDS, Bound
+from testbed.record import FIELD, POINT_FIELDS, Bound, Group, Record
 from testbed.rundir import atomic_write
 
 BASELINE_FORMAT = "ipsec-testbed-baseline/1"
 #: What the gate can judge, per record field: (name, unit, +1 when higher is better, -1 when lower is).
 METRICS: dict[str, tuple[str, str, int]] = {
-    "goodput_mbps": ("goodput", "Mbit/s", 1),
-    "cpu_s_per_gb": ("CPU per GB", "s/GB", -1),
-    "cpu_us_per_packet": ("CPU per packet", "µs", -1),
+    FIELD.goodput_mbps: ("goodput", "Mbit/s", 1),
+    FIELD.cpu_s_per_gb: ("CPU per GB", "s/GB", -1),
+    FIELD.cpu_us_per_packet: ("CPU per packet", "µs", -1),
 }
-DEFAULT_METRICS = ("goodput_mbps",)
+DEFAULT_METRICS = (FIELD.goodput_mbps,)
 #: What a baseline records of the machine; a difference in any makes the comparison suspect.
 MACHINE_FIELDS = ("backend", "kernel_release", "cpu_model", "cpu_count")
 
@@ -119,25 +119,36 @@ def t_quantile(p: float, df: float) -> float:
 
 # -- baselines -----------------------------------------------------------------------------
 
-def _point_id(point: Mapping[str, Any]) -> tuple:
-    return tuple(point.get(k) for k in POINT_FIELDS)
+def _baseline_point(entry: Mapping[str, Any]) -> Group:
+    """The point of one of a baseline file's points (its fields there; an empty one is none, as in
+    :meth:`~testbed.record.Group.of`)."""
+    return Group(**{f: None if entry.get(f) == "" else entry.get(f) for f in POINT_FIELDS})
 
 
-def _samples(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> list[float]:
+def point_fields(point: Group) -> dict:
+    """A point as messages and ``--json`` show it: every field of :data:`~testbed.record.POINT_FIELDS`."""
+    return dict(zip(POINT_FIELDS, point.key(), strict=True))
+
+
+def _measured(records: Sequence[Record], point: Group, metric: str) -> list[Record]:
+    """The repetitions of ``point`` that measured ``metric`` (failed ones and anomalies did not)."""
+    return [r for r in records
+            if Group.of(r) == point and getattr(r, metric) is not None and Bound.of(r) is not Bound.ANOMALY]
+
+
+def _samples(records: Sequence[Record], point: Group, metric: str) -> list[float]:
     """``metric`` of every repetition of ``point`` that measured it (failed ones and anomalies do not)."""
-    key = _point_id(point)
-    return [float(r[metric]) for r in records
-            if _point_id(r) == key and r.get(metric) is not None and Bound.of(r) is not Bound.ANOMALY]
+    return [float(getattr(r, metric)) for r in _measured(records, point, metric)]
 
 
-def make_baseline(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], source: str = "") -> dict:
+def make_baseline(records: Sequence[Record], meta: Mapping[str, Any], source: str = "") -> dict:
     """A baseline from a run's records and metadata: every point's repetitions, and the machine."""
     points = []
     for agg in aggregate(records):
-        entry = dict(agg.point)
+        entry = agg.point.to_json()
         for metric in METRICS:
             samples = _samples(records, agg.point, metric)
-            if samples or metric == "goodput_mbps":  # goodput always: load_baseline needs its list
+            if samples or metric == FIELD.goodput_mbps:  # goodput always: load_baseline needs its list
                 entry[metric] = samples
         points.append(entry)
     if not points:
@@ -159,7 +170,7 @@ def load_baseline(path: str) -> dict:
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
         raise RegressError(f"{path}: not an ipsec-testbed baseline (format {BASELINE_FORMAT!r} expected)")
     for i, p in enumerate(data.get("points") or []):
-        if not isinstance(p, dict) or not isinstance(p.get("goodput_mbps"), list):
+        if not isinstance(p, dict) or not isinstance(p.get(FIELD.goodput_mbps), list):
             raise RegressError(f"{path}: point {i} has no list of goodput samples")
     if not data.get("points"):
         raise RegressError(f"{path}: the baseline has no points")
@@ -181,10 +192,11 @@ def machine_differences(baseline: Mapping[str, Any], meta: Mapping[str, Any]) ->
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """One point and metric: baseline and current values, their ratio and its one-sided bound
-    on the side that would be worse (upper for goodput, lower for a CPU cost)."""
+    """One point (the baseline's, without its repetitions) and metric: baseline and current values,
+    their ratio and its one-sided bound on the side that would be worse (upper for goodput, lower
+    for a CPU cost)."""
 
-    point: dict
+    point: Group
     baseline: Summary
     current: Summary
     ratio: float
@@ -193,13 +205,13 @@ class Verdict:
     regressed: bool
     low2: float = math.nan   # two-sided interval of the ratio at the same confidence
     high2: float = math.nan
-    metric: str = "goodput_mbps"
+    metric: str = FIELD.goodput_mbps
 
     @property
     def name(self) -> str:
         p = self.point
-        return (f"{p.get('topology')} {p.get('profile')} {p.get('mode')} IPv{p.get('ip_version')} "
-                f"{p.get('transport')} {p.get('rate_mbit'):g} Mbit/s {p.get('size_mode')} {p.get('size_bytes')} B")
+        return (f"{p.topology} {p.profile} {p.mode} IPv{p.ip_version} "
+                f"{p.transport} {p.rate_mbit:g} Mbit/s {p.size_mode} {p.size_bytes} B")
 
     @property
     def label(self) -> str:
@@ -269,25 +281,25 @@ def _ratio_spread(baseline: Sequence[float], current: Sequence[float], level: fl
     return ratio, t_quantile(level, df) * ratio * math.sqrt(var), df
 
 
-def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], max_drop: float = 0.05,
+def compare(baseline: Mapping[str, Any], records: Sequence[Record], max_drop: float = 0.05,
             confidence: float = 0.95, metrics: Sequence[str] = DEFAULT_METRICS) -> list[Verdict]:
     """One verdict per baseline point and metric; :class:`RegressError` when a point is missing
     from the run, or a metric from the baseline or the run."""
     _check_metrics(metrics)
-    present = {_point_id(agg.point) for agg in aggregate(records)}
+    present = {agg.point for agg in aggregate(records)}
     verdicts, missing = [], []
     for p in baseline["points"]:
-        point = {k: p.get(k) for k in POINT_FIELDS}
-        if _point_id(point) not in present:
+        point = _baseline_point(p)
+        if point not in present:
             missing.append(point)
             continue
         for metric in metrics:
             then, now = p.get(metric), _samples(records, point, metric)
             if not then:
-                raise RegressError(f"the baseline has no {METRICS[metric][0]} for {point} (a baseline made by an "
-                                   "older version keeps goodput only: make it again)")
+                raise RegressError(f"the baseline has no {METRICS[metric][0]} for {point_fields(point)} (a baseline "
+                                   "made by an older version keeps goodput only: make it again)")
             if not now:
-                raise RegressError(f"the run has no {METRICS[metric][0]} for {point}")
+                raise RegressError(f"the run has no {METRICS[metric][0]} for {point_fields(point)}")
             better = METRICS[metric][2]
             ratio, bound, df, regressed = judge(then, now, max_drop, confidence, better)
             low2, high2 = interval(then, now, confidence)
@@ -295,18 +307,18 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Mapping[str, Any]], m
                                     low2, high2, metric))
     if missing:
         raise RegressError(f"{len(missing)} of the baseline's {len(baseline['points'])} points are not in the "
-                           f"run (first: {missing[0]}): the run must measure what the baseline did")
+                           f"run (first: {point_fields(missing[0])}): the run must measure what the baseline did")
     return verdicts
 
 
-def arms(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def arms(records: Sequence[Record]) -> list[str]:
     """The arms of an A/B within one sweep (``"a"``, ``"b"``, ...) its records hold, in order."""
-    return sorted({r["arm"] for r in records if r.get("arm")})
+    return sorted({r.arm for r in records if r.arm})
 
 
-def arm_records(records: Sequence[Mapping[str, Any]], arm: str) -> list[dict]:
+def arm_records(records: Sequence[Record], arm: str) -> list[Record]:
     """The records of ``arm``, with the arm taken off, so the arms' points line up."""
-    return [{k: v for k, v in r.items() if k != "arm"} for r in records if r.get("arm") == arm]
+    return [dataclasses.replace(r, arm="") for r in records if r.arm == arm]
 
 
 def judge_paired(pairs: Sequence[tuple[float, float]], max_drop: float, confidence: float,
@@ -338,7 +350,7 @@ def judge_paired(pairs: Sequence[tuple[float, float]], max_drop: float, confiden
     return ratio, bound, float(n - 1), regressed, math.exp(mean - two), math.exp(mean + two)
 
 
-def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], base: str = "a",
+def compare_arms(records: Sequence[Record], meta: Mapping[str, Any], base: str = "a",
                  current: str = "b", max_drop: float = 0.05, confidence: float = 0.95,
                  metrics: Sequence[str] = DEFAULT_METRICS, paired: bool = True) -> list[Verdict]:
     """Arm ``current`` of an A/B within one sweep judged against arm ``base``, point by point.
@@ -358,11 +370,11 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     _check_metrics(metrics)
     verdicts = []
     for agg in aggregate(then):
-        point = {k: agg.point.get(k) for k in POINT_FIELDS}
+        point = agg.point
         for metric in metrics:
             pairs = pairs_of(then, now, point, metric)
             if not pairs:
-                raise RegressError(f"arm {current} has no {METRICS[metric][0]} for {point}")
+                raise RegressError(f"arm {current} has no {METRICS[metric][0]} for {point_fields(point)}")
             ratio, bound, df, regressed, low2, high2 = judge_paired(pairs, max_drop, confidence,
                                                                     METRICS[metric][2])
             verdicts.append(Verdict(point, Summary.of([p[0] for p in pairs]), Summary.of([p[1] for p in pairs]),
@@ -370,15 +382,13 @@ def compare_arms(records: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], 
     return verdicts
 
 
-def by_repetition(records: Sequence[Mapping[str, Any]], point: Mapping[str, Any], metric: str) -> dict:
+def by_repetition(records: Sequence[Record], point: Group, metric: str) -> dict:
     """``metric`` of ``point``'s repetitions by repetition number (failed ones and anomalies left out)."""
-    key = _point_id(point)
-    return {r.get("repetition"): float(r[metric]) for r in records
-            if _point_id(r) == key and r.get(metric) is not None and Bound.of(r) is not Bound.ANOMALY}
+    return {r.repetition: float(getattr(r, metric)) for r in _measured(records, point, metric)}
 
 
-def pairs_of(then: Sequence[Mapping[str, Any]], now: Sequence[Mapping[str, Any]], point: Mapping[str, Any],
-           metric: str) -> list[tuple[float, float]]:
+def pairs_of(then: Sequence[Record], now: Sequence[Record], point: Group,
+             metric: str) -> list[tuple[float, float]]:
     """(then, now) values of ``metric`` at ``point``, repetition by repetition, where both have one."""
     a, b = by_repetition(then, point, metric), by_repetition(now, point, metric)
     return [(a[k], b[k]) for k in sorted(a) if k in b]

@@ -40,26 +40,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from analysis.penalty import penalty_of
-from analysis.stats import RatioEstimate, Summary, aggregate, normalize, ratio_of_means
-from testbed.record import POINT_FIELDS, Bound
-from testbed.rundir import load_meta, load_results
+from analysis.penalty import Penalty, penalty_of
+from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
+from testbed.record import FIELD, Bound, Group, Record, TransactionRecord
+from testbed.rundir import load_existing, load_meta
+
+log = logging.getLogger(__name__)
 
 REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
-METRICS = ("goodput_mbps", "normalized_goodput", "loss_pct", "cpu_system_pct", "cpu_busy_pct", "cpu_s_per_gb",
-           "transaction_ms")
-COMPARED_METRICS = ("goodput_mbps", "loss_pct", "cpu_system_pct")
+#: A claim's metrics: record fields, and the IPsec/plain goodput ratio and time per transaction.
+NORMALIZED = "normalized_goodput"
+TRANSACTION_MS = "transaction_ms"
+METRICS = (FIELD.goodput_mbps, NORMALIZED, FIELD.loss_pct, FIELD.cpu_system_pct, FIELD.cpu_busy_pct,
+           FIELD.cpu_s_per_gb, TRANSACTION_MS)
+COMPARED_METRICS = (FIELD.goodput_mbps, FIELD.loss_pct, FIELD.cpu_system_pct)
+#: The ``size_mode`` of a transactions part's records (what makes their keys unique).
+TRANSACTION_MODE = "transaction"
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
 #: A claim whose points here were mostly bounded by something else than the seed's were.
 NOT_TESTABLE = "not testable here"
 VERDICTS = (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)
 #: Metrics that are shares of the CPU at the link's rate: not the seed's at scaled rates.
-CPU_SHARE_METRICS = ("cpu_busy_pct", "cpu_system_pct")
+CPU_SHARE_METRICS = (FIELD.cpu_busy_pct, FIELD.cpu_system_pct)
 
 
 class ReproductionError(ValueError):
@@ -76,21 +84,27 @@ def load_reference(seed: str) -> dict:
         raise ReproductionError(f"no reference data for seed {seed!r} ({path})") from None
 
 
+# -- records: a transactions part's -----------------------------------------------------------
+
 # -- rows: one per measured point of the run, every metric beside it ----------------------
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Row:
     """One point of a reproduction run (repetitions aggregated)."""
 
-    point: Mapping[str, Any]  # POINT_FIELDS + part, reference, mtu (rate_mbit: the seed's, when scaled)
+    point: Group  # rate_mbit: the seed's, when the run's rates were scaled
     metrics: Mapping[str, Any]  # name -> Summary or RatioEstimate
+    part: str = ""  # the part that measured it
+    reference: str = ""  # ... and the part of the reference file it answers
+    mtu: int = 1500
+    emulated_rate_mbit: float | None = None  # the rate measured here, when the run's rates were scaled
     limited: bool = False
-    penalty: Any = None  # analysis.penalty.Penalty for IPsec sweep points
+    penalty: Penalty | None = None  # for IPsec sweep points
     bound: str | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
     ratio_bound: str | None = None  # ... and its IPsec/plain ratio (the more cautious side)
 
     def bound_for(self, metric: str) -> str | None:
-        return self.ratio_bound if metric == "normalized_goodput" else self.bound
+        return self.ratio_bound if metric == NORMALIZED else self.bound
 
     def value(self, metric: str) -> tuple[float, float | None] | None:
         """(mean, 95 % CI half-width) of ``metric``, or None."""
@@ -101,70 +115,82 @@ class Row:
             return m.value, m.ci95
         return m.mean, m.ci95
 
+    def where_values(self) -> dict[str, Any]:
+        """What a reference file's WHERE can name, by name: the fields the point is identified by,
+        ``part``, ``reference`` and ``mtu`` (and ``emulated_rate_mbit`` in a scaled run)."""
+        out = {**self.point.to_json(), "part": self.part, "reference": self.reference, "mtu": self.mtu}
+        if self.emulated_rate_mbit is not None:
+            out["emulated_rate_mbit"] = self.emulated_rate_mbit
+        return out
+
 
 def load_run(run_dir: str) -> tuple[dict, list[dict]]:
-    """``meta.json`` of a reproduction run and its parts, each with its records."""
+    """``meta.json`` of a reproduction run and its parts, each with its measured records
+    (:class:`~testbed.record.Record`; a transactions part's, :class:`~testbed.record.TransactionRecord`)."""
     meta = load_meta(run_dir)
     if not meta.get("seed") or not meta.get("parts"):
         raise ReproductionError(f"{run_dir}: not a reproduction run (meta.json names no seed and parts)")
     parts = []
     for part in meta["parts"]:
         part_dir = os.path.join(run_dir, part["name"])
-        records = load_results(part_dir) if os.path.exists(os.path.join(part_dir, "results.jsonl")) else []
-        parts.append({**part, "records": [r for r in records if not r.get("failed")]})
+        records: Sequence[Record]
+        if part.get("transactions"):
+            records = load_existing(part_dir, required=(), kind=TransactionRecord)
+        else:
+            records = load_existing(part_dir)
+        parts.append({**part, "records": [r for r in records if not r.failed]})
     return meta, parts
 
 
 def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
     """Every point of every part, with goodput, loss, CPU, normalized goodput and penalty.
 
-    With ``scale`` (a run whose link rates were the seed's divided by it) a row's ``rate_mbit``
-    is the seed's rate, which the reference file's WHEREs name, and ``emulated_rate_mbit`` the
+    With ``scale`` (a run whose link rates were the seed's divided by it) a row's point has the
+    seed's rate, which the reference file's WHEREs name, and its ``emulated_rate_mbit`` is the
     rate measured here.
     """
     rows = []
     for part in parts:
-        extra = {"part": part["name"], "reference": part.get("reference") or part["name"],
+        place = {"part": part["name"], "reference": part.get("reference") or part["name"],
                  "mtu": part["spec"].get("mtu", 1500)}
         records = part["records"]
         if part.get("transactions"):
-            rows += _transaction_rows(records, extra)
+            rows += _transaction_rows(records, place)
             continue
         aggs = aggregate(records)
         ratios = {id(r.ipsec): r for r in normalize(aggs)}
         for a in aggs:
-            metrics: dict[str, Any] = {"goodput_mbps": a.goodput, "loss_pct": a.loss_pct}
-            metrics.update({f: a.cpu.get(f) for f in ("cpu_system_pct", "cpu_busy_pct", "cpu_s_per_gb")})
+            metrics: dict[str, Any] = {FIELD.goodput_mbps: a.goodput, FIELD.loss_pct: a.loss_pct}
+            metrics.update({f: a.cpu.get(f) for f in (FIELD.cpu_system_pct, FIELD.cpu_busy_pct, FIELD.cpu_s_per_gb)})
             ratio = ratios.get(id(a))
             penalty = None
             if ratio is not None:
-                metrics["normalized_goodput"] = ratio.goodput
-                penalty = penalty_of(ratio, extra["mtu"], part["spec"].get("pmtu", "discover"))
-            point = {**a.point, **extra}
-            if scale != 1.0 and point.get("rate_mbit") is not None:
-                point["emulated_rate_mbit"] = point["rate_mbit"]
-                point["rate_mbit"] = round(point["rate_mbit"] * scale, 6)
-            rows.append(Row(point, metrics, a.bound == Bound.CPU, penalty, a.bound,
-                            ratio.bound if ratio is not None else None))
+                metrics[NORMALIZED] = ratio.goodput
+                penalty = penalty_of(ratio, place["mtu"], part["spec"].get("pmtu", "discover"))
+            point, emulated = a.point, None
+            if scale != 1.0 and point.rate_mbit is not None:
+                point, emulated = point.replace(rate_mbit=round(point.rate_mbit * scale, 6)), point.rate_mbit
+            rows.append(Row(point, metrics, **place, emulated_rate_mbit=emulated, limited=a.bound == Bound.CPU,
+                            penalty=penalty, bound=a.bound, ratio_bound=ratio.bound if ratio is not None else None))
     return rows
 
 
-def _transaction_rows(records: Sequence[Mapping[str, Any]], extra: Mapping[str, Any]) -> list[Row]:
-    groups: dict[tuple, list] = {}
+def _transaction_rows(records: Sequence[TransactionRecord], place: Mapping[str, Any]) -> list[Row]:
+    groups: dict[Group, list[TransactionRecord]] = {}
     for r in records:
-        groups.setdefault(tuple(r.get(k) for k in POINT_FIELDS), []).append(r)
+        groups.setdefault(Group.of(r), []).append(r)
     rows = []
-    for key, group in groups.items():
-        metrics = {"transaction_ms": Summary.of([r["mean_ms"] for r in group]),
-                   "cpu_busy_pct": Summary.of([r["cpu_busy_pct"] for r in group]),
-                   "cpu_system_pct": Summary.of([r["cpu_system_pct"] for r in group])}
-        rows.append(Row({**dict(zip(POINT_FIELDS, key, strict=True)), **extra}, metrics))
-    plain = {tuple(v for k, v in r.point.items() if k != "profile"): r for r in rows if r.point["profile"] == "none"}
+    for point, group in groups.items():
+        metrics = {TRANSACTION_MS: Summary.of([r.mean_ms for r in group]),
+                   FIELD.cpu_busy_pct: Summary.of([r.cpu_busy_pct for r in group]),
+                   FIELD.cpu_system_pct: Summary.of([r.cpu_system_pct for r in group])}
+        rows.append(Row(point, metrics, **place))
+    plain = {r.point.replace(profile=None): r for r in rows if r.point.profile == PLAIN_PROFILE}
     for r in rows:
-        base = plain.get(tuple(v for k, v in r.point.items() if k != "profile"))
+        base = plain.get(r.point.replace(profile=None))
         if base is not None and r is not base:
-            r.metrics["transaction_ms_ratio"] = ratio_of_means(r.metrics["transaction_ms"],
-                                                               base.metrics["transaction_ms"])
+            r.metrics["transaction_ms_ratio"] = ratio_of_means(r.metrics[TRANSACTION_MS],
+                                                               base.metrics[TRANSACTION_MS])
     return rows
 
 
@@ -184,11 +210,12 @@ def _match_one(actual: Any, wanted: Any) -> bool:
 
 def matches(row: Row, where: Mapping[str, Any]) -> bool:
     """Whether ``row`` is a point ``where`` describes; keys a row does not have are ignored."""
+    values = row.where_values()
     for key, wanted in where.items():
         if key == "part":
-            if not (_match_one(row.point["reference"], wanted) or _match_one(row.point["part"], wanted)):
+            if not (_match_one(row.reference, wanted) or _match_one(row.part, wanted)):
                 return False
-        elif key in row.point and not _match_one(row.point[key], wanted):
+        elif key in values and not _match_one(values[key], wanted):
             return False
     return True
 
@@ -209,7 +236,7 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
     for v in reference.get("values", []):
         if v.get("metric") not in COMPARED_METRICS or "compare" in v.get("where", {}):
             continue  # a value that compares two set-ups is a claim's (see "claims")
-        seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == "goodput_mbps" else v["value"]
+        seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == FIELD.goodput_mbps else v["value"]
         found = select(rows, v.get("where", {}), v["metric"])
         entry = {"id": v["id"], "source": v["source"], "quote": v["quote"], "metric": v["metric"],
                  "seed_value": seed_value, "seed_unit": v["unit"], "seed_quoted": v["value"],
@@ -217,12 +244,12 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
                  "note": ""}
         if len(found) == 1:
             mean, ci = found[0].value(v["metric"])
-            comparable = v["metric"] != "loss_pct" and not (scale != 1.0 and v["metric"] in CPU_SHARE_METRICS)
-            factor = scale if v["metric"] == "goodput_mbps" else 1.0
+            comparable = v["metric"] != FIELD.loss_pct and not (scale != 1.0 and v["metric"] in CPU_SHARE_METRICS)
+            factor = scale if v["metric"] == FIELD.goodput_mbps else 1.0
             entry.update(ours=mean, ci95=ci, n=found[0].metrics[v["metric"]].n, limited=found[0].limited,
                          bound=found[0].bound,
                          ours_over_seed=mean * factor / seed_value if seed_value and comparable else None)
-            if scale != 1.0 and v["metric"] == "goodput_mbps":
+            if scale != 1.0 and v["metric"] == FIELD.goodput_mbps:
                 entry["note"] = f"at 1/{scale:g} of the seed's rate: compared as ours × {scale:g}"
             elif not comparable and v["metric"] in CPU_SHARE_METRICS:
                 entry["note"] = "a CPU share at a scaled rate: not compared"
@@ -234,35 +261,36 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
 
 #: Ratios that carry across hardware: (name, key, test on the numerator's and denominator's value).
 TRANSFERS = (
-    ("IPsec/plain", "profile", lambda a, b: b == "none" and a != "none" and not a.endswith("+ipcomp")),
-    ("IPComp/none", "profile", lambda a, b: a == f"{b}+ipcomp"),
-    ("IPv6/IPv4", "ip_version", lambda a, b: a == 6 and b == 4),
+    ("IPsec/plain", FIELD.profile,
+     lambda a, b: b == PLAIN_PROFILE and a != PLAIN_PROFILE and not a.endswith("+ipcomp")),
+    ("IPComp/none", FIELD.profile, lambda a, b: a == f"{b}+ipcomp"),
+    ("IPv6/IPv4", FIELD.ip_version, lambda a, b: a == 6 and b == 4),
     ("tunnel/transport", "part", lambda a, b: "tunnel" in str(a) and str(b) == str(a).replace("tunnel", "transport")),
-    ("N clients/1 client", "clients", lambda a, b: b == 1 and a > 1),
+    ("N clients/1 client", FIELD.clients, lambda a, b: b == 1 and a > 1),
 )
 
 
 def transfer_ratios(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[dict]:
     """The seed's throughput ratios (pairs of its values differing in one key) and ours at the same pair."""
-    values = [v for v in reference.get("values", []) if v.get("metric") == "goodput_mbps"]
+    values = [v for v in reference.get("values", []) if v.get("metric") == FIELD.goodput_mbps]
     out = []
     for a in values:
         for b in values:
             wa, wb = a.get("where", {}), b.get("where", {})
             # the plain baseline has no IPsec mode: compare it with IPsec values of any mode
-            wa = {k: v for k, v in wa.items() if k != "mode" or "mode" in wb}
-            wb = {k: v for k, v in wb.items() if k != "mode" or "mode" in wa}
+            wa = {k: v for k, v in wa.items() if k != FIELD.mode or FIELD.mode in wb}
+            wb = {k: v for k, v in wb.items() if k != FIELD.mode or FIELD.mode in wa}
             if a is b or set(wa) != set(wb):
                 continue
             differ = [k for k in wa if wa[k] != wb[k]]
-            if len(differ) != 1 or (differ == ["part"] and wa.get("profile") == "none"):
+            if len(differ) != 1 or (differ == ["part"] and wa.get(FIELD.profile) == PLAIN_PROFILE):
                 continue  # (without IPsec, "tunnel" and "transport" are the same network)
             for name, key, test in TRANSFERS:
                 if differ[0] != key or not test(wa[key], wb[key]):
                     continue
                 seed_ratio = (a["value"] * a.get("mbps_per_unit", 1)) / (b["value"] * b.get("mbps_per_unit", 1))
-                ra, rb = select(rows, wa, "goodput_mbps"), select(rows, wb, "goodput_mbps")
-                ours = (ratio_of_means(ra[0].metrics["goodput_mbps"], rb[0].metrics["goodput_mbps"])
+                ra, rb = select(rows, wa, FIELD.goodput_mbps), select(rows, wb, FIELD.goodput_mbps)
+                ours = (ratio_of_means(ra[0].metrics[FIELD.goodput_mbps], rb[0].metrics[FIELD.goodput_mbps])
                         if len(ra) == 1 and len(rb) == 1 else None)
                 out.append({"ratio": name, "numerator": a["id"], "denominator": b["id"],
                             "where": {k: v for k, v in wa.items() if k != key}, "seed": seed_ratio,
@@ -284,7 +312,7 @@ def _pairs(rows: Sequence[Row], check: Mapping[str, Any]) -> list[tuple[Row, Row
     pairs = []
     for n in nums:
         same = [d for d in dens if d is not n
-                and all(_match_one(d.point.get(k), v) for k, v in n.point.items() if k not in varied)]
+                and all(_match_one(d.where_values().get(k), v) for k, v in n.where_values().items() if k not in varied)]
         if len(same) == 1:
             pairs.append((n, same[0]))
     return pairs
@@ -371,8 +399,8 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
             "points_cpu_bound": sum(1 for r in distinct if r.limited),
             "points": len(distinct), "bounds": bounds, "seed_bound": wanted,
             "in_range": in_range, "not_testable": why_not, "left_out": left_out if judged else 0, "note": note,
-            "cpu_busy_mean": _mean_of(involved, "cpu_busy_pct"),
-            "cpu_system_mean": _mean_of(involved, "cpu_system_pct")}
+            "cpu_busy_mean": _mean_of(involved, FIELD.cpu_busy_pct),
+            "cpu_system_mean": _mean_of(involved, FIELD.cpu_system_pct)}
 
 
 def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row]) -> list[tuple[str, float, list[Row]]]:
@@ -414,12 +442,12 @@ def _mean_of(rows: Sequence[Row], metric: str) -> float | None:
 
 def _label(row: Row) -> str:
     p = row.point
-    bits = [p["part"], str(p["profile"]), f"IPv{p['ip_version']}", str(p["transport"])]
-    if p.get("size_mode") != "transaction":
-        bits.append(f"{p['size_bytes']} B")
-    bits.append(f"{p['rate_mbit']:g} Mbit/s")
-    if p.get("clients", 1) != 1:
-        bits.append(f"{p['clients']} clients")
+    bits = [row.part, str(p.profile), f"IPv{p.ip_version}", str(p.transport)]
+    if p.size_mode != TRANSACTION_MODE:
+        bits.append(f"{p.size_bytes} B")
+    bits.append(f"{p.rate_mbit:g} Mbit/s")
+    if p.clients not in (None, 1):
+        bits.append(f"{p.clients} clients")
     return " ".join(bits)
 
 
@@ -440,7 +468,7 @@ def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: 
                f" -- {meta.get('backend_note') or 'all hosts on one machine'}")
     if verdict["metric"].startswith("cpu_"):
         out.append("CPU here is the whole machine's share (every emulated host), the seed's one host's")
-    if verdict["metric"] == "cpu_system_pct" and verdict.get("cpu_busy_mean") is not None:
+    if verdict["metric"] == FIELD.cpu_system_pct and verdict.get("cpu_busy_mean") is not None:
         out.append(f"on these points the CPU was {verdict['cpu_busy_mean']:.0f} % busy but only "
                    f"{verdict['cpu_system_mean']:.1f} % system: this kernel's accounting does not put its "
                    "network and crypto work under system time as the seed's did")
@@ -456,7 +484,7 @@ def scale_of(meta: Mapping[str, Any]) -> float:
 def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in rows:
-        if r.point.get("size_mode") != "transaction":
+        if r.point.size_mode != TRANSACTION_MODE:
             counts[r.bound or "unknown"] = counts.get(r.bound or "unknown", 0) + 1
     return counts
 
@@ -472,8 +500,7 @@ def evaluate(run_dir: str) -> dict:
         verdict = evaluate_claim(claim, rows, scale)
         verdict["differs"] = differences(meta, reference, verdict) if verdict["verdict"] == FAILS else ""
         claims.append(verdict)
-    penalties = [dataclasses.asdict(r.penalty) | {"part": r.point["part"], "limited": r.limited}
-                 for r in rows if r.penalty is not None]
+    penalties = [r.penalty.to_json() | {"part": r.part, "limited": r.limited} for r in rows if r.penalty is not None]
     return {"seed": meta["seed"], "title": reference.get("title"), "seed_setup": reference.get("setup"),
             "run": {k: meta.get(k) for k in ("backend", "kernel_release", "cpu_model", "host_cpu_model", "cpu_count",
                                              "started", "finished", "command_line", "versions")},
@@ -483,11 +510,11 @@ def evaluate(run_dir: str) -> dict:
             "bounds": _bound_counts(rows),
             "values": compare_values(reference, rows, scale), "ratios": transfer_ratios(reference, rows),
             "claims": claims, "penalties": penalties,
-            "transactions": [{"point": dict(r.point), "mean_ms": r.value("transaction_ms")[0],
-                              "ci95": r.value("transaction_ms")[1],
+            "transactions": [{"point": r.where_values(), "mean_ms": r.value(TRANSACTION_MS)[0],
+                              "ci95": r.value(TRANSACTION_MS)[1],
                               "ratio": (r.metrics["transaction_ms_ratio"].value
                                         if r.metrics.get("transaction_ms_ratio") else None)}
-                             for r in rows if r.value("transaction_ms") is not None]}
+                             for r in rows if r.value(TRANSACTION_MS) is not None]}
 
 
 # -- output -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from analysis.figures import fig_normalized, fig_throughput, profile_colors
 from analysis.page import CSS, figure_div
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, evaluate, load_run, run_kernel
 from analysis.stats import aggregate, normalize
-from testbed.record import Bound
+from testbed.record import FIELD, Bound, Group
 from testbed.rundir import atomic_write
 
 
@@ -36,7 +36,7 @@ def value_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = ["published value (source)", "seed", "seed (converted)", "this run", "this run / seed", ""]
     rows = []
     for v in data["values"]:
-        unit = {"goodput_mbps": "Mbit/s", "loss_pct": "% lost", "cpu_system_pct": "% sys CPU"}[v["metric"]]
+        unit = {FIELD.goodput_mbps: "Mbit/s", FIELD.loss_pct: "% lost", FIELD.cpu_system_pct: "% sys CPU"}[v["metric"]]
         rows.append([v["source"], f"{v['quote']}", f"{_num(v['seed_value'])} {unit}",
                      _pm(v["ours"], v["ci95"]) if v["ours"] is not None else v["note"],
                      _num(v["ours_over_seed"]),
@@ -257,7 +257,7 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
     if data["transactions"]:
         body.append("<h2>Request/response transactions</h2>")
         body.append(_html_table("transactions", ["profile", "mean per transaction", "IPsec/plain"],
-                                [[t["point"]["profile"], _pm(t["mean_ms"], t["ci95"]) + " ms", _num(t["ratio"])]
+                                [[t["point"][FIELD.profile], _pm(t["mean_ms"], t["ci95"]) + " ms", _num(t["ratio"])]
                                  for t in data["transactions"]]))
     if data["penalties"]:
         body.append("<h2>Where the IPsec penalty comes from</h2><p>Penalty = 1 &minus; IPsec/plain goodput. "
@@ -267,7 +267,7 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
                     "expected goodput, i.e. whether the link was the bottleneck.</p>")
         body.append(_html_table("penalties", ["part", "point", "IPsec/plain", "penalty", "wire", "other",
                                               "plain link-bound", ""],
-                                [[p["part"], _point_text(p["point"]), _num(p["ratio"]), _pct(p["penalty"]),
+                                [[p["part"], _point_text(Group(**p["point"])), _num(p["ratio"]), _pct(p["penalty"]),
                                   _pct(p["wire"]), _pct(p["other"]),
                                   {True: "yes", False: "no", None: "–"}[p["plain_link_bound"]],
                                   "CPU-bound" if p["limited"] else ""] for p in data["penalties"]]))
@@ -295,11 +295,11 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x + 0.0:.1f} %".replace("-0.0 %", "0.0 %")
 
 
-def _point_text(p: Mapping[str, Any]) -> str:
-    bits = [str(p.get("profile")), f"IPv{p.get('ip_version')}", str(p.get("transport")),
-            f"{p.get('size_mode')} {p.get('size_bytes')} B", f"{p.get('rate_mbit'):g} Mbit/s"]
-    if p.get("clients", 1) != 1:
-        bits.append(f"{p['clients']} clients")
+def _point_text(p: Group) -> str:
+    bits = [str(p.profile), f"IPv{p.ip_version}", str(p.transport), f"{p.size_mode} {p.size_bytes} B",
+            f"{p.rate_mbit:g} Mbit/s"]
+    if p.clients not in (None, 1):
+        bits.append(f"{p.clients} clients")
     return " ".join(bits)
 
 
@@ -363,8 +363,9 @@ def run_title(run_dir: str, data: Mapping[str, Any]) -> str:
     scale = data.get("scale") or {}
     factor = float(scale.get("factor") or 1.0)
     rates = f"rates ÷ {factor:g}" if factor != 1.0 else "the seed's rates"
-    return (f"{os.path.basename(os.path.normpath(run_dir))}: {rates} ({data['run'].get('backend')} "
-            f"{data['run'].get('kernel_release')})")
+    run_meta = data["run"]  # meta.json's, as evaluate keeps it
+    return (f"{os.path.basename(os.path.normpath(run_dir))}: {rates} ({run_meta.get('backend')} "
+            f"{run_meta.get('kernel_release')})")
 
 
 def markdown_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> str:

@@ -1,6 +1,7 @@
 """Statistics over result records: per-point summaries and IPsec/plain ratios, with 95 % intervals.
 
-Pure functions on lists of dicts (as :func:`testbed.rundir.load_results` returns them); numpy
+Pure functions on lists of :class:`~testbed.record.Record` (as :func:`testbed.rundir.load_results`
+returns them; a results.jsonl line is taken as its record); numpy
 is not needed, the standard library's arithmetic is exact enough for a few dozen repetitions.
 
 * :func:`t_critical_95` -- the two-sided 95 % quantile of Student's t (no scipy): a table for
@@ -20,29 +21,25 @@ import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from testbed.record import CAUTION_ORDER, POINT_FIELDS, Bound, usable
+from testbed.record import (
+    CAUTION_ORDER,
+    COMPARED_FIELDS,
+    CPU_FIELDS,
+    FIELD,
+    MATCH_FIELDS,
+    POINT_FIELDS,
+    Bound,
+    Group,
+    Record,
+    as_records,
+    usable,
+)
 
 log = logging.getLogger(__name__)
 
 #: The ``profile`` of the plain baseline (no IPsec) in result records.
 PLAIN_PROFILE = "none"
 
-
-#: What an IPsec point and its plain baseline must share to be compared.
-MATCH_KEYS = ("topology", "mode", "ip_version", "transport", "rate_mbit", "size_bytes", "size_mode", "clients")
-
-#: CPU fields summarised per point (percent busy by the CPU meter, by the kernel's own account and
-#: on its busiest CPU, system and softirq shares, and CPU-seconds per gigabyte delivered).
-CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
-              "cpu_s_per_gb", "cpu_s_per_gb_measured")  # the last: as measured (at_common_speed)
-
-#: A speed probe's nanoseconds per operation over a repetition's window: how slow the machine
-#: ran then (testbed.speedprobe; absent without a probe).
-SPEED_FIELD = "speed_probe_ns"
-#: The CPU costs :func:`at_common_speed` sets to the run's common speed; each as measured is
-#: kept under its name with :data:`MEASURED` added.
-SPEED_ADJUSTED = ("cpu_s_per_gb", "cpu_us_per_packet")
-MEASURED = "_measured"
 #: Repetitions beyond each point's first that a group of points (a profile at a rate) needs
 #: for an elasticity of its own; with fewer it takes the run's.
 ELASTICITY_MIN_DF = 8
@@ -144,29 +141,30 @@ class Summary:
 
 
 class _PointFields:
-    """Named access to the point key every aggregate and ratio carries."""
+    """Named access to the point every aggregate and ratio carries."""
 
-    point: Mapping[str, Any]
+    point: Group
 
     @property
     def profile(self) -> Any:
-        return self.point.get("profile")
+        return self.point.profile
 
     @property
     def rate_mbit(self) -> float | None:
-        return self.point.get("rate_mbit")
+        return self.point.rate_mbit
 
     @property
     def size_bytes(self) -> Any:
-        return self.point.get("size_bytes")
+        return self.point.size_bytes
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Aggregate(_PointFields):
     """The repetitions of one point, summarised.
 
-    ``point`` maps the grouping keys to their values (``profile``, ``rate_mbit``, ``size_bytes``,
-    ...). ``cpu`` holds a :class:`Summary` per field of :data:`CPU_FIELDS` that the records carry.
+    ``point`` has the grouping fields' values (``profile``, ``rate_mbit``, ``size_bytes``, ...;
+    the others None). ``cpu`` holds a :class:`Summary` per field of
+    :data:`~testbed.record.CPU_FIELDS` that the records carry.
     ``bounds`` counts the repetitions by what bounded them (``link``, ``cpu``, ``other``,
     ``anomaly``; see :mod:`experiments.engine.monitor`); anomalies are left out of every summary.
     ``n_emulation_limited`` counts repetitions limited by the emulator's CPU rather than by the
@@ -174,7 +172,7 @@ class Aggregate(_PointFields):
     without a goodput.
     """
 
-    point: Mapping[str, Any]
+    point: Group
     goodput: Summary  # Mbit/s
     cpu: Mapping[str, Summary]
     theoretical_goodput_mbps: float | None
@@ -200,7 +198,7 @@ class Aggregate(_PointFields):
 
     @property
     def n_anomaly(self) -> int:
-        return self.bounds.get("anomaly", 0)
+        return self.bounds.get(Bound.ANOMALY, 0)
 
     @property
     def emulation_limited(self) -> bool:
@@ -208,7 +206,7 @@ class Aggregate(_PointFields):
 
     @property
     def cpu_s_per_gb(self) -> Summary | None:
-        return self.cpu.get("cpu_s_per_gb")
+        return self.cpu.get(FIELD.cpu_s_per_gb)
 
     @property
     def cpu_saturated(self) -> bool:
@@ -224,12 +222,12 @@ class Aggregate(_PointFields):
     @property
     def cpu_at_common_speed(self) -> bool:
         """Whether its CPU costs were set to the run's common speed (:func:`at_common_speed`)."""
-        return "cpu_s_per_gb" + MEASURED in self.cpu
+        return FIELD.cpu_s_per_gb_measured in self.cpu
 
     @property
     def cpu_s_per_gb_as_measured(self) -> Summary | None:
         """CPU-seconds per GB as measured, before any setting to the run's common speed."""
-        return self.cpu.get("cpu_s_per_gb" + MEASURED, self.cpu_s_per_gb)
+        return self.cpu.get(FIELD.cpu_s_per_gb_measured, self.cpu_s_per_gb)
 
 
 def _number(value: Any) -> float | None:
@@ -238,17 +236,17 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _summary_of(records: Sequence[Mapping[str, Any]], field: str) -> Summary | None:
-    values = [v for v in (_number(r.get(field)) for r in records) if v is not None]
+def _summary_of(records: Sequence[Record], field: str) -> Summary | None:
+    values = [v for v in (_number(getattr(r, field)) for r in records) if v is not None]
     return Summary.of(values) if values else None
 
 
-def sort_key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple:
+def sort_key(point: Group, keys: Sequence[str]) -> tuple:
     """Order points by ``keys``; the plain profile before the others, None last, numbers numerically."""
     out = []
     for k in keys:
-        v = point.get(k)
-        if k == "profile":
+        v = getattr(point, k)
+        if k == FIELD.profile:
             out.append((v != PLAIN_PROFILE, str(v)))
         elif v is None:
             out.append((2, 0, ""))
@@ -259,7 +257,7 @@ def sort_key(point: Mapping[str, Any], keys: Sequence[str]) -> tuple:
     return tuple(out)
 
 
-def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_FIELDS) -> list[Aggregate]:
+def aggregate(records: Iterable[Record | Mapping[str, Any]], keys: Sequence[str] = POINT_FIELDS) -> list[Aggregate]:
     """Group records by ``keys`` (the point without its repetition) and summarise each group.
 
     A repetition written twice for the same point (a resumed run that measured it again) counts
@@ -268,35 +266,34 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
     warning. The result is sorted by ``keys``.
     """
     keys = tuple(keys)
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for r in at_common_speed(_latest_per_repetition(records, keys)):
-        groups.setdefault(tuple(r.get(k) for k in keys), []).append(r)
+    groups: dict[Group, list[Record]] = {}
+    for r in at_common_speed(_latest_per_repetition(as_records(records), keys)):
+        # an arm only for the arms of an A/B within a sweep (experiments.engine.plan.SweepSpec.arms)
+        groups.setdefault(Group.of(r, keys), []).append(r)
     out = []
-    for key, group in groups.items():
-        # "arm" only for the arms of an A/B within a sweep (experiments.engine.plan.SweepSpec.arms)
-        point = {k: v for k, v in zip(keys, key, strict=True) if not (k == "arm" and v is None)}
-        with_goodput = [r for r in group if _number(r.get("goodput_mbps")) is not None]
+    for point, group in groups.items():
+        with_goodput = [r for r in group if _number(r.goodput_mbps) is not None]
         bounds: dict[str, int] = {}
         for r in with_goodput:
-            if r.get("bound"):
-                bounds[r["bound"]] = bounds.get(r["bound"], 0) + 1
+            if r.bound:
+                bounds[r.bound] = bounds.get(r.bound, 0) + 1
         # an anomaly's figures contradict each other: counted, never averaged
         measured = [r for r in with_goodput if usable(r)]
         if not measured:
             # the report and the table say how many repetitions failed; this is detail
             log.info("point %s: none of its %d repetitions has a usable goodput; left out", point, len(group))
             continue
-        theoretical = _summary_of(measured, "theoretical_goodput_mbps")
+        theoretical = _summary_of(measured, FIELD.theoretical_goodput_mbps)
         cpu = {f: s for f in CPU_FIELDS if (s := _summary_of(measured, f)) is not None}
         out.append(Aggregate(
             point=point,
-            goodput=_summary_of(measured, "goodput_mbps"),
+            goodput=_summary_of(measured, FIELD.goodput_mbps),
             cpu=cpu,
             theoretical_goodput_mbps=theoretical.mean if theoretical else None,
-            retransmits=_summary_of(measured, "retransmits"),
-            loss_pct=_summary_of(measured, "loss_pct"),
+            retransmits=_summary_of(measured, FIELD.retransmits),
+            loss_pct=_summary_of(measured, FIELD.loss_pct),
             n_emulation_limited=sum(1 for r in measured if Bound.of(r) is Bound.CPU
-                                    or (Bound.of(r) is None and r.get("emulation_limited") is True)),
+                                    or (Bound.of(r) is None and r.emulation_limited is True)),
             n_failed=len(group) - len(with_goodput),
             bounds=bounds,
         ))
@@ -304,22 +301,19 @@ def aggregate(records: Iterable[Mapping[str, Any]], keys: Sequence[str] = POINT_
     return out
 
 
-def _latest_per_repetition(records: Iterable[Mapping[str, Any]], keys: Sequence[str]) -> list[Mapping[str, Any]]:
+def _latest_per_repetition(records: Sequence[Record], keys: Sequence[str]) -> list[Record]:
     """Drop a repetition written again later for the same point (the point being :data:`~testbed.record.POINT_FIELDS`
     and ``keys``, whichever is finer), keeping file order otherwise."""
     identity = tuple(dict.fromkeys((*POINT_FIELDS, *keys)))
     latest: dict[tuple, int] = {}
-    records = list(records)
     for i, r in enumerate(records):
-        if r.get("repetition") is None:
-            continue
-        key = (*(r.get(k) for k in identity), r.get("repetition"))
+        key = (*(getattr(r, k) for k in identity), r.repetition)
         if key in latest:
             log.warning("point %s: repetition %s appears more than once; using the last record",
-                        {k: r.get(k) for k in identity}, r.get("repetition"))
+                        Group.of(r, identity).to_json(), r.repetition)
         latest[key] = i
     keep = set(latest.values())
-    return [r for i, r in enumerate(records) if r.get("repetition") is None or i in keep]
+    return [r for i, r in enumerate(records) if i in keep]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +370,7 @@ class Ratio(_PointFields):
     CPU-seconds per GB / plain CPU-seconds per GB (2.0 = twice the CPU for the same data).
     """
 
-    point: Mapping[str, Any]  # the IPsec aggregate's point (profile included)
+    point: Group  # the IPsec aggregate's point (profile included)
     ipsec: Aggregate
     plain: Aggregate
     goodput: RatioEstimate | None
@@ -390,12 +384,12 @@ class Ratio(_PointFields):
         return min(sides, key=CAUTION_ORDER.index) if sides else None
 
 
-def _match_key(point: Mapping[str, Any], *, any_mode: bool = False) -> tuple:
-    return tuple(None if (any_mode and k == "mode") else point.get(k) for k in MATCH_KEYS)
+def _match_key(point: Group, *, any_mode: bool = False) -> tuple:
+    return (point.replace(mode=None) if any_mode else point).key(MATCH_FIELDS)
 
 
-def find_baseline(point: Mapping[str, Any], plain: Sequence[Aggregate]) -> Aggregate | None:
-    """The plain aggregate matching ``point`` on :data:`MATCH_KEYS`.
+def find_baseline(point: Group, plain: Sequence[Aggregate]) -> Aggregate | None:
+    """The plain aggregate matching ``point`` on :data:`~testbed.record.MATCH_FIELDS`.
 
     A plain record has no IPsec mode; when the sweep wrote it with ``mode`` null or "none"
     instead of repeating the IPsec points' mode, it matches IPsec points of any mode.
@@ -403,7 +397,7 @@ def find_baseline(point: Mapping[str, Any], plain: Sequence[Aggregate]) -> Aggre
     exact = [a for a in plain if _match_key(a.point) == _match_key(point)]
     if exact:
         return exact[0]
-    modeless = [a for a in plain if a.point.get("mode") in NO_MODE
+    modeless = [a for a in plain if a.point.mode in NO_MODE
                 and _match_key(a.point, any_mode=True) == _match_key(point, any_mode=True)]
     return modeless[0] if modeless else None
 
@@ -414,7 +408,7 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
     IPsec aggregates without a plain baseline at the same point are left out (logged at INFO).
     See :func:`ratio_of_means` for the interval.
     """
-    if aggregates and "profile" not in aggregates[0].point:
+    if aggregates and aggregates[0].point.profile is None:
         raise ValueError("normalize needs aggregates grouped by 'profile' (see testbed.record.POINT_FIELDS)")
     plain = [a for a in aggregates if a.is_plain]
     out = []
@@ -423,7 +417,7 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
             continue
         base = find_baseline(a.point, plain)
         if base is None:
-            log.info("point %s: no plain baseline at the same point; no ratio", a.point)
+            log.info("point %s: no plain baseline at the same point; no ratio", a.point.to_json())
             continue
         cpu = None
         if a.cpu_s_per_gb is not None and base.cpu_s_per_gb is not None:
@@ -433,19 +427,17 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
     return out
 
 
-def _speed_group(r: Mapping[str, Any]) -> tuple:
-    """The points that share an elasticity: a profile at a rate (every point key but the size)."""
-    return tuple(r.get(k) for k in POINT_FIELDS if k != "size_bytes")
+#: The points that share an elasticity: a profile at a rate (every point field but the size).
+_SPEED_GROUP = tuple(f for f in POINT_FIELDS if f != FIELD.size_bytes)
 
 
-#: What the points compared with each other share (the profiles, sizes and arms of one rate):
-#: their costs are set to one reference speed, the mean over their windows.
-_COMPARED_KEYS = ("topology", "ip_version", "transport", "rate_mbit", "size_mode", "clients")
+def _speed_group(r: Record) -> Group:
+    return Group.of(r, _SPEED_GROUP)
 
 
 #: The monitor's rule for a saturated CPU: a field at or above its limit (see CPU_SATURATED_PCT).
-SATURATION_LIMITS = (("cpu_busy_pct", CPU_SATURATED_PCT), ("cpu_kernel_busy_pct", KERNEL_BUSY_PCT),
-                     ("cpu_busiest_pct", BUSIEST_CPU_PCT))
+SATURATION_LIMITS = ((FIELD.cpu_busy_pct, CPU_SATURATED_PCT), (FIELD.cpu_kernel_busy_pct, KERNEL_BUSY_PCT),
+                     (FIELD.cpu_busiest_pct, BUSIEST_CPU_PCT))
 
 
 def saturated(means: Mapping[str, float]) -> bool:
@@ -454,43 +446,42 @@ def saturated(means: Mapping[str, float]) -> bool:
     return any(field in means and means[field] >= limit for field, limit in SATURATION_LIMITS)
 
 
-def _speed_timed(records: Sequence[Mapping[str, Any]]) -> dict[tuple, list[Mapping[str, Any]]]:
+def _speed_timed(records: Sequence[Record]) -> dict[Group, list[Record]]:
     """The repetitions whose CPU cost can be set to another machine speed, by point: the probe
     timed the window, there is a cost, it is no anomaly, and its point's CPU was not saturated
     on the mean of these repetitions (a saturated CPU's time is the window's, whatever the
     speed: its cost follows the goodput, not the probe; the whole point is left as measured,
     as it is marked)."""
-    points: dict[tuple, list[Mapping[str, Any]]] = {}
+    points: dict[Group, list[Record]] = {}
     for r in records:
-        if ((_number(r.get(SPEED_FIELD)) or 0) > 0 and (_number(r.get("cpu_s_per_gb")) or 0) > 0
+        if ((_number(r.speed_probe_ns) or 0) > 0 and (_number(r.cpu_s_per_gb) or 0) > 0
                 and Bound.of(r) is not Bound.ANOMALY):
-            points.setdefault(tuple(r.get(k) for k in POINT_FIELDS), []).append(r)
+            points.setdefault(Group.of(r), []).append(r)
     return {key: group for key, group in points.items()
             if not saturated({f: s.mean for f, _ in SATURATION_LIMITS if (s := _summary_of(group, f))})}
 
 
-def elasticities(records: Sequence[Mapping[str, Any]]) -> dict[tuple | None, float]:
+def elasticities(records: Sequence[Record | Mapping[str, Any]]) -> dict[Group | None, float]:
     """How a CPU cost follows the machine's speed: the slope of log(CPU per GB) on log(probe ns
     per operation) between repetitions of the same point, pooled over a profile at a rate (key:
     :func:`_speed_group`) and over the whole run (key None), never below 0.  Only repetitions
     with both figures at points whose CPU was not saturated count; a point with one such
     repetition adds nothing."""
-    return _elasticities(_speed_timed(records))
+    return _elasticities(_speed_timed(as_records(records)))
 
 
-def _elasticities(points: Mapping[tuple, Sequence[Mapping[str, Any]]]) -> dict[tuple | None, float]:
+def _elasticities(points: Mapping[Group, Sequence[Record]]) -> dict[Group | None, float]:
     """:func:`elasticities` of repetitions already chosen and grouped by :func:`_speed_timed`."""
-    sums: dict[tuple | None, list[float]] = {}
-    for key, group in points.items():
-        xy = [(math.log(r[SPEED_FIELD]), math.log(r["cpu_s_per_gb"])) for r in group]
+    sums: dict[Group | None, list[float]] = {}
+    for group in points.values():
+        xy = [(math.log(r.speed_probe_ns), math.log(r.cpu_s_per_gb)) for r in group]
         if len(xy) < 2:
             continue
         mx = math.fsum(x for x, _ in xy) / len(xy)
         my = math.fsum(y for _, y in xy) / len(xy)
         sxx = math.fsum((x - mx) ** 2 for x, _ in xy)
         sxy = math.fsum((x - mx) * (y - my) for x, y in xy)
-        group = _speed_group(dict(zip(POINT_FIELDS, key, strict=True)))
-        for g in (group, None):
+        for g in (_speed_group(group[0]), None):
             acc = sums.setdefault(g, [0.0, 0.0, 0.0])
             acc[0], acc[1], acc[2] = acc[0] + sxx, acc[1] + sxy, acc[2] + len(xy) - 1
     slopes = {g: max(0.0, sxy / sxx) if sxx > 0 else 0.0 for g, (sxx, sxy, _) in sums.items()}
@@ -498,49 +489,44 @@ def _elasticities(points: Mapping[tuple, Sequence[Mapping[str, Any]]]) -> dict[t
     return {g: (s if g is None or sums[g][2] >= ELASTICITY_MIN_DF else run) for g, s in slopes.items()}
 
 
-def at_common_speed(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def at_common_speed(records: Sequence[Record | Mapping[str, Any]]) -> list[Record]:
     """The records, with their CPU costs set to what they would have been at the run's common
     machine speed, where a speed probe timed their windows.
 
     On a shared machine the same work costs different CPU time from window to window; a probe
     on a spare CPU (testbed.speedprobe) times a fixed workload over each window.  A record's
-    costs (:data:`SPEED_ADJUSTED`) are multiplied by ``(reference / probe) ** b``.  ``b`` is
+    costs (:data:`~testbed.record.SPEED_ADJUSTED`) are multiplied by ``(reference / probe) ** b``.  ``b`` is
     the elasticity of its point's group (:func:`elasticities`).  The reference is the
     geometric mean of the probe over the windows of every point compared with it (all
     profiles, sizes and arms at its rate): a repetition measured while the machine ran slow
     counts at the speed of the others.  Each rate has a reference of its own because the
     guest's load slows the probe a little (~1 % at 100 Mbit/s against 10, on a quiet hour).
-    Each cost as measured is kept (its name + :data:`MEASURED`), and ``speed_factor`` says
-    what it was multiplied by.  Points whose CPU was saturated (on the mean of their
+    Each cost as measured is kept (its ``_measured`` field), and ``speed_factor`` says what it
+    was multiplied by (:meth:`~testbed.record.Record.at_speed`).  Points whose CPU was saturated (on the mean of their
     repetitions, as the reports mark them) are left as they are: the CPU time of a saturated
     window is the window's, whatever the machine's speed.  So are records without a probe
     figure, and runs with fewer than three others; where the costs do not follow the probe
     ``b`` is near 0, and so is the change.
     """
-    if any("speed_factor" in r for r in records):  # set already
-        return list(records)
+    records = as_records(records)
+    if any(r.speed_factor is not None for r in records):  # set already
+        return records
     points = _speed_timed(records)
     timed = [r for group in points.values() for r in group]
     if len(timed) < 3:
-        return list(records)
-    logs: dict[tuple, list[float]] = {}
+        return records
+    logs: dict[Group, list[float]] = {}
     for r in timed:
-        logs.setdefault(tuple(r.get(k) for k in _COMPARED_KEYS), []).append(math.log(r[SPEED_FIELD]))
+        logs.setdefault(Group.of(r, COMPARED_FIELDS), []).append(math.log(r.speed_probe_ns))
     reference = {key: math.fsum(xs) / len(xs) for key, xs in logs.items()}
     slopes = _elasticities(points)
     chosen = {id(r) for r in timed}
-    out: list[Mapping[str, Any]] = []
+    out: list[Record] = []
     for r in records:
         if id(r) not in chosen:
             out.append(r)
             continue
         slope = slopes.get(_speed_group(r), slopes.get(None, 0.0))
-        factor = math.exp(slope * (reference[tuple(r.get(k) for k in _COMPARED_KEYS)] - math.log(r[SPEED_FIELD])))
-        adjusted = dict(r, speed_factor=factor)
-        for field in SPEED_ADJUSTED:
-            value = _number(r.get(field))
-            if value is not None:
-                adjusted[field + MEASURED] = value
-                adjusted[field] = value * factor
-        out.append(adjusted)
+        factor = math.exp(slope * (reference[Group.of(r, COMPARED_FIELDS)] - math.log(r.speed_probe_ns)))
+        out.append(r.at_speed(factor))
     return out

@@ -64,7 +64,7 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     for i, a in enumerate(ordered):
         mean, ci = fmt_mean_ci(a.goodput.mean, a.goodput.ci95)
         ratio = by_ipsec.get(id(a))
-        arm = f" arm {a.point['arm']}" if a.point.get("arm") else ""  # an A/B within the sweep (--arms)
+        arm = f" arm {a.point.arm}" if a.point.arm else ""  # an A/B within the sweep (--arms)
         cells = ["plain" if a.is_plain else f"{a.profile}{arm}",
                  "unshaped" if a.rate_mbit is None else f"{a.rate_mbit:g}",
                  str(a.size_bytes), mean, ci, str(a.goodput.n), ratio_text(ratio.goodput if ratio else None),

@@ -66,7 +66,7 @@ def poll_tc(out_path: str, stop_path: str) -> None:
                 for q in json.loads(r.stdout or "[]"):
                     if q.get("kind") == "tbf":
                         out.write(json.dumps({"t": t, "half": (after - before) / 2, "ns": ns, "dev": q.get("dev"),
-                                              "bytes": q.get("bytes"),
+                                              "sent_bytes": q.get("bytes"),  # tc's JSON names it "bytes"
                                               "backlog": q.get("backlog"), "drops": q.get("drops")}) + "\n")
             out.flush()
             time.sleep(TC_EVERY_S)
@@ -127,7 +127,7 @@ def busiest_shaper(tc: list[dict]) -> list[dict]:
     by_q: dict[tuple, list[dict]] = {}
     for s in tc:
         by_q.setdefault((s["ns"], s["dev"]), []).append(s)
-    return max(by_q.values(), key=lambda ss: ss[-1]["bytes"] - ss[0]["bytes"]) if by_q else []
+    return max(by_q.values(), key=lambda ss: ss[-1]["sent_bytes"] - ss[0]["sent_bytes"]) if by_q else []
 
 
 def hand_class(util: float, queue: float, cpu: float) -> str:
@@ -147,32 +147,32 @@ def judge(out: str, rate_mbit: float, cpu: HostCpu) -> int:
     with open(os.path.join(out, "tc.jsonl")) as f:
         tc = [json.loads(line) for line in f]
     queue_series = busiest_shaper(tc)
-    records = [r for r in load_results(os.path.join(out, "sweep")) if not r.get("failed")]
+    records = [r for r in load_results(os.path.join(out, "sweep")) if not r.failed]
     print(f"host CPU account: {cpu.path} ({cpu.cpus} CPU{'s' if cpu.cpus > 1 else ''} = 100 %); "
           f"{len(tc)} tc samples, {len(cpu.samples)} CPU samples, {len(records)} points")
     print(f"{'profile':<13}{'size':>5} | {'sweep: class':<12}{'util':>6}{'queue':>6}{'CPU %':>6}"
           f" | {'by hand: util':>13}{'queue':>6}{'CPU %':>6}  class     agree")
     agree = judged = 0
     for rec in records:
-        t0 = rec["window_start_unix"]
-        t1 = t0 + rec["window_s"]
+        t0 = rec.window_start_unix
+        t1 = t0 + rec.window_s
         q = between([(s["t"], s) for s in queue_series], t0, t1)
         c = between(cpu.samples, t0, t1)
         if len(q) < 2 or len(c) < 3:  # tc may run slowly when the guest's CPU is saturated
-            print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | too few samples in the window "
+            print(f"{rec.profile:<13}{rec.size_bytes:>5} | too few samples in the window "
                   f"({len(q)} tc, {len(c)} CPU)")
             continue
         span = q[-1][0] - q[0][0]
-        util = (q[-1][1]["bytes"] - q[0][1]["bytes"]) * 8 / span / (rate_mbit * 1e6)
+        util = (q[-1][1]["sent_bytes"] - q[0][1]["sent_bytes"]) * 8 / span / (rate_mbit * 1e6)
         unc = util * (q[0][1]["half"] + q[-1][1]["half"]) / span
         queue = sum(1 for _, s in q if s["backlog"]) / len(q)
         busy = 100 * (c[-1][1] - c[0][1]) / 1e9 / (c[-1][0] - c[0][0]) / cpu.cpus
         allowed = hand_classes(util, unc, queue, busy / 100)
-        ok = rec["bound"] in allowed
+        ok = rec.bound in allowed
         agree += ok
         judged += 1
-        print(f"{rec['profile']:<13}{rec['size_bytes']:>5} | {rec['bound']:<12}{rec['link_utilization']:>6.3f}"
-              f"{rec['queue_busy']:>6.2f}{rec['cpu_busy_pct']:>6.0f} | {util:>7.3f}±{unc:.3f}{queue:>6.2f}{busy:>6.0f}"
+        print(f"{rec.profile:<13}{rec.size_bytes:>5} | {rec.bound:<12}{rec.link_utilization:>6.3f}"
+              f"{rec.queue_busy:>6.2f}{rec.cpu_busy_pct:>6.0f} | {util:>7.3f}±{unc:.3f}{queue:>6.2f}{busy:>6.0f}"
               f"  {'/'.join(sorted(allowed)):<9} {'yes' if ok else 'NO'}")
     print(f"agree: {agree} of {judged} points")
     return 0 if judged else 1

@@ -114,16 +114,16 @@ def correlation(xs: list[float], ys: list[float]) -> float:
 
 
 def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
-    from analysis.stats import MEASURED, SPEED_FIELD, at_common_speed, repetitions_for
-    from testbed.record import usable
+    from analysis.stats import at_common_speed, repetitions_for
+    from testbed.record import Record, usable
     from testbed.rundir import load_results
 
     records = [r for r in at_common_speed(load_results(run_dir)) if usable(r)]
-    points: dict[tuple, list[tuple[dict, float, float]]] = {}
+    points: dict[tuple, list[tuple[Record, float, float]]] = {}
     for rec in records:
-        got = sampler.over(rec["window_start_unix"], rec["window_start_unix"] + rec["window_s"])
+        got = sampler.over(rec.window_start_unix, rec.window_start_unix + rec.window_s)
         if got is not None and got[1] > 0:
-            points.setdefault((rec["profile"], rec["rate_mbit"], rec["size_bytes"]), []).append((rec, *got))
+            points.setdefault((rec.profile, rec.rate_mbit, rec.size_bytes), []).append((rec, *got))
     print(f"guest cgroup: {sampler.cgroup}; {len(sampler.samples)} samples, {len(records)} repetitions")
     if not points:
         print("no repetition had host samples over its window (did the sweep run in a guest?)")
@@ -134,8 +134,8 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
         if len(rows) < 3:
             print(f"{profile} {rate:g} Mbit/s {size} B: {len(rows)} repetitions with host samples, too few")
             continue
-        packets = [float(r["link_packets"]) for r, _, _ in rows]
-        cpu = [r["cpu_s"] for r, _, _ in rows]
+        packets = [float(r.link_packets) for r, _, _ in rows]
+        cpu = [r.cpu_s for r, _, _ in rows]
         slices = [s for _, _, s in rows]
         per_slice = [c / s for c, s in zip(cpu, slices, strict=True)]
         need = repetitions_for(cv(cpu), cpu_target / 100)
@@ -143,16 +143,17 @@ def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
               f"{statistics.fmean(slices):>11.0f}{100 * cv(slices):>5.1f}%{statistics.fmean(cpu):>7.3f}"
               f"{100 * cv(cpu):>5.1f}%{1e6 * statistics.fmean(per_slice):>8.1f}µs{100 * cv(per_slice):>5.1f}%"
               f"{correlation(cpu, slices):>6.2f}{need if need else '> 50':>15}")
-    probed = {key: rows for key, rows in points.items() if all(r.get(SPEED_FIELD) for r, _, _ in rows)}
+    probed = {key: rows for key, rows in points.items() if all(r.speed_probe_ns for r, _, _ in rows)}
     if probed:
         print(f"\n{'point':<30}{'probe CV':>9}{'corr':>6}{'CPU/GB CV':>10}{'at common speed':>16}"
               f"{'reps for ' + format(cpu_target, 'g') + ' %':>15}")
         for (profile, rate, size), rows in sorted(probed.items()):
             if len(rows) < 3:
                 continue
-            probe = [r[SPEED_FIELD] for r, _, _ in rows]
-            measured = [r.get("cpu_s_per_gb" + MEASURED, r["cpu_s_per_gb"]) for r, _, _ in rows]
-            common = [r["cpu_s_per_gb"] for r, _, _ in rows]
+            probe = [r.speed_probe_ns for r, _, _ in rows]
+            measured = [r.cpu_s_per_gb if r.cpu_s_per_gb_measured is None else r.cpu_s_per_gb_measured
+                        for r, _, _ in rows]
+            common = [r.cpu_s_per_gb for r, _, _ in rows]
             need = repetitions_for(cv(common), cpu_target / 100)
             print(f"{profile + f' {rate:g} Mbit/s {size} B':<30}{100 * cv(probe):>8.1f}%"
                   f"{correlation(probe, measured):>6.2f}{100 * cv(measured):>9.1f}%{100 * cv(common):>15.1f}%"

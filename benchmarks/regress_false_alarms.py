@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 2:
         sys.exit("regress_false_alarms: --runs must be at least 2")
     from analysis import regress
+    from testbed.record import FIELD
     from testbed.rundir import load_meta, load_results
 
     out = tempfile.mkdtemp(prefix="itb-bench-regress-")
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         compared += len(verdicts)
         flagged += sum(v.regressed for v in verdicts)
         worst = min(worst, *(v.ratio for v in verdicts))
-        for p in baseline["points"]:
-            p["goodput_mbps"] = [g / 0.9 for g in p["goodput_mbps"]]
+        for p in baseline["points"]:  # a baseline's point: its goodput samples under the field's name
+            p[FIELD.goodput_mbps] = [g / 0.9 for g in p[FIELD.goodput_mbps]]
         detected += sum(v.regressed for v in regress.compare(baseline, rec, drop, conf))
     pairs = args.runs * (args.runs - 1)
     print(f"\nsuite {args.suite}: {args.runs} identical runs, {pairs} ordered pairs, {compared} point comparisons "

@@ -30,6 +30,7 @@ ten runs at 10 Mbit it gave 0.93..1.10, where reno gave 0.999..1.000.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import math
 import os
@@ -58,6 +59,22 @@ CEILING_RATE_MBIT = round(MAX_RATE_MBIT / 2)
 MIN_PACKETS_PER_RUN = 2000
 #: ... and lasts at least this many times the shaper's queue (see the module docstring).
 MIN_QUEUES_PER_RUN = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class RateRow:
+    """One rate's line of the table: the median run's goodput against the theoretical goodput."""
+
+    rate_mbit: float
+    theoretical_mbps: float
+    goodput_mbps: float
+    seconds: int
+    burst_bytes: int
+    ratio: float
+    runs: list[float]  # each run's goodput, Mbit/s
+    retransmits: int
+    cpu_sender_pct: float
+    cpu_limited: bool  # the theoretical goodput is near the CPU ceiling: not counted as a miss
 
 
 def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> int:
@@ -124,7 +141,7 @@ def set_congestion_control(namespaces: tuple[str, ...]) -> str:
     return out.stdout.strip() + " (could not set cubic or reno)"
 
 
-def measure(args: argparse.Namespace) -> tuple[str, float, list[dict]]:
+def measure(args: argparse.Namespace) -> tuple[str, float, list[RateRow]]:
     from experiments.engine import iperf
     from topologies.shaping import shaped
     from topologies.veth_pair import veth_pair
@@ -150,28 +167,28 @@ def measure(args: argparse.Namespace) -> tuple[str, float, list[dict]]:
             goodput = statistics.median(r.goodput_mbps for r in results)
             theory = theoretical_goodput_mbps(rate, args.mss, framing=args.framing)
             shaper = next(op for op in ops if op.kind == args.qdisc)
-            rows.append({"rate_mbit": rate, "theoretical_mbps": theory, "goodput_mbps": goodput,
-                         "seconds": seconds, "burst_bytes": shaper.params.get("burst_bytes") or
-                         next(op for op in ops if op.target == "class").params["burst_bytes"],
-                         "ratio": goodput / theory, "runs": [r.goodput_mbps for r in results],
-                         "retransmits": sum(r.retransmits or 0 for r in results),
-                         "cpu_sender_pct": statistics.median(r.cpu_sender_pct or 0.0 for r in results),
-                         "cpu_limited": theory > CPU_LIMITED_SHARE * ceiling})
+            rows.append(RateRow(rate_mbit=rate, theoretical_mbps=theory, goodput_mbps=goodput,
+                                seconds=seconds, burst_bytes=shaper.params.get("burst_bytes") or
+                                next(op for op in ops if op.target == "class").params["burst_bytes"],
+                                ratio=goodput / theory, runs=[r.goodput_mbps for r in results],
+                                retransmits=sum(r.retransmits or 0 for r in results),
+                                cpu_sender_pct=statistics.median(r.cpu_sender_pct or 0.0 for r in results),
+                                cpu_limited=theory > CPU_LIMITED_SHARE * ceiling))
     return cc, ceiling, rows
 
 
-def verdict(row: dict, ceiling: float) -> str:
+def verdict(row: RateRow, ceiling: float) -> str:
     """Whether a rate met the target; one that could not (its theoretical goodput near what the
     CPU carries when the shaper does not bind) says so instead of counting as a miss."""
     lo, hi = TARGET
-    if lo <= row["ratio"] <= hi:
+    if lo <= row.ratio <= hi:
         return "yes"
-    if row["cpu_limited"]:
+    if row.cpu_limited:
         return f"NO (CPU-limited: {ceiling:.0f} Mbit/s when the shaper does not bind; not counted)"
     return "NO"
 
 
-def print_table(args, where: str, cc: str, ceiling: float, rows: list[dict]) -> int:
+def print_table(args, where: str, cc: str, ceiling: float, rows: list[RateRow]) -> int:
     print(f"Shaping accuracy: {args.qdisc}, framing {args.framing}, MSS {args.mss}, {args.duration:g} s per run, "
           f"{args.repeat} run(s) per rate (median), TCP {cc}, both ends of a veth shaped")
     print(f"kernel: {where}; CPU ceiling (same qdisc at {CEILING_RATE_MBIT} Mbit, not binding): {ceiling:.0f} Mbit/s")
@@ -185,10 +202,10 @@ def print_table(args, where: str, cc: str, ceiling: float, rows: list[dict]) -> 
     for r in rows:
         v = verdict(r, ceiling)
         missed += v == "NO"
-        runs = "" if len(r["runs"]) == 1 else "  runs: " + ", ".join(f"{g:.3f}" for g in r["runs"])
-        print(f"{r['rate_mbit']:>11g} {r['burst_bytes']:>9} {r['seconds']:>5.0f} {r['theoretical_mbps']:>13.3f} "
-              f"{r['goodput_mbps']:>10.3f} "
-              f"{r['ratio']:>7.4f} {r['retransmits']:>7} {r['cpu_sender_pct']:>5.0f}  {v}{runs}")
+        runs = "" if len(r.runs) == 1 else "  runs: " + ", ".join(f"{g:.3f}" for g in r.runs)
+        print(f"{r.rate_mbit:>11g} {r.burst_bytes:>9} {r.seconds:>5.0f} {r.theoretical_mbps:>13.3f} "
+              f"{r.goodput_mbps:>10.3f} "
+              f"{r.ratio:>7.4f} {r.retransmits:>7} {r.cpu_sender_pct:>5.0f}  {v}{runs}")
     print(f"{len(rows) - missed}/{len(rows)} rates meet the target where the CPU can fill the link" if not missed
           else f"{missed} rate(s) the CPU could fill missed the target")
     return missed

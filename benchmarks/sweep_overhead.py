@@ -64,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.rundir import load_results
 
     records = load_results(out)
-    measured = sum(r["duration_s"] + r["warmup_s"] for r in records)
+    measured = sum(r.duration_s + r.warmup_s for r in records)
     boot = boot_s(choice.backend) if choice.backend else 0.0
     overhead = wall - measured
     print(f"points: {len(records)}; wall time {wall:.1f} s; warm-ups and windows {measured:.1f} s "
           f"({len(records)} x (warm-up + window))")
-    ahead = sum(bool(r.get("clients_ahead")) for r in records)
+    ahead = sum(bool(r.clients_ahead) for r in records)
     print(f"points whose iperf3 clients were started during the previous point's warm-up: {ahead} of "
           f"{len(records)} (the others paid for starting them)")
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * net / measured:.1f}% (target <= 15%: {'MET' if net <= 0.15 * measured else 'NOT MET'})")
     groups = collections.defaultdict(list)
     for r in records:
-        groups[(r["profile"], r["rate_mbit"], r["size_bytes"], r["ip_version"], r["transport"])].append(
-            r["goodput_mbps"])
+        groups[(r.profile, r.rate_mbit, r.size_bytes, r.ip_version, r.transport)].append(r.goodput_mbps)
     print(f"\n{'profile':>14s} {'Mbit/s':>7s} {'size':>5s}  {'mean':>8s} {'stdev':>7s} {'CV %':>6s}  n")
     cvs = []
     for (profile, rate, size, _ipv, _tr), vals in sorted(groups.items()):

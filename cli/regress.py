@@ -21,6 +21,7 @@ import sys
 from cli.output import console
 from experiments.runner import INCOMPLETE
 from testbed.options import add_kernel_options, add_speed_probe_option, percent
+from testbed.record import FIELD
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -226,18 +227,21 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
 
 def _write_json(path: str, verdicts, args: argparse.Namespace, extra: dict | None = None) -> None:
     """The verdicts as JSON (one object per point and metric), for scripts."""
+    from analysis import regress
+
     with open(path, "w") as f:
         json.dump({"max_drop": args.max_drop / 100, "confidence": args.confidence / 100,
                    "regressed": any(v.regressed for v in verdicts),
-                   "verdicts": [{"point": v.point, "metric": v.metric, "ratio": v.ratio, "bound": v.bound,
-                                 "low": v.low2, "high": v.high2, "regressed": v.regressed,
+                   "verdicts": [{"point": regress.point_fields(v.point), "metric": v.metric, "ratio": v.ratio,
+                                 "bound": v.bound, "low": v.low2, "high": v.high2, "regressed": v.regressed,
                                  "baseline_n": v.baseline.n, "current_n": v.current.n} for v in verdicts],
                    **(extra or {})}, f, indent=1)
         f.write("\n")
 
 
 #: --metrics names -> record fields (analysis.regress.METRICS)
-REGRESS_METRICS = {"goodput": "goodput_mbps", "cpu-per-gb": "cpu_s_per_gb", "cpu-per-packet": "cpu_us_per_packet"}
+REGRESS_METRICS = {"goodput": FIELD.goodput_mbps, "cpu-per-gb": FIELD.cpu_s_per_gb,
+                   "cpu-per-packet": FIELD.cpu_us_per_packet}
 
 
 def regress_metrics(text: str) -> tuple[str, ...]:

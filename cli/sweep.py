@@ -81,35 +81,35 @@ measured, 3 some points could not be measured (the last line says how many and w
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = SweepSpec.__dataclass_fields__
+    d = SweepSpec  # a dataclass: its fields' defaults are its class attributes
     p = Parser(prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("what to measure")
-    g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d["topology"].default,
+    g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d.topology,
                    help="network to build (default: %(default)s)")
-    g.add_argument("--clients", type=int, default=d["clients"].default, metavar="N",
+    g.add_argument("--clients", type=int, default=d.clients, metavar="N",
                    help="clients of road_warrior / multi_host_to_host; they send at the same time "
                         "(default: %(default)s)")
     g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
                    help="IPsec profiles to compare with the plain baseline, which is always measured "
                         "(default: aes-gcm-256; list: ipsec-testbed profiles)")
-    g.add_argument("--mode", choices=("tunnel", "transport"), default=d["mode"].default,
+    g.add_argument("--mode", choices=("tunnel", "transport"), default=d.mode,
                    help="IPsec mode (default: %(default)s)")
     g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
                    help="rates of the shaped link in Mbit/s (default: 10,100)")
-    g.add_argument("--sizes", type=csv(int), default=d["sizes"].default, metavar="BYTES,...",
+    g.add_argument("--sizes", type=csv(int), default=d.sizes, metavar="BYTES,...",
                    help="packet sizes (default: 100,250,500,750,1000,1250,1460)")
-    g.add_argument("--size-mode", choices=("mss", "write"), default=d["size_mode"].default,
+    g.add_argument("--size-mode", choices=("mss", "write"), default=d.size_mode,
                    help="for TCP, what a size is: the MSS (iperf3 -M; seed 003) or the write size "
                         "(iperf3 -l; seed 001's netio); UDP sizes are datagram sizes (default: %(default)s)")
-    g.add_argument("--ip", type=csv(int), default=d["ip_versions"].default, metavar="4|6|4,6",
+    g.add_argument("--ip", type=csv(int), default=d.ip_versions, metavar="4|6|4,6",
                    help="IP versions (default: 4)")
-    g.add_argument("--transport", type=csv(str), default=d["transports"].default, metavar="tcp|udp|tcp,udp",
+    g.add_argument("--transport", type=csv(str), default=d.transports, metavar="tcp|udp|tcp,udp",
                    help="transports (default: tcp)")
-    g.add_argument("--udp-bitrate", default=d["udp_bitrate"].default, metavar="RATE",
+    g.add_argument("--udp-bitrate", default=d.udp_bitrate, metavar="RATE",
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
-    g.add_argument("--duration", type=float, default=d["duration_s"].default, metavar="SECONDS",
+    g.add_argument("--duration", type=float, default=d.duration_s, metavar="SECONDS",
                    help="the measured window of each point, in seconds (default: %(default)g)")
-    g.add_argument("--warmup", type=float, default=d["warmup_s"].default, metavar="SECONDS",
+    g.add_argument("--warmup", type=float, default=d.warmup_s, metavar="SECONDS",
                    help="traffic before the window opens, in seconds, counted from the moment data reaches "
                         "the receivers: TCP's start and the shaper's initial token bucket stay out of the "
                         "figures (default: %(default)g)")
@@ -120,10 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-repetitions", type=int, default=None, metavar="N",
                    help="repetitions per point at most, while it is less precise than --precision or "
                         f"--cpu-precision (default: {DEFAULT_MAX_REPETITIONS}, or --repetitions when that is given)")
-    g.add_argument("--precision", type=float, default=d["precision_pct"].default, metavar="PERCENT",
+    g.add_argument("--precision", type=float, default=d.precision_pct, metavar="PERCENT",
                    help="repeat a point until the 95%% confidence interval of its goodput is within this "
                         "share of the mean (default: %(default)g)")
-    g.add_argument("--cpu-precision", type=float, default=d["cpu_precision_pct"].default, metavar="PERCENT",
+    g.add_argument("--cpu-precision", type=float, default=d.cpu_precision_pct, metavar="PERCENT",
                    help="... and that of its CPU cost per GB (at the run's common machine speed, where a "
                         "speed probe timed the windows) within this share (default: %(default)g)")
     g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
@@ -132,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "rates' minimum repetitions need; the points left less "
                         "precise are counted at the end; 0 = no limit (default: %(default)g, the default "
                         "sweep in 5 minutes; run again with --out DIR --budget 0 to finish what it cut)")
-    g.add_argument("--pmtu", choices=("discover", "fragment"), default=d["pmtu"].default,
+    g.add_argument("--pmtu", choices=("discover", "fragment"), default=d.pmtu,
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
-    g.add_argument("--mtu", type=int, default=d["mtu"].default, help="MTU of every link (default: %(default)s)")
+    g.add_argument("--mtu", type=int, default=d.mtu, help="MTU of every link (default: %(default)s)")
     g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
                    help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
                         "(default: the kernel's, autotuned)")
@@ -221,7 +221,7 @@ def missing_line(spec, out_dir: str, groups: dict | None = None) -> str | None:
     missing = unmeasured(spec, groups)
     if not missing:
         return None
-    reasons = [r.get("error") for p in missing for r in groups.get(p.point_key(), []) if r.get("failed")]
+    reasons = [r.error for p in missing for r in groups.get(p.point_key(), []) if r.failed]
     why = f"; the last error: {reasons[-1]}" if reasons else ""
     return (f"INCOMPLETE: {len(missing)} of {len(plan_points(spec, 1))} points could not be measured{why} "
             f"(the same command with --out {shlex.quote(out_dir)} tries them again; --allow-failures exits 0)")

@@ -20,6 +20,7 @@ from experiments.engine import iperf
 from experiments.engine.plan import Point, SweepSpec
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed import backends
+from testbed.record import Group
 from topologies import build_spec
 from topologies.shaping import MAX_RATE_MBIT, ShapingSpec
 
@@ -66,7 +67,17 @@ def scaled_rates(rates: tuple[float, ...], factor: float) -> tuple[float, ...]:
     return tuple(max(0.001, three(r / factor)) for r in rates)
 
 
-def heaviest_points(parts) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class Heaviest:
+    """A point to calibrate: the seed's point (at its part's fastest rate) and the part's network."""
+
+    part: str        # the sweep part's name
+    point: Group     # topology, profile, mode, ip_version, transport, rate_mbit, size_bytes, size_mode
+    mtu: int
+    pmtu: str
+
+
+def heaviest_points(parts) -> list[Heaviest]:
     """The points to calibrate: each IPsec profile of the fastest sweep part, at its smallest size."""
     sweeps = [p for p in parts if not p.transactions]
     if not sweeps:
@@ -75,30 +86,28 @@ def heaviest_points(parts) -> list[dict]:
     spec = part.spec
     size_mode = spec.size_mode if "tcp" in spec.transports else "mss"
     size = min(spec.sizes)  # the most packets (MSS) or system calls (writes) per byte: the heaviest
-    return [{"part": part.name, "topology": spec.topology, "profile": profile, "mode": spec.mode,
-             "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
-             "size_bytes": size, "size_mode": size_mode, "mtu": spec.mtu, "pmtu": spec.pmtu}
-            for profile in spec.profiles if profile != "none"] or \
-        [{"part": part.name, "topology": spec.topology, "profile": "none", "mode": spec.mode,
-          "ip_version": spec.ip_versions[0], "transport": "tcp", "rate_mbit": max(spec.rates_mbit),
-          "size_bytes": size, "size_mode": size_mode,
-          "mtu": spec.mtu, "pmtu": spec.pmtu}]
+    profiles = [profile for profile in spec.profiles if profile != "none"] or ["none"]
+    return [Heaviest(part.name, Group(topology=spec.topology, profile=profile, mode=spec.mode,
+                                      ip_version=spec.ip_versions[0], transport="tcp",
+                                      rate_mbit=max(spec.rates_mbit), size_bytes=size, size_mode=size_mode),
+                     spec.mtu, spec.pmtu)
+            for profile in profiles]
 
 
-def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calibration]:
+def measure_capacity(points: list[Heaviest], say=lambda message: None) -> list[Calibration]:
     """Measure each of ``points`` (all of one part: one network) on a link twice its rate."""
     from experiments.engine.measure import measure_with_retry, monitor_for, switch_ipsec
     from topologies.network import Network
 
     if not points:
         return []
-    first = points[0]
-    link = min(MAX_RATE_MBIT, 2 * first["rate_mbit"])
-    profiles = tuple(dict.fromkeys(("none", *[p["profile"] for p in points])))
-    spec = SweepSpec(topology=first["topology"], profiles=profiles,
-                     mode=first["mode"], ip_versions=(first["ip_version"],), rates_mbit=(link,),
-                     sizes=(first["size_bytes"],), size_mode=first["size_mode"], repetitions=1,
-                     duration_s=WINDOW_S, warmup_s=WARMUP_S, mtu=first["mtu"], pmtu=first["pmtu"])
+    first = points[0].point
+    link = min(MAX_RATE_MBIT, 2 * first.rate_mbit)
+    profiles = tuple(dict.fromkeys(("none", *[h.point.profile for h in points])))
+    spec = SweepSpec(topology=first.topology, profiles=profiles,
+                     mode=first.mode, ip_versions=(first.ip_version,), rates_mbit=(link,),
+                     sizes=(first.size_bytes,), size_mode=first.size_mode, repetitions=1,
+                     duration_s=WINDOW_S, warmup_s=WARMUP_S, mtu=points[0].mtu, pmtu=points[0].pmtu)
     topo = build_spec(spec.topology, mtu=spec.mtu, pmtu=spec.pmtu)
     meter = backends.current().cpu_meter()
     out = []
@@ -107,20 +116,21 @@ def measure_capacity(points: list[dict], say=lambda message: None) -> list[Calib
                 iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
                 monitor_for(net, servers, meter) as monitor:
             current = "none"
-            for p in points:
-                current = switch_ipsec(net, current, p["profile"], spec.mode, spec.ip_versions)
-                point = Point(spec.topology, p["profile"], spec.mode, spec.ip_versions[0], "tcp", link,
-                              p["size_bytes"], p["size_mode"], 1, "", 0)
+            for h in points:
+                p = h.point
+                current = switch_ipsec(net, current, p.profile, spec.mode, spec.ip_versions)
+                point = Point(spec.topology, p.profile, spec.mode, spec.ip_versions[0], "tcp", link,
+                              p.size_bytes, p.size_mode, 1, "", 0)
                 record = measure_with_retry(net, point, spec, servers, monitor)
-                if record.get("failed"):
-                    raise RuntimeError(f"calibration point {p['profile']} failed: {record.get('error')}")
-                wanted = expected_point_goodput_mbps({**p, "rate_mbit": p["rate_mbit"]}, spec.mtu, spec.pmtu)
-                capacity = record["goodput_mbps"]
+                if record.failed:
+                    raise RuntimeError(f"calibration point {p.profile} failed: {record.error}")
+                wanted = expected_point_goodput_mbps(p, spec.mtu, spec.pmtu)
+                capacity = record.goodput_mbps
                 factor = wanted / (HEADROOM * capacity) if capacity > 0 else math.inf
-                cal = Calibration(p["profile"], p["size_bytes"], p["size_mode"], link, capacity, record.get("bound"),
+                cal = Calibration(p.profile, p.size_bytes, p.size_mode, link, capacity, record.bound,
                                   wanted, max(1.0, factor))
-                say(f"calibration: {p['profile']} at {p['size_bytes']} B on a {link:g} Mbit/s link: "
-                    f"{capacity:.1f} Mbit/s ({record.get('bound')}-bound); the seed's {p['rate_mbit']:g} Mbit/s "
+                say(f"calibration: {p.profile} at {p.size_bytes} B on a {link:g} Mbit/s link: "
+                    f"{capacity:.1f} Mbit/s ({record.bound}-bound); the seed's {p.rate_mbit:g} Mbit/s "
                     f"asks for {wanted:.1f}")
                 out.append(cal)
     finally:

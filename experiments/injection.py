@@ -29,19 +29,19 @@ import json
 import math
 import os
 import platform
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
 from ipsec.slowdown import MAX_INSTRUCTIONS
 from testbed import names, umlkernel
+from testbed.record import FIELD, Group, Record
 from testbed.rundir import atomic_write, load_results
 
 #: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
 CALIBRATION_INSTRUCTIONS = 6000
 CALIBRATION_REPETITIONS = 4
 #: The metric the slowdown is defined on, and where.
-METRIC = "cpu_us_per_packet"
+METRIC = FIELD.cpu_us_per_packet
 
 
 class InjectionError(RuntimeError):
@@ -91,24 +91,24 @@ class Calibration:
         return n
 
 
-def ipsec_cpu_bound(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def ipsec_cpu_bound(records: Sequence[Record]) -> list[Record]:
     """The records of the IPsec point at the highest rate (the suite's CPU-bound point)."""
-    ipsec = [r for r in records if r.get("profile") != "none" and not r.get("failed")]
+    ipsec = [r for r in records if r.profile != "none" and not r.failed]
     if not ipsec:
         raise InjectionError("the run has no IPsec point")
-    top = max(float(r["rate_mbit"]) for r in ipsec)
-    at_top = [r for r in ipsec if float(r["rate_mbit"]) == top]
-    sizes = {r.get("size_bytes") for r in at_top}
-    profiles = {r.get("profile") for r in at_top}
+    top = max(float(r.rate_mbit) for r in ipsec)
+    at_top = [r for r in ipsec if float(r.rate_mbit) == top]
+    sizes = {r.size_bytes for r in at_top}
+    profiles = {r.profile for r in at_top}
     if len(sizes) > 1 or len(profiles) > 1:
         raise InjectionError(f"the suite has several IPsec points at its highest rate ({top:g} Mbit/s): "
                              "the slowdown is defined on one")
     return at_top
 
 
-def describe(record: Mapping[str, Any]) -> str:
-    return (f"{record.get('profile')} {record.get('mode')} IPv{record.get('ip_version')} "
-            f"{float(record['rate_mbit']):g} Mbit/s {record.get('size_mode')} {record.get('size_bytes')} B")
+def describe(record: Record) -> str:
+    return (f"{record.profile} {record.mode} IPv{record.ip_version} "
+            f"{float(record.rate_mbit):g} Mbit/s {record.size_mode} {record.size_bytes} B")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,29 +128,29 @@ class Effect:
         return (self.ratio - 1) * 100
 
 
-def effect(records: Sequence[Mapping[str, Any]], arm: str, base: str = "a", confidence: float = 0.95) -> Effect:
+def effect(records: Sequence[Record], arm: str, base: str = "a", confidence: float = 0.95) -> Effect:
     """The CPU cost per packet of arm ``arm`` over arm ``base`` at the CPU-bound point, with its
     two-sided interval: the geometric mean of the repetitions' ratios, pair by pair (the arms'
     repetitions of one number are measured side by side; :func:`analysis.regress.judge_paired`)."""
     top = ipsec_cpu_bound(records)
     then, now = arm_records(top, base), arm_records(top, arm)
-    point = then[0] if then else top[0]
+    point = Group.of(then[0] if then else top[0])
     pairs = pairs_of(then, now, point, METRIC)
     if len(pairs) < 2:
         raise InjectionError(f"the CPU-bound point has {len(pairs)} pairs of measured repetitions in arms "
                              f"{base} and {arm}: at least 2 are needed")
     ratio, _bound, _df, _regressed, low, high = judge_paired(pairs, 0.5, confidence, -1)
-    insns = {r.get("injected_instructions", 0) for r in now}
+    insns = {r.injected_instructions or 0 for r in now}
     return Effect(arm, max(insns), ratio, low, high, len(by_repetition(then, point, METRIC)),
                   len(by_repetition(now, point, METRIC)))
 
 
-def calibrate_from(records: Sequence[Mapping[str, Any]], kernel: str, suite: str) -> Calibration:
+def calibrate_from(records: Sequence[Record], kernel: str, suite: str) -> Calibration:
     """The calibration a run with arms a (0) and b (:data:`CALIBRATION_INSTRUCTIONS`) gives."""
     top = ipsec_cpu_bound(records)
     e = effect(records, "b")
     base = arm_records(top, "a")
-    a = list(by_repetition(base, base[0], METRIC).values())
+    a = list(by_repetition(base, Group.of(base[0]), METRIC).values())
     c0 = math.fsum(a) / len(a)
     if e.low <= 1.0 or e.instructions <= 0:
         raise InjectionError(f"the calibration could not measure the added cost: {e.instructions} instructions "

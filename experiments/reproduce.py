@@ -31,7 +31,7 @@ import platform
 import sys
 from collections.abc import Callable, Sequence
 
-from analysis.reproduction import evaluate
+from analysis.reproduction import TRANSACTION_MODE, evaluate
 from experiments import runner
 from experiments.calibrate import scale_for, scaled_rates
 from experiments.engine.plan import Point, SweepSpec, estimate_seconds, plan_points, unmeasured
@@ -41,14 +41,13 @@ from experiments.machine import machine_meta
 from experiments.runner import add_output_options
 from testbed import backends, rundir
 from testbed.errors import Parser, run_main
+from testbed.record import TransactionRecord
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
 log = logging.getLogger(__name__)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: Records of a transactions part carry this ``size_mode`` (what makes their keys unique).
-TRANSACTION_MODE = "transaction"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +131,8 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
 
     spec = part.spec
     points = _plan_transactions(part)
-    done = {tuple(r.get(f) for f in ("profile", "repetition"))
-            for r in rundir.load_existing(part_dir) if not r.get("failed")}
+    done = {(r.profile, r.repetition) for r in rundir.load_existing(part_dir, required=(), kind=TransactionRecord)
+            if not r.failed}
     todo = [p for p in points if (p.profile, p.repetition) not in done]
     meter = backends.current().cpu_meter()
     rundir.start_run(part_dir, machine_meta(), sweep=spec.to_json(), transactions=part.transactions,
@@ -154,15 +153,12 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                     timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
                     c1, s1 = meter.sample(), proc_stat_shares()
                     busy, system, softirq = s0.until(s1)
-                    record = {**point.fields(), "kind": "transactions", "goodput_mbps": None,
-                              **dataclasses.asdict(timing),
-                              "cpu_busy_pct": 100.0 * (c1.cpu_ns - c0.cpu_ns)
-                              / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
-                              "cpu_kernel_busy_pct": busy, "cpu_system_pct": system, "cpu_softirq_pct": softirq,
-                              "failed": False, "bound": None, "emulation_limited": False,
-                              "backend": backends.current().name, "kernel_release": platform.release(),
-                              "time": rundir.now_iso()}
-                    rundir.append(out, record)
+                    record = TransactionRecord(
+                        **point.fields(), **dataclasses.asdict(timing),
+                        cpu_busy_pct=100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
+                        cpu_kernel_busy_pct=busy, cpu_system_pct=system, cpu_softirq_pct=softirq,
+                        backend=backends.current().name, kernel_release=platform.release(), time=rundir.now_iso())
+                    rundir.append(out, record.to_json())
                     measured += 1
                     if progress:
                         progress(point, record, len(points) - len(todo) + measured, len(points))

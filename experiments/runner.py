@@ -23,7 +23,7 @@ from testbed import backends, handoff, rundir
 from testbed.capabilities import Needs
 from testbed.errors import Refused, Terminated, add_debug_option
 from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
-from testbed.record import Bound
+from testbed.record import Bound, TransactionRecord, as_record
 
 #: The exit status of a run that ended but could not measure every point (without --allow-failures).
 INCOMPLETE = 3
@@ -87,25 +87,32 @@ def command_started() -> float:
 
 
 def progress_callback(bar, task, prefix: str = "") -> Callable:
-    """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``."""
+    """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``: ``record``
+    is None before the point, then its :class:`~testbed.record.Record` (or its results.jsonl line),
+    a transactions part's (:mod:`experiments.reproduce`) a
+    :class:`~testbed.record.TransactionRecord`."""
     def progress(point, record, done, total):
         label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
                  f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''}"
                  f"{f' arm {point.arm}' if point.arm else ''} rep {point.repetition + 1}")
         if record is None:
             bar.update(task, total=total, completed=done, description=label)
-        elif record.get("failed"):
-            bar.update(task, completed=done, description=f"{label}: FAILED ({record['error']})")
+            return
+        record = as_record(record)
+        if record.failed:
+            bar.update(task, completed=done, description=f"{label}: FAILED ({record.error})")
+        elif isinstance(record, TransactionRecord):  # its timing: no goodput, no bound
+            bar.update(task, completed=done, description=f"{label}: {record.mean_ms:.2f} ms")
         else:
-            bound, goodput = record.get("bound"), record.get("goodput_mbps")
+            bound, goodput = record.bound, record.goodput_mbps
             flag = (f" [{bound}-bound]" if Bound.parse(bound) in (Bound.CPU, Bound.OTHER)
                     else " [ANOMALY, left out of the means]" if Bound.parse(bound) is Bound.ANOMALY else "")
-            if goodput is not None and goodput < 0:  # counters that went backwards: no figure to show
+            if goodput is None:
+                value = "no goodput"
+            elif goodput < 0:  # counters that went backwards: no figure to show
                 value = "no goodput (its counters went backwards)"
-            elif goodput is not None:
-                value = f"{goodput:.2f} Mbit/s"
             else:
-                value = f"{record.get('mean_ms', float('nan')):.2f} ms"
+                value = f"{goodput:.2f} Mbit/s"
             bar.update(task, completed=done, description=f"{label}: {value}{flag}")
     return progress
 

@@ -87,6 +87,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ipsec.algorithms import get_algorithm
 from ipsec.profiles import Profile, parse_profile
@@ -523,21 +524,22 @@ def _protected_packets(l4: int, prof: Profile, mode: str, ip_version: int, link_
                                         ip_version, link_mtu)]
 
 
-def expected_point_goodput_mbps(point: dict, link_mtu: int = 1500, pmtu: str = "discover") -> float | None:
-    """The expected goodput of a result record's point (its transport, size and size mode), or None.
+def expected_point_goodput_mbps(point: Any, link_mtu: int = 1500, pmtu: str = "discover") -> float | None:
+    """The expected goodput of a point (its transport, size and size mode), or None.
 
-    TCP with ``size_mode`` mss: :func:`expected_goodput_mbps` at that MSS; with ``write``:
-    at the largest MSS the path allows (the sender's writes are cut into full segments);
-    UDP (``datagram``): :func:`expected_udp_goodput_mbps`.  Points of other kinds (request
-    and response transactions) have none.
+    ``point`` is anything with a point's attributes (``rate_mbit``, ``profile``, ``mode``,
+    ``ip_version``, ``transport``, ``size_mode``, ``size_bytes``): a result record, an
+    aggregate's group, a planned measurement.  TCP with ``size_mode`` mss:
+    :func:`expected_goodput_mbps` at that MSS; with ``write``: at the largest MSS the path
+    allows (the sender's writes are cut into full segments); UDP (``datagram``):
+    :func:`expected_udp_goodput_mbps`.  Points of other kinds (request and response
+    transactions) have none.
     """
-    args = (point["rate_mbit"],)
-    kw = dict(profile=point["profile"], mode=point.get("mode") or "tunnel", ip_version=point["ip_version"],
-              link_mtu=link_mtu)
-    if point.get("transport") == "tcp" and point.get("size_mode") == "mss":
-        return expected_goodput_mbps(*args, point["size_bytes"], **kw, pmtu=pmtu)
-    if point.get("transport") == "tcp" and point.get("size_mode") == "write":
-        return expected_goodput_mbps(*args, MAX_LINK_MTU, **kw, pmtu=pmtu)
-    if point.get("transport") == "udp":
-        return expected_udp_goodput_mbps(*args, point["size_bytes"], **kw)
+    kw = dict(profile=point.profile, mode=point.mode or "tunnel", ip_version=point.ip_version, link_mtu=link_mtu)
+    if point.transport == "tcp" and point.size_mode == "mss":
+        return expected_goodput_mbps(point.rate_mbit, point.size_bytes, **kw, pmtu=pmtu)
+    if point.transport == "tcp" and point.size_mode == "write":
+        return expected_goodput_mbps(point.rate_mbit, MAX_LINK_MTU, **kw, pmtu=pmtu)
+    if point.transport == "udp":
+        return expected_udp_goodput_mbps(point.rate_mbit, point.size_bytes, **kw)
     return None

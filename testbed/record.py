@@ -11,19 +11,16 @@ This module owns what a record is, so that the rest of the project does not spel
 - :func:`usable`, the one rule for a record that counts towards its point's figures.
 
 A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
-``docs/records.md`` is generated from this module (``python -m testbed.record``) and a test
+``docs/records.md`` is generated from this module (``python -m testbed.recordpage``) and a test
 fails when the two disagree.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
-import sys
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
-
-from testbed import pages
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 
 class Bound(enum.StrEnum):
@@ -61,9 +58,9 @@ class Bound(enum.StrEnum):
             return None
 
     @classmethod
-    def of(cls, record: Mapping[str, Any]) -> Bound | None:
-        """A record's bound; None where it has none (a failed point, a transaction, an old run)."""
-        return cls.parse(record.get("bound"))
+    def of(cls, record: Record | Mapping[str, Any]) -> Bound | None:
+        """A record's bound; None where it has none (a failed point, an old run)."""
+        return cls.parse(as_record(record).bound)
 
 
 _MEANINGS = {
@@ -91,27 +88,29 @@ POINT_FIELDS = ("topology", "profile", "mode", "ip_version", "transport", "rate_
 KEY_FIELDS = (*POINT_FIELDS, "repetition")
 
 
-def _key_field(record: Mapping[str, Any], field: str):
-    if field == "rate_mbit":
-        return float(record[field])
-    return record.get(field, "") if field == "arm" else record[field]
+def _key_value(record: Record, field: str):
+    value = getattr(record, field)
+    return float(value) if field == "rate_mbit" else value
 
 
-def point_key(record: Mapping[str, Any]) -> tuple:
+def point_key(record: Record | Mapping[str, Any]) -> tuple:
     """The key of a record's point (its repetition left out); a record without an arm has arm ``""``."""
-    return tuple(_key_field(record, f) for f in POINT_FIELDS)
+    record = as_record(record)
+    return tuple(_key_value(record, f) for f in POINT_FIELDS)
 
 
-def record_key(record: Mapping[str, Any]) -> tuple:
+def record_key(record: Record | Mapping[str, Any]) -> tuple:
     """The key of one record: its point and repetition."""
-    return tuple(_key_field(record, f) for f in KEY_FIELDS)
+    record = as_record(record)
+    return tuple(_key_value(record, f) for f in KEY_FIELDS)
 
 
-def usable(record: Mapping[str, Any]) -> bool:
+def usable(record: Record | Mapping[str, Any]) -> bool:
     """Whether a record counts towards its point's means: measured (not failed, with a goodput),
     and not an anomaly."""
-    bound = Bound.of(record)
-    return not record.get("failed") and record.get("goodput_mbps") is not None and (bound is None or bound.counted)
+    record = as_record(record)
+    bound = Bound.parse(record.bound)
+    return not record.failed and record.goodput_mbps is not None and (bound is None or bound.counted)
 
 
 def _doc(text: str, default: Any = None) -> Any:
@@ -189,9 +188,28 @@ class Record:
     failed: bool = _doc("no figure: every attempt failed", False)
     error: str | None = _doc("with failed: why, one line per attempt")
     time: str | None = _doc("when the record was written, ISO 8601")
+    # -- set by the report, never written by a sweep ----------------------------------------------
+    speed_factor: float | None = _doc("what the report multiplied the CPU costs by to bring them to the run's "
+                                      "common machine speed (analysis.stats.at_common_speed)")
+    cpu_s_per_gb_measured: float | None = _doc("cpu_s_per_gb as measured, before speed_factor")
+    cpu_us_per_packet_measured: float | None = _doc("cpu_us_per_packet as measured, before speed_factor")
 
+    #: What a record is, in an error's words.
+    WHAT: ClassVar[str] = "a sweep record"
     #: Fields written only when they have a value (a run without arms has no arm).
-    OPTIONAL = ("arm", "injected_instructions", "error", "backend")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "speed_factor",
+                                           "cpu_s_per_gb_measured", "cpu_us_per_packet_measured")
+
+    def at_speed(self, factor: float) -> Record:
+        """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as
+        measured kept in its ``_measured`` field."""
+        changes: dict[str, Any] = {"speed_factor": factor}
+        for field in SPEED_ADJUSTED:
+            value = getattr(self, field)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                changes[field + "_measured"] = value
+                changes[field] = value * factor
+        return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         """The record as results.jsonl holds it."""
@@ -206,9 +224,9 @@ class Record:
         """A record from a results.jsonl line (its ``schema``, the file's layout, aside); fields it does
         not know are refused."""
         fields = {k: v for k, v in line.items() if k != "schema"}
-        unknown = set(fields) - set(FIELDS)
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"not a sweep record's fields: {', '.join(sorted(unknown))}")
+            raise ValueError(f"not {cls.WHAT}'s fields: {', '.join(sorted(unknown))}")
         return cls(**fields)
 
     @classmethod
@@ -220,31 +238,81 @@ class Record:
 FIELDS = tuple(f.name for f in dataclasses.fields(Record))
 
 
-# -- docs/records.md --------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class TransactionRecord(Record):
+    """One repetition of a request and response part (seed 002's latency, :mod:`experiments.transactions`):
+    its point and CPU shares as a sweep's record has them, no goodput, and the timing of its
+    transactions."""
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "records.md"
+    kind: str = _doc("what the record is: `transactions`", "transactions")
+    count: int | None = _doc("transactions made in the window")
+    elapsed_s: float | None = _doc("the loop's wall time, s")
+    mean_ms: float | None = _doc("mean time of a transaction, ms")
+    median_ms: float | None = _doc("median time of a transaction, ms")
+    p95_ms: float | None = _doc("95th percentile of a transaction's time, ms")
+
+    WHAT: ClassVar[str] = "a transactions record"
+
+#: The CPU figures a point's repetitions are summarised by: percent busy by the CPU meter, by
+#: the kernel's own account and on its busiest CPU, the system and softirq shares, CPU seconds
+#: per gigabyte delivered (at the run's common speed, and as measured).
+CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
+              "cpu_s_per_gb", "cpu_s_per_gb_measured")
+#: The CPU costs the report brings to the run's common machine speed (:meth:`Record.at_speed`).
+SPEED_ADJUSTED = ("cpu_s_per_gb", "cpu_us_per_packet")
+#: What an IPsec point shares with the plain baseline it is compared with: its point, but for
+#: the profile (and the arm).
+MATCH_FIELDS = tuple(f for f in POINT_FIELDS if f not in ("profile", "arm"))
+#: What the points share whose speed probes make one reference (all profiles, modes and sizes
+#: at one rate of one network).
+COMPARED_FIELDS = tuple(f for f in MATCH_FIELDS if f not in ("mode", "size_bytes"))
+
+#: The fields' names as attributes (``FIELD.goodput_mbps == "goodput_mbps"``): code that picks a
+#: field by name (a table's column, a claim's metric) names it here, so that a misspelt or
+#: renamed field fails where it is named.
+FIELD = types.SimpleNamespace(**{f: f for f in FIELDS})
 
 
-def render() -> str:
-    """docs/records.md: every field of a record, and the bounds, from this module."""
-    lines = ["# The result record", "",
-             "One line of a run directory's `results.jsonl` per repetition of a point, generated from",
-             "`testbed/record.py` by `python -m testbed.record` (a unit test fails when they disagree).",
-             "The report adjusts CPU costs to the run's common machine speed: each keeps its measured",
-             "value as `<name>_measured`, and `speed_factor` says by what it was multiplied.", "",
-             f"A point is identified by {', '.join(f'`{f}`' for f in POINT_FIELDS)};",
-             "its repetitions share these. A record counts towards its point's means when it did not fail,",
-             "has a goodput, and is not an anomaly.", "",
-             "| field | meaning |", "|---|---|"]
-    lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(Record)]
-    lines += ["", "## What bounded a point (`bound`)", "", "| bound | meaning | in the means |", "|---|---|---|"]
-    lines += [f"| `{b.value}` | {b.meaning} | {'yes' if b.counted else 'no'} |" for b in Bound]
-    return "\n".join(lines) + "\n"
+def as_record(record: Record | Mapping[str, Any]) -> Record:
+    """``record`` as a :class:`Record` (a results.jsonl line, or a record already)."""
+    return record if isinstance(record, Record) else Record.from_json(record)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return pages.main("testbed.record", PAGE, render, "testbed/record.py", argv)
+def as_records(records: Iterable[Record | Mapping[str, Any]]) -> list[Record]:
+    """:func:`as_record` of each."""
+    return [as_record(r) for r in records]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """The records an aggregate summarises, by the :data:`POINT_FIELDS` they share: a point's
+    repetitions, or a coarser group with None for the fields it spans (an aggregate over all
+    sizes has no ``size_bytes``; a run without arms, no ``arm``)."""
+
+    topology: str | None = None
+    profile: str | None = None
+    mode: str | None = None
+    ip_version: int | None = None
+    transport: str | None = None
+    rate_mbit: float | None = None
+    size_bytes: int | None = None
+    size_mode: str | None = None
+    clients: int | None = None
+    arm: str | None = None
+
+    @classmethod
+    def of(cls, record: Record, fields: Iterable[str] = POINT_FIELDS) -> Group:
+        """The group of ``record`` by ``fields`` (others None; an empty arm is none)."""
+        return cls(**{f: getattr(record, f) if getattr(record, f) != "" else None for f in fields})
+
+    def key(self, fields: Iterable[str] = POINT_FIELDS) -> tuple:
+        """The values of ``fields``, in that order."""
+        return tuple(getattr(self, f) for f in fields)
+
+    def to_json(self) -> dict[str, Any]:
+        """The fields it is identified by (those not None), in :data:`POINT_FIELDS` order."""
+        return {f: getattr(self, f) for f in POINT_FIELDS if getattr(self, f) is not None}
+
+    def replace(self, **changes: Any) -> Group:
+        return dataclasses.replace(self, **changes)
+

@@ -34,9 +34,12 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from testbed.errors import Refused
+from testbed.record import Record
+
+R = TypeVar("R", bound=Record)
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +169,15 @@ def append(f: IO[str], record: dict) -> None:
     os.fsync(f.fileno())
 
 
-def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS) -> list[dict[str, Any]]:
-    """The records of ``run_dir/results.jsonl``, in file order (see the module docstring).
+def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS,
+                 kind: type[R] = Record) -> list[R]:
+    """The records of ``run_dir/results.jsonl``, in file order (see the module docstring), as
+    ``kind`` (a sweep's :class:`~testbed.record.Record`; a transactions part's,
+    :class:`~testbed.record.TransactionRecord`, with ``required=()``).
 
     Partial lines left by a killed run are skipped with a warning; a line that is valid JSON
-    but not an object, or a record missing one of ``required``, raises :class:`ResultsError`
-    with the file and line number.
+    but not an object, a record missing one of ``required`` or with a field a record does not
+    have, raises :class:`ResultsError` with the file and line number.
     """
     path = Path(run_dir) / RESULTS_FILE
     try:
@@ -180,7 +186,7 @@ def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS) -
         raise ResultsError(f"{path}: no such file (is {run_dir} a run directory?)") from None
     lines = text.split("\n")
     # text ending in "\n" gives a last empty element; anything else there is an unterminated line
-    records: list[dict[str, Any]] = []
+    records: list[R] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -192,15 +198,19 @@ def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS) -
         if missing:
             raise ResultsError(f"{path}:{number}: record lacks {', '.join(missing)} "
                                f"(required: {', '.join(required)})")
-        records.append(record)
+        try:
+            records.append(kind.from_json(record))
+        except (TypeError, ValueError) as e:
+            raise ResultsError(f"{path}:{number}: {e}") from None
     log.debug("%s: %d records", path, len(records))
     return records
 
 
-def load_existing(run_dir: PathLike) -> list[dict[str, Any]]:
+def load_existing(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS,
+                  kind: type[R] = Record) -> list[R]:
     """:func:`load_results`, or ``[]`` when the directory has no results yet."""
     try:
-        return load_results(run_dir)
+        return load_results(run_dir, required, kind)
     except ResultsError:
         if not (Path(run_dir) / RESULTS_FILE).exists():
             return []

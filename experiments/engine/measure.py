@@ -202,7 +202,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         ahead.reap()
     results = [iperf.parse_iperf3(out, interrupted=True) for out in outputs]
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
-    expected = expected_point_goodput_mbps(dataclasses.asdict(point), spec.mtu, spec.pmtu)
+    expected = expected_point_goodput_mbps(point, spec.mtu, spec.pmtu)
     ev = dataclasses.replace(evidence(first, last, backlog, point.rate_mbit, monitor.meter.cpus, expected),
                              shaper_lost=lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)
@@ -241,7 +241,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
 
 
 def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
-                       ahead: Ahead | None = None, following: Point | None = None) -> dict:
+                       ahead: Ahead | None = None, following: Point | None = None) -> Record:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of
@@ -257,9 +257,9 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
                 servers.restart()
             monitor.follow(servers)
             record = measure_point(net, point, spec, servers, monitor, ahead, following)
-            return dataclasses.replace(record, attempts=attempt).to_json()
+            return dataclasses.replace(record, attempts=attempt)
         except iperf.IperfError as e:
             reasons.append(one_line(e))
             log.warning("%s, attempt %d of %d: %s", point, attempt, ATTEMPTS, reasons[-1])
     return Record.failure(point.fields(), ATTEMPTS, "; ".join(reasons), duration_s=spec.duration_s,
-                          warmup_s=spec.warmup_s, time=now_iso()).to_json()
+                          warmup_s=spec.warmup_s, time=now_iso())

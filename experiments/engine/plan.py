@@ -27,12 +27,12 @@ import collections
 import dataclasses
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
 from ipsec.profiles import parse_profile
 from ipsec.slowdown import chunks
-from testbed.record import KEY_FIELDS, POINT_FIELDS, Bound, usable
+from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Record, usable
 from topologies import build_spec
 
 TRANSPORTS = ("tcp", "udp")
@@ -210,7 +210,7 @@ class SweepSpec:
         """
         data = dict(data)
         if "omit_s" in data:
-            data.setdefault("warmup_s", data.pop("omit_s"))
+            data = {"warmup_s": data.pop("omit_s"), **data}  # a warmup_s given as well wins
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 
@@ -239,11 +239,8 @@ class Point:
         return tuple(getattr(self, f) for f in POINT_FIELDS)
 
     def fields(self) -> dict:
-        """The point's fields as a record has them (``arm`` only when it has one)."""
-        out = dataclasses.asdict(self)
-        if not self.arm:
-            del out["arm"]
-        return out
+        """The point's fields as a record's JSON has them (``arm`` only when it has one)."""
+        return {f: getattr(self, f) for f in KEY_FIELDS if f != FIELD.arm or self.arm}
 
 
 def _number(value: float) -> str:
@@ -296,12 +293,12 @@ def relative_ci(values: Sequence[float]) -> float | None:
     return t_critical_95(n - 1) * std / math.sqrt(n) / abs(mean)
 
 
-def attempts(records: Sequence[dict]) -> int:
+def attempts(records: Sequence[Record]) -> int:
     """Repetitions a point has had: its records that measured something (anomalies included)."""
-    return sum(1 for r in records if not r.get("failed"))
+    return sum(1 for r in records if not r.failed)
 
 
-def needs_more(spec: SweepSpec, records: Sequence[dict], extras: bool = True) -> bool:
+def needs_more(spec: SweepSpec, records: Sequence[Record], extras: bool = True) -> bool:
     """Whether a point with these records (its repetitions so far) is measured again (pure);
     without ``extras`` only to reach its minimum repetitions."""
     if attempts(records) >= spec.most_repetitions:
@@ -311,21 +308,21 @@ def needs_more(spec: SweepSpec, records: Sequence[dict], extras: bool = True) ->
     return extras and not precise(spec, records)
 
 
-def needs_minimum(spec: SweepSpec, records: Sequence[dict]) -> bool:
+def needs_minimum(spec: SweepSpec, records: Sequence[Record]) -> bool:
     """Whether a point with these records has fewer usable repetitions than the spec's minimum."""
     return sum(1 for r in records if usable(r)) < spec.repetitions
 
 
-def unmeasured(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> list[Point]:
+def unmeasured(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> list[Point]:
     """The spec's points (their first repetition) with fewer measured repetitions than its minimum:
     every attempt at the others failed, or the run ended before them; a profile given up on
     (:func:`unusable_profiles`: every repetition an anomaly) is not missing, it was measured (pure)."""
     given_up = unusable_profiles(spec, groups)
     return [p for p in plan_points(spec, 1) if p.profile not in given_up
-            and sum(1 for r in groups.get(p.point_key(), []) if not r.get("failed")) < spec.repetitions]
+            and sum(1 for r in groups.get(p.point_key(), []) if not r.failed) < spec.repetitions]
 
 
-def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[str, str]:
+def unusable_profiles(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> dict[str, str]:
     """The profiles whose every point has had a repetition and every repetition so far was an
     ``anomaly``, each with one line on what its data path did (pure).
 
@@ -333,17 +330,17 @@ def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[
     the shaper, counters reset): measuring it again changes nothing, so the sweep stops after its
     first round.  Failed attempts do not count either way.
     """
-    by_profile: dict[str, list[list[dict]]] = collections.defaultdict(list)
+    by_profile: dict[str, list[list[Record]]] = collections.defaultdict(list)
     for p in plan_points(spec, 1):
         by_profile[p.profile].append(groups.get(p.point_key(), []))
     out = {}
     for profile, points in by_profile.items():
-        measured = [[r for r in records if not r.get("failed")] for records in points]
+        measured = [[r for r in records if not r.failed] for records in points]
         if not all(measured) or any(Bound.of(r) is not Bound.ANOMALY for records in measured for r in records):
             continue
         records = [r for rs in measured for r in rs]
-        ratios = sorted(r["goodput_mbps"] / r["shaper_goodput_mbps"] for r in records
-                        if (r.get("shaper_goodput_mbps") or 0) > 0 and r.get("goodput_mbps") is not None)
+        ratios = sorted(r.goodput_mbps / r.shaper_goodput_mbps for r in records
+                        if (r.shaper_goodput_mbps or 0) > 0 and r.goodput_mbps is not None)
         if ratios and ratios[len(ratios) // 2] > 1:
             ratio = ratios[len(ratios) // 2]
             what = (f"it carried {ratio:.2f}x the payload that the shaper's bytes allow under the overhead model "
@@ -351,14 +348,14 @@ def unusable_profiles(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict[
                     "that the model puts on the wire, so part of the packets' bytes bypassed it "
                     "(ESP offload, which encrypts after the qdisc, does this)")
         else:
-            reasons = collections.Counter(r.get("bound_reason", "") for r in records)
+            reasons = collections.Counter(r.bound_reason or "" for r in records)
             what = f"every repetition was an anomaly, most often: {reasons.most_common(1)[0][0]}"
         out[profile] = (f"profile {profile}: all {len(records)} repetitions of its {len(points)} points were "
                         f"anomalies; {what}. Its figures are not usable, and it was not measured again")
     return out
 
 
-def at_common_speed_by_point(groups: dict[tuple, list[dict]]) -> dict[tuple, list[dict]]:
+def at_common_speed_by_point(groups: Mapping[tuple, list[Record]]) -> dict[tuple, list[Record]]:
     """``groups`` (records by point) with their CPU costs at the run's common machine speed
     (:func:`analysis.stats.at_common_speed`, over all of them), as :func:`precise` should judge
     them (pure)."""
@@ -366,12 +363,12 @@ def at_common_speed_by_point(groups: dict[tuple, list[dict]]) -> dict[tuple, lis
     return {key: [next(adjusted) for _ in records] for key, records in groups.items()}
 
 
-def precise(spec: SweepSpec, records: Sequence[dict]) -> bool:
+def precise(spec: SweepSpec, records: Sequence[Record]) -> bool:
     """Whether the usable records' goodput and CPU per GB are as precise as the spec asks (CPU
     per GB as given: at the run's common speed when it comes from :func:`at_common_speed_by_point`)."""
     ok = [r for r in records if usable(r)]
-    for field, target in (("goodput_mbps", spec.precision_pct), ("cpu_s_per_gb", spec.cpu_precision_pct)):
-        values = [r[field] for r in ok if isinstance(r.get(field), (int, float))]
+    for field, target in ((FIELD.goodput_mbps, spec.precision_pct), (FIELD.cpu_s_per_gb, spec.cpu_precision_pct)):
+        values = [v for v in (getattr(r, field) for r in ok) if isinstance(v, (int, float))]
         ci = relative_ci(values)
         if values and (ci is None or ci > target / 100):
             return False
@@ -387,7 +384,7 @@ def within_budget(spec: SweepSpec, elapsed_s: float, seconds_per_point: float, m
     return elapsed_s + seconds_per_point * (1 + minimum_left) <= spec.budget_s
 
 
-def precision_of(spec: SweepSpec, groups: dict[tuple, list[dict]]) -> dict:
+def precision_of(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> dict:
     """How many of the spec's points are as precise as asked (``precise``), and of the others
     how many had their most repetitions (``at_most``) or were stopped short of them by the
     time budget or an interruption (``short``), or belong to a profile given up as every repetition

@@ -36,7 +36,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from experiments.engine import iperf
 from experiments.engine.plan import (
@@ -53,27 +53,25 @@ from experiments.engine.plan import (
 )
 from experiments.machine import machine_meta
 from testbed import backends, rundir
-from testbed.record import point_key, usable
+from testbed.record import Record, point_key, usable
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[Point, dict | None, int, int], None]
+Progress = Callable[[Point, Record | None, int, int], None]
 
 
-def by_point(records: Sequence[dict]) -> dict[tuple, list[dict]]:
+def by_point(records: Iterable[Record]) -> dict[tuple, list[Record]]:
     """Records grouped by their point (repetitions together)."""
-    groups: dict[tuple, list[dict]] = collections.defaultdict(list)
+    groups: dict[tuple, list[Record]] = collections.defaultdict(list)
     for r in records:
-        try:
-            groups[point_key(r)].append(r)
-        except KeyError:
-            log.warning("a record without a point's fields is ignored: %s", str(r)[:120])
+        groups[point_key(r)].append(r)
     return groups
 
 
-def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], extras: bool = True) -> list[Point]:
+def _next_round(spec: SweepSpec, rate: float, groups: Mapping[tuple, list[Record]],
+                extras: bool = True) -> list[Point]:
     """The points at ``rate`` that need another repetition (without ``extras``: to reach their
     minimum), each with its next repetition number, in measuring order."""
     groups = at_common_speed_by_point(groups)
@@ -82,7 +80,7 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], e
     for p in plan_round(spec, rate, 0, lambda p: p.profile not in given_up):
         records = groups.get(p.point_key(), [])
         if needs_more(spec, records, extras):
-            rounds[p.point_key()] = sum(1 for r in records if not r.get("failed"))
+            rounds[p.point_key()] = sum(1 for r in records if not r.failed)
     if not rounds:
         return []
     rep = min(rounds.values())
@@ -90,7 +88,7 @@ def _next_round(spec: SweepSpec, rate: float, groups: dict[tuple, list[dict]], e
             for p in plan_round(spec, rate, rep, lambda p: p.point_key() in rounds)]
 
 
-def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: dict[tuple, list[dict]]) -> int:
+def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: Mapping[tuple, list[Record]]) -> int:
     """Repetitions the points at ``rates`` still need to reach their minimum (none for a profile
     given up: :func:`~experiments.engine.plan.unusable_profiles`)."""
     given_up = unusable_profiles(spec, groups)
@@ -110,8 +108,8 @@ class _Budget:
         self.before = max(0.0, time.time() - started_unix) if started_unix is not None else 0.0
         self.over = False
 
-    def allows(self, records: Sequence[dict], measured: int, rates: Sequence[float],
-               groups: dict[tuple, list[dict]]) -> bool:
+    def allows(self, records: Sequence[Record], measured: int, rates: Sequence[float],
+               groups: Mapping[tuple, list[Record]]) -> bool:
         """Whether the point with ``records`` may be measured now, ``measured`` points into the
         sweep, with ``rates`` (the current one first) still to go."""
         if needs_minimum(self.spec, records):
@@ -226,7 +224,7 @@ class _Rounds:
     """Measures rounds of points on the sweep's network (set once it is built), keeping count."""
 
     spec: SweepSpec
-    groups: dict[tuple, list[dict]]
+    groups: dict[tuple, list[Record]]
     budget: _Budget
     rates: Sequence[float]
     progress: Progress | None
@@ -263,12 +261,13 @@ class _Rounds:
             if self.progress:
                 self.progress(point, None, self.already + self.measured, self.total)
             following = todo[i + 1] if i + 1 < len(todo) else None
-            record = measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following)
-            record["backend"] = backends.current().name
-            rundir.append(self.out, record)
+            record = dataclasses.replace(
+                measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following),
+                backend=backends.current().name)
+            rundir.append(self.out, record.to_json())
             records.append(record)
             self.measured += 1
-            self.failed += bool(record["failed"])
+            self.failed += record.failed
             self.total = max(self.total, self.already + self.measured)  # a bar never counts past its end
             if self.progress:
                 self.progress(point, record, self.already + self.measured, self.total)
@@ -282,6 +281,6 @@ def _flows(net, ip_version: int) -> list:
 
 def summary(run_dir: str) -> dict:
     """Counts of a run directory's points by what bounded them (failed ones apart)."""
-    counts = collections.Counter(r.get("bound") or ("failed" if r.get("failed") else "unclassified")
+    counts = collections.Counter(r.bound or ("failed" if r.failed else "unclassified")
                                  for r in rundir.load_existing(run_dir))
     return dict(counts)

@@ -13,6 +13,7 @@ from conftest import run_cli
 
 from experiments import doctor
 from testbed import waiting
+from testbed.record import Record
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
 ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--max-repetitions", "2", "--duration", "1",
@@ -20,10 +21,10 @@ ARGS = ["--sizes", "500,1000,1400", "--rates", "20", "--repetitions", "2", "--ma
 
 
 def keys(path):
+    """The point and repetition of each complete record in ``path``."""
     with open(path) as f:
-        return [tuple(sorted((k, v) for k, v in json.loads(line).items()
-                             if k in ("profile", "size_bytes", "repetition", "rate_mbit")))
-                for line in f if line.endswith("\n")]
+        records = [Record.from_json(json.loads(line)) for line in f if line.endswith("\n")]
+    return [(r.profile, r.size_bytes, r.repetition, r.rate_mbit) for r in records]
 
 
 def holders(path):

@@ -23,6 +23,7 @@ from experiments.engine import iperf
 from experiments.engine.measure import flows_of, measure_with_retry, monitor_for, switch_ipsec
 from experiments.engine.plan import Point, SweepSpec
 from testbed import backends
+from testbed.record import Record
 from topologies import build_spec
 from topologies.network import Network
 from topologies.shaping import ShapingSpec, shaper_handle
@@ -52,9 +53,9 @@ def measure(rate: float, profile: str, size: int, *, delay_ms: float | None = No
             finally:
                 if thread:
                     thread.join(10)
-            record["tc"] = subprocess.run(["tc", "-n", net.ns("h1"), "-s", "qdisc", "show"],
-                                          capture_output=True, text=True).stdout
-            return record
+            tc = subprocess.run(["tc", "-n", net.ns("h1"), "-s", "qdisc", "show"],
+                                capture_output=True, text=True).stdout
+            return {**record.to_json(), "tc": tc}  # the record as results.jsonl has it, and the qdisc
     finally:
         meter.close()
 
@@ -112,6 +113,7 @@ def test_a_shaper_replaced_mid_window_is_an_anomaly_and_left_out():
     from analysis.stats import aggregate
 
     link = measure(10, "none", 1460)
-    aggs = aggregate([{**r, "repetition": 0}, {**link, "repetition": 1}])
+    aggs = aggregate([Record.from_json({**stored, "repetition": rep})
+                      for rep, stored in enumerate({k: v for k, v in d.items() if k != "tc"} for d in (r, link))])
     assert len(aggs) == 1 and aggs[0].goodput.n == 1 and aggs[0].n_anomaly == 1
     assert aggs[0].goodput.mean == pytest.approx(link["goodput_mbps"])

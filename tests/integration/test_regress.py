@@ -107,10 +107,10 @@ def test_an_injected_slowdown_costs_cpu_on_esp_packets_and_the_arms_show_it(tmp_
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     records = load_results(str(tmp_path))
-    plain = [r for r in records if r["profile"] == "none"]
-    esp = [r for r in records if r["profile"] != "none"]
-    assert len(plain) == 5 and all("arm" not in r and "injected_instructions" not in r for r in plain)
-    assert sorted((r["arm"], r["injected_instructions"]) for r in esp) == [("a", 0)] * 5 + [("b", 12000)] * 5
+    plain = [r for r in records if r.profile == "none"]
+    esp = [r for r in records if r.profile != "none"]
+    assert len(plain) == 5 and all(r.arm == "" and r.injected_instructions is None for r in plain)
+    assert sorted((r.arm, r.injected_instructions) for r in esp) == [("a", 0)] * 5 + [("b", 12000)] * 5
     e = injection.effect(records, "b")
     assert e.ratio > 1.15, f"12000 extra instructions per ESP packet changed CPU per packet by {e.pct:+.1f} %"
     verdicts = compare_arms(records, load_meta(str(tmp_path)), "a", "b", 0.01, 0.95, ("cpu_us_per_packet",))

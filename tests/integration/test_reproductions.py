@@ -17,6 +17,7 @@ import pytest
 
 from analysis import reproduction, reproduction_report
 from testbed import waiting
+from testbed.record import Record
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,12 +29,12 @@ def run_script(name: str, out: str, *args: str, timeout: float = 300) -> subproc
     return proc
 
 
-def records(run_dir: str, part: str) -> list[dict]:
-    """The part's measured records.  A point whose attempts all failed (an iperf3 client interrupted
-    before it had connected, at a saturated CPU) is kept in results.jsonl as failed and measured again
-    in a later round: that record is not one of the point's repetitions."""
-    with open(os.path.join(run_dir, part, "results.jsonl")) as f:
-        return [r for r in map(json.loads, f) if not r.get("failed")]
+def records(run_dir: str, part: str) -> list[Record]:
+    """The part's measured records, as the analysis reads them.  A point whose attempts all failed (an
+    iperf3 client interrupted before it had connected, at a saturated CPU) is kept in results.jsonl as
+    failed and measured again in a later round: that record is not one of the point's repetitions."""
+    _, parts = reproduction.load_run(run_dir)
+    return next(p for p in parts if p["name"] == part)["records"]
 
 
 def test_seed001_udp_table(tmp_path):
@@ -41,8 +42,8 @@ def test_seed001_udp_table(tmp_path):
     run_script("seed001_netio_3des_ah.py", out, "--parts", "netio_udp", "--sizes", "1024,16384",
                "--repetitions", "2", "--duration", "1")
     got = records(out, "netio_udp")
-    assert len(got) == 2 * 2 * 2 and all(r["goodput_mbps"] > 0 for r in got)
-    assert {r["profile"] for r in got} == {"none", "3des-cbc-sha1+ah-md5"}
+    assert len(got) == 2 * 2 * 2 and all(r.goodput_mbps > 0 for r in got)
+    assert {r.profile for r in got} == {"none", "3des-cbc-sha1+ah-md5"}
     data = reproduction.evaluate(out)
     measured = [v for v in data["values"] if v["ours"] is not None]
     # Table 2's 1 KB and 16 KB rows, with and without IPsec, have ours beside them
@@ -57,8 +58,8 @@ def test_seed002_latency_transactions(tmp_path):
     run_script("seed002_ttcp_topologies.py", out, "--parts", "latency", "--transactions", "100",
                "--repetitions", "2")
     got = records(out, "latency")
-    assert len(got) == 4 and {r["profile"] for r in got} == {"none", "3des-cbc-sha1"}
-    assert all(r["count"] == 100 and 0 < r["mean_ms"] < 1000 for r in got)
+    assert len(got) == 4 and {r.profile for r in got} == {"none", "3des-cbc-sha1"}
+    assert all(r.count == 100 and 0 < r.mean_ms < 1000 for r in got)
     data = reproduction.evaluate(out)
     latency = next(c for c in data["claims"] if c["id"] == "latency")
     assert latency["verdict"] != reproduction.UNMEASURED and latency["measured"][0]["value"] > 0
@@ -70,7 +71,7 @@ def test_seed004_clients_parts(tmp_path):
     out = str(tmp_path / "seed004")
     run_script("seed004_ipv6_clients.py", out, "--max-clients", "2", "--repetitions", "2", "--duration", "1")
     two = records(out, "clients2")
-    assert {r["clients"] for r in two} == {2} and {r["ip_version"] for r in two} == {6}
+    assert {r.clients for r in two} == {2} and {r.ip_version for r in two} == {6}
     assert len(two) == 3 * 2 * 2  # profiles x transports x repetitions
     data = reproduction.evaluate(out)
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
@@ -106,5 +107,5 @@ def test_a_reproduction_stopped_by_a_signal_resumes(tmp_path, signal_name):
     run_script("seed003_gateway_rates.py", out, "--rates", "10", "--sizes", "500,1000", "--repetitions", "2",
                "--duration", "1")
     got = records(out, "gateway")
-    keys = [(r["profile"], r["size_bytes"], r["repetition"]) for r in got]
+    keys = [(r.profile, r.size_bytes, r.repetition) for r in got]
     assert len(keys) == len(set(keys)) == 8 and before >= 2

@@ -28,6 +28,7 @@ from analysis.run import RunData
 from analysis.stats import aggregate, normalize
 from analysis.tables import compare_table, terminal_table
 from cli import report as cli
+from testbed.record import as_records
 from testbed.rundir import ResultsError, load_meta, load_results
 
 RATES = (10.0, 34.0)
@@ -85,7 +86,7 @@ def test_trailing_partial_line_is_ignored_with_a_warning(tmp_path, caplog):
     run = write_run(tmp_path / "run", records, tail='{"topology": "vpn_gateway", "profile": "aes-gc')
     with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         loaded = load_results(run)
-    assert loaded == records
+    assert loaded == as_records(records)
     assert "results.jsonl:5: skipped a partial record" in caplog.text and "last line" in caplog.text
 
 
@@ -103,7 +104,7 @@ def test_partial_line_followed_by_a_resumed_run(tmp_path, caplog):
     (tmp_path / "results.jsonl").write_text(text)
     with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
         loaded = load_results(tmp_path)
-    assert loaded == [a, c]
+    assert loaded == as_records([a, c])
     assert ":2: skipped a partial record" in caplog.text
     assert ":3: skipped a partial record" in caplog.text and "kept the complete record" in caplog.text
 

@@ -24,7 +24,7 @@ from analysis.stats import (
     repetitions_for,
     t_critical_95,
 )
-from testbed.record import POINT_FIELDS
+from testbed.record import POINT_FIELDS, Record
 
 # --- t_critical_95 ---------------------------------------------------------------------------
 
@@ -124,7 +124,7 @@ def record(profile="aes-gcm-256", size=1000, rep=0, goodput=9.0, rate=10.0, mode
          "retransmits": 0, "cpu_busy_pct": None, "cpu_system_pct": None, "cpu_softirq_pct": None,
          "cpu_s_per_gb": None, "emulation_limited": False, "backend": "uml", "kernel_release": "6.1.176"}
     r.update(extra)
-    return r
+    return Record(**r)
 
 
 def test_aggregate_groups_by_point_without_repetition():
@@ -136,7 +136,7 @@ def test_aggregate_groups_by_point_without_repetition():
     assert [(a.profile, a.size_bytes, a.goodput.n) for a in aggs] == [
         (PLAIN_PROFILE, 500, 3), (PLAIN_PROFILE, 1000, 5), ("aes-gcm-256", 500, 3)]
     # "arm" only for the arms of an A/B within a sweep
-    assert "repetition" not in aggs[0].point and set(aggs[0].point) == set(POINT_FIELDS) - {"arm"}
+    assert set(aggs[0].point.to_json()) == set(POINT_FIELDS) - {"arm"}
     assert aggs[0].goodput.mean == 10.0 and aggs[0].goodput.ci95 == pytest.approx(2.484138, abs=1e-6)
     assert aggs[1].goodput.mean == 24.0 and aggs[1].goodput.ci95 == pytest.approx(3.926486, abs=1e-6)
     assert aggs[2].goodput.mean == pytest.approx(9.0)
@@ -187,7 +187,7 @@ def test_repeated_repetition_counts_once_and_the_last_wins(caplog):
 def test_aggregate_with_other_keys():
     records = [record(size=s, rep=0, goodput=g) for s, g in ((500, 4.0), (1000, 6.0))]
     (a,) = aggregate(records, keys=("profile",))
-    assert a.point == {"profile": "aes-gcm-256"} and (a.goodput.n, a.goodput.mean) == (2, 5.0)
+    assert a.point.to_json() == {"profile": "aes-gcm-256"} and (a.goodput.n, a.goodput.mean) == (2, 5.0)
 
 
 def test_aggregate_orders_rates_numerically_and_unshaped_last():
@@ -255,13 +255,13 @@ def test_plain_baseline_without_a_mode_serves_every_mode():
                + [record("aes-gcm-256", 1000, i, 9.0, mode="tunnel") for i in range(2)]
                + [record("aes-gcm-256", 1000, i, 9.5, mode="transport") for i in range(2)])
     ratios = normalize(aggregate(records))
-    assert sorted((r.point["mode"], r.goodput.value) for r in ratios) == [("transport", 0.95), ("tunnel", 0.9)]
+    assert sorted((r.point.mode, r.goodput.value) for r in ratios) == [("transport", 0.95), ("tunnel", 0.9)]
 
 
 def test_plain_baseline_with_a_mode_matches_that_mode_only():
     records = ([record(PLAIN_PROFILE, 1000, 0, 10.0, mode="tunnel"), record("aes-gcm-256", 1000, 0, 9.0, mode="tunnel"),
                 record("aes-gcm-256", 1000, 0, 9.5, mode="transport")])
-    assert [r.point["mode"] for r in normalize(aggregate(records))] == ["tunnel"]
+    assert [r.point.mode for r in normalize(aggregate(records))] == ["tunnel"]
 
 
 def test_normalize_needs_profiles():
@@ -322,11 +322,11 @@ def test_costs_at_common_speed_lose_the_machines_swing_and_keep_what_was_measure
     assert slopes[None] == pytest.approx(1.0, abs=0.1)
     adjusted = at_common_speed(records)
     for before, after in zip(records, adjusted, strict=True):
-        assert after["cpu_s_per_gb_measured"] == before["cpu_s_per_gb"]
-        assert after["cpu_us_per_packet_measured"] == before["cpu_us_per_packet"]
-        assert after["cpu_s_per_gb"] == pytest.approx(before["cpu_s_per_gb"] * after["speed_factor"])
-        assert after["cpu_us_per_packet"] == pytest.approx(before["cpu_us_per_packet"] * after["speed_factor"])
-    assert "speed_factor" not in records[0]  # the records given are left as they were
+        assert after.cpu_s_per_gb_measured == before.cpu_s_per_gb
+        assert after.cpu_us_per_packet_measured == before.cpu_us_per_packet
+        assert after.cpu_s_per_gb == pytest.approx(before.cpu_s_per_gb * after.speed_factor)
+        assert after.cpu_us_per_packet == pytest.approx(before.cpu_us_per_packet * after.speed_factor)
+    assert records[0].speed_factor is None  # the records given are left as they were
     for a in aggregate(records):
         common, measured = a.cpu_s_per_gb, a.cpu["cpu_s_per_gb_measured"]
         # +-20 % of speed spreads the costs as measured ~12 %; at one speed only the 1 % noise is left
@@ -349,12 +349,12 @@ def test_each_rate_is_set_to_its_own_reference_speed():
         for rep, speed in enumerate((150.0, 160.0, 140.0, 155.0, 145.0, 150.0))]
     adjusted = at_common_speed(records)
     for rate in (10.0, 100.0):
-        at_rate = [r for r in adjusted if r["rate_mbit"] == rate]
-        reference = sum(math.log(r["speed_probe_ns"]) for r in at_rate) / len(at_rate)
+        at_rate = [r for r in adjusted if r.rate_mbit == rate]
+        reference = sum(math.log(r.speed_probe_ns) for r in at_rate) / len(at_rate)
         for r in at_rate:  # each window set to its own rate's mean speed, not to the run's
-            assert math.log(r["speed_factor"]) == pytest.approx(
-                elasticities(records)[stats._speed_group(r)] * (reference - math.log(r["speed_probe_ns"])))
-    fast = [r["cpu_s_per_gb"] for r in adjusted if r["rate_mbit"] == 100.0]
+            assert math.log(r.speed_factor) == pytest.approx(
+                elasticities(records)[stats._speed_group(r)] * (reference - math.log(r.speed_probe_ns)))
+    fast = [r.cpu_s_per_gb for r in adjusted if r.rate_mbit == 100.0]
     assert max(fast) / min(fast) < 1.01  # the group is thin (5 beyond its first): the run's elasticity, ~1
 
 
@@ -375,7 +375,7 @@ def test_an_elasticity_never_goes_below_zero_and_a_thin_group_takes_the_runs():
     assert elasticities(backwards)[None] == 0.0
     records = slow_and_fast_run() + [probed("aes-gcm-128", 500, rep, s, 100.0) for rep, s in enumerate((95, 105))]
     slopes = elasticities(records)
-    thin = next(k for k in slopes if k and k[1] == "aes-gcm-128")  # one repetition beyond the first
+    thin = next(k for k in slopes if k and k.profile == "aes-gcm-128")  # one repetition beyond the first
     assert slopes[thin] == slopes[None]
 
 
@@ -387,4 +387,4 @@ def test_a_point_whose_cpu_was_saturated_is_left_as_measured():
     adjusted = at_common_speed([*records, *busy])
     assert adjusted[-3:] == busy  # on the mean (93 %) saturated: all three left alone, the 85 % one too
     assert elasticities([*records, *busy]) == elasticities(records)
-    assert all("speed_factor" in r for r in adjusted[:-3])
+    assert all(r.speed_factor is not None for r in adjusted[:-3])

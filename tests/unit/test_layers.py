@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.record import FIELDS
+
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
 #: Entry-point scripts import from any layer; they are programs, not library modules.
@@ -259,3 +261,68 @@ def test_the_point_and_the_usable_rule_are_defined_once():
                     tuple(getattr(e, "value", None) for e in node.elts[:len(point)]) == point:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: the point's fields")
     assert not found, "use testbed.record:\n" + "\n".join(found)
+
+
+#: Where a string that is also a record field's name reads something that is not a record:
+#: (module, the expression read from), each with what it is.
+NOT_RECORDS = {
+    ("testbed/netns.py", "result"): "a command's reply from inside a namespace",
+    ("ipsec/xfrm/messages.py", "self"): "a netlink message",
+    ("ipsec/xfrm/messages.py", "msg"): "a netlink message",
+    ("ipsec/xfrm/messages.py", 'msg["header"]'): "a netlink message's header",
+    ("ipsec/xfrm/state.py", "msg"): "an XFRM netlink message",
+    ("ipsec/xfrm/state.py", "tmpl"): "an XFRM policy's template",
+    ("topologies/shaping.py", "p"): "a tc operation's parameters",
+    ("experiments/engine/iperf.py", "data"): "iperf3's JSON",
+    ("experiments/engine/iperf.py", "sent"): "iperf3's JSON: a sender's summary",
+    ("experiments/engine/iperf.py", "s"): "iperf3's JSON: a stream's summary",
+    ("cli/selftest.py", "case"): "a JUnit XML test case",
+    ("cli/sweep.py", "counts"): "a sweep's count of its points (experiments.engine.sweep.run_sweep)",
+    ("experiments/reproduce.py", "counts"): "a part's count of its points",
+    ("analysis/reproduction_report.py", "v"): "a claim's measured values in comparison.json",
+    ("benchmarks/bound_crosscheck.py", "q"): "a qdisc in tc's JSON",
+}
+
+
+def record_key_reads(path: Path) -> list[str]:
+    """Places that read a result record's field by its name written out as a string
+    (``r["goodput_mbps"]``, ``r.get("bound")``, ``"speed_factor" in r``): records are read by
+    attribute (``r.goodput_mbps``), and a field chosen by name is named through
+    ``testbed.record.FIELD``, so a renamed field fails where it is used.  meta.json
+    (an expression naming ``meta``) and :data:`NOT_RECORDS` are other things, not records."""
+    source = path.read_text()
+    where = str(path.relative_to(REPO))
+    found = []
+
+    def hit(node: ast.AST, key: ast.AST, read_from: ast.AST) -> None:
+        if not (isinstance(key, ast.Constant) and key.value in FIELDS):
+            return
+        text = ast.get_source_segment(source, read_from) or ""
+        if "meta" in text.lower() or (where, text) in NOT_RECORDS:
+            return
+        found.append(f"{where}:{node.lineno}: {ast.get_source_segment(source, node)[:80]}")
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript):
+            hit(node, node.slice, node.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+              and node.func.attr in ("get", "pop", "setdefault")):
+            hit(node, node.args[0], node.func.value)
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            hit(node, node.left, node.comparators[0])
+    return found
+
+
+def test_only_the_record_module_reads_records_by_key():
+    found = [f for path in modules_and_scripts()
+             if str(path.relative_to(REPO)) != RECORD_MODULE for f in record_key_reads(path)]
+    assert not found, "read a record by attribute, a field chosen by name through testbed.record.FIELD:\n" + \
+        "\n".join(found)
+
+
+def test_the_record_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text('a = r["goodput_mbps"]\nb = r.get("bound")\nc = "speed_factor" in r\n'
+                      'd = meta.get("backend")\ne = r.goodput_mbps\nf = r[FIELD.bound]\ng = x["kind"]\n')
+    assert [f.split(":")[1] for f in record_key_reads(sample)] == ["1", "2", "3"]

@@ -148,8 +148,6 @@ def test_counters_going_backwards_are_an_anomaly():
 
 
 def test_a_shaper_missing_from_samples_is_an_anomaly():
-    import dataclasses
-
     ev = dataclasses.replace(window(9.4, 0.99, 0.30), shaper_lost=2)
     bound, why = classify(ev, 9.5)
     assert bound == "anomaly" and "missing in 2 of 22 samples" in why

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments.engine.plan import Point
-from testbed import record
+from testbed import record, recordpage
 from testbed.record import FIELDS, KEY_FIELDS, POINT_FIELDS, Bound, Record, point_key, record_key, usable
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rundir-schema1" / "results.jsonl"
@@ -77,7 +77,7 @@ def test_bounds_are_their_own_strings_and_know_whether_they_count():
 
 
 def test_docs_records_md_is_what_the_record_says():
-    assert record.PAGE.read_text() == record.render(), \
-        "docs/records.md is out of date: run `.venv/bin/python -m testbed.record` and commit it"
-    page = record.PAGE.read_text()
+    assert recordpage.PAGE.read_text() == recordpage.render(), \
+        "docs/records.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
+    page = recordpage.PAGE.read_text()
     assert all(f"| `{name}` |" in page for name in FIELDS)

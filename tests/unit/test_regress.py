@@ -1,4 +1,5 @@
 """The regression gate's statistics and files, on synthetic data with known answers."""
+import dataclasses
 import json
 import random
 import xml.etree.ElementTree as ET
@@ -7,6 +8,7 @@ import pytest
 
 from analysis import regress, regress_report
 from analysis.stats import t_critical_95
+from testbed.record import FIELD, Record
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 7, 10, 19, 30])
@@ -74,9 +76,9 @@ def test_false_alarm_and_detection_rates_on_simulated_noise():
 
 
 def records(goodputs, profile="none", size=1000, meta_rate=100.0):
-    return [{"topology": "vpn_gateway", "profile": profile, "mode": "tunnel", "ip_version": 4, "transport": "tcp",
-             "rate_mbit": meta_rate, "size_bytes": size, "size_mode": "mss", "clients": 1, "repetition": i,
-             "goodput_mbps": g} for i, g in enumerate(goodputs)]
+    return [Record(topology="vpn_gateway", profile=profile, mode="tunnel", ip_version=4, transport="tcp",
+                   rate_mbit=meta_rate, size_bytes=size, size_mode="mss", clients=1, repetition=i,
+                   goodput_mbps=g) for i, g in enumerate(goodputs)]
 
 
 META = {"backend": "uml", "kernel_release": "6.1.176", "cpu_model": "x", "cpu_count": 1}
@@ -90,7 +92,7 @@ def test_baseline_round_trip_and_comparison(tmp_path):
     assert base["machine"] == META and len(base["points"]) == 2
     slower = records([95.0, 95.1, 95.2]) + records([50.0, 50.5, 49.5], profile="aes-gcm-256")
     verdicts = regress.compare(base, slower)
-    assert [(v.point["profile"], v.regressed) for v in verdicts] == [("none", False), ("aes-gcm-256", True)]
+    assert [(v.point.profile, v.regressed) for v in verdicts] == [("none", False), ("aes-gcm-256", True)]
     assert regress.exit_status(verdicts) == 1
     assert regress.exit_status(regress.compare(base, run)) == 0
 
@@ -98,7 +100,7 @@ def test_baseline_round_trip_and_comparison(tmp_path):
 def test_failed_repetitions_are_not_samples():
     run = records([95.0, 95.2, None, 95.1])
     (point,) = regress.make_baseline(run, META)["points"]
-    assert point["goodput_mbps"] == [95.0, 95.2, 95.1]
+    assert point[FIELD.goodput_mbps] == [95.0, 95.2, 95.1]
 
 
 def test_a_point_missing_from_the_run_is_an_error(tmp_path):
@@ -162,10 +164,10 @@ def test_a_cpu_cost_regresses_when_it_rises_not_when_it_falls():
 
 def test_each_metric_is_judged_in_its_own_direction():
     def run(goodputs, cpu):
-        return [{**r, "cpu_s_per_gb": c, "cpu_us_per_packet": c / 10}
+        return [dataclasses.replace(r, cpu_s_per_gb=c, cpu_us_per_packet=c / 10)
                 for r, c in zip(records(goodputs), cpu, strict=True)]
     base = regress.make_baseline(run([95.0, 95.2, 95.1], [120.0, 121.0, 119.5]), META)
-    assert base["points"][0]["cpu_s_per_gb"] == [120.0, 121.0, 119.5]
+    assert base["points"][0][FIELD.cpu_s_per_gb] == [120.0, 121.0, 119.5]
     # the same goodput, but every gigabyte costs 10% more CPU: only the CPU metrics regress
     dearer = run([95.1, 95.0, 95.2], [132.0, 133.1, 131.4])
     verdicts = regress.compare(base, dearer, metrics=tuple(regress.METRICS))
@@ -180,8 +182,8 @@ def test_each_metric_is_judged_in_its_own_direction():
         "CPU per GB rose by more than 5%", "CPU per packet rose by more than 5%"]
     # anomalies are not samples; a baseline without CPU figures cannot judge them
     (point,) = regress.make_baseline(run([95.0, 95.2, 95.1], [1.0, 2.0, 3.0])[:2] + [
-        {**records([99.0])[0], "repetition": 2, "bound": "anomaly", "cpu_s_per_gb": 9.0}], META)["points"]
-    assert point["goodput_mbps"] == [95.0, 95.2] and point["cpu_s_per_gb"] == [1.0, 2.0]
+        dataclasses.replace(records([99.0])[0], repetition=2, bound="anomaly", cpu_s_per_gb=9.0)], META)["points"]
+    assert point[FIELD.goodput_mbps] == [95.0, 95.2] and point[FIELD.cpu_s_per_gb] == [1.0, 2.0]
     old = regress.make_baseline(records([95.0, 95.2, 95.1]), META)
     with pytest.raises(regress.RegressError, match="baseline has no CPU per GB"):
         regress.compare(old, dearer, metrics=("cpu_s_per_gb",))

@@ -1,6 +1,7 @@
 """The reproduction analysis on synthetic data with known answers; the seed scripts against their reference files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -10,9 +11,13 @@ import pytest
 
 from analysis import penalty, reproduction, reproduction_report
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, Row, evaluate_claim
-from analysis.stats import RatioEstimate, Summary
+from analysis.stats import RatioEstimate, Summary, aggregate, normalize
 from experiments import catalogue
+from experiments.engine.plan import Point
+from experiments.transactions import Timing
 from ipsec import overhead
+from testbed.record import Group, Record, TransactionRecord
+from testbed.rundir import ResultsError, load_existing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SEEDS = ("000", "001", "002", "003", "004")
@@ -58,13 +63,13 @@ def test_udp_with_esp_in_transport_mode_protects_the_datagram_then_fragments_it(
 
 
 def test_point_expectation_follows_transport_and_size_mode():
-    tcp = {"rate_mbit": 10.0, "profile": "none", "mode": "tunnel", "ip_version": 4, "transport": "tcp"}
-    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "mss", "size_bytes": 500}) == \
+    tcp = Group(rate_mbit=10.0, profile="none", mode="tunnel", ip_version=4, transport="tcp")
+    assert overhead.expected_point_goodput_mbps(tcp.replace(size_mode="mss", size_bytes=500)) == \
         pytest.approx(overhead.expected_goodput_mbps(10, 500))
     # bulk writes are cut into full segments whatever their size
-    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "write", "size_bytes": 1024}) == \
+    assert overhead.expected_point_goodput_mbps(tcp.replace(size_mode="write", size_bytes=1024)) == \
         pytest.approx(overhead.expected_goodput_mbps(10, 1460))
-    assert overhead.expected_point_goodput_mbps({**tcp, "size_mode": "transaction", "size_bytes": 100}) is None
+    assert overhead.expected_point_goodput_mbps(tcp.replace(size_mode="transaction", size_bytes=100)) is None
 
 
 # -- penalty decomposition ---------------------------------------------------------------------
@@ -85,13 +90,11 @@ def test_decompose_without_a_model_keeps_the_penalty_only():
 
 
 def test_penalty_of_a_link_bound_point_is_all_wire():
-    from analysis.stats import aggregate, normalize
-
-    point = {"topology": "vpn_gateway", "mode": "tunnel", "ip_version": 4, "transport": "tcp", "rate_mbit": 10.0,
-             "size_bytes": 500, "size_mode": "mss", "clients": 1}
+    point = dict(topology="vpn_gateway", mode="tunnel", ip_version=4, transport="tcp", rate_mbit=10.0,
+                 size_bytes=500, size_mode="mss", clients=1)
     plain = overhead.expected_goodput_mbps(10, 500)
     ipsec = overhead.expected_goodput_mbps(10, 500, "aes-gcm-256", "tunnel")
-    records = [{**point, "profile": p, "repetition": r, "goodput_mbps": g}
+    records = [Record(**point, profile=p, repetition=r, goodput_mbps=g)
                for r in range(3) for p, g in (("none", plain), ("aes-gcm-256", ipsec))]
     (ratio,) = normalize(aggregate(records))
     p = penalty.penalty_of(ratio)
@@ -103,12 +106,11 @@ def test_penalty_of_a_link_bound_point_is_all_wire():
 # -- claims on synthetic rows ------------------------------------------------------------------
 
 def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, bound=None, **metrics) -> Row:
-    point = {"topology": "t", "profile": profile, "mode": "tunnel", "ip_version": ip, "transport": "tcp",
-             "rate_mbit": rate, "size_bytes": size, "size_mode": "mss", "clients": clients, "part": part,
-             "reference": part, "mtu": 1500}
+    point = Group(topology="t", profile=profile, mode="tunnel", ip_version=ip, transport="tcp", rate_mbit=rate,
+                  size_bytes=size, size_mode="mss", clients=clients)
     wrapped = {k: RatioEstimate(v, None, None) if k == "normalized_goodput" else Summary.of([v])
                for k, v in metrics.items()}
-    return Row(point, wrapped, limited, bound=bound, ratio_bound=bound)
+    return Row(point, wrapped, part=part, reference=part, mtu=1500, limited=limited, bound=bound, ratio_bound=bound)
 
 
 def claim(**check):
@@ -172,11 +174,11 @@ def test_cpu_shares_at_scaled_rates_are_not_testable():
 
 def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
     spec = {"mtu": 1500}
-    records = [{"topology": "t", "profile": "none", "mode": "tunnel", "ip_version": 4, "transport": "tcp",
-                "rate_mbit": 25.0, "size_bytes": 1460, "size_mode": "mss", "clients": 1, "repetition": r,
-                "goodput_mbps": 23.5 + r * 0.1, "bound": "link"} for r in range(2)]
+    records = [Record(topology="t", profile="none", mode="tunnel", ip_version=4, transport="tcp", rate_mbit=25.0,
+                      size_bytes=1460, size_mode="mss", clients=1, repetition=r, goodput_mbps=23.5 + r * 0.1,
+                      bound="link") for r in range(2)]
     (r,) = reproduction.rows_of([{"name": "p", "spec": spec, "records": records}], scale=4.0)
-    assert r.point["rate_mbit"] == 100.0 and r.point["emulated_rate_mbit"] == 25.0 and r.bound == "link"
+    assert r.point.rate_mbit == 100.0 and r.emulated_rate_mbit == 25.0 and r.bound == "link"
     ref = {"values": [{"id": "a", "source": "s", "quote": "94", "value": 94, "unit": "Mbit/s", "mbps_per_unit": 1,
                        "metric": "goodput_mbps", "where": {"part": "p", "rate_mbit": 100}}]}
     (v,) = reproduction.compare_values(ref, [r], scale=4.0)
@@ -279,7 +281,7 @@ def test_report_of_a_synthetic_run(tmp_path):
     assert verdicts["ninety-percent"] == HOLDS  # 0.9 at 1000 bytes, 10 Mbit/s
     assert verdicts["small-less-efficient"] == HOLDS  # 0.6 at 500 against 0.9
     assert verdicts["cpu-small-packets"] == UNMEASURED  # no 100- or 1460-byte points
-    assert {p["point"]["size_bytes"] for p in data["penalties"]} == {500, 1000}
+    assert {Group(**p["point"]).size_bytes for p in data["penalties"]} == {500, 1000}
     page = Path(path).read_text()
     assert "IPsec becomes less efficient" in page and page.count('class="holds"') == 2
 
@@ -352,18 +354,31 @@ def test_transaction_summary():
 
 
 def test_transaction_rows_carry_their_point_and_the_ratio_to_plain():
-    from experiments.engine.plan import Point
-
     records = []
     for profile, ms in (("none", (1.0, 1.2)), ("3des-cbc-sha1", (2.0, 2.4))):
         for rep, mean in enumerate(ms):
             point = Point("host_to_host", profile, "transport", 4, "tcp", 100.0, 100, "transaction", 1, "", rep)
-            records.append({**point.fields(), "kind": "transactions", "mean_ms": mean, "cpu_busy_pct": 50.0,
-                            "cpu_system_pct": 20.0, "failed": False, "bound": None})
-    rows = reproduction._transaction_rows(records, {"part": "latency", "mtu": 1500})
-    assert [(r.point["profile"], r.point["part"], r.point["size_mode"]) for r in rows] == [
+            records.append(TransactionRecord(**point.fields(), mean_ms=mean, cpu_busy_pct=50.0, cpu_system_pct=20.0))
+    rows = reproduction._transaction_rows(records, {"part": "latency", "reference": "latency", "mtu": 1500})
+    assert [(r.point.profile, r.part, r.point.size_mode) for r in rows] == [
         ("none", "latency", "transaction"), ("3des-cbc-sha1", "latency", "transaction")]
     assert rows[1].metrics["transaction_ms"].mean == pytest.approx(2.2)
+    assert rows[1].metrics["transaction_ms_ratio"].value == pytest.approx(2.2 / 1.1)
+
+
+def test_transaction_records_are_read_back_as_written(tmp_path):
+    # the writer (experiments.reproduce.run_transactions) gives a record every field of a Timing
+    assert {f.name for f in dataclasses.fields(Timing)} <= {f.name for f in dataclasses.fields(TransactionRecord)}
+    point = Point("host_to_host", "none", "transport", 4, "tcp", 100.0, 100, "transaction", 1, "", 0)
+    record = TransactionRecord(**point.fields(), count=100, elapsed_s=0.2, mean_ms=2.0, median_ms=1.9, p95_ms=3.0,
+                               cpu_busy_pct=50.0)
+    line = json.dumps({**record.to_json(), "schema": 2})
+    (tmp_path / "results.jsonl").write_text(line + "\n" + line[:40])  # and a partial line a killed run left
+    assert load_existing(tmp_path, required=(), kind=TransactionRecord) == [record]
+    assert load_existing(tmp_path / "none", required=(), kind=TransactionRecord) == []
+    (tmp_path / "results.jsonl").write_text(json.dumps({**record.to_json(), "colour": "red"}) + "\n")
+    with pytest.raises(ResultsError, match="not a transactions record's fields: colour"):
+        load_existing(tmp_path, required=(), kind=TransactionRecord)
 
 
 def test_verdict_counts_reads_as_a_sentence():

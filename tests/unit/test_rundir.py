@@ -1,6 +1,7 @@
 """The run-directory module: results appended and read back, meta.json's runs, the lock, atomic writes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ def test_results_appended_are_read_back_in_order(tmp_path):
         for i in range(3):
             rundir.append(f, record(repetition=i))
     got = rundir.load_results(tmp_path)
-    assert [r["repetition"] for r in got] == [0, 1, 2]
+    assert [r.repetition for r in got] == [0, 1, 2]
     assert (tmp_path / rundir.RESULTS_FILE).read_text().count("\n") == 3
 
 
@@ -34,7 +35,7 @@ def test_partial_records_of_killed_runs_are_skipped_and_garbage_is_an_error(tmp_
     # a killed run's partial record with the resumed run's first record glued on: the latter is kept
     path.write_text('{"profile": "no' + json.dumps(record(repetition=1)) + "\n" + json.dumps(record()) + "\n")
     got = rundir.load_results(tmp_path)
-    assert [r.get("repetition") for r in got] == [1, None] and "skipped a partial record" in caplog.text
+    assert [r.repetition for r in got] == [1, 0] and "skipped a partial record" in caplog.text
     path.write_text("garbage\n")
     with pytest.raises(ResultsError, match="line 1|:1: not a JSON record"):
         rundir.load_results(tmp_path)
@@ -94,16 +95,17 @@ SCHEMA1 = Path(__file__).parent / "fixtures" / "rundir-schema1"  # a real sweep'
 
 def test_a_run_directory_from_before_schema_versions_is_read_as_schema_1(tmp_path):
     records = load_results(SCHEMA1)
-    assert len(records) == 8 and all("schema" not in r for r in records)
+    assert len(records) == 8 and all(r.goodput_mbps > 0 and r.bound == "link" for r in records)
     assert load_meta(SCHEMA1)["backend"] == "uml"
     # resumed, it gains records of the current schema beside the old ones, and meta.json says so
     run = tmp_path / "run"
     shutil.copytree(SCHEMA1, run)
     rundir.start_run(run, {"backend": "uml"})
     with rundir.open_results(run) as f:
-        rundir.append(f, {**records[0], "repetition": 99})
-    again = load_results(run)
-    assert [r.get("schema", 1) for r in again] == [1] * 8 + [rundir.SCHEMA]
+        rundir.append(f, dataclasses.replace(records[0], repetition=99).to_json())
+    lines = [json.loads(line) for line in (run / rundir.RESULTS_FILE).read_text().splitlines()]
+    assert [line.get("schema", 1) for line in lines] == [1] * 8 + [rundir.SCHEMA]
+    assert load_results(run)[-1] == dataclasses.replace(records[0], repetition=99)
     assert load_meta(run)["schema"] == rundir.SCHEMA
 
 

@@ -14,7 +14,7 @@ from analysis.regress import RegressError, arm_records, arms, compare_arms
 from experiments import injection
 from experiments.engine.plan import SweepSpec, plan_points, plan_round
 from ipsec import slowdown
-from testbed.record import point_key
+from testbed.record import FIELD, Record, point_key
 
 
 def run_cbpf(prog, packet: bytes) -> tuple[int, int]:
@@ -89,7 +89,7 @@ def test_arms_sit_side_by_side_in_abba_order_and_plain_has_none():
     assert spec.arm_instructions("b") == 3000 and spec.arm_instructions("") == 0
     assert len({p.key() for p in points}) == len(points)
     # a record's arm is part of its point; a record without one is the plain (armless) point
-    assert "arm" not in points[0].fields() and points[1].fields()["arm"] == "a"
+    assert FIELD.arm not in points[0].fields() and points[1].fields()[FIELD.arm] == "a"
     assert point_key(points[0].fields()) == points[0].point_key()
 
 
@@ -110,17 +110,16 @@ def arm_run(a_values, b_values, rate=1000.0, metric="cpu_us_per_packet", b_insns
     records = []
     for arm, values, insns in (("a", a_values, 0), ("b", b_values, b_insns)):
         for rep, v in enumerate(values):
-            records.append({"topology": "vpn_gateway", "profile": "aes-gcm-256", "mode": "tunnel",
-                            "ip_version": 4, "transport": "tcp", "rate_mbit": rate, "size_bytes": 1460,
-                            "size_mode": "mss", "clients": 1, "arm": arm, "repetition": rep,
-                            "injected_instructions": insns, "goodput_mbps": 1000 / v, metric: v,
-                            "bound": "cpu"})
+            records.append(Record(topology="vpn_gateway", profile="aes-gcm-256", mode="tunnel", ip_version=4,
+                                  transport="tcp", rate_mbit=rate, size_bytes=1460, size_mode="mss", clients=1,
+                                  arm=arm, repetition=rep, injected_instructions=insns, goodput_mbps=1000 / v,
+                                  bound="cpu", **{metric: v}))
     return records
 
 
 def test_arms_are_compared_as_a_run_with_its_baseline():
     records = arm_run([50, 51, 49, 50, 50.5], [55, 56, 54, 55, 55.5])
-    assert arms(records) == ["a", "b"] and all("arm" not in r for r in arm_records(records, "b"))
+    assert arms(records) == ["a", "b"] and all(r.arm == "" for r in arm_records(records, "b"))
     verdicts = compare_arms(records, {}, metrics=("goodput_mbps", "cpu_us_per_packet"), max_drop=0.01)
     assert {v.metric: v.regressed for v in verdicts} == {"goodput_mbps": True, "cpu_us_per_packet": True}
     same = compare_arms(arm_run([50, 51, 49, 50], [50.5, 49.5, 50, 50.2]), {}, max_drop=0.01,

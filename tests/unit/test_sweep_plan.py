@@ -18,7 +18,7 @@ from experiments.engine.plan import (
     within_budget,
 )
 from experiments.engine.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
-from testbed.record import record_key
+from testbed.record import Record, record_key
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
 
@@ -56,23 +56,23 @@ def test_bad_sweeps_fail_before_anything_runs(kw, match):
         SweepSpec(**kw)
 
 
-def record(point, **extra):
-    return {**dataclasses.asdict(point), "goodput_mbps": 9.5, **extra}
+def record(point, **extra) -> Record:
+    return Record(**{**point.fields(), "goodput_mbps": 9.5, **extra})
 
 
 def test_resume_skips_measured_points_and_cuts_a_partial_line(tmp_path):
     spec = SweepSpec(sizes=(500, 1000), rates_mbit=(10,), repetitions=1)
     points = plan_points(spec)
     with open_results(tmp_path) as f:
-        append(f, record(points[0]))
-        append(f, record(points[1]))
+        append(f, record(points[0]).to_json())
+        append(f, record(points[1]).to_json())
     with open(tmp_path / "results.jsonl", "a") as f:
-        f.write(json.dumps(record(points[2]))[:40])  # killed mid-write
+        f.write(json.dumps(record(points[2]).to_json())[:40])  # killed mid-write
     groups = by_point(load_existing(tmp_path))
     assert sorted(groups) == sorted({points[0].point_key(), points[1].point_key()})
     assert [p.key() for p in _next_round(spec, 10.0, groups)] == [p.key() for p in points[2:]]
     with open_results(tmp_path) as f:
-        append(f, record(points[2]))
+        append(f, record(points[2]).to_json())
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     assert [record_key(json.loads(line)) for line in lines] == [p.key() for p in points[:3]]
 
@@ -86,7 +86,7 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
             SweepSpec(**kw)
     from experiments.engine.measure import IPERF_SPARE_S, iperf_options
     options = iperf_options(plan_points(spec)[0], spec)
-    assert options["omit_s"] == 0 and options["duration_s"] == 2 + IPERF_SPARE_S  # ceil(1.75) + spare
+    assert options == {**options, "omit_s": 0, "duration_s": 2 + IPERF_SPARE_S}  # ceil(1.75) + spare
     # iperf3 (3.12) reads -t and -O as whole seconds: the arguments are checked to be whole
     from experiments.engine.iperf import client_args
     with pytest.raises(ValueError, match="whole seconds"):
@@ -95,8 +95,7 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
 
 
 def test_an_old_meta_json_with_iperf3s_warm_up_still_reads():
-    old = {**SweepSpec().to_json(), "omit_s": 1}
-    del old["warmup_s"]
+    old = {k: v for k, v in SweepSpec().to_json().items() if k != "warmup_s"} | {"omit_s": 1}
     assert SweepSpec.from_json(old).warmup_s == 1.0
 
 
@@ -116,12 +115,12 @@ def test_a_failed_point_counts_as_missing(tmp_path):
     spec = SweepSpec(rates_mbit=(10,), sizes=(500,), repetitions=1)
     a, b = plan_points(spec)
     with open_results(tmp_path) as f:
-        append(f, record(a))
-        append(f, record(b, goodput_mbps=None, failed=True, error="iperf3: server exited"))
+        append(f, record(a).to_json())
+        append(f, record(b, goodput_mbps=None, failed=True, error="iperf3: server exited").to_json())
     assert [p.key() for p in _next_round(spec, 10.0, by_point(load_existing(tmp_path)))] == [b.key()]
     assert not is_complete(str(tmp_path), spec)
     with open_results(tmp_path) as f:
-        append(f, record(b, failed=False))  # the next run measured it
+        append(f, record(b, failed=False).to_json())  # the next run measured it
     assert is_complete(str(tmp_path), spec)
 
 
@@ -135,7 +134,7 @@ def test_relative_ci_is_students_t_half_width_over_the_mean():
 
 def recs(goodputs, cpu=None, **extra):
     cpu = cpu or [1.0] * len(goodputs)
-    return [{"goodput_mbps": g, "cpu_s_per_gb": c, **extra} for g, c in zip(goodputs, cpu, strict=True)]
+    return [Record(goodput_mbps=g, cpu_s_per_gb=c, **extra) for g, c in zip(goodputs, cpu, strict=True)]
 
 
 @pytest.mark.parametrize("records,more", [
@@ -165,8 +164,8 @@ def test_rounds_measure_only_the_imprecise_points_with_their_next_repetition():
     assert [(p.profile, p.size_bytes, p.repetition) for p in first[:4]] == [
         ("none", 500, 0), ("aes-gcm-256", 500, 0), ("aes-gcm-256", 1000, 0), ("none", 1000, 0)]
     noisy = ("none", 1000)
-    records = [{**record(p, goodput_mbps=9.0 + (p.repetition if (p.profile, p.size_bytes) == noisy else 0)),
-                "cpu_s_per_gb": 1.0} for p in first]
+    records = [record(p, goodput_mbps=9.0 + (p.repetition if (p.profile, p.size_bytes) == noisy else 0),
+                      cpu_s_per_gb=1.0) for p in first]
     todo = _next_round(spec, 10.0, by_point(records))
     assert [(p.profile, p.size_bytes, p.repetition) for p in todo] == [("none", 1000, 2)]
     # resumed after a kill during the first round: the point it missed catches up beside the others
@@ -224,13 +223,13 @@ def test_the_command_start_is_the_hosts_and_a_guest_keeps_it(monkeypatch):
 def test_minimum_left_counts_the_repetitions_still_owed():
     spec = SweepSpec(rates_mbit=(10, 100), sizes=(500,), repetitions=2, max_repetitions=8)
     first = plan_round(spec, 10.0, 0)
-    groups = by_point([{**record(p), "cpu_s_per_gb": 1.0} for p in first] +
-                      [{**record(plan_round(spec, 100.0, 0)[0]), "failed": True}])
+    groups = by_point([record(p, cpu_s_per_gb=1.0) for p in first] +
+                      [record(plan_round(spec, 100.0, 0)[0], failed=True)])
     assert minimum_left(spec, (10.0, 100.0), groups) == 2 + 4  # one owed at 10, two each at 100
     assert minimum_left(spec, (100.0,), groups) == 4
     # past the budget, a round asks only for what the minimum owes
     assert [p.repetition for p in _next_round(spec, 10.0, groups, extras=False)] == [1, 1]
-    done = by_point([{**record(p), "cpu_s_per_gb": 1.0, "goodput_mbps": 9.0 + p.repetition}
+    done = by_point([record(p, cpu_s_per_gb=1.0, goodput_mbps=9.0 + p.repetition)
                      for rep in (0, 1) for p in plan_round(spec, 10.0, rep)])
     assert _next_round(spec, 10.0, done, extras=False) == [] and _next_round(spec, 10.0, done)
 
@@ -238,10 +237,10 @@ def test_minimum_left_counts_the_repetitions_still_owed():
 def test_precision_counts_the_points_and_why_some_are_not_precise():
     spec = SweepSpec(rates_mbit=(10,), sizes=(500, 1000), repetitions=2, max_repetitions=4)
     quiet, noisy, capped, owed = plan_round(spec, 10.0, 0)
-    rows = [{**record(quiet), "cpu_s_per_gb": c} for c in (1.0, 1.01)]
-    rows += [{**record(noisy), "cpu_s_per_gb": c} for c in (1.0, 1.5)]
-    rows += [{**record(capped), "cpu_s_per_gb": c} for c in (1.0, 1.5, 1.0, 1.5)]
-    rows += [{**record(owed), "cpu_s_per_gb": 1.0}]
+    rows = [record(quiet, cpu_s_per_gb=c) for c in (1.0, 1.01)]
+    rows += [record(noisy, cpu_s_per_gb=c) for c in (1.0, 1.5)]
+    rows += [record(capped, cpu_s_per_gb=c) for c in (1.0, 1.5, 1.0, 1.5)]
+    rows += [record(owed, cpu_s_per_gb=1.0)]
     assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2, "unusable": 0}
 
 
@@ -277,7 +276,7 @@ def test_an_interrupted_run_is_marked_in_meta(tmp_path):
         {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"},
         {"started": "2026-11-23T04:00:00Z"}]}))
     with open_results(tmp_path) as f:
-        append(f, record(plan_points(spec)[0]))
+        append(f, record(plan_points(spec)[0]).to_json())
     note_interrupted(str(tmp_path), "SIGTERM")
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["runs"][0] == {"started": "2026-11-23T03:00:00Z", "finished": "2026-11-23T03:05:00Z"}
@@ -365,9 +364,9 @@ def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
     quiet, noisy = plan_round(budgeted, 10.0, 0)
     with open_results(tmp_path) as f:
         for c in (1.0, 1.01):
-            append(f, {**record(quiet), "cpu_s_per_gb": c})
+            append(f, record(quiet, cpu_s_per_gb=c).to_json())
         for c in (1.0, 1.5):
-            append(f, {**record(noisy), "cpu_s_per_gb": c})
+            append(f, record(noisy, cpu_s_per_gb=c).to_json())
     line = script.precision_line(budgeted, str(tmp_path), over_budget=True)
     assert line.startswith("precision: 1 of 2 points within 2 % (goodput) and 10 % (CPU per GB); "
                            "1 stopped short by the time budget (285 s, --budget)\n")
@@ -382,7 +381,7 @@ def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
         f"failures or an interruption\n(the same command with --out {tmp_path} adds the repetitions they lack)")
     with open_results(tmp_path) as f:
         for c in (1.2, 1.3, 1.25, 1.2, 1.3, 1.25, 1.2, 1.3):
-            append(f, {**record(noisy), "cpu_s_per_gb": c})
+            append(f, record(noisy, cpu_s_per_gb=c).to_json())
     assert script.precision_line(budgeted, str(tmp_path), over_budget=True) \
         == "precision: 2 of 2 points within 2 % (goodput) and 10 % (CPU per GB)"
 
@@ -408,11 +407,11 @@ def test_a_cost_that_follows_the_machines_speed_is_judged_at_the_runs_common_spe
     records = [record(p, cpu_s_per_gb=p.size_bytes * speeds[i % 6] / 100 * (1.002 if i % 2 else 0.998),
                       speed_probe_ns=speeds[i % 6])
                for i, p in enumerate(plan_round(spec, 10.0, 0) + plan_round(spec, 10.0, 1) + plan_round(spec, 10.0, 2))]
-    assert all(relative_ci([r["cpu_s_per_gb"] for r in rs]) > 0.10 for rs in by_point(records).values())
+    assert all(relative_ci([r.cpu_s_per_gb for r in rs]) > 0.10 for rs in by_point(records).values())
     assert _next_round(spec, 10.0, by_point(records)) == []
     assert precision_of(spec, by_point(records))["precise"] == 4
     # without the probe's figures the same costs need more repetitions
-    bare = [{k: v for k, v in r.items() if k != "speed_probe_ns"} for r in records]
+    bare = [dataclasses.replace(r, speed_probe_ns=None) for r in records]
     assert len(_next_round(spec, 10.0, by_point(bare))) == 4
 
 
@@ -435,7 +434,7 @@ def test_a_profile_whose_every_repetition_is_an_anomaly_is_given_up_after_its_fi
     # one usable repetition anywhere, or a point not yet measured, keeps the profile in the sweep
     assert unusable_profiles(spec, by_point(rows[:1])) == {}
     assert "aes-gcm-256" not in unusable_profiles(spec, by_point(
-        [r if r["profile"] == "none" or r["size_bytes"] != 250 else {**r, "bound": "link"} for r in rows]))
+        [r if r.profile == "none" or r.size_bytes != 250 else dataclasses.replace(r, bound="link") for r in rows]))
 
 
 def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_minimum(tmp_path):
@@ -444,14 +443,15 @@ def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_
 
     spec = SweepSpec(topology="host_to_host", profiles=(), rates_mbit=(10.0,), sizes=(500, 1000), repetitions=2)
     first, second = plan_points(spec, 1)
-    measured = [dict(p.fields(), failed=False, goodput_mbps=9.0) for p in plan_points(spec) if p.size_bytes == 500]
-    failed = [dict(second.fields(), failed=True, goodput_mbps=None, error="iperf3 client exited 1: refused"),
-              dict(second.fields(), repetition=1, failed=False, goodput_mbps=9.1)]
+    measured = [record(p, failed=False, goodput_mbps=9.0) for p in plan_points(spec) if p.size_bytes == 500]
+    failed = [record(second, failed=True, goodput_mbps=None, error="iperf3 client exited 1: refused"),
+              record(second, repetition=1, failed=False, goodput_mbps=9.1)]
     assert unmeasured(spec, by_point(measured + failed)) == [second]
-    assert unmeasured(spec, by_point(measured + failed + [dict(failed[0], failed=False, goodput_mbps=9.2)])) == []
+    assert unmeasured(spec, by_point(measured + failed + [dataclasses.replace(failed[0], failed=False,
+                                                                                goodput_mbps=9.2)])) == []
     with open_results(str(tmp_path)) as out:
         for r in measured + failed:
-            append(out, r)
+            append(out, r.to_json())
     line = missing_line(spec, str(tmp_path))
     assert line.startswith("INCOMPLETE: 1 of 2 points could not be measured; the last error: iperf3 client exited 1")
     assert first.point_key() != second.point_key()
@@ -520,9 +520,9 @@ def test_a_profile_given_up_on_is_not_missing():
 
     spec = SweepSpec(topology="host_to_host", profiles=("aes-gcm-256",), rates_mbit=(10.0,), sizes=(500, 1000),
                      repetitions=2)
-    records = [dict(p.fields(), failed=False, goodput_mbps=9.0, shaper_goodput_mbps=9.0,
-                    bound="anomaly" if p.profile != "none" else "link") for p in plan_points(spec, 1)]
-    records += [dict(p.fields(), repetition=1, failed=False, goodput_mbps=9.0, bound="link")
+    records = [record(p, failed=False, goodput_mbps=9.0, shaper_goodput_mbps=9.0,
+                      bound="anomaly" if p.profile != "none" else "link") for p in plan_points(spec, 1)]
+    records += [record(p, repetition=1, failed=False, goodput_mbps=9.0, bound="link")
                 for p in plan_points(spec, 1) if p.profile == "none"]
     groups = by_point(records)
     assert "aes-gcm-256" in unusable_profiles(spec, groups)
