@@ -42,6 +42,7 @@ from experiments.engine.plan import (
 )
 from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
+from ipsec.ike import KEYINGS
 from testbed.errors import Parser, run_main
 from testbed.options import csv
 from testbed.record import Bound
@@ -94,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: aes-gcm-256; list: ipsec-testbed profiles)")
     g.add_argument("--mode", choices=("tunnel", "transport"), default=d.mode,
                    help="IPsec mode (default: %(default)s)")
+    g.add_argument("--keying", choices=KEYINGS, default=d.keying,
+                   help="how the SAs are made: static writes them into the kernel over netlink; ike starts "
+                        "strongSwan's IKEv2 daemon in each IPsec endpoint's namespace and lets it negotiate "
+                        "them (a pre-shared key per run; profiles IKEv2 cannot express are refused) "
+                        "(default: %(default)s)")
     g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
                    help="rates of the shaped link in Mbit/s (default: 10,100)")
     g.add_argument("--sizes", type=csv(int), default=d.sizes, metavar="BYTES,...",
@@ -164,7 +170,8 @@ def repetitions_of(args) -> dict:
 
 
 def spec_from(args):
-    return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, ip_versions=args.ip,
+    return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, keying=args.keying,
+                     ip_versions=args.ip,
                      transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
                      clients=args.clients, **repetitions_of(args),
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,

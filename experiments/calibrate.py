@@ -118,7 +118,7 @@ def measure_capacity(points: list[Heaviest], say=lambda message: None) -> list[C
             current = "none"
             for h in points:
                 p = h.point
-                current = switch_ipsec(net, current, p.profile, spec.mode, spec.ip_versions)
+                current = switch_ipsec(net, current, p.profile, spec.mode, spec.ip_versions, spec.keying)
                 point = Point(spec.topology, p.profile, spec.mode, spec.ip_versions[0], "tcp", link,
                               p.size_bytes, p.size_mode, 1, "", 0)
                 record = measure_with_retry(net, point, spec, servers, monitor)

@@ -146,7 +146,7 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                     rundir.open_results(part_dir) as out:
                 current = "none"
                 for point in todo:
-                    current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,))
+                    current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,), spec.keying)
                     if progress:
                         progress(point, None, len(points) - len(todo) + measured, len(points))
                     c0, s0 = meter.sample(), proc_stat_shares()

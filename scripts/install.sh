@@ -19,9 +19,11 @@ python=${PYTHON:-/usr/bin/python3}
 #   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
 #   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
 #   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
-#   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal).
+#   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal),
+#   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
-              python3 python3-venv chromium ruby tmux)
+              python3 python3-venv chromium ruby tmux
+              strongswan-charon strongswan-swanctl libstrongswan-standard-plugins)
 
 say() { printf 'install: %s\n' "$*" >&2; }
 
@@ -49,6 +51,20 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     # A fresh machine has no package lists; refresh them once, then install.
     apt-get update -qq
+    # strongSwan's packages start a daemon in the host's own network namespace when installed;
+    # the testbed runs its daemons only inside its namespaces, so the services are masked and,
+    # for this install, invoke-rc.d is told to start nothing.
+    if [[ " ${missing[*]} " == *" strongswan-"* ]]; then
+        if command -v systemctl >/dev/null; then
+            systemctl mask strongswan-starter.service strongswan.service ipsec.service >/dev/null 2>&1 || true
+        fi
+        if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+            printf '#!/bin/sh\n# ipsec-testbed install: start no service while packages install\nexit 101\n' \
+                > /usr/sbin/policy-rc.d
+            chmod 755 /usr/sbin/policy-rc.d
+            trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+        fi
+    fi
     # No recommends: mininet recommends openvswitch-switch, which the testbed does not use.
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

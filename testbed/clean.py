@@ -7,7 +7,10 @@ testbed's prefix (see :mod:`testbed.names`):
   User-Mode Linux its guests, their work directories and their CPU-accounting cgroups;
   killing a guest removes every namespace, SA and process inside it at once;
 - network namespaces ``itb-*`` in ``/run/netns``, with the processes inside them;
-- interfaces ``itb<run id>*`` in the root namespace (a veth end not yet moved).
+- interfaces ``itb<run id>*`` in the root namespace (a veth end not yet moved);
+- the private directories of IKE daemons, ``itb-<run id>-ike-*`` in the temporary directory,
+  with their configuration and pre-shared keys (the daemons themselves end with their
+  namespace).
 
 Nothing else is touched: no global xfrm flush, no process matched by name.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import shutil
 
 from testbed import backends, names, netns
 
@@ -57,6 +61,10 @@ def clean(dry_run: bool = False) -> Cleaned:
             done.add("process", str(pid))
     for name in _root_interfaces(remove=not dry_run):
         done.add("interface", name)
+    for path in names.ike_dirs():
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+        done.add("IKE directory", path)
     return done
 
 

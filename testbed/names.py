@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import tempfile
 
 PREFIX = "itb"
 #: Host-side state of running testbed processes (UML pid files).  /run is a tmpfs,
@@ -52,6 +53,22 @@ def ifname(run_id: str, suffix: str) -> str:
 def umid(run_id: str) -> str:
     """The User-Mode Linux instance id for run ``run_id``."""
     return f"{PREFIX}-{run_id}"
+
+
+def ike_dir_prefix(run_id: str) -> str:
+    """How the private directory of run ``run_id``'s IKE daemons is named in the temporary directory
+    (``itb-<run id>-ike-<random>``: their files and pre-shared keys; :mod:`ipsec.ike`)."""
+    return f"{PREFIX}-{run_id}-ike-"
+
+
+def ike_dirs() -> list[str]:
+    """Every IKE daemons' directory in the temporary directory, a live run's too."""
+    tmp = tempfile.gettempdir()
+    pattern = re.compile(rf"^{PREFIX}-[0-9a-f]{{4,8}}-ike-")
+    try:
+        return sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if pattern.match(n))
+    except FileNotFoundError:
+        return []
 
 
 def is_ours(name: str) -> bool:

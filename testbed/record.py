@@ -181,6 +181,11 @@ class Record:
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
     # -- how it was measured ---------------------------------------------------------------------
+    keying: str = _doc("how the SAs were made: static (over netlink) or ike (negotiated by IKEv2 daemons)",
+                       "static")
+    ike_sas: list[str] | None = _doc("with keying ike: the SAs the daemons negotiated, as the kernel held them "
+                                     "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
+                                     "never keys)")
     clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
@@ -197,8 +202,8 @@ class Record:
     #: What a record is, in an error's words.
     WHAT: ClassVar[str] = "a sweep record"
     #: Fields written only when they have a value (a run without arms has no arm).
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "speed_factor",
-                                           "cpu_s_per_gb_measured", "cpu_us_per_packet_measured")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
+                                           "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured")
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as

@@ -30,7 +30,8 @@ from mininet.node import Host, Node
 from mininet.topo import Topo
 from mininet.util import numCores
 
-from ipsec import slowdown
+from ipsec import ike, slowdown
+from ipsec.ike import KEYINGS
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from testbed import names, netns
 from testbed.errors import critical
@@ -209,6 +210,8 @@ class Network:
         self.mininet: Mininet | None = None
         self._ipsec: list = []
         self._ipsec_families: set[int] = set()
+        self._ike: ike.Keying | None = None  # keying by IKE (apply_ipsec(keying="ike"))
+        self._ike_up = False
         self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
@@ -307,7 +310,11 @@ class Network:
     def plan_ipsec(self, profile: str, mode: str, family: int = 4, planner=None) -> list:
         """Association plans for every IPsec pair of the topology (pure but for keys)."""
         planner = planner or SpiPlanner()
-        plans = []
+        return [plan_association(spec, planner) for spec in self.associations(profile, mode, family)]
+
+    def associations(self, profile: str, mode: str, family: int = 4) -> list[AssociationSpec]:
+        """What every IPsec pair of the topology protects, between which endpoints (pure)."""
+        specs = []
         for pair in self.spec.ipsec:
             if mode == "transport":
                 a = Endpoint(self.ns(pair.a), self.addr(pair.a, family))
@@ -318,8 +325,8 @@ class Network:
                 b = self._tunnel_end(pair.tunnel_b, pair.b, family)
                 forward = self.spec.node(pair.tunnel_a).role == "gateway" or \
                     self.spec.node(pair.tunnel_b).role == "gateway"
-            plans.append(plan_association(AssociationSpec(profile, mode, a, b, forward=forward), planner))
-        return plans
+            specs.append(AssociationSpec(profile, mode, a, b, forward=forward))
+        return specs
 
     def _tunnel_end(self, gw: str, host: str, family: int):
         if gw == host:
@@ -336,9 +343,24 @@ class Network:
                 return i.address(family)
         return self.addr(gw, family)
 
-    def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6)) -> list:
-        """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans."""
+    def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6), keying: str = "static") -> list:
+        """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans.
+
+        ``keying`` static: the SAs and policies are written over netlink (:mod:`ipsec.plan`);
+        ike: an IKEv2 daemon in each endpoint's namespace negotiates them (:mod:`ipsec.ike`), and
+        there are no plans (the daemons hold the keys).
+        """
+        if keying not in KEYINGS:
+            raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {keying!r}")
         self.remove_ipsec()
+        if keying == "ike":
+            specs = [spec for family in families for spec in self.associations(profile, mode, family)]
+            self._ike = self._ike or ike.Keying(self.run_id)
+            with critical():
+                self._ipsec_families = set(families)
+                self._ike_up = True
+                self._ike.up(specs)
+            return []
         planner = SpiPlanner()
         plans = [plan for family in families for plan in self.plan_ipsec(profile, mode, family, planner)]
         with critical():
@@ -348,6 +370,11 @@ class Network:
                 self._ipsec.append(plan)
         return list(self._ipsec)
 
+    def negotiated_sas(self) -> list[str]:
+        """The SAs the IKE daemons negotiated, as the kernel holds them now, one line each (no keys);
+        empty with static keying."""
+        return self._ike.sas() if self._ike_up else []
+
     @property
     def ipsec_plans(self) -> tuple:
         """The association plans installed now (their SAs hold the keys); empty when IPsec is off."""
@@ -356,8 +383,11 @@ class Network:
     def remove_ipsec(self) -> None:
         """Remove what :meth:`apply_ipsec` installed, and the path MTUs the senders learnt through
         it; the network stays up."""
-        had = bool(self._ipsec)
+        had = bool(self._ipsec) or self._ike_up
         with critical():
+            if self._ike_up:
+                self._ike_up = False
+                self._ike.down()
             while self._ipsec:
                 remove_association(self._ipsec.pop(), missing_ok=True)
         if had:

@@ -63,12 +63,13 @@ def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
     return Monitor(shaper, receivers, [net.ns(c) for c, _s in net.spec.flows], meter)
 
 
-def switch_ipsec(net, current: str, profile: str, mode: str, families) -> str:
-    """Put ``net`` from profile ``current`` to ``profile`` (a no-op when they are the same); returns ``profile``."""
+def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: str = "static") -> str:
+    """Put ``net`` from profile ``current`` to ``profile`` (a no-op when they are the same), keyed
+    as ``keying`` says (:data:`ipsec.ike.KEYINGS`); returns ``profile``."""
     if profile != current:
         net.remove_ipsec()
         if profile != "none":
-            net.apply_ipsec(profile, mode, families=families)
+            net.apply_ipsec(profile, mode, families=families, keying=keying)
     return profile
 
 
@@ -234,6 +235,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         goodput_uncertainty=ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)
         clients_ahead=held is not None,
+        keying=spec.keying,
+        ike_sas=net.negotiated_sas() if spec.keying == "ike" and point.profile != "none" else None,
         emulation_limited=bound is Bound.CPU,
         kernel_release=platform.release(),
         time=now_iso(),

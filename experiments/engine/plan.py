@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from ipsec.ike import KEYINGS, Unsupported, child_proposals
 from ipsec.profiles import parse_profile
 from ipsec.slowdown import chunks
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Record, usable
@@ -55,6 +56,8 @@ class SweepSpec:
     topology: str = "vpn_gateway"
     profiles: tuple[str, ...] = ("none", "aes-gcm-256")
     mode: str = "tunnel"
+    #: how the SAs are made: static (over netlink, the default) or ike (IKEv2 daemons, ipsec.ike)
+    keying: str = "static"
     ip_versions: tuple[int, ...] = (4,)
     transports: tuple[str, ...] = ("tcp",)
     rates_mbit: tuple[float, ...] = (10.0, 100.0)
@@ -112,6 +115,15 @@ class SweepSpec:
         build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
+        if self.keying not in KEYINGS:
+            raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {self.keying!r}")
+        if self.keying == "ike":
+            for name in profiles:
+                if name != "none":
+                    try:
+                        child_proposals(parse_profile(name))
+                    except Unsupported as e:
+                        raise ValueError(f"with --keying ike: {e}") from None
         if not self.ip_versions or set(self.ip_versions) - {4, 6}:
             raise ValueError(f"ip_versions must be 4, 6 or both, not {self.ip_versions!r}")
         if not self.transports or set(self.transports) - set(TRANSPORTS):
@@ -199,6 +211,8 @@ class SweepSpec:
             argv += ["--arms", join(self.arms)]
         if not self.plain:
             argv.append("--no-plain")
+        if self.keying != "static":
+            argv += ["--keying", self.keying]
         return argv
 
     @classmethod

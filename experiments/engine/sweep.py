@@ -255,7 +255,7 @@ class _Rounds:
                 # the repetitions still owed, these points' included (the rest are not measured)
                 self.total = self.already + self.measured + minimum_left(spec, self.rates, self.groups)
                 continue
-            self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions)
+            self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions, spec.keying)
             if point.arm:
                 net.slow_esp(spec.arm_instructions(point.arm))
             if self.progress:

@@ -1,0 +1,396 @@
+"""Keying by IKEv2: a strongSwan daemon (charon) in each IPsec endpoint's namespace.
+
+The static path (:mod:`ipsec.plan`) writes SAs and policies into the kernel over netlink; this
+one lets a real IKEv2 exchange make them, as seeds 000 (IKEv2), 002 (isakmpd) and 004 (Pluto)
+keyed their tunnels.  strongSwan is the daemon because it is driven entirely through files and
+a control socket that can all live in a private directory: its configuration file is named by
+``STRONGSWAN_CONF``, its control socket (vici) and its log are set there, and ``swanctl`` reads
+its connections and secrets from ``SWANCTL_DIR``.  Only its pid file is fixed (``/run/charon.pid``),
+so each daemon runs with a private ``/run``: ``ip netns exec`` gives the process a mount namespace
+of its own, in which the daemon's directory is bound over ``/run``.  Nothing is written to
+``/etc`` or to the host's ``/run``.
+
+- :func:`child_proposals` -- the ESP or AH proposal of a CHILD_SA that negotiates a profile, or
+  :class:`Unsupported` saying why IKEv2 cannot (pure).
+- :func:`strongswan_conf`, :func:`swanctl_conf` -- a daemon's files (pure).
+- :class:`Keying` -- the daemons of one network: one per namespace that ends an association,
+  their tunnels brought up (:meth:`Keying.up`) and down, every file and credential in one
+  owner-only directory removed at the end.
+
+A pre-shared key per association is made from the system's secure random source for each
+:meth:`Keying.up`; it lives only in that owner-only directory and is never logged.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+
+from ipsec.algorithms import get_algorithm
+from ipsec.plan import AssociationSpec
+from ipsec.profiles import Profile
+from ipsec.xfrm.apply import XfrmSocket
+from ipsec.xfrm.state import SAState
+from testbed import names, waiting
+from testbed.errors import Refused
+
+log = logging.getLogger(__name__)
+
+#: How an IPsec network gets its SAs: written over netlink (the default, :mod:`ipsec.plan`), or
+#: negotiated by IKEv2 daemons (this module).
+KEYINGS = ("static", "ike")
+
+CHARON = "/usr/lib/ipsec/charon"
+SWANCTL = "swanctl"
+#: The Debian packages that hold them (``./run install`` installs them, their services masked).
+PACKAGES = ("strongswan-charon", "strongswan-swanctl")
+
+#: The IKE_SA's own proposal: AES-256-CBC, HMAC-SHA-256, PRF SHA-256, ECP-256 (all by OpenSSL).
+IKE_PROPOSAL = "aes256-sha256-prfsha256-ecp256"
+#: The plugins a daemon loads: no more, so it reads nothing else (no stroke: it would want
+#: /etc/ipsec.secrets and /run/charon.ctl).
+PLUGINS = ("random nonce aes sha1 sha2 md5 hmac kdf gmp openssl pem pkcs1 x509 revocation constraints pubkey "
+           "kernel-netlink socket-default vici")
+#: A peer that does not answer is given up after about 5 s (strongSwan's default is 165 s):
+#: timeouts at 1, 2.5 and 4.75 s after the first request.
+RETRANSMIT = {"retransmit_tries": 2, "retransmit_timeout": 1.0, "retransmit_base": 1.5}
+#: How long a daemon may take to open its control socket, and a tunnel to come up.
+START_TIMEOUT_S = 30.0
+INITIATE_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+#: Catalog names -> strongSwan's proposal keywords.
+_AUTH = {"hmac-sha1-96": "sha1", "hmac-sha256-128": "sha256", "hmac-md5-96": "md5"}
+_CRYPT = {"aes-cbc": "aes{bits}", "3des-cbc": "3des", "des-cbc": "des", "null": "null"}
+
+
+class Unsupported(Refused):
+    """A profile IKEv2 (as strongSwan speaks it) cannot negotiate; the message says why."""
+
+
+class IkeError(RuntimeError):
+    """A daemon did not start, or a tunnel did not come up; the message names the cause in one line."""
+
+
+def child_proposals(profile: Profile) -> dict[str, str]:
+    """The proposal settings of a CHILD_SA that negotiates ``profile`` (``esp_proposals`` or
+    ``ah_proposals``, and ``ipcomp``), or :class:`Unsupported`.
+
+    The proposals carry no DH group: the CHILD_SA made with the IKE_SA takes its keys from it.
+    """
+    if not (profile.esp or profile.ah_auth):
+        raise Unsupported(f"profile {profile.name}: nothing for IKE to negotiate (no ESP, no AH)")
+    if profile.esp and profile.ah_auth:
+        raise Unsupported(f"profile {profile.name}: IKEv2 negotiates one protocol per CHILD_SA, ESP or AH "
+                          "(RFC 7296 3.3.1), and strongSwan no ESP-and-AH bundle; key it statically")
+    out: dict[str, str] = {}
+    if profile.aead:
+        alg = get_algorithm(profile.aead)
+        out["esp_proposals"] = f"aes{alg.key_bits - alg.salt_bits}gcm{(profile.aead_icv_bits or alg.icv_bits) // 8}"
+    elif profile.crypt:
+        crypt = get_algorithm(profile.crypt)
+        bits = profile.crypt_key_bits or crypt.key_bits
+        out["esp_proposals"] = f"{_CRYPT[crypt.name].format(bits=bits)}-{_AUTH[profile.esp_auth]}"
+    else:
+        out["ah_proposals"] = _AUTH[profile.ah_auth]
+    if profile.ipcomp:
+        out["ipcomp"] = "yes"
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunnel:
+    """One association as one daemon sees it: its own end and the peer's."""
+
+    name: str
+    spec: AssociationSpec
+    local: str  # "a" or "b": which end of the association this daemon is
+    psk: str = dataclasses.field(repr=False)
+
+    @property
+    def me(self):
+        return self.spec.a if self.local == "a" else self.spec.b
+
+    @property
+    def peer(self):
+        return self.spec.b if self.local == "a" else self.spec.a
+
+
+def strongswan_conf(state_dir: str) -> str:
+    """The daemon's own settings: its plugins, its control socket and log in ``state_dir``, no
+    routes of its own (the network routes), no MOBIKE or UDP encapsulation (ESP goes on the wire
+    as ESP), and a quick end to retransmissions."""
+    retransmit = "\n".join(f"  {k} = {v}" for k, v in RETRANSMIT.items())
+    return f"""charon {{
+  load = {PLUGINS}
+  install_routes = no
+  install_virtual_ip = no
+{retransmit}
+  plugins {{
+    vici {{
+      socket = unix://{state_dir}/charon.vici
+    }}
+  }}
+  syslog {{
+    daemon {{
+      default = -1
+    }}
+  }}
+  filelog {{
+    log {{
+      path = {state_dir}/charon.log
+      time_format = %H:%M:%S
+      ike_name = yes
+      default = 1
+      flush_line = yes
+    }}
+  }}
+}}
+swanctl {{
+  load = random nonce openssl pem pkcs1 x509 pubkey
+}}
+"""
+
+
+def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
+    """The connections and pre-shared keys of one daemon."""
+    conns, keys = [], []
+    for t in tunnels:
+        child = "\n".join(f"        {k} = {v}" for k, v in child_proposals(t.spec.profile).items())
+        conns.append(f"""  {t.name} {{
+    version = 2
+    local_addrs = {t.me.address}
+    remote_addrs = {t.peer.address}
+    proposals = {IKE_PROPOSAL}
+    mobike = no
+    encap = no
+    local {{
+      auth = psk
+      id = {t.me.address}
+    }}
+    remote {{
+      auth = psk
+      id = {t.peer.address}
+    }}
+    children {{
+      {t.name} {{
+        mode = {t.spec.mode}
+        local_ts = {t.me.subnet}
+        remote_ts = {t.peer.subnet}
+{child}
+        start_action = none
+      }}
+    }}
+  }}""")
+        keys.append(f"""  ike-{t.name} {{
+    id-1 = {t.me.address}
+    id-2 = {t.peer.address}
+    secret = 0x{t.psk}
+  }}""")
+    return "connections {\n" + "\n".join(conns) + "\n}\nsecrets {\n" + "\n".join(keys) + "\n}\n"
+
+
+#: The lines of a daemon's log or swanctl's output that say why a tunnel failed, most telling first.
+_CAUSES = (r"MAC mismatched", r"AUTHENTICATION_FAILED", r"NO_PROPOSAL_CHOSEN", r"no acceptable proposal",
+           r"unable to add SAD entry", r"unable to install", r"peer not responding", r"giving up after",
+           r"invalid value", r"config discarded", r"failed", r"error")
+
+
+def cause(*texts: str) -> str | None:
+    """The most telling line about a failure in ``texts`` (logs, command output), stripped of its
+    timestamp; None when none says anything."""
+    lines = [line.strip() for text in texts for line in text.splitlines() if line.strip()]
+    for pattern in _CAUSES:
+        for line in lines:
+            if re.search(pattern, line, re.IGNORECASE):
+                return re.sub(r"^\d\d:\d\d:\d\d\s+", "", line)
+    return None
+
+
+class Daemon:
+    """One charon in one namespace, with its files in ``state_dir`` (owner-only)."""
+
+    def __init__(self, ns: str, state_dir: str, tunnels: Sequence[Tunnel]) -> None:
+        self.ns, self.dir, self.tunnels = ns, state_dir, tuple(tunnels)
+        self.proc: subprocess.Popen | None = None
+        os.makedirs(os.path.join(state_dir, "run"), mode=0o700, exist_ok=True)
+        swanctl_dir = os.path.join(state_dir, "swanctl")
+        for sub in ("", "x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8", "pkcs12"):
+            os.makedirs(os.path.join(swanctl_dir, sub), mode=0o700, exist_ok=True)
+        _write_private(os.path.join(state_dir, "strongswan.conf"), strongswan_conf(state_dir))
+        _write_private(os.path.join(swanctl_dir, "swanctl.conf"), swanctl_conf(self.tunnels))
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "STRONGSWAN_CONF": os.path.join(self.dir, "strongswan.conf"),
+                "SWANCTL_DIR": os.path.join(self.dir, "swanctl")}
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.dir, "charon.vici")
+
+    @property
+    def log_text(self) -> str:
+        with contextlib.suppress(OSError), open(os.path.join(self.dir, "charon.log"), errors="replace") as f:
+            return f.read()
+        return ""
+
+    def start(self) -> None:
+        """Start the daemon (it opens its control socket in :meth:`wait_started`)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket)  # charon removes a stale socket itself, but the wait would see it first
+        out = open(os.path.join(self.dir, "charon.out"), "wb")  # noqa: SIM115 (the daemon's, closed below)
+        try:
+            self.proc = subprocess.Popen(
+                ["ip", "netns", "exec", self.ns, "sh", "-c", 'mount --bind "$0/run" /run && exec "$1"',
+                 self.dir, CHARON], env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        finally:
+            out.close()
+
+    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        def ready() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                with contextlib.suppress(OSError), open(os.path.join(self.dir, "charon.out"), errors="replace") as f:
+                    said = f.read().strip()
+                why = cause(said, self.log_text) or said.splitlines()[-1:] or [f"exit status {self.proc.returncode}"]
+                raise IkeError(f"charon in {self.ns} ended at its start: {why if isinstance(why, str) else why[0]}")
+            return os.path.exists(self.socket)
+        try:
+            waiting.until(ready, timeout_s, f"charon in {self.ns} to open its control socket", interval_s=0.02)
+        except TimeoutError as e:
+            raise IkeError(str(e)) from None
+
+    def swanctl(self, *args: str, timeout_s: float = INITIATE_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """``swanctl ARGS`` against this daemon (from the host's namespace: the socket is a file)."""
+        return subprocess.run([SWANCTL, *args, "--uri", f"unix://{self.socket}"], env=self.env,
+                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+    def load(self) -> None:
+        done = self.swanctl("--load-all", "--noprompt")
+        if done.returncode:
+            raise IkeError(f"charon in {self.ns} refused its configuration: "
+                           f"{cause(done.stdout, done.stderr, self.log_text) or done.stderr.strip()}")
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM (the daemon deletes its SAs and tells its peers), SIGKILL if it lingers."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning("charon in %s did not stop in %g s; killed", self.ns, timeout_s)
+            proc.kill()
+            proc.wait()
+
+
+def _write_private(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def tunnels_for(specs: Iterable[AssociationSpec]) -> list[Tunnel]:
+    """Both ends of every association, named ``t0``, ``t1``, ..., each pair with a fresh key
+    from the system's secure random source."""
+    out = []
+    for i, spec in enumerate(specs):
+        psk = secrets.token_hex(32)
+        out += [Tunnel(f"t{i}", spec, side, psk) for side in ("a", "b")]
+    return out
+
+
+class Keying:
+    """The IKE daemons of one network's associations: :meth:`up` brings every tunnel up (side
+    ``a`` initiates), :meth:`down` stops the daemons and removes their directory."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.dir: str | None = None
+        self.daemons: list[Daemon] = []
+        self.setup_s: list[float] = []  # per tunnel: from the initiate to the CHILD_SA up, s
+
+    def up(self, specs: Iterable[AssociationSpec]) -> None:
+        """Bring every association up: a fresh pre-shared key each, side ``a`` initiating."""
+        self.bring_up(tunnels_for(specs))
+
+    def bring_up(self, tunnels: Sequence[Tunnel]) -> None:
+        """Start a daemon in every namespace ``tunnels`` end in, and bring each tunnel up from its
+        ``a`` side; :class:`IkeError` names the cause of the first that does not come up."""
+        for t in tunnels:
+            child_proposals(t.spec.profile)  # refuse before anything starts
+        self.down()
+        self.dir = tempfile.mkdtemp(prefix=names.ike_dir_prefix(self.run_id))  # owner-only
+        by_ns: dict[str, list[Tunnel]] = {}
+        for t in tunnels:
+            by_ns.setdefault(t.me.ns, []).append(t)
+        self.daemons = [Daemon(ns, os.path.join(self.dir, ns), ts) for ns, ts in by_ns.items()]
+        for d in self.daemons:
+            d.start()
+        for d in self.daemons:
+            d.wait_started()
+            d.load()
+        daemon_of = {d.ns: d for d in self.daemons}
+        for t in tunnels:
+            if t.local == "a":
+                self._initiate(daemon_of[t.me.ns], daemon_of[t.peer.ns], t)
+
+    def _initiate(self, daemon: Daemon, peer: Daemon, tunnel: Tunnel) -> None:
+        t0 = time.monotonic()
+        done = daemon.swanctl("--initiate", "--child", tunnel.name, "--timeout", str(int(INITIATE_TIMEOUT_S)),
+                              timeout_s=INITIATE_TIMEOUT_S + 5)
+        if done.returncode:
+            why = (cause(peer.log_text) if "AUTHENTICATION_FAILED" in done.stdout else None) \
+                or cause(done.stdout, done.stderr, daemon.log_text, peer.log_text) or "no reason given"
+            raise IkeError(f"IKE tunnel {tunnel.me.address} -> {tunnel.peer.address} "
+                           f"({tunnel.spec.profile.name}, {tunnel.spec.mode}) did not come up: {why}")
+        self.setup_s.append(time.monotonic() - t0)
+
+    def sas(self) -> list[str]:
+        """The SAs in every daemon's namespace, as the kernel holds them, one line each: namespace,
+        protocol, SPI, addresses, mode and algorithms (never keys)."""
+        out = []
+        for d in self.daemons:
+            with XfrmSocket(d.ns) as x:
+                out += [f"{d.ns} {describe_sa(sa)}" for sa in x.dump_sa()]
+        return out
+
+    def down(self) -> None:
+        """Stop every daemon (they delete their SAs and policies) and remove their files."""
+        daemons, self.daemons = self.daemons, []
+        try:
+            for d in daemons:
+                d.stop()
+        finally:
+            if self.dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                self.dir = None
+
+
+def describe_sa(sa: SAState) -> str:
+    """One installed SA in a line, without its keys: ``esp 0xc1234567 10.0.0.1->10.0.0.2 tunnel
+    rfc4106(gcm(aes))/288/icv128``."""
+    algs = [f"{a.kernel_name}/{a.key_bits}" + (f"/icv{a.icv_bits}" if a.icv_bits else "")
+            for a in (sa.aead, sa.crypt, sa.auth, sa.comp) if a is not None]
+    return f"{sa.proto} {sa.spi:#010x} {sa.src}->{sa.dst} {sa.mode} {' '.join(algs)}"
+
+
+def available() -> str | None:
+    """None when strongSwan is installed, else what is missing (one line)."""
+    missing = [p for p in (CHARON,) if not os.access(p, os.X_OK)]
+    if not shutil.which(SWANCTL):
+        missing.append(SWANCTL)
+    if missing:
+        return f"IKE keying needs strongSwan ({', '.join(missing)} missing): apt install {' '.join(PACKAGES)}"
+    return None

@@ -1,0 +1,145 @@
+"""Keying by IKEv2 on the kernel: strongSwan's daemons, one in each IPsec endpoint's namespace,
+negotiate what the static path installs, only IPsec crosses the untrusted link, a wrong key
+fails in one line naming the cause, and nothing is left behind (ipsec.ike).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import capture, ip
+from scapy.layers.inet import ICMP, IP
+from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
+from scapy.utils import rdpcap
+
+from ipsec import ike
+from ipsec.wire import classify
+from ipsec.xfrm import XfrmSocket
+from testbed import names, netns
+from testbed.rundir import load_results
+from topologies import build_spec
+from topologies.network import Network
+
+
+@pytest.fixture(autouse=True)
+def strongswan():
+    """No skipping: the README's test command installs strongSwan, so its absence is a failure."""
+    assert ike.available() is None, ike.available()
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ping(net, src, dst, family, count=4):
+    return subprocess.run(["ip", "netns", "exec", net.ns(src), "ping", f"-{family}", "-c", str(count),
+                           "-i", "0.1", "-W", "3", net.addr(dst, family)], capture_output=True, text=True)
+
+
+def algorithms(sa) -> tuple:
+    """What the kernel holds of an SA but its keys and SPI: protocol, mode, algorithms."""
+    return (sa.proto, sa.mode, *((a.kernel_name, a.key_bits, a.icv_bits) if a else None
+                                 for a in (sa.aead, sa.crypt, sa.auth, sa.comp)))
+
+
+def charons(net) -> list[int]:
+    """The charon processes inside the network's namespaces."""
+    out = []
+    for node in net.spec.nodes:
+        for pid in netns.pids_in(net.ns(node.name)):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                if os.path.basename(f.read().split(b"\0")[0]) == b"charon":
+                    out.append(pid)
+    return out
+
+
+def leftovers(net) -> list:
+    """What keying by IKE may leave: daemons, their directory, SAs and policies."""
+    ends = {end.ns for spec in net.associations("none", "tunnel") for end in (spec.a, spec.b)}
+    xfrm = [ns for ns in ends if ip("-n", ns, "xfrm", "state").strip() or ip("-n", ns, "xfrm", "policy").strip()]
+    dirs = [d for d in names.ike_dirs() if os.path.basename(d).startswith(names.ike_dir_prefix(net.run_id))]
+    return charons(net) + dirs + xfrm
+
+
+@pytest.mark.parametrize("family", [4, 6])
+@pytest.mark.parametrize(("name", "profile"), [("vpn_gateway", "aes-gcm-256"), ("vpn_gateway", "aes-cbc-128-sha1"),
+                                               ("vpn_gateway", "ah-sha256"), ("road_warrior", "aes-gcm-256")])
+def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(name, profile, family, tmp_path):
+    spec = build_spec(name, clients=2)
+    l3, echo = (IP, ICMP) if family == 4 else (IPv6, ICMPv6EchoRequest)
+    with Network(spec) as net:
+        net.apply_ipsec(profile, "tunnel", families=(family,), keying="ike")
+        src, dst = spec.flows[0]
+        wan_ifs = [(ns, dev) for ns, dev in net.untrusted_interfaces()
+                   if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns == net.ns(src)]
+        with contextlib.ExitStack() as stack:
+            for k, (ns, dev) in enumerate(wan_ifs):
+                stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
+            r = ping(net, src, dst, family)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        # the kernel holds what the static path would have installed, but for the keys and SPIs
+        associations = net.associations(profile, "tunnel", family)
+        static = {algorithms(sa) for plan in net.plan_ipsec(profile, "tunnel", family) for sa in plan.sas}
+        for end in {e for a in associations for e in (a.a, a.b)}:
+            with XfrmSocket(end.ns) as x:
+                negotiated = {algorithms(sa) for sa in x.dump_sa()}
+            assert negotiated == static, f"{end.ns}: IKE made {negotiated}, the profile is {static}"
+        lines = net.negotiated_sas()
+        outer = "ah" if profile.startswith("ah") else "esp"
+        # two SAs (one each way) at each end of each association, none holding a key
+        assert len(lines) == 4 * len(associations) and all(f" {outer} " in line for line in lines)
+
+        # between the tunnel's ends only the profile's protocol went (IKE was over before the ping)
+        packets = [p for k in range(len(wan_ifs)) for p in rdpcap(str(tmp_path / f"wan{k}.pcap")) if l3 in p]
+        reports = [classify(packets, (a.a.address, a.b.address), outer) for a in associations]
+        assert all(r.ok for r in reports), [r.describe() for r in reports]
+        assert sum(r.counts[outer] for r in reports) >= 8, [r.describe() for r in reports]  # 4 each way
+        far = {net.addr(src, family), net.addr(dst, family)}
+        assert not [p.summary() for p in packets if echo in p and {p[l3].src, p[l3].dst} <= far]
+
+        net.remove_ipsec()
+        assert leftovers(net) == []
+        assert ping(net, src, dst, family, count=1).returncode == 0  # plain again
+
+
+def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing():
+    with Network(build_spec("vpn_gateway")) as net:
+        tunnels = [dataclasses.replace(t, psk="00" * 32) if t.local == "b" else t
+                   for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
+        keying = ike.Keying(net.run_id)
+        try:
+            with pytest.raises(ike.IkeError) as failed:
+                keying.bring_up(tunnels)
+        finally:
+            keying.down()
+        message = str(failed.value)
+        assert "\n" not in message and "did not come up" in message
+        assert "MAC mismatched" in message or "AUTHENTICATION_FAILED" in message, message
+        assert "00" * 32 not in message and tunnels[0].psk not in message
+        assert leftovers(net) == []
+
+
+def test_a_profile_ike_cannot_negotiate_is_refused_before_anything_starts():
+    with Network(build_spec("vpn_gateway")) as net:
+        with pytest.raises(ike.Unsupported, match="ESP or AH"):
+            net.apply_ipsec("3des-cbc-sha1+ah-md5", "tunnel", families=(4,), keying="ike")
+        assert leftovers(net) == []
+
+
+def test_a_sweep_keyed_by_ike_records_the_negotiated_sas(tmp_path):
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "cli", "sweep", "--keying", "ike", "--rates", "10", "--sizes", "1460",
+                           "--repetitions", "1", "--duration", "1", "--no-report", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = load_results(out)
+    assert {(r.profile, r.keying) for r in records} == {("none", "ike"), ("aes-gcm-256", "ike")}
+    for r in records:
+        if r.profile == "none":
+            assert r.ike_sas is None
+        else:
+            assert len(r.ike_sas) == 4 and all("rfc4106(gcm(aes))/288/icv128" in s for s in r.ike_sas), r.ike_sas
+            assert r.bound == "link" and r.goodput_mbps > 8

@@ -1,0 +1,88 @@
+"""ipsec.ike without a daemon: the proposals a profile becomes, the daemon's files, the cause of a failure."""
+from __future__ import annotations
+
+import pytest
+
+from experiments.engine.plan import SweepSpec
+from ipsec import ike
+from ipsec.plan import AssociationSpec, Endpoint
+from ipsec.profiles import CATALOG, parse_profile
+
+
+@pytest.mark.parametrize(("profile", "want"), [
+    ("aes-gcm-256", {"esp_proposals": "aes256gcm16"}),
+    ("aes-gcm-128", {"esp_proposals": "aes128gcm16"}),
+    ("aes-gcm-256-icv8", {"esp_proposals": "aes256gcm8"}),
+    ("aes-gcm-256-icv12", {"esp_proposals": "aes256gcm12"}),
+    ("aes-cbc-128-sha1", {"esp_proposals": "aes128-sha1"}),
+    ("aes-cbc-256-sha256", {"esp_proposals": "aes256-sha256"}),
+    ("3des-cbc-md5", {"esp_proposals": "3des-md5"}),
+    ("des-cbc-sha1", {"esp_proposals": "des-sha1"}),
+    ("null-sha1", {"esp_proposals": "null-sha1"}),
+    ("ah-md5", {"ah_proposals": "md5"}),
+    ("aes-gcm-256+ipcomp", {"esp_proposals": "aes256gcm16", "ipcomp": "yes"}),
+])
+def test_a_profile_is_the_child_sa_proposal_strongswan_names_it(profile, want):
+    assert ike.child_proposals(parse_profile(profile)) == want
+
+
+def test_esp_with_ah_is_refused_with_the_reason():
+    with pytest.raises(ike.Unsupported, match="one protocol per CHILD_SA"):
+        ike.child_proposals(parse_profile("3des-cbc-sha1+ah-md5"))
+
+
+def test_every_catalog_profile_is_negotiated_or_refused_in_one_line():
+    for p in (parse_profile(n.name) for n in CATALOG):
+        try:
+            got = ike.child_proposals(p)
+        except ike.Unsupported as e:
+            assert "\n" not in str(e) and p.name in str(e)
+        else:
+            assert set(got) <= {"esp_proposals", "ah_proposals", "ipcomp"} and got
+
+
+def tunnel(side="a", mode="tunnel"):
+    a = Endpoint("itb-abc123-gw1", "10.0.1.1", "10.1.0.0/24")
+    b = Endpoint("itb-abc123-gw2", "10.0.1.2", "10.2.0.0/24")
+    return ike.Tunnel("t0", AssociationSpec("aes-gcm-256", mode, a, b, forward=True), side, "ab" * 32)
+
+
+def test_the_connection_names_each_end_its_selectors_and_no_encapsulation():
+    conf = ike.swanctl_conf([tunnel("a")])
+    for want in ("local_addrs = 10.0.1.1", "remote_addrs = 10.0.1.2", "local_ts = 10.1.0.0/24",
+                 "remote_ts = 10.2.0.0/24", "mode = tunnel", "esp_proposals = aes256gcm16", "encap = no",
+                 "mobike = no", f"proposals = {ike.IKE_PROPOSAL}", "secret = 0x" + "ab" * 32):
+        assert want in conf, want
+    # the other end sees the same association from its side
+    other = ike.swanctl_conf([tunnel("b")])
+    assert "local_addrs = 10.0.1.2" in other and "local_ts = 10.2.0.0/24" in other
+
+
+def test_the_daemon_keeps_its_socket_and_log_in_its_directory_and_gives_up_on_a_silent_peer_soon():
+    conf = ike.strongswan_conf("/tmp/itb-abc123-ike-x/ns")
+    assert "socket = unix:///tmp/itb-abc123-ike-x/ns/charon.vici" in conf
+    assert "path = /tmp/itb-abc123-ike-x/ns/charon.log" in conf
+    assert "install_routes = no" in conf and "stroke" not in conf
+    timeout, base, tries = (ike.RETRANSMIT[k] for k in ("retransmit_timeout", "retransmit_base", "retransmit_tries"))
+    assert sum(timeout * base ** k for k in range(tries + 1)) < 10  # strongSwan's default: 165 s
+
+
+def test_the_cause_of_a_failure_is_its_most_telling_line():
+    initiator = ("[IKE] initiating IKE_SA t0[1] to 10.0.1.2\n"
+                 "[IKE] received AUTHENTICATION_FAILED notify error\n"
+                 "initiate failed: establishing CHILD_SA 't0' failed\n")
+    responder = "12:00:01 11[IKE] <t0|1> tried 1 shared key for '10.0.1.2' - '10.0.1.1', but MAC mismatched\n"
+    assert ike.cause(initiator, responder) == "11[IKE] <t0|1> tried 1 shared key for '10.0.1.2' - '10.0.1.1', " \
+                                              "but MAC mismatched"
+    assert ike.cause(initiator) == "[IKE] received AUTHENTICATION_FAILED notify error"
+    assert ike.cause("all is well\n") is None
+
+
+def test_a_sweep_keyed_by_ike_refuses_a_profile_ike_cannot_negotiate_and_keeps_its_keying_in_argv():
+    with pytest.raises(ValueError, match="with --keying ike: profile 3des-cbc-sha1\\+ah-md5"):
+        SweepSpec(profiles=("3des-cbc-sha1+ah-md5",), keying="ike")
+    with pytest.raises(ValueError, match="keying must be one of static, ike"):
+        SweepSpec(keying="pluto")
+    spec = SweepSpec(keying="ike")
+    assert spec.to_argv()[-2:] == ["--keying", "ike"] and "--keying" not in SweepSpec().to_argv()
+    assert SweepSpec.from_json(spec.to_json()) == spec
