@@ -327,7 +327,15 @@ class Keying:
 
     def bring_up(self, tunnels: Sequence[Tunnel]) -> None:
         """Start a daemon in every namespace ``tunnels`` end in, and bring each tunnel up from its
-        ``a`` side; :class:`IkeError` names the cause of the first that does not come up."""
+        ``a`` side, one after another; :class:`IkeError` names the cause of the first that does
+        not come up."""
+        self.start(tunnels)
+        for t in self.initiators:
+            self.setup_s.append(self.initiate(t))
+
+    def start(self, tunnels: Sequence[Tunnel]) -> None:
+        """Start the daemons of ``tunnels`` (one per namespace) with their configuration loaded,
+        no tunnel up yet."""
         for t in tunnels:
             child_proposals(t.spec.profile)  # refuse before anything starts
         self.down()
@@ -341,21 +349,53 @@ class Keying:
         for d in self.daemons:
             d.wait_started()
             d.load()
-        daemon_of = {d.ns: d for d in self.daemons}
-        for t in tunnels:
-            if t.local == "a":
-                self._initiate(daemon_of[t.me.ns], daemon_of[t.peer.ns], t)
 
-    def _initiate(self, daemon: Daemon, peer: Daemon, tunnel: Tunnel) -> None:
+    @property
+    def initiators(self) -> list[Tunnel]:
+        """The ``a`` side of every tunnel of the daemons started."""
+        return [t for d in self.daemons for t in d.tunnels if t.local == "a"]
+
+    def daemon(self, ns: str) -> Daemon:
+        """The daemon started in namespace ``ns``."""
+        return next(d for d in self.daemons if d.ns == ns)
+
+    def initiate(self, tunnel: Tunnel) -> float:
+        """Bring ``tunnel`` up from its side; the seconds from the request to the CHILD_SA installed."""
         t0 = time.monotonic()
-        done = daemon.swanctl("--initiate", "--child", tunnel.name, "--timeout", str(int(INITIATE_TIMEOUT_S)),
-                              timeout_s=INITIATE_TIMEOUT_S + 5)
+        done = self.daemon(tunnel.me.ns).swanctl("--initiate", "--child", tunnel.name,
+                                                  "--timeout", str(int(INITIATE_TIMEOUT_S)),
+                                                  timeout_s=INITIATE_TIMEOUT_S + 5)
+        took = time.monotonic() - t0
         if done.returncode:
-            why = (cause(peer.log_text) if "AUTHENTICATION_FAILED" in done.stdout else None) \
-                or cause(done.stdout, done.stderr, daemon.log_text, peer.log_text) or "no reason given"
-            raise IkeError(f"IKE tunnel {tunnel.me.address} -> {tunnel.peer.address} "
-                           f"({tunnel.spec.profile.name}, {tunnel.spec.mode}) did not come up: {why}")
-        self.setup_s.append(time.monotonic() - t0)
+            raise self.failure(tunnel, done)
+        return took
+
+    def initiate_together(self, tunnels: Sequence[Tunnel]) -> float:
+        """Bring ``tunnels`` up all at once (one request each, sent together); the seconds until
+        the last is up."""
+        t0 = time.monotonic()
+        procs = [(t, subprocess.Popen([SWANCTL, "--initiate", "--child", t.name, "--timeout",
+                                       str(int(INITIATE_TIMEOUT_S)), "--uri", f"unix://{self.daemon(t.me.ns).socket}"],
+                                      env=self.daemon(t.me.ns).env, stdin=subprocess.DEVNULL, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)) for t in tunnels]
+        failed = None
+        for t, proc in procs:
+            out, err = proc.communicate(timeout=INITIATE_TIMEOUT_S + 5)
+            if proc.returncode and failed is None:
+                failed = self.failure(t, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        if failed:
+            raise failed
+        return time.monotonic() - t0
+
+    def failure(self, tunnel: Tunnel, done: subprocess.CompletedProcess) -> IkeError:
+        """Why ``tunnel`` did not come up, in one line: the most telling line of the initiator's
+        output and of both daemons' logs (the responder's for a wrong key)."""
+        me = self.daemon(tunnel.me.ns)
+        peer_log = next((d.log_text for d in self.daemons if d.ns == tunnel.peer.ns), "")  # none: a peer elsewhere
+        why = (cause(peer_log) if "AUTHENTICATION_FAILED" in done.stdout else None) \
+            or cause(done.stdout, done.stderr, me.log_text, peer_log) or "no reason given"
+        return IkeError(f"IKE tunnel {tunnel.me.address} -> {tunnel.peer.address} "
+                        f"({tunnel.spec.profile.name}, {tunnel.spec.mode}) did not come up: {why}")
 
     def sas(self) -> list[str]:
         """The SAs in every daemon's namespace, as the kernel holds them, one line each: namespace,

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import capture, ip
@@ -63,70 +64,101 @@ def leftovers(net) -> list:
     return charons(net) + dirs + xfrm
 
 
+@pytest.fixture(scope="module")
+def networks():
+    """The module's networks, one per topology, built when first asked for: each case keys one
+    and switches IPsec off again."""
+    with contextlib.ExitStack() as stack:
+        built: dict[str, Network] = {}
+
+        def network(name: str) -> Network:
+            if name not in built:
+                built[name] = stack.enter_context(Network(build_spec(name, clients=2)))
+            return built[name]
+
+        yield network
+
+
 @pytest.mark.parametrize("family", [4, 6])
 @pytest.mark.parametrize(("name", "profile"), [("vpn_gateway", "aes-gcm-256"), ("vpn_gateway", "aes-cbc-128-sha1"),
                                                ("vpn_gateway", "ah-sha256"), ("road_warrior", "aes-gcm-256")])
-def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(name, profile, family, tmp_path):
-    spec = build_spec(name, clients=2)
+def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(networks, name, profile, family,
+                                                                             tmp_path):
+    net = networks(name)
+    spec = net.spec
     l3, echo = (IP, ICMP) if family == 4 else (IPv6, ICMPv6EchoRequest)
-    with Network(spec) as net:
-        net.apply_ipsec(profile, "tunnel", families=(family,), keying="ike")
-        src, dst = spec.flows[0]
-        wan_ifs = [(ns, dev) for ns, dev in net.untrusted_interfaces()
-                   if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns == net.ns(src)]
-        with contextlib.ExitStack() as stack:
-            for k, (ns, dev) in enumerate(wan_ifs):
-                stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
-            r = ping(net, src, dst, family)
-        assert r.returncode == 0, r.stdout + r.stderr
+    net.apply_ipsec(profile, "tunnel", families=(family,), keying="ike")
+    src, dst = spec.flows[0]
+    wan_ifs = [(ns, dev) for ns, dev in net.untrusted_interfaces()
+               if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns == net.ns(src)]
+    with contextlib.ExitStack() as stack:
+        for k, (ns, dev) in enumerate(wan_ifs):
+            stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
+        r = ping(net, src, dst, family)
+    assert r.returncode == 0, r.stdout + r.stderr
 
-        # the kernel holds what the static path would have installed, but for the keys and SPIs
-        associations = net.associations(profile, "tunnel", family)
-        static = {algorithms(sa) for plan in net.plan_ipsec(profile, "tunnel", family) for sa in plan.sas}
-        for end in {e for a in associations for e in (a.a, a.b)}:
-            with XfrmSocket(end.ns) as x:
-                negotiated = {algorithms(sa) for sa in x.dump_sa()}
-            assert negotiated == static, f"{end.ns}: IKE made {negotiated}, the profile is {static}"
-        lines = net.negotiated_sas()
-        outer = "ah" if profile.startswith("ah") else "esp"
-        # two SAs (one each way) at each end of each association, none holding a key
-        assert len(lines) == 4 * len(associations) and all(f" {outer} " in line for line in lines)
+    # the kernel holds what the static path would have installed, but for the keys and SPIs
+    associations = net.associations(profile, "tunnel", family)
+    static = {algorithms(sa) for plan in net.plan_ipsec(profile, "tunnel", family) for sa in plan.sas}
+    for end in {e for a in associations for e in (a.a, a.b)}:
+        with XfrmSocket(end.ns) as x:
+            negotiated = {algorithms(sa) for sa in x.dump_sa()}
+        assert negotiated == static, f"{end.ns}: IKE made {negotiated}, the profile is {static}"
+    lines = net.negotiated_sas()
+    outer = "ah" if profile.startswith("ah") else "esp"
+    # two SAs (one each way) at each end of each association, none holding a key
+    assert len(lines) == 4 * len(associations) and all(f" {outer} " in line for line in lines)
 
-        # between the tunnel's ends only the profile's protocol went (IKE was over before the ping)
-        packets = [p for k in range(len(wan_ifs)) for p in rdpcap(str(tmp_path / f"wan{k}.pcap")) if l3 in p]
-        reports = [classify(packets, (a.a.address, a.b.address), outer) for a in associations]
-        assert all(r.ok for r in reports), [r.describe() for r in reports]
-        assert sum(r.counts[outer] for r in reports) >= 8, [r.describe() for r in reports]  # 4 each way
-        far = {net.addr(src, family), net.addr(dst, family)}
-        assert not [p.summary() for p in packets if echo in p and {p[l3].src, p[l3].dst} <= far]
+    # between the tunnel's ends only the profile's protocol went (IKE was over before the ping)
+    packets = [p for k in range(len(wan_ifs)) for p in rdpcap(str(tmp_path / f"wan{k}.pcap")) if l3 in p]
+    reports = [classify(packets, (a.a.address, a.b.address), outer) for a in associations]
+    assert all(r.ok for r in reports), [r.describe() for r in reports]
+    assert sum(r.counts[outer] for r in reports) >= 8, [r.describe() for r in reports]  # 4 each way
+    far = {net.addr(src, family), net.addr(dst, family)}
+    assert not [p.summary() for p in packets if echo in p and {p[l3].src, p[l3].dst} <= far]
 
-        net.remove_ipsec()
-        assert leftovers(net) == []
-        assert ping(net, src, dst, family, count=1).returncode == 0  # plain again
-
-
-def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing():
-    with Network(build_spec("vpn_gateway")) as net:
-        tunnels = [dataclasses.replace(t, psk="00" * 32) if t.local == "b" else t
-                   for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
-        keying = ike.Keying(net.run_id)
-        try:
-            with pytest.raises(ike.IkeError) as failed:
-                keying.bring_up(tunnels)
-        finally:
-            keying.down()
-        message = str(failed.value)
-        assert "\n" not in message and "did not come up" in message
-        assert "MAC mismatched" in message or "AUTHENTICATION_FAILED" in message, message
-        assert "00" * 32 not in message and tunnels[0].psk not in message
-        assert leftovers(net) == []
+    net.remove_ipsec()
+    assert leftovers(net) == []
+    assert ping(net, src, dst, family, count=1).returncode == 0  # plain again
 
 
-def test_a_profile_ike_cannot_negotiate_is_refused_before_anything_starts():
-    with Network(build_spec("vpn_gateway")) as net:
-        with pytest.raises(ike.Unsupported, match="ESP or AH"):
-            net.apply_ipsec("3des-cbc-sha1+ah-md5", "tunnel", families=(4,), keying="ike")
-        assert leftovers(net) == []
+
+def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing(networks):
+    net = networks("vpn_gateway")
+    tunnels = [dataclasses.replace(t, psk="00" * 32) if t.local == "b" else t
+               for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
+    keying = ike.Keying(net.run_id)
+    try:
+        with pytest.raises(ike.IkeError) as failed:
+            keying.bring_up(tunnels)
+    finally:
+        keying.down()
+    message = str(failed.value)
+    assert "\n" not in message and "did not come up" in message
+    assert "MAC mismatched" in message or "AUTHENTICATION_FAILED" in message, message
+    assert "00" * 32 not in message and tunnels[0].psk not in message
+    assert leftovers(net) == []
+
+
+def test_a_peer_that_never_answers_is_given_up_in_seconds_in_one_line(networks):
+    net = networks("vpn_gateway")
+    alone = [t for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4)) if t.local == "a"]
+    keying = ike.Keying(net.run_id)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ike.IkeError, match="peer not responding|giving up") as failed:
+            keying.bring_up(alone)  # no daemon at the other end
+    finally:
+        keying.down()
+    assert time.monotonic() - t0 < 20 and "\n" not in str(failed.value)
+    assert leftovers(net) == []
+
+
+def test_a_profile_ike_cannot_negotiate_is_refused_before_anything_starts(networks):
+    net = networks("vpn_gateway")
+    with pytest.raises(ike.Unsupported, match="ESP or AH"):
+        net.apply_ipsec("3des-cbc-sha1+ah-md5", "tunnel", families=(4,), keying="ike")
+    assert leftovers(net) == []
 
 
 def test_a_sweep_keyed_by_ike_records_the_negotiated_sas(tmp_path):

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""How fast IKEv2 brings tunnels up: time to first packet, and tunnels per second, for N road warriors.
+
+    sudo ipsec-testbed bench ike_setup [--clients 1,10,100] [--profile aes-gcm-256] [--kernel auto|host|uml]
+
+For each N, a ``road_warrior`` network with N clients, each a road warrior with its own
+strongSwan daemon (``--keying ike``, :mod:`ipsec.ike`) and the gateway's one daemon answering
+all of them, as the IETF's IPsec benchmarking drafts (draft-ietf-bmwg-ipsec-term, -meth) name
+the figures:
+
+- ``daemons up``: every daemon started and its configuration loaded (N + 1 daemons);
+- ``one by one``: the clients initiate in turn, each waiting for the last; per tunnel the IKE
+  exchange (the request to the CHILD_SA installed, median and 95th percentile, the request's
+  ``swanctl`` process included), and the tunnels per second that makes;
+- ``first packet``: for up to ``--first-packets`` clients, from the request to the first echo
+  reply through the new tunnel (the IKE exchange, then one ping, its process start included);
+- ``all at once``: the daemons started afresh, every client's request sent together, the time
+  until the last tunnel is up, and the tunnels per second that makes.
+
+A tunnel that does not come up ends the run with the daemons' own reason.  Inside User-Mode
+Linux every daemon and every ``swanctl`` shares one emulated CPU, so the figures are this
+machine's, not a gateway's; the header says where they were measured.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments import doctor, runner
+from ipsec import ike
+from testbed import backends
+from testbed.options import add_kernel_options, csv
+from topologies import build_spec
+from topologies.network import Network
+from topologies.spec import MAX_CLIENTS
+
+
+def measure(clients: int, profile: str, first_packets: int) -> dict:
+    spec = build_spec("road_warrior", clients=clients)
+    row: dict = {"clients": clients}
+    with Network(spec) as net:
+        tunnels = ike.tunnels_for(net.associations(profile, "tunnel", 4))
+        keying = ike.Keying(net.run_id)
+        try:
+            t0 = time.monotonic()
+            keying.start(tunnels)
+            row["daemons_s"] = time.monotonic() - t0
+            initiators = keying.initiators
+            setup, first = [], []
+            for i, t in enumerate(initiators):
+                setup.append(keying.initiate(t))
+                if i < first_packets:
+                    first.append(setup[-1] + _first_reply(net, t))
+            row["setup"] = setup
+            row["first_packet"] = first
+            keying.start(tunnels)  # afresh: every daemon restarted, no tunnel up
+            row["together_s"] = keying.initiate_together(keying.initiators)
+            row["sas"] = len(keying.sas())
+        finally:
+            keying.down()
+    return row
+
+
+def _first_reply(net, tunnel: ike.Tunnel) -> float:
+    """Seconds to the first echo reply through ``tunnel`` from its client (one ping, its process included)."""
+    client = tunnel.me.ns.rsplit("-", 1)[1]
+    server = net.spec.flows[0][1]
+    t0 = time.monotonic()
+    done = subprocess.run(["ip", "netns", "exec", tunnel.me.ns, "ping", "-4", "-c", "1", "-W", "5",
+                           net.addr(server, 4)], capture_output=True, text=True)
+    if done.returncode:
+        raise ike.IkeError(f"no echo reply through the new tunnel from {client}: {done.stdout.strip()[-200:]}")
+    return time.monotonic() - t0
+
+
+def _q(xs: Sequence[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))]
+
+
+def print_row(r: dict) -> None:
+    n = r["clients"]
+    setup, first = r["setup"], r["first_packet"]
+    print(f"{n:>7d} {r['daemons_s']:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
+          f"{n / sum(setup):>11.1f} "
+          f"{(f'{statistics.median(first):.3f}' if first else '–'):>12s} "
+          f"{r['together_s']:>10.2f} {n / r['together_s']:>11.1f} {r['sas']:>6d}", flush=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", type=csv(int), default=(1, 10, 100), metavar="N,...",
+                   help=f"road warriors per run, 1..{MAX_CLIENTS} (default: 1,10,100)")
+    p.add_argument("--profile", default="aes-gcm-256", help="the CHILD_SAs' profile (default: %(default)s)")
+    p.add_argument("--first-packets", type=int, default=10, metavar="K",
+                   help="clients whose time to the first packet is measured (default: %(default)s)")
+    add_kernel_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if os.geteuid() != 0:
+        print("ike_setup: needs root (network namespaces, IKE daemons); run it with sudo", file=sys.stderr)
+        return 1
+    bad = [n for n in args.clients if not 1 <= n <= MAX_CLIENTS]
+    if bad:
+        print(f"ike_setup: --clients must be in 1..{MAX_CLIENTS}, not {bad}", file=sys.stderr)
+        return 2
+    missing = ike.available()
+    if missing:
+        print(f"ike_setup: {missing}", file=sys.stderr)
+        return 1
+    rc = runner.follow("ike_setup", ("bench", "ike_setup"), list(argv if argv is not None else sys.argv[1:]),
+                       args, doctor.needs((args.profile,)))
+    if rc is not None:
+        return rc
+    print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
+          f"road_warrior, {args.profile} tunnel, IKEv2 {ike.IKE_PROPOSAL}, PSK; times in s")
+    print(f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
+          f"{'first packet':>12s} {'all at once':>10s} {'tunnels/s':>11s} {'SAs':>6s}")
+    for n in args.clients:
+        try:
+            print_row(measure(n, args.profile, args.first_packets))
+        except ike.IkeError as e:
+            print(f"{n:>7d} failed: {e}", flush=True)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
