@@ -9,9 +9,11 @@ import contextlib
 import os
 import re
 import select
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -65,13 +67,15 @@ def pair() -> Iterator[VethPair]:
 
 
 @contextlib.contextmanager
-def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[str]:
+def capture(ns: str, dev: str, path: str, direction: str = "inout", ipsec_packets: int | None = None) -> Iterator[str]:
     """tcpdump on ``dev`` inside ``ns`` for the block; the pcap is complete after it.
 
     ``direction="out"`` keeps only what the interface sent: what really crossed the
     wire.  On the receiving side of a tunnel-mode SA the kernel hands the decrypted
     inner packet to packet taps on the same interface again, so an "in" capture shows
-    plaintext that never was on the link.
+    plaintext that never was on the link.  With ``ipsec_packets`` the capture is complete
+    once it holds that many ESP, AH or IPComp packets (:func:`ipsec_count`), else once it has
+    stopped growing (:func:`settle`).
     """
     proc = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "--immediate-mode", "-U", "-n", "-Q", direction,
                              "-i", dev, "-w", path],
@@ -87,7 +91,12 @@ def capture(ns: str, dev: str, path: str, direction: str = "inout") -> Iterator[
                 raise AssertionError(f"tcpdump did not start capturing: {seen}")
             seen += line
         yield path
-        settle(path)
+        if ipsec_packets is None:
+            settle(path)
+        else:
+            waiting.until(lambda: ipsec_count(path) >= ipsec_packets, 3.0,
+                          f"{ipsec_packets} ESP, AH or IPComp packets in the capture {path}",
+                          state=lambda: f"{ipsec_count(path)} there", interval_s=0.01)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -109,6 +118,34 @@ def settle(path: str, quiet_s: float = 0.3, timeout_s: float = 3.0) -> None:
 
     waiting.until(quiet, timeout_s, f"the capture {path} to stop growing for {quiet_s:g} s",
                   state=lambda: f"{size()} bytes")
+
+
+#: IP protocol numbers of ESP, AH and IPComp.
+IPSEC_PROTOCOLS = (50, 51, 108)
+
+
+def ipsec_count(path: str) -> int:
+    """The Ethernet frames in a pcap file whose IP packet is ESP, AH or IPComp (read from the
+    file's records directly: cheap enough to poll while tcpdump writes)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return 0
+    if len(data) < 24:
+        return 0
+    order = "<" if data[:4] == b"\xd4\xc3\xb2\xa1" or data[:4] == b"\x4d\x3c\xb2\xa1" else ">"
+    count, at = 0, 24
+    while at + 16 <= len(data):
+        (caplen,) = struct.unpack_from(order + "I", data, at + 8)
+        if at + 16 + caplen > len(data):
+            break  # a record still being written
+        frame = data[at + 16:at + 16 + caplen]
+        ethertype = frame[12:14]
+        proto = frame[23] if ethertype == b"\x08\x00" and len(frame) > 23 else \
+            frame[20] if ethertype == b"\x86\xdd" and len(frame) > 20 else None
+        count += proto in IPSEC_PROTOCOLS
+        at += 16 + caplen
+    return count
 
 
 def iproute_states(ns: str) -> dict[tuple[str, int], dict]:
