@@ -24,6 +24,7 @@ machine's, not a gateway's; the header says where they were measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -41,27 +42,35 @@ from topologies.network import Network
 from topologies.spec import MAX_CLIENTS
 
 
-def measure(clients: int, profile: str, first_packets: int) -> dict:
+@dataclasses.dataclass
+class Row:
+    """One N's figures, in seconds."""
+
+    clients: int
+    daemons_s: float = 0.0  # every daemon started and loaded
+    setup: list[float] = dataclasses.field(default_factory=list)  # each tunnel's IKE exchange, one by one
+    first_packet: list[float] = dataclasses.field(default_factory=list)  # request to first echo reply
+    together_s: float = 0.0  # every tunnel requested at once, until the last is up
+    sas: int = 0  # SAs in the kernel then
+
+
+def measure(clients: int, profile: str, first_packets: int) -> Row:
     spec = build_spec("road_warrior", clients=clients)
-    row: dict = {"clients": clients}
+    row = Row(clients)
     with Network(spec) as net:
         tunnels = ike.tunnels_for(net.associations(profile, "tunnel", 4))
         keying = ike.Keying(net.run_id)
         try:
             t0 = time.monotonic()
             keying.start(tunnels)
-            row["daemons_s"] = time.monotonic() - t0
-            initiators = keying.initiators
-            setup, first = [], []
-            for i, t in enumerate(initiators):
-                setup.append(keying.initiate(t))
+            row.daemons_s = time.monotonic() - t0
+            for i, t in enumerate(keying.initiators):
+                row.setup.append(keying.initiate(t))
                 if i < first_packets:
-                    first.append(setup[-1] + _first_reply(net, t))
-            row["setup"] = setup
-            row["first_packet"] = first
+                    row.first_packet.append(row.setup[-1] + _first_reply(net, t))
             keying.start(tunnels)  # afresh: every daemon restarted, no tunnel up
-            row["together_s"] = keying.initiate_together(keying.initiators)
-            row["sas"] = len(keying.sas())
+            row.together_s = keying.initiate_together(keying.initiators)
+            row.sas = len(keying.sas())
         finally:
             keying.down()
     return row
@@ -84,13 +93,12 @@ def _q(xs: Sequence[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))]
 
 
-def print_row(r: dict) -> None:
-    n = r["clients"]
-    setup, first = r["setup"], r["first_packet"]
-    print(f"{n:>7d} {r['daemons_s']:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
+def print_row(r: Row) -> None:
+    n, setup, first = r.clients, r.setup, r.first_packet
+    print(f"{n:>7d} {r.daemons_s:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
           f"{n / sum(setup):>11.1f} "
           f"{(f'{statistics.median(first):.3f}' if first else '–'):>12s} "
-          f"{r['together_s']:>10.2f} {n / r['together_s']:>11.1f} {r['sas']:>6d}", flush=True)
+          f"{r.together_s:>10.2f} {n / r.together_s:>11.1f} {r.sas:>6d}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
