@@ -27,6 +27,7 @@ import tempfile
 from mininet.cli import CLI
 
 from experiments.engine import iperf
+from ipsec.xfrm import XfrmSocket
 from testbed.backends import current
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
@@ -85,9 +86,10 @@ class DemoCLI(CLI):
 
     prompt = "mininet> "
 
-    def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: str | None = None, **kw) -> None:
+    def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: str | None = None,
+                 keying: str = "static", **kw) -> None:
         self.net = net
-        self.profile, self.mode = profile, mode
+        self.profile, self.mode, self.keying = profile, mode, keying
         self.guide = guide
         self.pcap_dir = pcap_dir
         self.captured: list = []
@@ -104,7 +106,15 @@ class DemoCLI(CLI):
         return ipsec_ends(self.net.spec, self.mode)
 
     def _sas(self) -> list:
-        return [sa for plan in self.net.ipsec_plans for sa in plan.sas]
+        """The SAs with their keys: as installed, or as the kernel holds what IKE negotiated."""
+        if self.keying == "static":
+            return [sa for plan in self.net.ipsec_plans for sa in plan.sas]
+        held = {}
+        for node in self._ends():
+            with XfrmSocket(self.net.ns(node)) as x:
+                held.update({(st.proto, st.spi, st.dst): st.to_spec() for st in x.dump_sa()
+                             if st.proto in ("esp", "ah", "comp")})
+        return list(held.values())
 
     # -- commands ---------------------------------------------------------------------
     def do_guide(self, _line: str) -> None:
@@ -217,15 +227,16 @@ class DemoCLI(CLI):
             self.ipsec_on = False
             print("IPsec off: the untrusted link now carries plaintext (`capture` shows it)")
         elif word == "on":
-            self.net.apply_ipsec(self.profile, self.mode, families=(4, 6))
+            self.net.apply_ipsec(self.profile, self.mode, families=(4, 6), keying=self.keying)
             self.ipsec_on = True
-            print(f"IPsec on: {self.profile} in {self.mode} mode, fresh keys")
+            print(f"IPsec on: {self.profile} in {self.mode} mode, fresh keys"
+                  + (" (negotiated by IKEv2)" if self.keying == "ike" else ""))
         else:
             print("usage: ipsec on | ipsec off")
 
 
 def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: int,
-             pcap_dir: str | None = None, stdin=None) -> int:
+             pcap_dir: str | None = None, stdin=None, keying: str = "static") -> int:
     """Build the network, protect it, open the CLI; everything is removed when it ends."""
     from topologies.network import Network
 
@@ -234,7 +245,7 @@ def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: 
         os.makedirs(pcap_dir, mode=0o700, exist_ok=True)
     print(f"building {topology} in {current().label()}...", flush=True)
     with Network(spec, shaping=ShapingSpec(rate_mbit=rate_mbit)) as net:
-        net.apply_ipsec(profile, mode, families=(4, 6))
+        net.apply_ipsec(profile, mode, families=(4, 6), keying=keying)
         client, server = spec.flows[0]
         shaped = spec.shaped_link
         ends = ipsec_ends(spec, mode)
@@ -243,6 +254,6 @@ def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: 
                              shaped=f"{shaped.a}-{shaped.b}", diagram=diagram(spec),
                              commands=guide_commands(client, server, "tunnel" if mode == "tunnel" else "transport SAs",
                                                      wan, ends))
-        DemoCLI(net, profile, mode, guide, pcap_dir, stdin=stdin or sys.stdin)
+        DemoCLI(net, profile, mode, guide, pcap_dir, keying=keying, stdin=stdin or sys.stdin)
     print("demo: network removed")
     return 0

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 
 from cli import regress as regress_command
 from cli.output import console
+from ipsec.ike import KEYINGS, child_proposals
 from ipsec.overhead import overhead_table, render_rows
 from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
 from testbed import backends
@@ -187,7 +188,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     build_spec(args.topology, clients=args.clients)
     if not sys.stdin.isatty():
         raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
-    argv = [args.topology, "--profile", args.profile, "--mode", args.mode, "--rate", f"{args.rate:g}",
+    if args.keying == "ike":
+        child_proposals(parse_profile(args.profile))  # Unsupported: refused here, before a boot
+    argv = [args.topology, "--profile", args.profile, "--mode", args.mode, "--keying", args.keying,
+            "--rate", f"{args.rate:g}",
             "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
     from experiments import doctor, runner
 
@@ -196,7 +200,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return rc
     from cli.demo import run_demo
 
-    return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap)
+    return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap, keying=args.keying)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -293,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topology", choices=tuple(TOPOLOGIES), help="the network")
     p.add_argument("--profile", default="aes-gcm-256", help="IPsec profile (default: %(default)s)")
     p.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel", help="(default: %(default)s)")
+    p.add_argument("--keying", choices=KEYINGS, default="static",
+                   help="static: the SAs written into the kernel; ike: negotiated by strongSwan's IKEv2 daemons "
+                        "in the IPsec endpoints' namespaces (default: %(default)s)")
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
     p.add_argument("--clients", type=int, default=2, metavar="N", help="road warriors / clients (default: %(default)s)")
     p.add_argument("--pcap", metavar="DIR", help="also write each capture there, with a Wireshark configuration "

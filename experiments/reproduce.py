@@ -39,6 +39,7 @@ from experiments.engine.sweep import by_point, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
 from experiments.machine import machine_meta
 from experiments.runner import add_output_options
+from ipsec.ike import KEYINGS
 from testbed import backends, rundir
 from testbed.errors import Parser, run_main
 from testbed.record import TransactionRecord
@@ -299,6 +300,11 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                         "emulate), so that the links, not the emulator's CPU, bound the points; the report "
                         "says what that can show (bytes on the wire, protocol behaviour) and what it cannot "
                         "(the seed's CPU costs) (default: the seed's rates)")
+    g = p.add_argument_group("how the SAs are made")
+    g.add_argument("--keying", choices=KEYINGS, default=None,
+                   help="static: written into the kernel over netlink; ike: negotiated by strongSwan's IKEv2 "
+                        "daemon in each IPsec endpoint's namespace, as seeds 000, 002 and 004 keyed their "
+                        "tunnels (a part whose profile IKEv2 cannot negotiate is refused) (default: static)")
     repro.add_options(p)
     add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
     return p
@@ -308,7 +314,7 @@ def select_parts(repro: Reproduction, args) -> list[Part]:
     """The parts ``args`` asks for, with --repetitions/--duration applied."""
     parts = repro.parts(args)
     overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration),
-                                   ("udp_bitrate", args.udp_bitrate)) if v is not None}
+                                   ("udp_bitrate", args.udp_bitrate), ("keying", args.keying)) if v is not None}
     if overrides:
         parts = [dataclasses.replace(p, spec=dataclasses.replace(p.spec, **overrides)) for p in parts]
     if args.parts:
@@ -340,7 +346,8 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
         total += seconds
         clients = f", {s.clients} clients" if s.clients > 1 else ""
         versions = ",".join(map(str, s.ip_versions))
-        print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}, IPv{versions}, "
+        keyed = ", keyed by IKEv2" if s.keying == "ike" else ""
+        print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}{keyed}, IPv{versions}, "
               f"{what}, MTU {s.mtu}; {', '.join(s.profiles)}; {s.repetitions} x {s.duration_s} s: "
               f"{part.points()} points, ~{seconds / 60:.1f} min")
     sys.stdout.flush()

@@ -34,14 +34,16 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from ipsec.algorithms import get_algorithm
 from ipsec.plan import AssociationSpec
 from ipsec.profiles import Profile
-from ipsec.xfrm.apply import XfrmSocket
-from ipsec.xfrm.state import SAState
 from testbed import names, waiting
 from testbed.errors import Refused
+
+if TYPE_CHECKING:
+    from ipsec.xfrm.state import SAState
 
 log = logging.getLogger(__name__)
 
@@ -400,6 +402,8 @@ class Keying:
     def sas(self) -> list[str]:
         """The SAs in every daemon's namespace, as the kernel holds them, one line each: namespace,
         protocol, SPI, addresses, mode and algorithms (never keys)."""
+        from ipsec.xfrm import XfrmSocket  # netlink (pyroute2): the sweep's parser imports this module
+
         out = []
         for d in self.daemons:
             with XfrmSocket(d.ns) as x:

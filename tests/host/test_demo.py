@@ -35,12 +35,13 @@ def type_line(line: str) -> None:
     tmux("send-keys", "-t", "demo", line, "Enter")
 
 
-@pytest.fixture
-def session(tmp_path):
+@pytest.fixture(params=["static", "ike"])
+def session(tmp_path, request):
+    """The demo in a terminal, its SAs installed or negotiated by IKEv2 (``--keying``)."""
     assert shutil.which("tmux"), "tmux not found: scripts/install.sh installs it"
     before = leftovers()
     pcap = tmp_path / "lab"
-    command = (f"cd {REPO} && {sys.executable} -m cli.main demo vpn_gateway --pcap {pcap}; "
+    command = (f"cd {REPO} && {sys.executable} -m cli.main demo vpn_gateway --keying {request.param} --pcap {pcap}; "
                f"echo DEMO-EXITED rc=$?; sleep 600")
     tmux("new-session", "-d", "-s", "demo", "-x", "160", "-y", "50", command)
     try:
