@@ -15,7 +15,7 @@ of its own, in which the daemon's directory is bound over ``/run``.  Nothing is 
 - :func:`strongswan_conf`, :func:`swanctl_conf` -- a daemon's files (pure).
 - :class:`Keying` -- the daemons of one network: one per namespace that ends an association,
   their tunnels brought up (:meth:`Keying.up`) and down, every file and credential in one
-  owner-only directory removed at the end.
+  owner-only directory (:func:`base_dir`) removed at the end.
 
 A pre-shared key per association is made from the system's secure random source for each
 :meth:`Keying.up`; it lives only in that owner-only directory and is never logged.
@@ -40,6 +40,7 @@ from ipsec.algorithms import get_algorithm
 from ipsec.plan import AssociationSpec
 from ipsec.profiles import Profile
 from testbed import names, waiting
+from testbed.backends.base import GUEST_ENV
 from testbed.errors import Refused
 
 if TYPE_CHECKING:
@@ -303,6 +304,14 @@ def _write_private(path: str, text: str) -> None:
         f.write(text)
 
 
+def base_dir() -> str:
+    """Where the daemons' directory goes: inside a guest, the guest's own ``/dev/shm`` (a tmpfs that
+    ends with the guest, so a killed guest leaves no key on the host's disk; not ``/run``, which
+    each daemon's own is bound over); on the host, the temporary directory (``ipsec-testbed
+    clean``, and every run's start, remove what a killed run left there)."""
+    return "/dev/shm" if os.environ.get(GUEST_ENV) else tempfile.gettempdir()
+
+
 def tunnels_for(specs: Iterable[AssociationSpec]) -> list[Tunnel]:
     """Both ends of every association, named ``t0``, ``t1``, ..., each pair with a fresh key
     from the system's secure random source."""
@@ -341,7 +350,7 @@ class Keying:
         for t in tunnels:
             child_proposals(t.spec.profile)  # refuse before anything starts
         self.down()
-        self.dir = tempfile.mkdtemp(prefix=names.ike_dir_prefix(self.run_id))  # owner-only
+        self.dir = tempfile.mkdtemp(prefix=names.ike_dir_prefix(self.run_id), dir=base_dir())  # owner-only
         by_ns: dict[str, list[Tunnel]] = {}
         for t in tunnels:
             by_ns.setdefault(t.me.ns, []).append(t)

@@ -75,6 +75,11 @@ def remove_dead_leftovers() -> list[str]:
     :func:`clean` removes those.  Cheap enough to call when any run starts.
     """
     removed: list[str] = []
+    live = {name.split("-")[1] for name in netns.list_ours()}  # itb-<run id>-<role>
+    for path in names.ike_dirs():  # its run's namespaces are gone, and its daemons with them
+        if names.ike_dir_run(path) not in live:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(f"IKE directory {path}")
     for _ in range(3):  # removing one can free another (a dead guest's processes hold its work directory)
         dead = [item for item in _all_leftovers() if not item.live]
         if not dead:

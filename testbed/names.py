@@ -61,14 +61,24 @@ def ike_dir_prefix(run_id: str) -> str:
     return f"{PREFIX}-{run_id}-ike-"
 
 
+_IKE_DIR = re.compile(rf"^{PREFIX}-([0-9a-f]{{4,8}})-ike-")
+
+
 def ike_dirs() -> list[str]:
     """Every IKE daemons' directory in the temporary directory, a live run's too."""
     tmp = tempfile.gettempdir()
-    pattern = re.compile(rf"^{PREFIX}-[0-9a-f]{{4,8}}-ike-")
     try:
-        return sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if pattern.match(n))
+        return sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if _IKE_DIR.match(n))
     except FileNotFoundError:
         return []
+
+
+def ike_dir_run(path: str) -> str:
+    """The run id an IKE daemons' directory belongs to."""
+    match = _IKE_DIR.match(os.path.basename(path))
+    if not match:
+        raise ValueError(f"{path} is not an IKE daemons' directory of the testbed")
+    return match.group(1)
 
 
 def is_ours(name: str) -> bool:

@@ -12,7 +12,7 @@ import sys
 from conftest import run_cli
 
 from experiments import doctor
-from testbed import waiting
+from testbed import names, waiting
 from testbed.record import Record
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "packet_size_sweep.py")
@@ -89,4 +89,32 @@ def test_sigkill_then_resume_has_every_point_once(tmp_path):
     with open(os.path.join(out, "meta.json")) as f:
         meta = json.load(f)
     assert meta["complete"] is True and len(meta["runs"]) == 2
+    assert leftovers() <= before, leftovers() - before
+
+
+def test_a_run_keyed_by_ike_killed_leaves_no_key_and_no_daemon(tmp_path):
+    """SIGKILL while IKE daemons hold the tunnels: inside User-Mode Linux their directory (keys
+    included) was in the guest's own /run and went with it; on a host kernel `clean` removes it."""
+    backend = doctor.choose("auto").name
+    before, dirs_before = leftovers(), set(names.ike_dirs())
+    out = str(tmp_path / "run")
+    results = os.path.join(out, "results.jsonl")
+    run = subprocess.Popen([sys.executable, SCRIPT, "--keying", "ike", "--rates", "50", "--sizes", "700,1400",
+                            "--repetitions", "1", "--duration", "1", "--no-report", "--out", out],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def keyed_point_recorded():
+        assert run.poll() is None, f"the sweep ended before it could be killed: {run.stderr.read()[-2000:]}"
+        return os.path.exists(results) and any(k[0] != "none" for k in keys(results))
+
+    waiting.until(keyed_point_recorded, 240, "the sweep to record a point keyed by IKE", interval_s=0.1)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    waiting.until(lambda: not holders(results), 30, f"every process to let go of {results}",
+                  state=lambda: f"held by pids {holders(results)}")
+    left = set(names.ike_dirs()) - dirs_before
+    if backend == "uml":
+        assert not left, f"a killed guest left IKE keys on the host: {left}"
+    assert run_cli("clean").returncode == 0
+    assert not set(names.ike_dirs()) - dirs_before
     assert leftovers() <= before, leftovers() - before
