@@ -370,6 +370,11 @@ class Network:
                 self._ipsec.append(plan)
         return list(self._ipsec)
 
+    @property
+    def ike_keying(self) -> ike.Keying | None:
+        """The IKE daemons keying the network now (None: static keying, or IPsec off)."""
+        return self._ike if self._ike_up else None
+
     def negotiated_sas(self) -> list[str]:
         """The SAs the IKE daemons negotiated, as the kernel holds them now, one line each (no keys);
         empty with static keying."""

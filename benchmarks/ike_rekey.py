@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""What a rekey does to traffic in flight: goodput every 0.1 s around a forced CHILD_SA or IKE_SA rekey.
+
+    sudo ipsec-testbed bench ike_rekey [--rate 10] [--seconds 6] [--at 3] [--kernel auto|host|uml]
+
+On ``vpn_gateway`` keyed by IKEv2 (``--keying ike``, AES-GCM-256 tunnel, the gateways' link
+shaped to ``--rate`` Mbit/s), one TCP transfer from h1 to h2 runs for ``--seconds`` with
+iperf3 reporting every 0.1 s.  ``--at`` seconds in, gw1's daemon is told to rekey: once the
+CHILD_SA (new ESP SAs made, traffic moved onto them, the old ones deleted), once the IKE_SA
+(the CHILD_SAs move to a new IKE_SA, their keys unchanged), and once nothing (the baseline).
+For each, the report marks the rekey's request, says when the new SAs were in the kernel (the
+ESP SPIs polled every 10 ms), and prints the goodput and retransmissions of every 0.1 s
+interval (as the receiver got it) from half a second before to a second after, then the
+whole transfer's retransmissions and the smallest interval's goodput against the baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments import doctor, runner
+from experiments.engine import iperf
+from ipsec import ike
+from ipsec.xfrm import XfrmSocket
+from testbed import backends
+from testbed.options import add_kernel_options
+from topologies import build_spec
+from topologies.network import Network
+from topologies.shaping import ShapingSpec
+
+PORT = 5299
+KINDS = ("none", "child", "ike")
+
+
+@dataclasses.dataclass
+class Run:
+    kind: str
+    intervals: list[tuple[float, float]]  # (end s, Mbit/s received) per 0.1 s
+    retransmits: int = 0  # the sender's, over the transfer
+    asked_s: float | None = None  # the rekey requested, s into the transfer
+    new_sas_s: float | None = None  # new ESP SPIs in gw1's kernel, s into the transfer
+    spis_before: frozenset = frozenset()
+    spis_after: frozenset = frozenset()
+
+
+def esp_spis(ns: str) -> frozenset:
+    with XfrmSocket(ns) as x:
+        return frozenset(sa.spi for sa in x.dump_sa() if sa.proto == "esp")
+
+
+def transfer(net, keying: ike.Keying, kind: str, seconds: float, at: float) -> Run:
+    gw1, h1, h2 = net.ns("gw1"), net.ns("h1"), net.ns("h2")
+    # the data goes h1 -> h2 from a server in h1 to a client in h2 (-R), whose 0.1 s intervals are
+    # then what the receiver got (a sender's follow its socket buffer's bursts)
+    with iperf.Servers([iperf.Flow(h1, h2, net.addr("h1"))], port=PORT, one_off=True):  # listening
+        run = Run(kind, [], spis_before=esp_spis(gw1))
+        client = iperf.popen_in(h2, [iperf.check(), "-c", net.addr("h1"), "-p", str(PORT), "-R",
+                                     "-t", f"{seconds:g}", "-i", "0.1", "--json"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.monotonic()
+        if kind != "none":
+            timer = threading.Timer(at, rekey, args=(keying, kind, run, t0, gw1))
+            timer.start()
+        out, err = client.communicate(timeout=seconds + 30)
+        if kind != "none":
+            timer.join()
+        if client.returncode:
+            raise RuntimeError(f"iperf3 failed: {err.strip() or out[-300:]}")
+        data = json.loads(out)
+        run.intervals = [(iv["sum"]["end"], iv["sum"]["bits_per_second"] / 1e6) for iv in data["intervals"]]
+        run.retransmits = data["end"]["sum_sent"].get("retransmits", 0)
+        run.spis_after = esp_spis(gw1)
+        return run
+
+
+def rekey(keying: ike.Keying, kind: str, run: Run, t0: float, gw1: str) -> None:
+    tunnel = keying.initiators[0]
+    run.asked_s = time.monotonic() - t0
+    done = keying.daemon(tunnel.me.ns).swanctl("--rekey", f"--{kind}", tunnel.name, timeout_s=30)
+    if done.returncode:
+        raise RuntimeError(f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr}")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = esp_spis(gw1)
+        if now - run.spis_before:
+            run.new_sas_s = time.monotonic() - t0
+            return
+        if kind == "ike":
+            return  # an IKE_SA rekey keeps the CHILD_SAs' keys and SPIs
+        time.sleep(0.01)
+
+
+def report(runs: list[Run], at: float) -> None:
+    base = next(r for r in runs if r.kind == "none")
+    for r in runs:
+        if r.kind == "none":
+            continue
+        new = "kept (an IKE_SA rekey moves them)" if r.kind == "ike" else \
+            f"in the kernel {r.new_sas_s - r.asked_s:.3f} s later" if r.new_sas_s else "never seen"
+        before, after = (" ".join(sorted(f"{spi:#x}" for spi in spis)) for spis in (r.spis_before, r.spis_after))
+        print(f"\n{r.kind.upper()} rekey requested at {r.asked_s:.2f} s; new ESP SAs {new}; "
+              f"gw1's ESP SPIs before: {before}; after: {after}")
+        print(f"{'interval end s':>14s} {'Mbit/s':>8s} {'baseline Mbit/s':>15s}")
+        for (end, mbps), (_, bmbps) in zip(r.intervals, base.intervals, strict=False):
+            if r.asked_s - 0.5 <= end <= r.asked_s + 1.05:
+                mark = "  <- rekey" if end - 0.1 < r.asked_s <= end else ""
+                print(f"{end:>14.1f} {mbps:>8.2f} {bmbps:>15.2f}{mark}")
+        lowest = min(m for e, m in r.intervals if e > 0.5)
+        base_lowest = min(m for e, m in base.intervals if e > 0.5)
+        print(f"whole transfer: {r.retransmits} retransmissions (baseline {base.retransmits}); lowest 0.1 s "
+              f"interval after the first 0.5 s {lowest:.2f} Mbit/s (baseline {base_lowest:.2f})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
+    p.add_argument("--seconds", type=float, default=6.0, help="the transfer's length (default: %(default)g)")
+    p.add_argument("--at", type=float, default=3.0, help="when the rekey is asked for, s (default: %(default)g)")
+    add_kernel_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if os.geteuid() != 0:
+        print("ike_rekey: needs root (network namespaces, IKE daemons); run it with sudo", file=sys.stderr)
+        return 1
+    if not 0.5 < args.at < args.seconds - 1:
+        print("ike_rekey: --at must leave half a second before and a second after it", file=sys.stderr)
+        return 2
+    missing = ike.available()
+    if missing:
+        print(f"ike_rekey: {missing}", file=sys.stderr)
+        return 1
+    rc = runner.follow("ike_rekey", ("bench", "ike_rekey"), list(argv if argv is not None else sys.argv[1:]),
+                       args, doctor.needs(("aes-gcm-256",)))
+    if rc is not None:
+        return rc
+    print(f"{backends.current().label()} ({os.uname().release}); vpn_gateway, aes-gcm-256 tunnel keyed by IKEv2, "
+          f"gw1-gw2 shaped to {args.rate:g} Mbit/s; one TCP transfer h1 -> h2 of {args.seconds:g} s per run")
+    with Network(build_spec("vpn_gateway"), shaping=ShapingSpec(rate_mbit=args.rate)) as net:
+        runs = []
+        for kind in KINDS:  # every run on fresh daemons and SAs
+            net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying="ike")
+            runs.append(transfer(net, net.ike_keying, kind, args.seconds, args.at))
+            net.remove_ipsec()
+    report(runs, args.at)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
