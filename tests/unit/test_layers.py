@@ -281,6 +281,7 @@ NOT_RECORDS = {
     ("experiments/reproduce.py", "counts"): "a part's count of its points",
     ("analysis/reproduction_report.py", "v"): "a claim's measured values in comparison.json",
     ("benchmarks/bound_crosscheck.py", "q"): "a qdisc in tc's JSON",
+    ("benchmarks/ike_rekey.py", 'data["end"]["sum_sent"]'): "iperf3's JSON: the sender's summary",
 }
 
 
