@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -49,6 +49,7 @@ class Run:
     new_sas_s: float | None = None  # new ESP SPIs in gw1's kernel, s into the transfer
     spis_before: frozenset = frozenset()
     spis_after: frozenset = frozenset()
+    error: str | None = None  # what went wrong in the rekey's thread
 
 
 def esp_spis(ns: str) -> frozenset:
@@ -56,46 +57,73 @@ def esp_spis(ns: str) -> frozenset:
         return frozenset(sa.spi for sa in x.dump_sa() if sa.proto == "esp")
 
 
+#: An interval line of iperf3's text output: start, end, bitrate and its unit, the retransmissions
+#: (a sender's summary), and "sender"/"receiver" on the summary lines.
+LINE = re.compile(r"\]\s+([\d.]+)-\s*([\d.]+)\s+sec\s+[\d.]+ \w?Bytes\s+([\d.]+) (\w?)bits/sec"
+                  r"(?:\s+(\d+))?.*?(sender|receiver)?\s*$")
+SCALE = {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}
+
+
 def transfer(net, keying: ike.Keying, kind: str, seconds: float, at: float) -> Run:
     gw1, h1, h2 = net.ns("gw1"), net.ns("h1"), net.ns("h2")
-    # the data goes h1 -> h2 from a server in h1 to a client in h2 (-R), whose 0.1 s intervals are
-    # then what the receiver got (a sender's follow its socket buffer's bursts)
+    # The data goes h1 -> h2 from a server in h1 to a client in h2 (-R), whose 0.1 s intervals
+    # are then what the receiver got (a sender's follow its socket buffer's bursts).  The rekey
+    # is timed on iperf3's own clock: from its first interval line, read as it is printed.
     with iperf.Servers([iperf.Flow(h1, h2, net.addr("h1"))], port=PORT, one_off=True):  # listening
         run = Run(kind, [], spis_before=esp_spis(gw1))
-        client = iperf.popen_in(h2, [iperf.check(), "-c", net.addr("h1"), "-p", str(PORT), "-R",
-                                     "-t", f"{seconds:g}", "-i", "0.1", "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        t0 = time.monotonic()
-        if kind != "none":
-            timer = threading.Timer(at, rekey, args=(keying, kind, run, t0, gw1))
-            timer.start()
-        out, err = client.communicate(timeout=seconds + 30)
-        if kind != "none":
-            timer.join()
+        client = iperf.popen_in(h2, [iperf.check(), "-c", net.addr("h1"), "-p", str(PORT), "-R", "-t",
+                                     f"{seconds:g}", "-i", "0.1", "--forceflush"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer, said = None, []
+        try:
+            for line in client.stdout:
+                said.append(line)
+                m = LINE.search(line)
+                if not m:
+                    continue
+                end, mbps = float(m.group(2)), float(m.group(3)) * SCALE[m.group(4)]
+                if m.group(6) == "sender":
+                    run.retransmits = int(m.group(5) or 0)
+                elif m.group(6) is None:
+                    run.intervals.append((end, mbps))
+                    if timer is None and kind != "none":
+                        zero = time.monotonic() - end  # iperf3's time 0 on this clock
+                        timer = threading.Timer(max(0.0, at - end), rekey, args=(keying, kind, run, zero, gw1))
+                        timer.start()
+            client.wait(timeout=30)
+        finally:
+            if timer is not None:
+                timer.join()
+            if client.poll() is None:
+                client.kill()
+                client.wait()
         if client.returncode:
-            raise RuntimeError(f"iperf3 failed: {err.strip() or out[-300:]}")
-        data = json.loads(out)
-        run.intervals = [(iv["sum"]["end"], iv["sum"]["bits_per_second"] / 1e6) for iv in data["intervals"]]
-        run.retransmits = data["end"]["sum_sent"].get("retransmits", 0)
+            raise RuntimeError(f"iperf3 failed: {''.join(said)[-300:].strip()}")
+        if run.error:
+            raise RuntimeError(run.error)
+        if kind != "none" and run.asked_s is None:
+            raise RuntimeError("the rekey was never asked for: iperf3 printed no interval")
         run.spis_after = esp_spis(gw1)
         return run
 
 
-def rekey(keying: ike.Keying, kind: str, run: Run, t0: float, gw1: str) -> None:
-    tunnel = keying.initiators[0]
-    run.asked_s = time.monotonic() - t0
-    done = keying.daemon(tunnel.me.ns).swanctl("--rekey", f"--{kind}", tunnel.name, timeout_s=30)
-    if done.returncode:
-        raise RuntimeError(f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr}")
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        now = esp_spis(gw1)
-        if now - run.spis_before:
-            run.new_sas_s = time.monotonic() - t0
+def rekey(keying: ike.Keying, kind: str, run: Run, zero: float, gw1: str) -> None:
+    """In a timer's thread: ask for the rekey, then watch for the new SAs; a failure is kept in ``run.error``."""
+    try:
+        tunnel = keying.initiators[0]
+        run.asked_s = time.monotonic() - zero
+        done = keying.daemon(tunnel.me.ns).swanctl("--rekey", f"--{kind}", tunnel.name, timeout_s=30)
+        if done.returncode:
+            run.error = f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr.strip()}"
             return
-        if kind == "ike":
-            return  # an IKE_SA rekey keeps the CHILD_SAs' keys and SPIs
-        time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while kind == "child" and time.monotonic() < deadline:  # an IKE_SA rekey keeps the CHILD_SAs
+            if esp_spis(gw1) - run.spis_before:
+                run.new_sas_s = time.monotonic() - zero
+                return
+            time.sleep(0.01)
+    except Exception as e:  # noqa: BLE001 (reported by the main thread)
+        run.error = f"rekey: {e}"
 
 
 def report(runs: list[Run], at: float) -> None:

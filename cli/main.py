@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from cli import regress as regress_command
 from cli.output import console
 from ipsec.ike import KEYINGS, child_proposals
+from ipsec.ike import available as ike_available
 from ipsec.overhead import overhead_table, render_rows
 from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
 from testbed import backends
@@ -190,6 +191,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
     if args.keying == "ike":
         child_proposals(parse_profile(args.profile))  # Unsupported: refused here, before a boot
+        if ike_available():
+            raise SystemExit(f"ipsec-testbed demo: {ike_available()}")
     argv = [args.topology, "--profile", args.profile, "--mode", args.mode, "--keying", args.keying,
             "--rate", f"{args.rate:g}",
             "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]

@@ -42,8 +42,9 @@ from experiments.engine.plan import (
 )
 from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
+from ipsec import ike
 from ipsec.ike import KEYINGS
-from testbed.errors import Parser, run_main
+from testbed.errors import Parser, Refused, run_main
 from testbed.options import csv
 from testbed.record import Bound
 from testbed.rundir import load_existing
@@ -282,6 +283,8 @@ def main(argv=None) -> int:
         out_dir = out_dir_of(args.out, REPO, spec.topology)
         if args.dry_run:
             return dry_run(spec, out_dir)
+        if spec.keying == "ike" and ike.available():
+            raise Refused(ike.available())  # before a guest boots
         return sweep(args, argv, spec, out_dir)
 
     return run_main(PROG, work, args.debug)

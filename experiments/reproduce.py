@@ -39,9 +39,10 @@ from experiments.engine.sweep import by_point, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
 from experiments.machine import machine_meta
 from experiments.runner import add_output_options
+from ipsec import ike
 from ipsec.ike import KEYINGS
 from testbed import backends, rundir
-from testbed.errors import Parser, run_main
+from testbed.errors import Parser, Refused, run_main
 from testbed.record import TransactionRecord
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
@@ -379,6 +380,8 @@ def main(repro: Reproduction, argv: Sequence[str]) -> int:
         out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
         if args.dry_run:
             return dry_run(parts, out_dir, args.scale)
+        if args.keying == "ike" and ike.available():
+            raise Refused(ike.available())  # before a guest boots
         needs = doctor.needs(p for part in parts for p in part.spec.profiles)
         return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,
                           measure=lambda: measure_parts(repro, parts, out_dir, args.scale, args.allow_failures),

@@ -30,6 +30,7 @@ import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -55,7 +56,9 @@ KEYINGS = ("static", "ike")
 CHARON = "/usr/lib/ipsec/charon"
 SWANCTL = "swanctl"
 #: The Debian packages that hold them (``./run install`` installs them, their services masked).
-PACKAGES = ("strongswan-charon", "strongswan-swanctl")
+PACKAGES = ("strongswan-charon", "strongswan-swanctl", "libstrongswan-standard-plugins")
+#: The plugin that does the IKE_SA's ECP-256 and most of the ciphers.
+OPENSSL_PLUGIN = "/usr/lib/ipsec/plugins/libstrongswan-openssl.so"
 
 #: The IKE_SA's own proposal: AES-256-CBC, HMAC-SHA-256, PRF SHA-256, ECP-256 (all by OpenSSL).
 IKE_PROPOSAL = "aes256-sha256-prfsha256-ecp256"
@@ -176,6 +179,7 @@ def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
     proposals = {IKE_PROPOSAL}
     mobike = no
     encap = no
+    rekey_time = 0
     local {{
       auth = psk
       id = {t.me.address}
@@ -191,6 +195,8 @@ def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
         remote_ts = {t.peer.subnet}
 {child}
         start_action = none
+        rekey_time = 0
+        life_time = 0
       }}
     }}
   }}""")
@@ -261,31 +267,51 @@ class Daemon:
             out.close()
 
     def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Until the daemon accepts connections on its control socket (the file exists from its
+        ``bind``, before its ``listen``)."""
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
+                said = ""
                 with contextlib.suppress(OSError), open(os.path.join(self.dir, "charon.out"), errors="replace") as f:
                     said = f.read().strip()
-                why = cause(said, self.log_text) or said.splitlines()[-1:] or [f"exit status {self.proc.returncode}"]
-                raise IkeError(f"charon in {self.ns} ended at its start: {why if isinstance(why, str) else why[0]}")
-            return os.path.exists(self.socket)
+                why = cause(said, self.log_text) or (said.splitlines() or [f"exit status {self.proc.returncode}"])[-1]
+                raise IkeError(f"charon in {self.ns} ended at its start: {why}")
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(self.socket)
+                except OSError:
+                    return False
+            return True
         try:
             waiting.until(ready, timeout_s, f"charon in {self.ns} to open its control socket", interval_s=0.02)
         except TimeoutError as e:
             raise IkeError(str(e)) from None
 
     def swanctl(self, *args: str, timeout_s: float = INITIATE_TIMEOUT_S) -> subprocess.CompletedProcess:
-        """``swanctl ARGS`` against this daemon (from the host's namespace: the socket is a file)."""
-        return subprocess.run([SWANCTL, *args, "--uri", f"unix://{self.socket}"], env=self.env,
-                              capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        """``swanctl ARGS`` against this daemon (from the host's namespace: the socket is a file);
+        :class:`IkeError` when it does not answer in ``timeout_s``."""
+        try:
+            return subprocess.run([SWANCTL, *args, "--uri", f"unix://{self.socket}"], env=self.env,
+                                  capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise IkeError(f"swanctl {' '.join(args)} got no answer from charon in {self.ns} "
+                           f"in {timeout_s:g} s") from None
 
     def load(self) -> None:
         done = self.swanctl("--load-all", "--noprompt")
         if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
             raise IkeError(f"charon in {self.ns} refused its configuration: "
-                           f"{cause(done.stdout, done.stderr, self.log_text) or done.stderr.strip()}")
+                           f"{cause(done.stdout, done.stderr, self.log_text) or last}")
+
+    def terminate(self) -> None:
+        """Ask the daemon to stop (SIGTERM: it deletes its SAs and policies and tells its peers)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM (the daemon deletes its SAs and tells its peers), SIGKILL if it lingers."""
+        """:meth:`terminate` and wait; a daemon that lingers is killed, and what it left in the
+        kernel (SAs, policies: its namespace is the run's own) is flushed."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -293,9 +319,15 @@ class Daemon:
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            log.warning("charon in %s did not stop in %g s; killed", self.ns, timeout_s)
+            log.warning("charon in %s did not stop in %g s; killed, and its SAs and policies flushed",
+                        self.ns, timeout_s)
             proc.kill()
             proc.wait()
+            from ipsec.xfrm import XfrmSocket  # netlink (pyroute2): the sweep's parser imports this module
+
+            with XfrmSocket(self.ns) as x:
+                x.flush_policy()
+                x.flush_sa()
 
 
 def _write_private(path: str, text: str) -> None:
@@ -309,7 +341,7 @@ def base_dir() -> str:
     ends with the guest, so a killed guest leaves no key on the host's disk; not ``/run``, which
     each daemon's own is bound over); on the host, the temporary directory (``ipsec-testbed
     clean``, and every run's start, remove what a killed run left there)."""
-    return "/dev/shm" if os.environ.get(GUEST_ENV) else tempfile.gettempdir()
+    return "/dev/shm" if os.environ.get(GUEST_ENV) == "uml" else tempfile.gettempdir()
 
 
 def tunnels_for(specs: Iterable[AssociationSpec]) -> list[Tunnel]:
@@ -382,21 +414,39 @@ class Keying:
         return took
 
     def initiate_together(self, tunnels: Sequence[Tunnel]) -> float:
-        """Bring ``tunnels`` up all at once (one request each, sent together); the seconds until
-        the last is up."""
-        t0 = time.monotonic()
-        procs = [(t, subprocess.Popen([SWANCTL, "--initiate", "--child", t.name, "--timeout",
-                                       str(int(INITIATE_TIMEOUT_S)), "--uri", f"unix://{self.daemon(t.me.ns).socket}"],
-                                      env=self.daemon(t.me.ns).env, stdin=subprocess.DEVNULL, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)) for t in tunnels]
-        failed = None
-        for t, proc in procs:
-            out, err = proc.communicate(timeout=INITIATE_TIMEOUT_S + 5)
-            if proc.returncode and failed is None:
-                failed = self.failure(t, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        """Bring ``tunnels`` up all at once; the seconds from the requests to the last one up.
+
+        Every request's ``swanctl`` is started first and held before it connects (starting a
+        process takes a tenth of a second inside User-Mode Linux); the clock starts when all are
+        let go together.
+        """
+        procs: list[tuple[Tunnel, subprocess.Popen]] = []
+        try:
+            for t in tunnels:
+                d = self.daemon(t.me.ns)
+                argv = [SWANCTL, "--initiate", "--child", t.name, "--timeout", str(int(INITIATE_TIMEOUT_S)),
+                        "--uri", f"unix://{d.socket}"]
+                procs.append((t, subprocess.Popen(["sh", "-c", 'read go && exec "$@"', "held", *argv], env=d.env,
+                                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                  stderr=subprocess.PIPE, text=True)))
+            t0 = time.monotonic()
+            for _, proc in procs:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            failed = None
+            for t, proc in procs:
+                out, err = proc.communicate(timeout=INITIATE_TIMEOUT_S + 5)
+                if proc.returncode and failed is None:
+                    failed = self.failure(t, subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+            took = time.monotonic() - t0
+        finally:
+            for _, proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
         if failed:
             raise failed
-        return time.monotonic() - t0
+        return took
 
     def failure(self, tunnel: Tunnel, done: subprocess.CompletedProcess) -> IkeError:
         """Why ``tunnel`` did not come up, in one line: the most telling line of the initiator's
@@ -424,6 +474,8 @@ class Keying:
         daemons, self.daemons = self.daemons, []
         try:
             for d in daemons:
+                d.terminate()  # all at once: each takes a moment to say goodbye to its peers
+            for d in daemons:
                 d.stop()
         finally:
             if self.dir:
@@ -442,6 +494,8 @@ def describe_sa(sa: SAState) -> str:
 def available() -> str | None:
     """None when strongSwan is installed, else what is missing (one line)."""
     missing = [p for p in (CHARON,) if not os.access(p, os.X_OK)]
+    if not os.path.exists(OPENSSL_PLUGIN):
+        missing.append(OPENSSL_PLUGIN)
     if not shutil.which(SWANCTL):
         missing.append(SWANCTL)
     if missing:

@@ -56,7 +56,7 @@ if ((${#missing[@]})); then
     # for this install, invoke-rc.d is told to start nothing.
     if [[ " ${missing[*]} " == *" strongswan-"* ]]; then
         if command -v systemctl >/dev/null; then
-            systemctl mask strongswan-starter.service strongswan.service ipsec.service >/dev/null 2>&1 || true
+            systemctl mask strongswan-starter.service >/dev/null 2>&1 || true  # the one strongswan-charon pulls in
         fi
         if [[ ! -e /usr/sbin/policy-rc.d ]]; then
             printf '#!/bin/sh\n# ipsec-testbed install: start no service while packages install\nexit 101\n' \
@@ -67,6 +67,23 @@ if ((${#missing[@]})); then
     fi
     # No recommends: mininet recommends openvswitch-switch, which the testbed does not use.
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# strongSwan's AppArmor profiles let charon and swanctl read only /etc and use only /run; the
+# testbed's daemons keep their files in an owner-only directory of their own (ipsec/ike.py), so
+# the profiles' local additions name those directories, and enforced profiles are reloaded.
+apparmor_rules() {  # $1: the profile, $2: the rule for the testbed's directories
+    local file=/etc/apparmor.d/local/$1 mark="# ipsec-testbed: its IKE daemons' directories"
+    [[ -e /etc/apparmor.d/$1 ]] || return 0
+    grep -qF "$mark" "$file" 2>/dev/null && return 0
+    printf '%s\n%s\n' "$mark" "$2" >> "$file"
+    if command -v apparmor_parser >/dev/null && [[ -d /sys/kernel/security/apparmor ]]; then
+        apparmor_parser -r "/etc/apparmor.d/$1" >/dev/null 2>&1 || say "could not reload AppArmor profile $1"
+    fi
+}
+if [[ $(id -u) == 0 ]]; then
+    apparmor_rules usr.lib.ipsec.charon "  /{tmp,dev/shm}/itb-*-ike-*/** rwk,"
+    apparmor_rules usr.sbin.swanctl "  /{tmp,dev/shm}/itb-*-ike-*/** rw,"
 fi
 
 if [[ ! -f $stamp || $here/setup.py -nt $stamp ]]; then

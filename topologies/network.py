@@ -358,8 +358,8 @@ class Network:
             self._ike = self._ike or ike.Keying(self.run_id)
             with critical():
                 self._ipsec_families = set(families)
-                self._ike_up = True
-                self._ike.up(specs)
+                self._ike_up = True  # from here on, remove_ipsec() stops whatever up() started
+            self._ike.up(specs)  # interruptible: tunnels may take a minute to come up, or fail to
             return []
         planner = SpiPlanner()
         plans = [plan for family in families for plan in self.plan_ipsec(profile, mode, family, planner)]

@@ -53,6 +53,7 @@ from experiments.engine.plan import (
 )
 from experiments.machine import machine_meta
 from testbed import backends, rundir
+from testbed.errors import Refused
 from testbed.record import Record, point_key, usable
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
@@ -170,6 +171,10 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     from topologies.network import Network
 
     records = rundir.load_existing(run_dir)
+    other = sorted({r.keying for r in records} - {spec.keying})
+    if other:  # the keying is the run's, not a point's: its repetitions would be counted together
+        raise Refused(f"{run_dir} holds points keyed {' and '.join(other)}; measure keyed {spec.keying} "
+                      f"into another run directory (--out)")
     groups = by_point(records)
     rates = [r for r in spec.rates_mbit if _next_round(spec, r, groups)]
     already = len(records)

@@ -4,9 +4,13 @@ from __future__ import annotations
 import pytest
 
 from experiments.engine.plan import SweepSpec
+from experiments.engine.sweep import run_sweep
 from ipsec import ike
 from ipsec.plan import AssociationSpec, Endpoint
 from ipsec.profiles import CATALOG, parse_profile
+from testbed import rundir
+from testbed.errors import Refused
+from testbed.record import Record
 
 
 @pytest.mark.parametrize(("profile", "want"), [
@@ -86,3 +90,10 @@ def test_a_sweep_keyed_by_ike_refuses_a_profile_ike_cannot_negotiate_and_keeps_i
     spec = SweepSpec(keying="ike")
     assert spec.to_argv()[-2:] == ["--keying", "ike"] and "--keying" not in SweepSpec().to_argv()
     assert SweepSpec.from_json(spec.to_json()) == spec
+
+
+def test_a_run_directory_keyed_one_way_is_not_resumed_keyed_the_other(tmp_path):
+    with rundir.open_results(tmp_path) as f:
+        rundir.append(f, Record(profile="none", size_bytes=1460, rate_mbit=10.0, goodput_mbps=9.0).to_json())
+    with pytest.raises(Refused, match="holds points keyed static; measure keyed ike into another run directory"):
+        run_sweep(SweepSpec(keying="ike"), str(tmp_path))
