@@ -61,7 +61,8 @@ class Part:
     e.g. a TCP and a UDP part of one table).  With ``transactions`` > 0 the part is not an iperf3
     sweep but ``transactions`` request/response transactions from the first flow's
     client to its server, per profile and repetition, on the spec's network (its first
-    rate and IP version).
+    rate and IP version).  A part with ``keying_fixed`` keeps its spec's keying whatever
+    ``--keying`` says (it is there to compare the keyings).
     """
 
     name: str
@@ -69,6 +70,7 @@ class Part:
     spec: SweepSpec
     transactions: int = 0
     reference: str = ""
+    keying_fixed: bool = False
 
     def __post_init__(self) -> None:
         if not self.reference:
@@ -159,6 +161,8 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                         **point.fields(), **dataclasses.asdict(timing),
                         cpu_busy_pct=100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
                         cpu_kernel_busy_pct=busy, cpu_system_pct=system, cpu_softirq_pct=softirq,
+                        keying=spec.keying,
+                        ike_sas=net.negotiated_sas() if spec.keying == "ike" and point.profile != "none" else None,
                         backend=backends.current().name, kernel_release=platform.release(), time=rundir.now_iso())
                     rundir.append(out, record.to_json())
                     measured += 1
@@ -317,7 +321,8 @@ def select_parts(repro: Reproduction, args) -> list[Part]:
     overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration),
                                    ("udp_bitrate", args.udp_bitrate), ("keying", args.keying)) if v is not None}
     if overrides:
-        parts = [dataclasses.replace(p, spec=dataclasses.replace(p.spec, **overrides)) for p in parts]
+        parts = [dataclasses.replace(p, spec=dataclasses.replace(
+            p.spec, **{k: v for k, v in overrides.items() if not (k == "keying" and p.keying_fixed)})) for p in parts]
     if args.parts:
         wanted = [w.strip() for w in args.parts.split(",") if w.strip()]
         unknown = sorted(set(wanted) - {p.name for p in parts})

@@ -55,14 +55,18 @@ def test_seed001_udp_table(tmp_path):
 
 def test_seed002_latency_transactions(tmp_path):
     out = str(tmp_path / "seed002")
-    run_script("seed002_ttcp_topologies.py", out, "--parts", "latency", "--transactions", "100",
+    run_script("seed002_ttcp_topologies.py", out, "--parts", "latency,latency_ike", "--transactions", "100",
                "--repetitions", "2")
     got = records(out, "latency")
     assert len(got) == 4 and {r.profile for r in got} == {"none", "3des-cbc-sha1"}
-    assert all(r.count == 100 and 0 < r.mean_ms < 1000 for r in got)
+    assert all(r.count == 100 and 0 < r.mean_ms < 1000 and r.keying == "static" for r in got)
+    keyed = records(out, "latency_ike")  # the same transactions, 3DES keyed by IKEv2
+    assert len(keyed) == 2 and all(r.keying == "ike" and r.count == 100 for r in keyed)
+    assert all(len(r.ike_sas) == 4 and all("cbc(des3_ede)" in sa for sa in r.ike_sas) for r in keyed)
     data = reproduction.evaluate(out)
-    latency = next(c for c in data["claims"] if c["id"] == "latency")
-    assert latency["verdict"] != reproduction.UNMEASURED and latency["measured"][0]["value"] > 0
+    for claim in ("latency", "keying"):
+        found = next(c for c in data["claims"] if c["id"] == claim)
+        assert found["verdict"] != reproduction.UNMEASURED and found["measured"][0]["value"] > 0, found
     path = reproduction_report.write_report(out)
     assert "Request/response transactions" in Path(path).read_text()
 
