@@ -137,9 +137,10 @@ def report(runs: list[Run], at: float) -> None:
         print(f"\n{r.kind.upper()} rekey requested at {r.asked_s:.2f} s; new ESP SAs {new}; "
               f"gw1's ESP SPIs before: {before}; after: {after}")
         print(f"{'interval end s':>14s} {'Mbit/s':>8s} {'baseline Mbit/s':>15s}")
+        marked = min((e for e, _ in r.intervals if e >= r.asked_s), default=None)  # the interval it fell in
         for (end, mbps), (_, bmbps) in zip(r.intervals, base.intervals, strict=False):
             if r.asked_s - 0.5 <= end <= r.asked_s + 1.05:
-                mark = "  <- rekey" if end - 0.1 < r.asked_s <= end else ""
+                mark = "  <- rekey" if end == marked else ""
                 print(f"{end:>14.1f} {mbps:>8.2f} {bmbps:>15.2f}{mark}")
         lowest = min(m for e, m in r.intervals if e > 0.5)
         base_lowest = min(m for e, m in base.intervals if e > 0.5)
