@@ -162,7 +162,7 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
                         cpu_busy_pct=100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
                         cpu_kernel_busy_pct=busy, cpu_system_pct=system, cpu_softirq_pct=softirq,
                         keying=spec.keying,
-                        ike_sas=net.negotiated_sas() if spec.keying == "ike" and point.profile != "none" else None,
+                        ike_sas=net.negotiated_sas() or None,  # none with static keying, or IPsec off
                         backend=backends.current().name, kernel_release=platform.release(), time=rundir.now_iso())
                     rundir.append(out, record.to_json())
                     measured += 1

@@ -290,11 +290,15 @@ class Daemon:
         except TimeoutError as e:
             raise IkeError(str(e)) from None
 
+    def swanctl_argv(self, *args: str) -> list[str]:
+        """The command line of ``swanctl ARGS`` against this daemon (run from the host's namespace:
+        the socket is a file), with :attr:`env`."""
+        return [SWANCTL, *args, "--uri", f"unix://{self.socket}"]
+
     def swanctl(self, *args: str, timeout_s: float = INITIATE_TIMEOUT_S) -> subprocess.CompletedProcess:
-        """``swanctl ARGS`` against this daemon (from the host's namespace: the socket is a file);
-        :class:`IkeError` when it does not answer in ``timeout_s``."""
+        """``swanctl ARGS`` against this daemon; :class:`IkeError` when it does not answer in ``timeout_s``."""
         try:
-            return subprocess.run([SWANCTL, *args, "--uri", f"unix://{self.socket}"], env=self.env,
+            return subprocess.run(self.swanctl_argv(*args), env=self.env,
                                   capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise IkeError(f"swanctl {' '.join(args)} got no answer from charon in {self.ns} "
@@ -315,10 +319,10 @@ class Daemon:
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """:meth:`terminate` and wait; a daemon that lingers is killed, and what it left in the
         kernel (SAs, policies: its namespace is the run's own) is flushed."""
+        self.terminate()
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -365,7 +369,6 @@ class Keying:
         self.run_id = run_id
         self.dir: str | None = None
         self.daemons: list[Daemon] = []
-        self.setup_s: list[float] = []  # per tunnel: from the initiate to the CHILD_SA up, s
 
     def up(self, specs: Iterable[AssociationSpec]) -> None:
         """Bring every association up: a fresh pre-shared key each, side ``a`` initiating."""
@@ -377,7 +380,7 @@ class Keying:
         not come up."""
         self.start(tunnels)
         for t in self.initiators:
-            self.setup_s.append(self.initiate(t))
+            self.initiate(t)
 
     def start(self, tunnels: Sequence[Tunnel]) -> None:
         """Start the daemons of ``tunnels`` (one per namespace) with their configuration loaded,
@@ -427,8 +430,7 @@ class Keying:
         try:
             for t in tunnels:
                 d = self.daemon(t.me.ns)
-                argv = [SWANCTL, "--initiate", "--child", t.name, "--timeout", str(int(INITIATE_TIMEOUT_S)),
-                        "--uri", f"unix://{d.socket}"]
+                argv = d.swanctl_argv("--initiate", "--child", t.name, "--timeout", str(int(INITIATE_TIMEOUT_S)))
                 procs.append((t, subprocess.Popen(["sh", "-c", 'read go && exec "$@"', "held", *argv], env=d.env,
                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE, text=True)))

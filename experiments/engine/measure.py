@@ -236,7 +236,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         # iperf3's clients were started during the previous point's warm-up (see Ahead)
         clients_ahead=held is not None,
         keying=spec.keying,
-        ike_sas=net.negotiated_sas() if spec.keying == "ike" and point.profile != "none" else None,
+        ike_sas=net.negotiated_sas() or None,  # none with static keying, or IPsec off
         emulation_limited=bound is Bound.CPU,
         kernel_release=platform.release(),
         time=now_iso(),
