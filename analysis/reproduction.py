@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -50,8 +49,6 @@ from analysis.penalty import Penalty, penalty_of
 from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
 from testbed.record import FIELD, Bound, Group, Record, TransactionRecord
 from testbed.rundir import load_existing, load_meta
-
-log = logging.getLogger(__name__)
 
 REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
 #: A claim's metrics: record fields, and the IPsec/plain goodput ratio and time per transaction.
@@ -83,8 +80,6 @@ def load_reference(seed: str) -> dict:
     except FileNotFoundError:
         raise ReproductionError(f"no reference data for seed {seed!r} ({path})") from None
 
-
-# -- records: a transactions part's -----------------------------------------------------------
 
 # -- rows: one per measured point of the run, every metric beside it ----------------------
 
