@@ -17,7 +17,6 @@ installs a plan over netlink; if either side fails nothing is left installed.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import ipaddress
 import itertools
 
@@ -206,21 +205,10 @@ def remove_association(plan: AssociationPlan, missing_ok: bool = False) -> None:
 
 
 def _remove_side(plan: AssociationPlan, which: str, missing_ok: bool) -> None:
-    from ipsec.xfrm import XfrmError, XfrmSocket
+    from ipsec.xfrm import XfrmSocket
 
     ns, sas, policies = plan.side(which)
     if not sas:
         return
     with XfrmSocket(netns=ns) as xs:
-        for pol in policies:
-            try:
-                xs.del_policy(pol.selector, pol.direction)
-            except XfrmError as e:
-                if not (missing_ok and e.errno == errno.ENOENT):
-                    raise
-        for sa in sas:
-            try:
-                xs.del_sa(sa.dst, sa.spi, sa.proto)
-            except XfrmError as e:
-                if not (missing_ok and e.errno == errno.ESRCH):
-                    raise
+        xs.remove(sas, policies, missing_ok=missing_ok)

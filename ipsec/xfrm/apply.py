@@ -5,7 +5,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -22,17 +22,19 @@ from ipsec.sa import (
     SASpec,
     SelectorSpec,
 )
+from ipsec.xfrm import batch as _batch
 from ipsec.xfrm.constants import (
     DIRECTION_NAMES,
     NETLINK_CAP_ACK,
     NETLINK_EXT_ACK,
     NETNS_DIR,
     ROOT_NETNS,
+    SO_RCVBUFFORCE,
     XFRM_MSG_NEWPOLICY,
     XFRM_MSG_NEWSA,
 )
 from ipsec.xfrm.errors import XfrmError, error_for
-from ipsec.xfrm.messages import XfrmMarshal
+from ipsec.xfrm.messages import XfrmMarshal, decode_messages
 from ipsec.xfrm.plans import (
     XfrmRequest,
     plan_add_policy,
@@ -49,6 +51,9 @@ from ipsec.xfrm.state import PolicyState, SAState, parse_policy, parse_sa
 from testbed.netns import socket_in
 
 log = logging.getLogger(__name__)
+
+#: Receive buffer of the batch socket: room for every answer to one datagram of a batch.
+BATCH_RCVBUF = 1 << 20
 
 
 def netns_path(name: str) -> str:
@@ -98,6 +103,8 @@ class XfrmSocket:
     def __init__(self, netns: str | None = None) -> None:
         self.netns = netns
         self._path: str | None = None
+        self._raw: socket.socket | None = None
+        self._seq = 0
         if netns is not None:
             self._path = netns_path(netns)
             if not os.path.exists(self._path):
@@ -112,13 +119,16 @@ class XfrmSocket:
         log.debug("xfrm socket open in netns %s", netns or "(current)")
 
     @classmethod
-    def _attach(cls, netlink: Any, netns: str | None = None) -> XfrmSocket:
+    def _attach(cls, netlink: Any, netns: str | None = None, raw: Any = None) -> XfrmSocket:
         """An XfrmSocket over an existing netlink object (anything with ``nlm_request``
-        and ``close``), without opening a socket; for tests."""
+        and ``close``) and, for batches, a datagram socket (``send``, ``recv``,
+        ``getsockname``, ``close``), without opening a socket; for tests."""
         self = cls.__new__(cls)
         self.netns = netns
         self._path = netns_path(netns) if netns is not None else None
         self._nl = netlink
+        self._raw = raw
+        self._seq = 0
         return self
 
     # -- lifecycle ------------------------------------------------------------------
@@ -127,6 +137,9 @@ class XfrmSocket:
         if self._nl is not None:
             self._nl.close()
             self._nl = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
 
     def __enter__(self) -> XfrmSocket:
         return self
@@ -221,27 +234,108 @@ class XfrmSocket:
         self.request(request)
 
     # -- batches --------------------------------------------------------------------
-    def install(self, sas: Iterable[SASpec], policies: Iterable[PolicySpec] = ()) -> None:
-        """Install SAs, then policies; all or nothing.
-
-        If any item fails, what this call already installed is deleted again (newest
-        first) and the first error is raised.  A failure while rolling back is logged,
-        not raised, so the original cause is what the caller sees.
-        """
-        done: list[XfrmRequest] = []
-        try:
-            for sa in sas:
-                self.add_sa(sa)
-                done.append(plan_del_sa(sa.dst, sa.spi, sa.proto, sa.src))
-            for policy in policies:
-                self.add_policy(policy)
-                done.append(plan_del_policy(policy.selector, policy.direction))
-        except BaseException:
-            log.warning("install failed after %d item(s); rolling back", len(done))
-            for undo in reversed(done):
+    def _batch_socket(self, operation: str) -> socket.socket:
+        """The datagram socket that batches use, opened on first use in this namespace."""
+        if self._nl is None:
+            raise XfrmError(operation, f"netns {self.netns or '(current)'}", "the XfrmSocket is closed")
+        if self._raw is None:
+            try:
+                sock = (socket_in(self._path, NETLINK_XFRM) if self._path is not None
+                        else socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_XFRM))
                 try:
-                    self.request(undo)
-                except XfrmError as exc:
-                    log.warning("rollback: %s", exc)
+                    sock.bind((0, 0))
+                    sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+                    sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)  # never echo keys back
+                    try:
+                        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, BATCH_RCVBUF)
+                    except PermissionError:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BATCH_RCVBUF)
+                except OSError:
+                    sock.close()
+                    raise
+            except OSError as exc:
+                raise XfrmError(operation, f"netns {self.netns or '(current)'}",
+                                f"cannot open a NETLINK_XFRM socket: {exc}", exc.errno) from exc
+            self._raw = sock
+        return self._raw
+
+    def batch(self, requests: Sequence[XfrmRequest]) -> list[XfrmError | None]:
+        """Send ``requests`` many per system call (see :mod:`ipsec.xfrm.batch`); each one's
+        error, or None where it succeeded, in order.
+
+        Every request is tried, whatever failed before it.  Raises XfrmError only when
+        the socket itself fails, and then which requests took effect is unknown.
+        """
+        if not requests:
+            return []
+        sock = self._batch_socket(requests[0].operation)
+        first = self._seq + 1
+        self._seq += len(requests)
+        log.debug("batch of %d request(s) (netns %s)", len(requests), self.netns)
+        try:
+            pid = sock.getsockname()[0]
+            failed = _batch.exchange(sock, _batch.frame(requests, first, pid))
+        except OSError as exc:
+            raise XfrmError(requests[0].operation, f"batch of {len(requests)} ({requests[0].subject} ...)",
+                            f"netlink socket error: {exc}; what the batch changed is unknown",
+                            exc.errno) from exc
+        errors: list[XfrmError | None] = [None] * len(requests)
+        for seq, message in failed.items():
+            (reply,) = decode_messages(message)
+            kernel = reply["header"]["error"]
+            errors[seq - first] = error_for(requests[seq - first], kernel.code, kernel.extack)
+        return errors
+
+    def install(self, sas: Iterable[SASpec], policies: Iterable[PolicySpec] = ()) -> None:
+        """Install SAs, then policies, in batches; all or nothing.
+
+        If any item fails, what this call installed is deleted again (newest first) and
+        the first error is raised.  A failure while rolling back is logged, not raised,
+        so the original cause is what the caller sees.
+        """
+        sas, policies = list(sas), list(policies)
+        adds = [plan_add_sa(sa) for sa in sas] + [plan_add_policy(p) for p in policies]
+        undos = ([plan_del_sa(sa.dst, sa.spi, sa.proto, sa.src) for sa in sas]
+                 + [plan_del_policy(p.selector, p.direction) for p in policies])
+        try:
+            errors = self.batch(adds)
+        except XfrmError:
+            log.warning("install: the socket failed; removing whatever went in")
+            self._roll_back(undos, missing_ok=True)
             raise
-        log.info("installed %d SA/policy item(s) in netns %s", len(done), self.netns)
+        failed = [e for e in errors if e is not None]
+        if failed:
+            log.warning("install failed for %d of %d item(s); rolling back", len(failed), len(adds))
+            self._roll_back([u for u, e in zip(undos, errors, strict=True) if e is None])
+            raise failed[0]
+        log.info("installed %d SA/policy item(s) in netns %s", len(adds), self.netns)
+
+    def _roll_back(self, undos: list[XfrmRequest], missing_ok: bool = False) -> None:
+        try:
+            errors = self.batch(undos[::-1])
+        except XfrmError as exc:
+            log.warning("rollback: %s", exc)
+            return
+        for e in errors:
+            if e is not None and not (missing_ok and _is_missing(e)):
+                log.warning("rollback: %s", e)
+
+    def remove(self, sas: Iterable[SASpec], policies: Iterable[PolicySpec] = (),
+               missing_ok: bool = False) -> None:
+        """Delete policies, then SAs, in batches; every one is tried.
+
+        Raises the first error (none for an SA or policy already gone when
+        ``missing_ok``).
+        """
+        deletes = ([plan_del_policy(p.selector, p.direction) for p in policies]
+                   + [plan_del_sa(sa.dst, sa.spi, sa.proto, sa.src) for sa in sas])
+        errors = [e for e in self.batch(deletes)
+                  if e is not None and not (missing_ok and _is_missing(e))]
+        if errors:
+            raise errors[0]
+        log.info("removed %d SA/policy item(s) in netns %s", len(deletes), self.netns)
+
+
+def _is_missing(error: XfrmError) -> bool:
+    """A delete that found nothing: ESRCH for an SA, ENOENT for a policy."""
+    return error.errno in (errno.ESRCH, errno.ENOENT)

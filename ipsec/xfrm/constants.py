@@ -30,6 +30,8 @@ FLAGS_DUMP = NLM_F_REQUEST | NLM_F_DUMP
 
 NETLINK_CAP_ACK = 10
 NETLINK_EXT_ACK = 11
+#: setsockopt(SOL_SOCKET) that sets a buffer above rmem_max (root); not in Python's socket module.
+SO_RCVBUFFORCE = 33
 
 PROTO_NUMBERS: dict[str, int] = {"esp": socket.IPPROTO_ESP, "ah": socket.IPPROTO_AH, "comp": 108}
 PROTO_NAMES: dict[int, str] = {number: name for name, number in PROTO_NUMBERS.items()}

@@ -5,9 +5,11 @@ and answers with canned (real, captured) kernel messages or errors.
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from ipsec.xfrm import (
     plan_add_sa,
     plan_del_policy,
 )
+from ipsec.xfrm import batch as xfrm_batch
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "xfrm" / "iproute2.json").read_text())
 
@@ -72,6 +75,7 @@ SA_A = SASpec(src="10.0.0.1", dst="10.0.0.2", proto="esp", spi=0x100, reqid=1,
               aead="aes-gcm-128", aead_key=bytes(20))
 SA_B = SASpec(src="10.0.0.2", dst="10.0.0.1", proto="esp", spi=0x101, reqid=1,
               aead="aes-gcm-128", aead_key=bytes(20))
+SA_C = dataclasses.replace(SA_A, spi=0x102)
 POLICY_OUT = PolicySpec(selector=SelectorSpec(src="10.0.0.1", dst="10.0.0.2"), direction="out",
                         templates=[TemplateSpec(reqid=1)])
 POLICY_IN = PolicySpec(selector=SelectorSpec(src="10.0.0.2", dst="10.0.0.1"), direction="in",
@@ -122,41 +126,162 @@ def test_missing_namespace_is_an_xfrm_error() -> None:
     assert info.value.errno == errno.ENOENT
 
 
-# -- install ------------------------------------------------------------------------------------
-def test_install_sends_sas_then_policies() -> None:
-    netlink = FakeNetlink()
-    XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
-    assert netlink.types == [XFRM_MSG_NEWSA, XFRM_MSG_NEWSA, XFRM_MSG_NEWPOLICY, XFRM_MSG_NEWPOLICY]
+# -- batches: install and remove --------------------------------------------------------------
+NLM_F_ACK, NLM_F_CAPPED, NLM_F_ACK_TLVS, NLMSG_ERROR = 0x4, 0x100, 0x200, 2
+
+
+def error_message(seq: int, code: int, extack: str | None = None) -> bytes:
+    """An NLMSG_ERROR as the kernel sends it to a socket with capped, extended acks."""
+    flags = NLM_F_CAPPED
+    tlvs = b""
+    if extack:
+        flags |= NLM_F_ACK_TLVS
+        text = extack.encode() + b"\0"
+        tlvs = struct.pack("=HH", 4 + len(text), 1) + text + bytes(-len(text) % 4)
+    body = struct.pack("=i", -code) + struct.pack("=IHHII", 16, 0, 0, seq, 0) + tlvs
+    return struct.pack("=IHHII", 16 + len(body), NLMSG_ERROR, flags, seq, 4242) + body
+
+
+class FakeKernel:
+    """A NETLINK_XFRM datagram socket that answers as the kernel's ``netlink_rcv_skb``:
+    each message of a datagram in turn, an error when ``fail(n, type)`` (n counts every
+    message received) gives an errno, an ack when the message asks for one."""
+
+    def __init__(self, fail: Callable[[int, int], int | tuple[int, str] | None] | None = None,
+                 send_error: OSError | None = None) -> None:
+        self.fail = fail or (lambda n, t: None)
+        self.send_error = send_error
+        self.received: list[Any] = []  # the decoded messages, in order
+        self.datagrams: list[list[Any]] = []
+        self.queue: list[bytes] = []
+        self.closed = False
+
+    def getsockname(self) -> tuple[int, int]:
+        return (4242, 0)
+
+    def send(self, data: bytes) -> int:
+        if self.send_error:
+            raise self.send_error
+        msgs = decode_messages(data)
+        self.datagrams.append(msgs)
+        for msg in msgs:
+            self.received.append(msg)
+            header = msg["header"]
+            failure = self.fail(len(self.received), header["type"])
+            code, extack = failure if isinstance(failure, tuple) else (failure, None)
+            if code:
+                self.queue.append(error_message(header["sequence_number"], code, extack))
+            elif header["flags"] & NLM_F_ACK:
+                self.queue.append(error_message(header["sequence_number"], 0))
+        return len(data)
+
+    def recv(self, bufsize: int) -> bytes:
+        assert self.queue, "recv() with nothing to read would block forever"
+        return self.queue.pop(0)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def types(self) -> list[int]:
+        return [m["header"]["type"] for m in self.received]
+
+
+def batch_socket(kernel: FakeKernel, netns: str | None = "x") -> XfrmSocket:
+    return XfrmSocket._attach(FakeNetlink(), netns=netns, raw=kernel)
+
+
+def test_install_sends_sas_then_policies_in_one_datagram_acked_once() -> None:
+    kernel = FakeKernel()
+    batch_socket(kernel).install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
+    assert kernel.types == [XFRM_MSG_NEWSA, XFRM_MSG_NEWSA, XFRM_MSG_NEWPOLICY, XFRM_MSG_NEWPOLICY]
+    assert len(kernel.datagrams) == 1
+    assert [bool(m["header"]["flags"] & NLM_F_ACK) for m in kernel.received] == [False, False, False, True]
+    assert [m["header"]["sequence_number"] for m in kernel.received] == [1, 2, 3, 4]
+    assert kernel.queue == []  # every answer read
 
 
 def test_install_rolls_back_what_it_installed() -> None:
-    netlink = FakeNetlink(fail_at(4, errno.EEXIST))  # the second policy fails
+    kernel = FakeKernel(lambda n, t: errno.EEXIST if n == 4 else None)  # the second policy fails
     with pytest.raises(XfrmError, match=r"^add_policy policy in 10.0.0.2/32 -> 10.0.0.1/32 .*EEXIST") as info:
-        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
+        batch_socket(kernel).install([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
     assert info.value.errno == errno.EEXIST
-    undo = netlink.sent[4:]
-    assert [t for t, _, _ in undo] == [XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_DELSA]
-    assert undo[0][2]["dir"] == 1  # the "out" policy that went in
-    assert [m["spi"] for _, _, m in undo[1:]] == [0x101, 0x100]  # newest first
+    undo = kernel.received[4:]
+    assert [m["header"]["type"] for m in undo] == [XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_DELSA]
+    assert undo[0]["dir"] == 1  # the "out" policy that went in
+    assert [m["spi"] for m in undo[1:]] == [0x101, 0x100]  # newest first
 
 
-def test_install_failing_first_item_sends_no_deletes() -> None:
-    netlink = FakeNetlink(fail_at(1, errno.ENOSYS, "Requested AEAD algorithm not found"))
-    with pytest.raises(XfrmError, match="aes-gcm-128"):
-        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B], [POLICY_OUT])
-    assert netlink.types == [XFRM_MSG_NEWSA]
+def test_install_keeps_going_after_a_failure_and_removes_only_what_went_in() -> None:
+    kernel = FakeKernel(lambda n, t: (errno.ENOSYS, "Requested AEAD algorithm not found") if n == 1 else None)
+    with pytest.raises(XfrmError, match=r"aes-gcm-128.*kernel says: Requested AEAD") as info:
+        batch_socket(kernel).install([SA_A, SA_B], [POLICY_OUT])
+    assert info.value.kernel_message == "Requested AEAD algorithm not found"
+    undo = kernel.received[3:]
+    assert [m["header"]["type"] for m in undo] == [XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA]
+    assert undo[1]["spi"] == 0x101  # SA_B went in; SA_A, which failed, is not deleted
 
 
 def test_install_rollback_errors_do_not_hide_the_cause(caplog: pytest.LogCaptureFixture) -> None:
-    def answer(n: int, msg_type: int) -> list[Any]:
-        if n >= 3:  # SA_B's add, then the rollback's delete, both fail
-            raise KernelError(errno.ESRCH if msg_type == XFRM_MSG_DELSA else errno.EINVAL)
-        return []
-    netlink = FakeNetlink(answer)
+    def fail(n: int, msg_type: int) -> int | None:
+        if n == 2 or msg_type == XFRM_MSG_DELSA:  # SA_B's add, then the rollback's deletes
+            return errno.EINVAL if n == 2 else errno.ESRCH
+        return None
+    kernel = FakeKernel(fail)
     with caplog.at_level(logging.WARNING, logger="ipsec.xfrm"), pytest.raises(XfrmError) as info:
-        XfrmSocket._attach(netlink, netns="x").install([SA_A, SA_B, SA_A])
+        batch_socket(kernel).install([SA_A, SA_B, SA_C])
     assert info.value.errno == errno.EINVAL
-    assert "rollback: del_sa esp spi 0x00000101" in caplog.text
+    assert "rollback: del_sa esp spi 0x00000102" in caplog.text
+
+
+def test_batches_split_into_datagrams_each_acked_at_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ipsec.xfrm.batch.MAX_MESSAGES", 2)
+    kernel = FakeKernel(lambda n, t: errno.EEXIST if n == 3 else None)
+    sas = [dataclasses.replace(SA_A, spi=0x200 + i) for i in range(5)]
+    errors = batch_socket(kernel).batch([plan_add_sa(sa) for sa in sas])
+    assert [len(d) for d in kernel.datagrams] == [2, 2, 1]
+    assert [bool(m["header"]["flags"] & NLM_F_ACK) for m in kernel.received] == [False, True, False, True, True]
+    assert [e.errno if e else None for e in errors] == [None, None, errno.EEXIST, None, None]
+    assert "spi 0x00000202" in str(errors[2])
+
+
+def test_frame_keeps_datagrams_under_the_byte_limit() -> None:
+    requests = [plan_add_sa(dataclasses.replace(SA_A, spi=0x200 + i)) for i in range(10)]
+    size = len(requests[0].encode())
+    datagrams = xfrm_batch.frame(requests, first_seq=7, max_messages=64, max_bytes=3 * size + 1)
+    assert [d.count for d in datagrams] == [3, 3, 3, 1]
+    assert [(d.first, d.last) for d in datagrams][-1] == (16, 16)
+    assert all(len(d.data) <= 3 * size for d in datagrams)
+    alone = xfrm_batch.frame(requests[:2], first_seq=1, max_bytes=1)  # a request bigger than the limit
+    assert [d.count for d in alone] == [1, 1]
+
+
+def test_remove_deletes_policies_then_sas_and_reports_what_was_missing() -> None:
+    kernel = FakeKernel(lambda n, t: errno.ENOENT if t == XFRM_MSG_DELPOLICY else None)
+    with pytest.raises(XfrmError, match=r"^del_policy policy out .*ENOENT"):
+        batch_socket(kernel).remove([SA_A, SA_B], [POLICY_OUT, POLICY_IN])
+    assert kernel.types == [XFRM_MSG_DELPOLICY, XFRM_MSG_DELPOLICY, XFRM_MSG_DELSA, XFRM_MSG_DELSA]
+    kernel = FakeKernel(lambda n, t: errno.ESRCH if t == XFRM_MSG_DELSA else errno.ENOENT)
+    batch_socket(kernel).remove([SA_A], [POLICY_OUT], missing_ok=True)  # all gone already: fine
+    kernel = FakeKernel(lambda n, t: errno.EPERM)
+    with pytest.raises(XfrmError, match="EPERM"):
+        batch_socket(kernel).remove([SA_A], missing_ok=True)
+
+
+def test_a_failing_batch_socket_is_an_xfrm_error_saying_the_outcome_is_unknown() -> None:
+    kernel = FakeKernel(send_error=OSError(errno.ENOBUFS, "No buffer space available"))
+    with pytest.raises(XfrmError, match=r"netlink socket error: .*No buffer space.*unknown") as info:
+        batch_socket(kernel).install([SA_A])
+    assert info.value.errno == errno.ENOBUFS
+
+
+def test_closed_socket_refuses_batches() -> None:
+    kernel = FakeKernel()
+    xs = batch_socket(kernel)
+    xs.close()
+    assert kernel.closed
+    with pytest.raises(XfrmError, match="closed"):
+        xs.remove([SA_A])
 
 
 # -- requests and replies --------------------------------------------------------------------------

@@ -271,6 +271,7 @@ NOT_RECORDS = {
     ("ipsec/xfrm/messages.py", "msg"): "a netlink message",
     ("ipsec/xfrm/messages.py", 'msg["header"]'): "a netlink message's header",
     ("ipsec/xfrm/state.py", "msg"): "an XFRM netlink message",
+    ("ipsec/xfrm/apply.py", 'reply["header"]'): "a netlink error message's header",
     ("ipsec/xfrm/state.py", "tmpl"): "an XFRM policy's template",
     ("topologies/shaping.py", "p"): "a tc operation's parameters",
     ("experiments/engine/iperf.py", "data"): "iperf3's JSON",
