@@ -27,6 +27,7 @@ import tempfile
 from mininet.cli import CLI
 
 from experiments.engine import iperf
+from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed.backends import current
 from topologies import build_spec
@@ -230,7 +231,7 @@ class DemoCLI(CLI):
             self.net.apply_ipsec(self.profile, self.mode, families=(4, 6), keying=self.keying)
             self.ipsec_on = True
             print(f"IPsec on: {self.profile} in {self.mode} mode, fresh keys"
-                  + (" (negotiated by IKEv2)" if self.keying == "ike" else ""))
+                  + (f", {ike.describe_keying(self.keying)}" if ike.is_ike(self.keying) else ""))
         else:
             print("usage: ipsec on | ipsec off")
 

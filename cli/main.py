@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from cli import regress as regress_command
 from cli.output import console
-from ipsec.ike import KEYINGS, child_proposals
+from ipsec.ike import KEYING_HELP, KEYINGS, child_proposals, is_ike
 from ipsec.ike import available as ike_available
 from ipsec.overhead import overhead_table, render_rows
 from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
@@ -189,7 +189,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     build_spec(args.topology, clients=args.clients)
     if not sys.stdin.isatty():
         raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
-    if args.keying == "ike":
+    if is_ike(args.keying):
         child_proposals(parse_profile(args.profile))  # Unsupported: refused here, before a boot
         if ike_available():
             raise SystemExit(f"ipsec-testbed demo: {ike_available()}")
@@ -301,8 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="aes-gcm-256", help="IPsec profile (default: %(default)s)")
     p.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel", help="(default: %(default)s)")
     p.add_argument("--keying", choices=KEYINGS, default="static",
-                   help="static: the SAs written into the kernel; ike: negotiated by strongSwan's IKEv2 daemons "
-                        "in the IPsec endpoints' namespaces (default: %(default)s)")
+                   help=f"how the SAs are made: {KEYING_HELP} (default: %(default)s)")
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
     p.add_argument("--clients", type=int, default=2, metavar="N", help="road warriors / clients (default: %(default)s)")
     p.add_argument("--pcap", metavar="DIR", help="also write each capture there, with a Wireshark configuration "

@@ -43,7 +43,7 @@ from experiments.engine.plan import (
 from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
 from experiments.runner import add_output_options, out_dir_of
 from ipsec import ike
-from ipsec.ike import KEYINGS
+from ipsec.ike import KEYING_HELP, KEYINGS
 from testbed.errors import Parser, Refused, run_main
 from testbed.options import csv
 from testbed.record import Bound
@@ -97,10 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mode", choices=("tunnel", "transport"), default=d.mode,
                    help="IPsec mode (default: %(default)s)")
     g.add_argument("--keying", choices=KEYINGS, default=d.keying,
-                   help="how the SAs are made: static writes them into the kernel over netlink; ike starts "
-                        "strongSwan's IKEv2 daemon in each IPsec endpoint's namespace and lets it negotiate "
-                        "them (a pre-shared key per run; profiles IKEv2 cannot express are refused) "
-                        "(default: %(default)s)")
+                   help=f"how the SAs are made: {KEYING_HELP} (default: %(default)s)")
     g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
                    help="rates of the shaped link in Mbit/s (default: 10,100)")
     g.add_argument("--sizes", type=csv(int), default=d.sizes, metavar="BYTES,...",
@@ -283,7 +280,7 @@ def main(argv=None) -> int:
         out_dir = out_dir_of(args.out, REPO, spec.topology)
         if args.dry_run:
             return dry_run(spec, out_dir)
-        if spec.keying == "ike" and ike.available():
+        if ike.is_ike(spec.keying) and ike.available():
             raise Refused(ike.available())  # before a guest boots
         return sweep(args, argv, spec, out_dir)
 

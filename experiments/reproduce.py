@@ -40,7 +40,7 @@ from experiments.engine.sweep import note_interrupted as note_part
 from experiments.machine import machine_meta
 from experiments.runner import add_output_options
 from ipsec import ike
-from ipsec.ike import KEYINGS
+from ipsec.ike import KEYING_HELP, KEYINGS
 from testbed import backends, rundir
 from testbed.errors import Parser, Refused, run_main
 from testbed.record import TransactionRecord
@@ -307,9 +307,8 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                         "(the seed's CPU costs) (default: the seed's rates)")
     g = p.add_argument_group("how the SAs are made")
     g.add_argument("--keying", choices=KEYINGS, default=None,
-                   help="static: written into the kernel over netlink; ike: negotiated by strongSwan's IKEv2 "
-                        "daemon in each IPsec endpoint's namespace, as seeds 000, 002 and 004 keyed their "
-                        "tunnels (a part whose profile IKEv2 cannot negotiate is refused) (default: static)")
+                   help=f"how the SAs are made: {KEYING_HELP}; parts that compare keyings keep theirs "
+                        "(default: static)")
     repro.add_options(p)
     add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
     return p
@@ -352,7 +351,7 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
         total += seconds
         clients = f", {s.clients} clients" if s.clients > 1 else ""
         versions = ",".join(map(str, s.ip_versions))
-        keyed = ", keyed by IKEv2" if s.keying == "ike" else ""
+        keyed = f", {ike.describe_keying(s.keying)}" if ike.is_ike(s.keying) else ""
         print(f"{part.name}: {part.title}\n    {s.topology}{clients}, {s.mode}{keyed}, IPv{versions}, "
               f"{what}, MTU {s.mtu}; {', '.join(s.profiles)}; {s.repetitions} x {s.duration_s} s: "
               f"{part.points()} points, ~{seconds / 60:.1f} min")
@@ -385,7 +384,8 @@ def main(repro: Reproduction, argv: Sequence[str]) -> int:
         out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
         if args.dry_run:
             return dry_run(parts, out_dir, args.scale)
-        if args.keying == "ike" and ike.available():
+        if (args.keying and ike.is_ike(args.keying) or any(ike.is_ike(p.spec.keying) for p in parts)) \
+                and ike.available():
             raise Refused(ike.available())  # before a guest boots
         needs = doctor.needs(p for part in parts for p in part.spec.profiles)
         return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,

@@ -17,8 +17,11 @@ of its own, in which the daemon's directory is bound over ``/run``.  Nothing is 
   their tunnels brought up (:meth:`Keying.up`) and down, every file and credential in one
   owner-only directory (:func:`base_dir`) removed at the end.
 
-A pre-shared key per association is made from the system's secure random source for each
-:meth:`Keying.up`; it lives only in that owner-only directory and is never logged.
+Two ways to authenticate, as ``--keying`` names them: ``ike``, a pre-shared key per association,
+and ``ike-rsa``, RSA signatures as seed 000's tunnel (``authby=rsasig``): an RSA key pair per
+daemon (3072 bits), each peer given the other's public key, no certificate.  Either is made from
+the system's secure random source for each :meth:`Keying.up`; it lives only in that owner-only
+directory and is never logged.
 """
 from __future__ import annotations
 
@@ -51,7 +54,16 @@ log = logging.getLogger(__name__)
 
 #: How an IPsec network gets its SAs: written over netlink (the default, :mod:`ipsec.plan`), or
 #: negotiated by IKEv2 daemons (this module).
-KEYINGS = ("static", "ike")
+KEYINGS = ("static", "ike", "ike-rsa")
+#: How the IKE daemons of each keying authenticate each other (strongSwan's ``auth`` setting).
+IKE_AUTH = {"ike": "psk", "ike-rsa": "pubkey"}
+#: The RSA keys of ``ike-rsa``, one pair per daemon.
+RSA_BITS = 3072
+#: What ``--keying`` offers, for the commands' help.
+KEYING_HELP = ("static writes the SAs into the kernel over netlink; ike starts strongSwan's IKEv2 daemon in each "
+               "IPsec endpoint's namespace and lets it negotiate them, authenticated by a pre-shared key made per "
+               "run; ike-rsa the same with RSA signatures (a 3072-bit key pair per daemon, made per run), as seed "
+               "000's tunnel; profiles IKEv2 cannot express are refused")
 
 CHARON = "/usr/lib/ipsec/charon"
 SWANCTL = "swanctl"
@@ -90,6 +102,26 @@ class IkeError(RuntimeError):
     """A daemon did not start, or a tunnel did not come up; the message names the cause in one line."""
 
 
+def is_ike(keying: str) -> bool:
+    """Whether ``keying`` (one of :data:`KEYINGS`) is a negotiated one."""
+    return keying in IKE_AUTH
+
+
+def describe_keying(keying: str) -> str:
+    """``keyed by IKEv2 (RSA signatures)``, ``... (a pre-shared key)``, or ``keyed statically``."""
+    if not is_ike(keying):
+        return "keyed statically"
+    return f"keyed by IKEv2 ({'RSA signatures' if auth_of(keying) == 'pubkey' else 'a pre-shared key'})"
+
+
+def auth_of(keying: str) -> str:
+    """The daemons' ``auth`` for ``keying`` (``psk`` or ``pubkey``); ValueError for another keying."""
+    try:
+        return IKE_AUTH[keying]
+    except KeyError:
+        raise ValueError(f"keying must be one of {', '.join(IKE_AUTH)}, not {keying!r}") from None
+
+
 def child_proposals(profile: Profile) -> dict[str, str]:
     """The proposal settings of a CHILD_SA that negotiates ``profile`` (``esp_proposals`` or
     ``ah_proposals``, and ``ipcomp``), or :class:`Unsupported`.
@@ -123,7 +155,8 @@ class Tunnel:
     name: str
     spec: AssociationSpec
     local: str  # "a" or "b": which end of the association this daemon is
-    psk: str = dataclasses.field(repr=False)
+    psk: str = dataclasses.field(repr=False)  # "" with auth pubkey
+    auth: str = "psk"  # or "pubkey": each daemon's RSA key, named after its namespace
 
     @property
     def me(self):
@@ -132,6 +165,11 @@ class Tunnel:
     @property
     def peer(self):
         return self.spec.b if self.local == "a" else self.spec.a
+
+    def identity(self, end) -> str:
+        """The IKE identity of ``end`` (:attr:`me` or :attr:`peer`): its address with a PSK; with
+        RSA keys an e-mail-style name (seed 000's ``leftid=cyber7@rshome.lan``), ``<namespace>@testbed``."""
+        return end.address if self.auth == "psk" else f"{end.ns}@testbed"
 
 
 def strongswan_conf(state_dir: str) -> str:
@@ -170,8 +208,16 @@ swanctl {{
 """
 
 
+def _auth_round(t: Tunnel, end) -> str:
+    lines = [f"auth = {t.auth}", f"id = {t.identity(end)}"]
+    if t.auth == "pubkey":
+        lines.append(f"pubkeys = {end.ns}.pem")
+    return "\n".join(f"      {line}" for line in lines)
+
+
 def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
-    """The connections and pre-shared keys of one daemon."""
+    """The connections and pre-shared keys of one daemon (with RSA keys: the files in its
+    ``rsa`` and ``pubkey`` directories, named after the namespaces, hold them)."""
     conns, keys = [], []
     for t in tunnels:
         child = "\n".join(f"        {k} = {v}" for k, v in child_proposals(t.spec.profile).items())
@@ -184,12 +230,10 @@ def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
     encap = no
     rekey_time = 0
     local {{
-      auth = psk
-      id = {t.me.address}
+{_auth_round(t, t.me)}
     }}
     remote {{
-      auth = psk
-      id = {t.peer.address}
+{_auth_round(t, t.peer)}
     }}
     children {{
       {t.name} {{
@@ -203,7 +247,8 @@ def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
       }}
     }}
   }}""")
-        keys.append(f"""  ike-{t.name} {{
+        if t.auth == "psk":
+            keys.append(f"""  ike-{t.name} {{
     id-1 = {t.me.address}
     id-2 = {t.peer.address}
     secret = 0x{t.psk}
@@ -351,28 +396,55 @@ def base_dir() -> str:
     return "/dev/shm" if os.environ.get(GUEST_ENV) == "uml" else tempfile.gettempdir()
 
 
-def tunnels_for(specs: Iterable[AssociationSpec]) -> list[Tunnel]:
-    """Both ends of every association, named ``t0``, ``t1``, ..., each pair with a fresh key
-    from the system's secure random source."""
+def tunnels_for(specs: Iterable[AssociationSpec], auth: str = "psk") -> list[Tunnel]:
+    """Both ends of every association, named ``t0``, ``t1``, ..., each pair with a fresh
+    pre-shared key from the system's secure random source (none with ``auth`` pubkey: the
+    daemons' RSA keys are made when they start)."""
+    if auth not in IKE_AUTH.values():
+        raise ValueError(f"auth must be one of {', '.join(IKE_AUTH.values())}, not {auth!r}")
     out = []
     for i, spec in enumerate(specs):
-        psk = secrets.token_hex(32)
-        out += [Tunnel(f"t{i}", spec, side, psk) for side in ("a", "b")]
+        psk = secrets.token_hex(32) if auth == "psk" else ""
+        out += [Tunnel(f"t{i}", spec, side, psk, auth) for side in ("a", "b")]
     return out
+
+
+def make_rsa_keys(daemons: Sequence[Daemon]) -> None:
+    """An RSA key pair for every daemon that authenticates by public key: the private key in its
+    own ``rsa`` directory, the public one in its ``pubkey`` directory and in each of its peers'
+    (files named after the namespace, owner-only)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    public: dict[str, bytes] = {}
+    for d in daemons:
+        if not any(t.auth == "pubkey" for t in d.tunnels):
+            continue
+        key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
+        _write_private(os.path.join(d.dir, "swanctl", "rsa", f"{d.ns}.pem"), key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption()).decode())
+        public[d.ns] = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
+    for d in daemons:
+        for ns in {d.ns} | {t.peer.ns for t in d.tunnels if t.auth == "pubkey"}:
+            if ns in public:
+                _write_private(os.path.join(d.dir, "swanctl", "pubkey", f"{ns}.pem"), public[ns].decode())
 
 
 class Keying:
     """The IKE daemons of one network's associations: :meth:`up` brings every tunnel up (side
     ``a`` initiates), :meth:`down` stops the daemons and removes their directory."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, auth: str = "psk") -> None:
         self.run_id = run_id
+        self.auth = auth
         self.dir: str | None = None
         self.daemons: list[Daemon] = []
 
     def up(self, specs: Iterable[AssociationSpec]) -> None:
-        """Bring every association up: a fresh pre-shared key each, side ``a`` initiating."""
-        self.bring_up(tunnels_for(specs))
+        """Bring every association up: fresh credentials (:attr:`auth`), side ``a`` initiating."""
+        self.bring_up(tunnels_for(specs, self.auth))
 
     def bring_up(self, tunnels: Sequence[Tunnel]) -> None:
         """Start a daemon in every namespace ``tunnels`` end in, and bring each tunnel up from its
@@ -393,6 +465,7 @@ class Keying:
         for t in tunnels:
             by_ns.setdefault(t.me.ns, []).append(t)
         self.daemons = [Daemon(ns, os.path.join(self.dir, ns), ts) for ns, ts in by_ns.items()]
+        make_rsa_keys(self.daemons)
         for d in self.daemons:
             d.start()
         for d in self.daemons:

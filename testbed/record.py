@@ -181,9 +181,9 @@ class Record:
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
     # -- how it was measured ---------------------------------------------------------------------
-    keying: str = _doc("how the SAs were made: static (over netlink) or ike (negotiated by IKEv2 daemons)",
-                       "static")
-    ike_sas: list[str] | None = _doc("with keying ike: the SAs the daemons negotiated, as the kernel held them "
+    keying: str = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
+                       "authenticated by a pre-shared key or RSA signatures)", "static")
+    ike_sas: list[str] | None = _doc("keyed by IKE: the SAs the daemons negotiated, as the kernel held them "
                                      "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
                                      "never keys)")
     clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)

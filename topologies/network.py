@@ -210,7 +210,7 @@ class Network:
         self.mininet: Mininet | None = None
         self._ipsec: list = []
         self._ipsec_families: set[int] = set()
-        self._ike: ike.Keying | None = None  # keying by IKE (apply_ipsec(keying="ike"))
+        self._ike: ike.Keying | None = None  # keying by IKE (apply_ipsec(keying="ike"|"ike-rsa"))
         self._ike_up = False
         self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
         self._stack = contextlib.ExitStack()
@@ -353,9 +353,10 @@ class Network:
         if keying not in KEYINGS:
             raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {keying!r}")
         self.remove_ipsec()
-        if keying == "ike":
+        if ike.is_ike(keying):
             specs = [spec for family in families for spec in self.associations(profile, mode, family)]
-            self._ike = self._ike or ike.Keying(self.run_id)
+            if self._ike is None or self._ike.auth != ike.auth_of(keying):
+                self._ike = ike.Keying(self.run_id, ike.auth_of(keying))
             with critical():
                 self._ipsec_families = set(families)
                 self._ike_up = True  # from here on, remove_ipsec() stops whatever up() started

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
-from ipsec.ike import KEYINGS, Unsupported, child_proposals
+from ipsec.ike import KEYINGS, Unsupported, child_proposals, is_ike
 from ipsec.profiles import parse_profile
 from ipsec.slowdown import chunks
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Record, usable
@@ -117,13 +117,13 @@ class SweepSpec:
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
         if self.keying not in KEYINGS:
             raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {self.keying!r}")
-        if self.keying == "ike":
+        if is_ike(self.keying):
             for name in profiles:
                 if name != "none":
                     try:
                         child_proposals(parse_profile(name))
                     except Unsupported as e:
-                        raise ValueError(f"with --keying ike: {e}") from None
+                        raise ValueError(f"with --keying {self.keying}: {e}") from None
         if not self.ip_versions or set(self.ip_versions) - {4, 6}:
             raise ValueError(f"ip_versions must be 4, 6 or both, not {self.ip_versions!r}")
         if not self.transports or set(self.transports) - set(TRANSPORTS):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,17 +81,20 @@ def networks():
 
 
 @pytest.mark.parametrize("family", [4, 6])
-@pytest.mark.parametrize(("name", "profile"), [("vpn_gateway", "aes-gcm-256"), ("vpn_gateway", "aes-cbc-128-sha1"),
-                                               ("vpn_gateway", "ah-sha256"), ("road_warrior", "aes-gcm-256")])
-def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(networks, name, profile, family,
+@pytest.mark.parametrize(("name", "profile", "keying"), [
+    ("vpn_gateway", "aes-gcm-256", "ike"), ("vpn_gateway", "aes-cbc-128-sha1", "ike"),
+    ("vpn_gateway", "ah-sha256", "ike"), ("road_warrior", "aes-gcm-256", "ike"),
+    ("host_to_host", "aes-gcm-256", "ike-rsa"),  # seed 000's tunnel: IKEv2 with RSA signatures
+])
+def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(networks, name, profile, keying, family,
                                                                              tmp_path):
     net = networks(name)
     spec = net.spec
     l3, echo = (IP, ICMP) if family == 4 else (IPv6, ICMPv6EchoRequest)
-    net.apply_ipsec(profile, "tunnel", families=(family,), keying="ike")
+    net.apply_ipsec(profile, "tunnel", families=(family,), keying=keying)
     src, dst = spec.flows[0]
     wan_ifs = [(ns, dev) for ns, dev in net.untrusted_interfaces()
-               if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns == net.ns(src)]
+               if net.spec.node(ns.rsplit("-", 1)[1]).role == "gateway" or ns in (net.ns(src), net.ns(dst))]
     with contextlib.ExitStack() as stack:
         for k, (ns, dev) in enumerate(wan_ifs):
             stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
@@ -137,6 +141,51 @@ def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing(netwo
     assert "\n" not in message and "did not come up" in message
     assert "MAC mismatched" in message or "AUTHENTICATION_FAILED" in message, message
     assert "00" * 32 not in message and tunnels[0].psk not in message
+    assert leftovers(net) == []
+
+
+def test_rsa_keys_are_made_per_daemon_owner_only_and_removed_with_it(networks):
+    net = networks("host_to_host")
+    net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying="ike-rsa")
+    keying = net.ike_keying
+    assert keying.auth == "pubkey" and ping(net, "h1", "h2", 4, count=1).returncode == 0
+    for d in keying.daemons:
+        swanctl = os.path.join(d.dir, "swanctl")
+        private, = os.listdir(os.path.join(swanctl, "rsa"))
+        assert private == f"{d.ns}.pem"
+        peers = {t.peer.ns for t in d.tunnels}
+        assert set(os.listdir(os.path.join(swanctl, "pubkey"))) == {f"{ns}.pem" for ns in peers | {d.ns}}
+        for sub, name in (("rsa", private), *(("pubkey", f"{ns}.pem") for ns in peers)):
+            assert os.stat(os.path.join(swanctl, sub, name)).st_mode & 0o077 == 0, (sub, name)
+        assert "RSA PRIVATE KEY" not in d.log_text
+        assert f"{d.ns}@testbed" in d.log_text  # the identity it authenticated with
+    net.remove_ipsec()
+    assert leftovers(net) == []
+
+
+def test_a_peer_holding_another_public_key_fails_in_one_line(networks, monkeypatch):
+    net = networks("host_to_host")
+    made = ike.make_rsa_keys
+
+    def swap_initiators_key(daemons):
+        made(daemons)
+        initiator, responder = daemons  # h1 initiates; h2 is given a stranger's key for h1
+        stranger = ike.Daemon(initiator.ns, os.path.join(initiator.dir, "stranger"), initiator.tunnels)
+        made([stranger])
+        shutil.copy(os.path.join(stranger.dir, "swanctl", "pubkey", f"{initiator.ns}.pem"),
+                    os.path.join(responder.dir, "swanctl", "pubkey", f"{initiator.ns}.pem"))
+
+    monkeypatch.setattr(ike, "make_rsa_keys", swap_initiators_key)
+    keying = ike.Keying(net.run_id, "pubkey")
+    try:
+        with pytest.raises(ike.IkeError) as failed:
+            keying.up(net.associations("aes-gcm-256", "tunnel", 4))
+    finally:
+        keying.down()
+    message = str(failed.value)
+    assert "\n" not in message and "did not come up" in message
+    assert "AUTHENTICATION_FAILED" in message or "signature validation failed" in message \
+        or "constraint check failed" in message, message
     assert leftovers(net) == []
 
 

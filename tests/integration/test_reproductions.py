@@ -37,6 +37,24 @@ def records(run_dir: str, part: str) -> list[Record]:
     return next(p for p in parts if p["name"] == part)["records"]
 
 
+def test_seed000_the_tunnel_keyed_as_the_seed_keyed_it(tmp_path):
+    out = str(tmp_path / "seed000")
+    run_script("seed000_x230_gigabit.py", out, "--parts", "throughput_tcp,ikev2", "--scale", "10",
+               "--repetitions", "2", "--duration", "1")
+    keyed = records(out, "ikev2")  # IKEv2 with RSA signatures, as the seed's conn blocks
+    assert {(r.ip_version, r.profile, r.keying) for r in keyed} == {(4, "aes-gcm-256", "ike-rsa"),
+                                                                     (6, "aes-gcm-256", "ike-rsa")}
+    for r in keyed:  # both IP versions' tunnels are up together: two SAs each, at each host
+        assert len(r.ike_sas) == 8 and all("tunnel rfc4106(gcm(aes))/288/icv128" in sa for sa in r.ike_sas), r.ike_sas
+        assert sum(":" in sa.split()[3] for sa in r.ike_sas) == 4, r.ike_sas
+    assert all(r.keying == "static" for r in records(out, "throughput_tcp"))
+    data = reproduction.evaluate(out)
+    for claim in ("penalty-ipv4-ikev2", "penalty-ipv6-ikev2"):
+        found = next(c for c in data["claims"] if c["id"] == claim)
+        assert found["verdict"] != reproduction.UNMEASURED and len(found["measured"]) == 1, found
+        assert 0.8 < found["measured"][0]["value"] < 1.05, found
+
+
 def test_seed001_udp_table(tmp_path):
     out = str(tmp_path / "seed001")
     run_script("seed001_netio_3des_ah.py", out, "--parts", "netio_udp", "--sizes", "1024,16384",

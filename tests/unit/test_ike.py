@@ -97,3 +97,50 @@ def test_a_run_directory_keyed_one_way_is_not_resumed_keyed_the_other(tmp_path):
         rundir.append(f, Record(profile="none", size_bytes=1460, rate_mbit=10.0, goodput_mbps=9.0).to_json())
     with pytest.raises(Refused, match="holds points keyed static; measure keyed ike into another run directory"):
         run_sweep(SweepSpec(keying="ike"), str(tmp_path))
+
+
+def test_rsa_keying_names_each_end_by_its_namespace_and_its_public_key_file_and_holds_no_secret():
+    specs = [tunnel("a").spec]
+    a, b = ike.tunnels_for(specs, "pubkey")
+    assert a.psk == b.psk == "" and a.auth == "pubkey"
+    conf = ike.swanctl_conf([a])
+    for want in ("auth = pubkey", "id = itb-abc123-gw1@testbed", "pubkeys = itb-abc123-gw1.pem",
+                 "id = itb-abc123-gw2@testbed", "pubkeys = itb-abc123-gw2.pem"):
+        assert want in conf, want
+    assert "auth = psk" not in conf and "secret =" not in conf
+    # local first, then remote: each round names its own end
+    mine, theirs = conf.index("pubkeys = itb-abc123-gw1.pem"), conf.index("pubkeys = itb-abc123-gw2.pem")
+    assert mine < conf.index("remote {") < theirs
+    psk_a, _ = ike.tunnels_for(specs)
+    assert len(psk_a.psk) == 64 and "id = 10.0.1.1" in ike.swanctl_conf([psk_a])
+    with pytest.raises(ValueError, match="auth must be one of psk, pubkey"):
+        ike.tunnels_for(specs, "cert")
+
+
+def test_each_keying_says_whether_and_how_it_is_negotiated():
+    assert [k for k in ike.KEYINGS if ike.is_ike(k)] == ["ike", "ike-rsa"]
+    assert (ike.auth_of("ike"), ike.auth_of("ike-rsa")) == ("psk", "pubkey")
+    with pytest.raises(ValueError, match="keying must be one of ike, ike-rsa, not 'static'"):
+        ike.auth_of("static")
+    spec = SweepSpec(keying="ike-rsa")
+    assert spec.to_argv()[-2:] == ["--keying", "ike-rsa"] and SweepSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(ValueError, match="with --keying ike-rsa: profile 3des-cbc-sha1\\+ah-md5"):
+        SweepSpec(profiles=("3des-cbc-sha1+ah-md5",), keying="ike-rsa")
+
+
+def test_rsa_keys_go_to_their_daemons_owner_only(tmp_path):
+    specs = [tunnel("a").spec]
+    daemons = []
+    for t in ike.tunnels_for(specs, "pubkey"):
+        d = ike.Daemon.__new__(ike.Daemon)  # the files alone: no daemon starts
+        d.ns, d.dir, d.tunnels = t.me.ns, str(tmp_path / t.me.ns), (t,)
+        for sub in ("rsa", "pubkey"):
+            (tmp_path / t.me.ns / "swanctl" / sub).mkdir(parents=True)
+        daemons.append(d)
+    ike.make_rsa_keys(daemons)
+    gw1, gw2 = (tmp_path / d.ns / "swanctl" for d in daemons)
+    assert sorted(p.name for p in (gw1 / "pubkey").iterdir()) == ["itb-abc123-gw1.pem", "itb-abc123-gw2.pem"]
+    assert (gw1 / "pubkey" / "itb-abc123-gw2.pem").read_bytes() == (gw2 / "pubkey" / "itb-abc123-gw2.pem").read_bytes()
+    assert (gw1 / "rsa" / "itb-abc123-gw1.pem").read_text().startswith("-----BEGIN RSA PRIVATE KEY-----")
+    assert (gw1 / "rsa" / "itb-abc123-gw1.pem").read_text() != (gw2 / "rsa" / "itb-abc123-gw2.pem").read_text()
+    assert all(p.stat().st_mode & 0o077 == 0 for p in tmp_path.rglob("*.pem"))
