@@ -44,7 +44,6 @@ from ipsec.algorithms import get_algorithm
 from ipsec.plan import AssociationSpec
 from ipsec.profiles import Profile
 from testbed import names, waiting
-from testbed.backends.base import GUEST_ENV
 from testbed.errors import Refused
 
 if TYPE_CHECKING:
@@ -389,11 +388,8 @@ def _write_private(path: str, text: str) -> None:
 
 
 def base_dir() -> str:
-    """Where the daemons' directory goes: inside a guest, the guest's own ``/dev/shm`` (a tmpfs that
-    ends with the guest, so a killed guest leaves no key on the host's disk; not ``/run``, which
-    each daemon's own is bound over); on the host, the temporary directory (``ipsec-testbed
-    clean``, and every run's start, remove what a killed run left there)."""
-    return "/dev/shm" if os.environ.get(GUEST_ENV) == "uml" else tempfile.gettempdir()
+    """Where the daemons' directory goes (:func:`testbed.names.ike_base_dir`)."""
+    return names.ike_base_dir()
 
 
 def tunnels_for(specs: Iterable[AssociationSpec], auth: str = "psk") -> list[Tunnel]:
@@ -493,17 +489,54 @@ class Keying:
         return took
 
     def initiate_together(self, tunnels: Sequence[Tunnel]) -> float:
-        """Bring ``tunnels`` up all at once; the seconds from the requests to the last one up.
+        """Bring ``tunnels`` up all at once; the seconds from the requests to the last one up."""
+        return self._together(tunnels, lambda t: ("--initiate", "--child", t.name,
+                                                  "--timeout", str(int(INITIATE_TIMEOUT_S))))[1]
 
-        Every request's ``swanctl`` is started first and held before it connects (starting a
-        process takes a tenth of a second inside User-Mode Linux); the clock starts when all are
-        let go together.
+    def rekey_together(self, tunnels: Sequence[Tunnel], timeout_s: float = INITIATE_TIMEOUT_S) -> float:
+        """Rekey the CHILD_SA of every one of ``tunnels`` at once, from its side; the seconds from
+        the requests until the kernel at both ends of every tunnel holds the new CHILD_SA's SAs
+        (an inbound and an outbound SA with SPIs it did not hold before).  The old outbound SA goes
+        at once; strongSwan keeps the old inbound one 5 s longer, for packets still in flight
+        (``charon.delete_rekeyed_delay``)."""
+        wanted = [(ns, frozenset((t.me.address, t.peer.address))) for t in tunnels for ns in (t.me.ns, t.peer.ns)]
+        ends = sorted({ns for ns, _ in wanted})
+        before = {ns: self._ipsec_spis(ns) for ns in ends}
+        t0, _ = self._together(tunnels, lambda t: ("--rekey", "--child", t.name))
+
+        def replaced() -> bool:
+            now = {ns: self._ipsec_spis(ns) for ns in ends}
+            return all(len(now[ns].get(pair, set()) - before[ns].get(pair, set())) >= 2 for ns, pair in wanted)
+        try:
+            waiting.until(replaced, timeout_s, f"{len(tunnels)} CHILD_SA rekeys to complete", interval_s=0.01)
+        except TimeoutError as e:
+            raise IkeError(f"{e}: {cause(*(d.log_text for d in self.daemons)) or 'no reason in the logs'}") from None
+        return time.monotonic() - t0
+
+    def _ipsec_spis(self, ns: str) -> dict[frozenset[str], set[int]]:
+        """The ESP and AH SPIs in namespace ``ns``, by the pair of addresses their SAs join."""
+        from ipsec.xfrm import XfrmSocket  # netlink (pyroute2): the sweep's parser imports this module
+
+        out: dict[frozenset[str], set[int]] = {}
+        with XfrmSocket(ns) as x:
+            for sa in x.dump_sa():
+                if sa.proto in ("esp", "ah"):
+                    out.setdefault(frozenset((sa.src, sa.dst)), set()).add(sa.spi)
+        return out
+
+    def _together(self, tunnels: Sequence[Tunnel], args_of) -> tuple[float, float]:
+        """Run ``swanctl ARGS`` (``args_of(tunnel)``) for every one of ``tunnels`` at once: the
+        release's time (``time.monotonic()``) and the seconds from it until the last has answered,
+        or the first failure as :class:`IkeError`.
+
+        Every ``swanctl`` is started first and held before it connects (starting a process takes
+        a tenth of a second inside User-Mode Linux); the clock starts when all are let go together.
         """
         procs: list[tuple[Tunnel, subprocess.Popen]] = []
         try:
             for t in tunnels:
                 d = self.daemon(t.me.ns)
-                argv = d.swanctl_argv("--initiate", "--child", t.name, "--timeout", str(int(INITIATE_TIMEOUT_S)))
+                argv = d.swanctl_argv(*args_of(t))
                 procs.append((t, subprocess.Popen(["sh", "-c", 'read go && exec "$@"', "held", *argv], env=d.env,
                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                                   stderr=subprocess.PIPE, text=True)))
@@ -524,7 +557,7 @@ class Keying:
                     proc.communicate()
         if failed:
             raise failed
-        return took
+        return t0, took
 
     def failure(self, tunnel: Tunnel, done: subprocess.CompletedProcess) -> IkeError:
         """Why ``tunnel`` did not come up, in one line: the most telling line of the initiator's

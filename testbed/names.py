@@ -13,6 +13,9 @@ import secrets
 import tempfile
 
 PREFIX = "itb"
+#: The environment variable that tells a process it runs inside a guest, and of which backend
+#: (``uml``); :mod:`testbed.backends` sets it in the guest.
+GUEST_ENV = "IPSEC_TESTBED_BACKEND"
 #: Host-side state of running testbed processes (UML pid files).  /run is a tmpfs,
 #: so a reboot clears it together with the namespaces it describes.
 STATE_DIR = os.environ.get("IPSEC_TESTBED_STATE_DIR", "/run/ipsec-testbed")
@@ -56,17 +59,25 @@ def umid(run_id: str) -> str:
 
 
 def ike_dir_prefix(run_id: str) -> str:
-    """How the private directory of run ``run_id``'s IKE daemons is named in the temporary directory
-    (``itb-<run id>-ike-<random>``: their files and pre-shared keys; :mod:`ipsec.ike`)."""
+    """How the private directory of run ``run_id``'s IKE daemons is named in :func:`ike_base_dir`
+    (``itb-<run id>-ike-<random>``: their files and credentials; :mod:`ipsec.ike`)."""
     return f"{PREFIX}-{run_id}-ike-"
 
 
 _IKE_DIR = re.compile(rf"^{PREFIX}-([0-9a-f]{{4,8}})-ike-")
 
 
+def ike_base_dir() -> str:
+    """Where IKE daemons' directories go: inside a guest, the guest's own ``/dev/shm`` (a tmpfs that
+    ends with the guest, so a killed guest leaves no key on the host's disk; not ``/run``, which
+    each daemon's own is bound over); on the host, the temporary directory (``ipsec-testbed
+    clean``, and every run's start, remove what a killed run left there)."""
+    return "/dev/shm" if os.environ.get(GUEST_ENV) == "uml" else tempfile.gettempdir()
+
+
 def ike_dirs() -> list[str]:
-    """Every IKE daemons' directory in the temporary directory, a live run's too."""
-    tmp = tempfile.gettempdir()
+    """Every IKE daemons' directory (in :func:`ike_base_dir`), a live run's too."""
+    tmp = ike_base_dir()
     try:
         return sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if _IKE_DIR.match(n))
     except FileNotFoundError:

@@ -8,12 +8,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, ClassVar
 
+from testbed import names
 from testbed.capabilities import Needs, Probe
 
 #: Set in the environment of every command a backend runs in a guest: the backend's name.
 #: Code in the guest reads it (:func:`testbed.backends.current`) so that a script re-run
 #: there measures instead of booting another guest.
-GUEST_ENV = "IPSEC_TESTBED_BACKEND"
+GUEST_ENV = names.GUEST_ENV
 
 
 class BackendError(RuntimeError):

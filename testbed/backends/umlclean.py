@@ -15,7 +15,7 @@ import tempfile
 import time
 
 from testbed import names
-from testbed.backends.base import Leftover
+from testbed.backends.base import GUEST_ENV, Leftover
 from testbed.backends.umlmeter import CPUACCT_ROOT, cgroup_tasks, remove_cgroup
 
 
@@ -103,7 +103,13 @@ def _remove_cgroup_now(path: str) -> None:
 
 
 def leftovers() -> list[Leftover]:
-    """Guests, work directories and cgroups of User-Mode Linux runs; see :class:`Leftover`."""
+    """Guests, work directories and cgroups of User-Mode Linux runs; see :class:`Leftover`.
+
+    None from inside a guest: it sees the host's files (its root is the host's through hostfs)
+    but not the host's processes, so every guest, its own included, would look dead to it.
+    """
+    if os.environ.get(GUEST_ENV) == "uml":
+        return []
     found = []
     for uml_id, pid in _guests():
         procs = _processes_with(f"umid={uml_id}".encode())

@@ -95,3 +95,19 @@ def test_an_unregistered_backend_is_refused_by_name(container):
 def _probe_ok() -> Probe:
     """A host kernel with veth and tbf (what a plain sweep needs)."""
     return Probe("6.1-test", "host", tuple(Check("kernel", n, True, "") for n in BASE_NEEDS))
+
+
+def test_a_guest_reports_no_uml_leftovers_it_cannot_judge(tmp_path, monkeypatch):
+    """Inside a guest the host's /tmp shows (hostfs) but not the host's processes: every work
+    directory would look dead, its own guest's too, and `clean` there must not remove them."""
+    from testbed.backends import umlclean
+
+    workdir = tmp_path / "itb-abc123-uml-x"
+    workdir.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(umlclean, "CPUACCT_ROOT", str(tmp_path / "no-cgroups"))
+    monkeypatch.setattr("testbed.names.STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv(GUEST_ENV, raising=False)
+    assert [item.name for item in umlclean.leftovers()] == [str(workdir)]  # on the host: seen
+    monkeypatch.setenv(GUEST_ENV, "uml")
+    assert umlclean.leftovers() == []
