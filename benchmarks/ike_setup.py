@@ -15,7 +15,11 @@ the figures:
 - ``first packet``: for up to ``--first-packets`` clients, from the request to the first echo
   reply through the new tunnel (the IKE exchange, then one ping, its process start included);
 - ``all at once``: the daemons started afresh, every client's request sent together, the time
-  until the last tunnel is up, and the tunnels per second that makes.
+  until the last tunnel is up, and the tunnels per second that makes;
+- ``rekeys``: every tunnel's CHILD_SA rekeyed from its client, one after another (each until
+  the kernel at both ends holds the new SAs and not the old) and then all together (until every
+  end holds only new ones), as rekeys per second; the requests' ``swanctl`` processes are
+  started before the clock, as for the tunnels at once.
 
 A tunnel that does not come up ends the run with the daemons' own reason.  Inside User-Mode
 Linux every daemon and every ``swanctl`` shares one emulated CPU, so the figures are this
@@ -52,6 +56,8 @@ class Row:
     first_packet: list[float] = dataclasses.field(default_factory=list)  # request to first echo reply
     together_s: float = 0.0  # every tunnel requested at once, until the last is up
     sas: int = 0  # SAs in the kernel then
+    rekeys: list[float] = dataclasses.field(default_factory=list)  # each tunnel's CHILD_SA rekey, one by one
+    rekey_together_s: float = 0.0  # every CHILD_SA rekeyed at once, until the last is replaced
 
 
 def measure(clients: int, profile: str, first_packets: int) -> Row:
@@ -71,6 +77,8 @@ def measure(clients: int, profile: str, first_packets: int) -> Row:
             keying.start(tunnels)  # afresh: every daemon restarted, no tunnel up
             row.together_s = keying.initiate_together(keying.initiators)
             row.sas = len(keying.sas())
+            row.rekeys = [keying.rekey_together([t]) for t in keying.initiators]
+            row.rekey_together_s = keying.rekey_together(keying.initiators)
         finally:
             keying.down()
     return row
@@ -98,7 +106,8 @@ def print_row(r: Row) -> None:
     print(f"{n:>7d} {r.daemons_s:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
           f"{n / sum(setup):>11.1f} "
           f"{(f'{statistics.median(first):.3f}' if first else '–'):>12s} "
-          f"{r.together_s:>10.2f} {n / r.together_s:>11.1f} {r.sas:>6d}", flush=True)
+          f"{r.together_s:>10.2f} {n / r.together_s:>11.1f} {r.sas:>6d} "
+          f"{statistics.median(r.rekeys):>9.3f} {n / sum(r.rekeys):>10.1f} {n / r.rekey_together_s:>10.1f}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
           f"road_warrior, {args.profile} tunnel, IKEv2 {ike.IKE_PROPOSAL}, PSK; times in s")
     print(f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
-          f"{'first packet':>12s} {'all at once':>10s} {'tunnels/s':>11s} {'SAs':>6s}")
+          f"{'first packet':>12s} {'all at once':>10s} {'tunnels/s':>11s} {'SAs':>6s} "
+          f"{'rekey med':>9s} {'rekeys/s 1x1':>10s} {'rekeys/s':>10s}")
     for n in args.clients:
         try:
             print_row(measure(n, args.profile, args.first_packets))

@@ -189,6 +189,32 @@ def test_a_peer_holding_another_public_key_fails_in_one_line(networks, monkeypat
     assert leftovers(net) == []
 
 
+def test_a_child_sa_rekey_puts_new_sas_at_both_ends_and_the_tunnel_carries_on(networks):
+    net = networks("road_warrior")
+    net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying="ike")
+    keying = net.ike_keying
+    ends = sorted({ns for t in keying.initiators for ns in (t.me.ns, t.peer.ns)})
+
+    def spis():
+        out = {}
+        for ns in ends:
+            with XfrmSocket(ns) as x:
+                out[ns] = {sa.spi for sa in x.dump_sa() if sa.proto == "esp"}
+        return out
+
+    before = spis()
+    seconds = keying.rekey_together(keying.initiators)  # both road warriors' CHILD_SAs at once
+    after = spis()
+    for ns in ends:  # two new SAs per tunnel at each end (the old inbound ones linger 5 s)
+        tunnels = sum(ns in (t.me.ns, t.peer.ns) for t in keying.initiators)
+        assert len(after[ns] - before[ns]) == 2 * tunnels, (ns, before[ns], after[ns])
+    assert 0 < seconds < 10
+    src, dst = net.spec.flows[0]
+    assert ping(net, src, dst, 4, count=2).returncode == 0
+    net.remove_ipsec()
+    assert leftovers(net) == []
+
+
 def test_a_peer_that_never_answers_is_given_up_in_seconds_in_one_line(networks):
     net = networks("vpn_gateway")
     alone = [t for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4)) if t.local == "a"]
