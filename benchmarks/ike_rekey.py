@@ -12,6 +12,8 @@ For each, the report marks the rekey's request, says when the new SAs were in th
 ESP SPIs polled every 10 ms), and prints the goodput and retransmissions of every 0.1 s
 interval (as the receiver got it) from half a second before to a second after, then the
 whole transfer's retransmissions and the smallest interval's goodput against the baseline.
+``--out DIR`` gets ``results.json`` and ``report.html``: the three transfers' goodput over time,
+the rekeys marked, as a plot.
 """
 from __future__ import annotations
 
@@ -153,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
     p.add_argument("--seconds", type=float, default=6.0, help="the transfer's length (default: %(default)g)")
     p.add_argument("--at", type=float, default=3.0, help="when the rekey is asked for, s (default: %(default)g)")
+    runner.add_bench_out(p, "ike_rekey")
     add_kernel_options(p)
     return p
 
@@ -169,8 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"ike_rekey: {missing}", file=sys.stderr)
         return 1
-    rc = runner.follow("ike_rekey", ("bench", "ike_rekey"), list(argv if argv is not None else sys.argv[1:]),
-                       args, doctor.needs(("aes-gcm-256",)))
+    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "ike_rekey")
+    rc = runner.follow("ike_rekey", ("bench", "ike_rekey"), argv, args, doctor.needs(("aes-gcm-256",)))
     if rc is not None:
         return rc
     print(f"{backends.current().label()} ({os.uname().release}); vpn_gateway, aes-gcm-256 tunnel keyed by IKEv2, "
@@ -182,7 +185,38 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs.append(transfer(net, net.ike_keying, kind, args.seconds, args.at))
             net.remove_ipsec()
     report(runs, args.at)
+    print(f"report: {write_page(args, runs)}")
     return 0
+
+
+def write_page(args: argparse.Namespace, runs: list[Run]) -> str:
+    """The run directory's figure: goodput every 0.1 s of each transfer, the rekeys marked."""
+    from analysis import benchpage
+
+    fig = benchpage.figure("Receiver's goodput every 0.1 s", "seconds into the transfer", "Mbit/s")
+    names = {"none": "no rekey (baseline)", "child": "CHILD_SA rekey", "ike": "IKE_SA rekey"}
+    for r in runs:
+        fig.add_scatter(x=[e for e, _ in r.intervals], y=[m for _, m in r.intervals], mode="lines",
+                        name=f"{names[r.kind]} ({r.retransmits} retransmissions)")
+        if r.asked_s is not None:  # at --at in each run: one label for them all
+            label = {"annotation_text": "rekey asked", "annotation_position": "bottom right"}
+            first = r is next(x for x in runs if x.asked_s is not None)
+            fig.add_vline(x=r.asked_s, line_dash="dash", line_color="#888", **(label if first else {}))
+        if r.new_sas_s is not None:
+            fig.add_vline(x=r.new_sas_s, line_dash="dot", line_color="#444",
+                          annotation_text="new ESP SAs in the kernel", annotation_position="top left")
+    section = benchpage.Section(
+        "Goodput around a forced rekey", f"One TCP transfer h1 -> h2 of {args.seconds:g} s per line, through the "
+        f"IKE-keyed AES-GCM-256 tunnel, the gateways' link shaped to {args.rate:g} Mbit/s; the rekey asked of gw1's "
+        f"daemon {args.at:g} s in (dashed), the new SAs seen in gw1's kernel (dotted). The legend counts the "
+        "sender's retransmissions over the whole transfer.", fig)
+    data = {"benchmark": "ike_rekey", "where": backends.current().label(), "kernel": os.uname().release,
+            "rate_mbit": args.rate, "seconds": args.seconds, "at_s": args.at,
+            "runs": [{**dataclasses.asdict(r), "spis_before": sorted(r.spis_before),
+                      "spis_after": sorted(r.spis_after)} for r in runs]}
+    return benchpage.write(args.out, "ike_rekey: what a rekey does to traffic in flight",
+                           f"{data['where']} ({data['kernel']}); vpn_gateway keyed by IKEv2, {args.rate:g} Mbit/s",
+                           [section], data)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ the figures:
   end holds only new ones), as rekeys per second; the requests' ``swanctl`` processes are
   started before the clock, as for the tunnels at once.
 
-A tunnel that does not come up ends the run with the daemons' own reason.  Inside User-Mode
+``--out DIR`` gets ``results.json`` and ``report.html``: the set-up times per N and the rates
+against N, as plots.  A tunnel that does not come up ends the run with the daemons' own reason.  Inside User-Mode
 Linux every daemon and every ``swanctl`` shares one emulated CPU, so the figures are this
 machine's, not a gateway's; the header says where they were measured.
 """
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="aes-gcm-256", help="the CHILD_SAs' profile (default: %(default)s)")
     p.add_argument("--first-packets", type=int, default=10, metavar="K",
                    help="clients whose time to the first packet is measured (default: %(default)s)")
+    runner.add_bench_out(p, "ike_setup")
     add_kernel_options(p)
     return p
 
@@ -134,8 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"ike_setup: {missing}", file=sys.stderr)
         return 1
-    rc = runner.follow("ike_setup", ("bench", "ike_setup"), list(argv if argv is not None else sys.argv[1:]),
-                       args, doctor.needs((args.profile,)))
+    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "ike_setup")
+    rc = runner.follow("ike_setup", ("bench", "ike_setup"), argv, args, doctor.needs((args.profile,)))
     if rc is not None:
         return rc
     print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
@@ -143,13 +145,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
           f"{'first packet':>12s} {'all at once':>10s} {'tunnels/s':>11s} {'SAs':>6s} "
           f"{'rekey med':>9s} {'rekeys/s 1x1':>10s} {'rekeys/s':>10s}")
+    rows: list[Row] = []
+    rc = 0
     for n in args.clients:
         try:
-            print_row(measure(n, args.profile, args.first_packets))
+            rows.append(measure(n, args.profile, args.first_packets))
         except ike.IkeError as e:
             print(f"{n:>7d} failed: {e}", flush=True)
-            return 1
-    return 0
+            rc = 1
+            break
+        print_row(rows[-1])
+    if rows:
+        print(f"report: {write_page(args, rows)}")
+    return rc
+
+
+def write_page(args: argparse.Namespace, rows: list[Row]) -> str:
+    """The run directory's figures: each tunnel's set-up time per N, and the rates against N."""
+    from analysis import benchpage
+
+    spread = benchpage.figure("IKE exchange per tunnel, one after another", "road warriors: what was timed", "seconds")
+    spread.update_xaxes(type="category")
+    for r in rows:
+        spread.add_box(y=r.setup, name=f"{r.clients}: IKE exchange", boxpoints="all", jitter=0.4, pointpos=0)
+        if r.first_packet:
+            spread.add_box(y=r.first_packet, name=f"{r.clients}: first packet", boxpoints="all", jitter=0.4,
+                           pointpos=0)
+    rates = benchpage.figure("Tunnels and rekeys per second", "road warriors (log)", "per second", log_x=True)
+    n = [r.clients for r in rows]
+    for name, ys in (("tunnels/s one by one", [r.clients / sum(r.setup) for r in rows]),
+                     ("tunnels/s all at once", [r.clients / r.together_s for r in rows]),
+                     ("rekeys/s one by one", [r.clients / sum(r.rekeys) for r in rows]),
+                     ("rekeys/s all at once", [r.clients / r.rekey_together_s for r in rows])):
+        rates.add_scatter(x=n, y=ys, mode="lines+markers", name=name)
+    sections = [
+        benchpage.Section("Set-up time", "Each dot is one tunnel brought up while no other was being brought up: "
+                          "from the client's request (its swanctl started) to the CHILD_SA in the kernel, and, for "
+                          f"the first {args.first_packets} clients, to the first echo reply through it.", spread),
+        benchpage.Section("Rate against the number of road warriors", "One gateway daemon answers every client; "
+                          "inside User-Mode Linux all daemons share one emulated CPU, so the rates are this "
+                          "machine's, not a gateway's.", rates),
+    ]
+    data = {"benchmark": "ike_setup", "where": backends.current().label(), "kernel": os.uname().release,
+            "profile": args.profile, "ike_proposal": ike.IKE_PROPOSAL, "rows": [dataclasses.asdict(r) for r in rows]}
+    return benchpage.write(args.out, "ike_setup: IKEv2 tunnels coming up and rekeying",
+                           f"{data['where']} ({data['kernel']}); road_warrior, {args.profile} tunnel, IKEv2 "
+                           f"{ike.IKE_PROPOSAL}, PSK", sections, data)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ selectors a /``--prefix`` site on each side from the benchmarking range 198.18.0
   sites and the default thresholds (32 for IPv4) every added policy is hashed).
 
 At the end every added tunnel is removed in one batch per gateway (the removal rate), and
-the kernel must hold the real tunnel's SAs alone.  Keys come from ``secrets`` and are never
+the kernel must hold the real tunnel's SAs alone.  ``--out DIR`` gets ``results.json`` and
+``report.html``: goodput, round trip and install rate against N, as plots.  Keys come from ``secrets`` and are never
 printed.  Exit status 0 when every N was measured, 1 otherwise.
 """
 from __future__ import annotations
@@ -170,7 +171,8 @@ def measure(net: Network, row: Row, duration_s: float, pings: int) -> None:
     row.spd = parse_spd(ip(gw1, "-s", "-s", "xfrm", "policy", "count"), ip(gw1, "-s", "xfrm", "state", "count"))
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, rows: list[Row], removal: dict) -> int:
+    """Measure every N into ``rows``, the removal into ``removal``; the exit status."""
     spec = build_spec("vpn_gateway")
     planner = SpiPlanner(first_spi=FIRST_SPI, first_reqid=FIRST_REQID)
     added: list = []
@@ -193,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"{n:>7d} failed: {e}", flush=True)
                 failed += 1
                 continue
+            rows.append(row)
             rate = f"{row.operations / row.install_s:7.0f}" if row.install_s else f"{'–':>7s}"
             rtt = "/".join(f"{x:.3f}" for x in row.rtt_ms)
             print(f"{n:>7d} {row.added:>6d} {row.install_s:>9.2f} {rate} {row.goodput_mbps:>8.1f} "
@@ -201,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         if added:
             seconds, ops = remove(added)
             left = int(re.search(r"SAD count (\d+)", ip(net.ns("gw1"), "xfrm", "state", "count")).group(1))
+            removal.update(tunnels=len(added), operations=ops, seconds=seconds, sas_left=left)
             print(f"removed {len(added)} added tunnels ({ops} SAs and policies, both gateways) in {seconds:.2f} s: "
                   f"{ops / seconds:.0f} ops/s; gw1 holds {left} SAs after (the real tunnel's: 2)")
             if left != 2:
@@ -222,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=5.0, metavar="S",
                    help="seconds of iperf3 per N, the first omitted (default: %(default)s)")
     p.add_argument("--pings", type=int, default=50, metavar="K", help="echo requests per N (default: %(default)s)")
+    runner.add_bench_out(p, "xfrm_scale")
     add_kernel_options(p)
     return p
 
@@ -241,18 +246,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_scale: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    rc = runner.follow("xfrm_scale", ("bench", "xfrm_scale"), list(argv if argv is not None else sys.argv[1:]),
-                       args, doctor.needs((args.profile,)))
+    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "xfrm_scale")
+    rc = runner.follow("xfrm_scale", ("bench", "xfrm_scale"), argv, args, doctor.needs((args.profile,)))
     if rc is not None:
         return rc
     print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
           f"vpn_gateway, {args.profile} tunnel, IPv4, links not shaped; added sites /{args.prefix}; "
           f"iperf3 {args.duration:g} s (1 s omitted), {args.pings} pings per N")
+    rows: list[Row] = []
+    removal: dict = {}
     try:
-        return run(args)
+        rc = run(args, rows, removal)
     except KeyboardInterrupt:
         print("xfrm_scale: interrupted", file=sys.stderr)
-        return 130
+        rc = 130
+    if rows:
+        print(f"report: {write_page(args, rows, removal)}")
+    return rc
+
+
+def write_page(args: argparse.Namespace, rows: list[Row], removal: dict) -> str:
+    """The run directory's figures: goodput and round trip against the tunnels installed, and the install rate."""
+    from analysis import benchpage
+
+    n = [r.tunnels for r in rows]
+    goodput = benchpage.figure("Goodput through the live tunnel", "tunnels installed on each gateway (log)",
+                               "TCP goodput, Mbit/s", log_x=True)
+    goodput.add_scatter(x=n, y=[r.goodput_mbps for r in rows], mode="lines+markers", name="h1 -> h2")
+    rtt = benchpage.figure("Round trip through the live tunnel", "tunnels installed on each gateway (log)",
+                           "ping round trip, ms", log_x=True)
+    for i, name in enumerate(("min", "avg", "max")):
+        rtt.add_scatter(x=n, y=[r.rtt_ms[i] for r in rows], mode="lines+markers", name=name)
+    installed = [r for r in rows if r.install_s]
+    rate = benchpage.figure("Install rate of the added tunnels", "tunnels installed on each gateway (log)",
+                            "SA and policy adds per second", log_x=True)
+    rate.add_scatter(x=[r.tunnels for r in installed], y=[r.operations / r.install_s for r in installed],
+                     mode="lines+markers", name="netlink batches")
+    removed = (f" Removing all {removal['tunnels']} added tunnels took {removal['seconds']:.2f} s, "
+               f"{removal['operations'] / removal['seconds']:.0f} operations/s." if removal else "")
+    sections = [
+        benchpage.Section("Goodput against installed tunnels", "One TCP flow through the gateways' live tunnel; "
+                          "the links are not shaped, so the CPU running the data path bounds it and it moves with "
+                          "the data path's cost per packet. A flat line: the SAs and policies installed beside the "
+                          "live tunnel do not slow it.", goodput),
+        benchpage.Section("Round trip against installed tunnels", f"{args.pings} echo requests h1 -> h2 per N, "
+                          "as ping reports them.", rtt),
+        benchpage.Section("Install rate", "Each row's added tunnels (two SAs, three policies each, on both "
+                          "gateways) through the netlink layer's batches." + removed, rate),
+    ]
+    data = {"benchmark": "xfrm_scale", "where": backends.current().label(), "kernel": os.uname().release,
+            "profile": args.profile, "prefix": args.prefix, "duration_s": args.duration,
+            "rows": [dataclasses.asdict(r) for r in rows], "removal": removal}
+    return benchpage.write(args.out, "xfrm_scale: a VPN gateway holding N tunnels",
+                           f"{data['where']} ({data['kernel']}); vpn_gateway, {args.profile} tunnel, IPv4, links not "
+                           f"shaped; added sites /{args.prefix}", sections, data)
 
 
 if __name__ == "__main__":

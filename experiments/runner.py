@@ -53,6 +53,20 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
     return path
 
 
+def add_bench_out(p, name: str) -> None:
+    """``--out DIR`` of a benchmark that writes a run directory (:mod:`analysis.benchpage`)."""
+    p.add_argument("--out", metavar="DIR",
+                   help=f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} "
+                        "in the checkout)")
+
+
+def bench_out(args, argv: Sequence[str], name: str) -> list[str]:
+    """Settle a benchmark's ``--out`` here, before a guest boots (it and this process agree on
+    the directory); ``argv`` with that ``--out`` for :func:`follow`."""
+    args.out = out_dir_of(args.out, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"bench-{name}")
+    return [*argv, "--out", args.out]
+
+
 def check_tools() -> None:
     """The programs a sweep starts, found before anything is built or booted."""
     for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
