@@ -4,7 +4,7 @@ Three ways to get the two sides, one table of verdicts (:mod:`analysis.regress`)
 
 - a suite (:mod:`experiments.catalogue.suites`) measured now, or a run directory, against a
   saved baseline (``--baseline``, ``--save-baseline``);
-- ``--ab A B``: the suite on two kernels, interleaved ABBA (:mod:`experiments.ab`);
+- ``--ab A B``: the suite on two kernels up at once, windows paired ABBA (:mod:`experiments.ab`);
 - ``--inject-slowdown PCT``: the suite with two arms side by side, the second with the ESP path
   made PCT slower (:mod:`experiments.injection`): the gate's sensitivity on this machine.
 
@@ -64,12 +64,16 @@ def add_parser(sub) -> None:
     p.add_argument("--ab", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
                    help="A/B: run the suite on two kernels (host; uml: the UML kernel chosen by default; debian: "
                         "Debian's linux.uml; recipe: the project's, from scripts/build-uml-kernel.sh; or the path "
-                        "of a UML kernel built with `make ARCH=um`), repetitions interleaved ABBA, and compare B "
-                        "with A")
-    p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions per kernel "
+                        "of a UML kernel built with `make ARCH=um`) and judge B against A. Both kernels are up at "
+                        "once, in two guests on one host CPU (2 x --uml-mem of memory), taking turns window by "
+                        "window (ABBA), and B/A is judged pair by pair; where two guests do not fit in memory they "
+                        "are booted in turn and compared unpaired (--rounds). With --inject-slowdown (A and B the "
+                        "same kernel): B's ESP path made slower, the paired A/B's power")
+    p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions (windows) per kernel "
                    "(default: the suite's)")
-    p.add_argument("--rounds", type=int, metavar="N", help="with --ab: boots of each kernel, ABBA, each "
-                   "measuring its share of the repetitions (default: one per repetition, at most 4)")
+    p.add_argument("--rounds", type=int, metavar="N", help="with --ab where two guests do not fit: boots of each "
+                   "kernel, ABBA, each measuring its share of the repetitions (default: one per repetition, at "
+                   "most 4)")
     p.add_argument("--baseline", metavar="FILE", help="baseline to compare with")
     p.add_argument("--save-baseline", metavar="FILE", help="record the run as a baseline (with --baseline: "
                    "compare with the old one too)")
@@ -115,18 +119,18 @@ def run(args: argparse.Namespace) -> int:
         args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
-    if args.inject_slowdown is not None:
-        if args.ab or args.run or args.baseline or args.save_baseline:
-            print(f"{prog}: --inject-slowdown compares two arms of one run it makes itself: no --ab, --run, "
-                  "--baseline or --save-baseline with it", file=sys.stderr)
-            return 2
-        return _regress_injected(args, prog)
     if args.ab:
         if args.run or args.baseline or args.save_baseline:
             print(f"{prog}: --ab measures both kernels itself: no --run, --baseline or --save-baseline with it",
                   file=sys.stderr)
             return 2
         return _regress_ab(args, prog)
+    if args.inject_slowdown is not None:
+        if args.run or args.baseline or args.save_baseline:
+            print(f"{prog}: --inject-slowdown compares two arms of one run it makes itself: no --run, "
+                  "--baseline or --save-baseline with it", file=sys.stderr)
+            return 2
+        return _regress_injected(args, prog)
     if not (args.baseline or args.save_baseline):
         print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one "
               "(or --ab A B to compare two kernels)", file=sys.stderr)
@@ -254,28 +258,109 @@ def regress_metrics(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(REGRESS_METRICS[n] for n in names))
 
 
+#: What a paired A/B needs beside its two guests' memory (the host's own processes, page cache).
+AB_SPARE_BYTES = 1 << 30
+
+
+def two_guests_fit(uml_mem: str) -> str | None:
+    """None when two guests of ``uml_mem`` each fit in the memory available now, else why not (one line)."""
+    from testbed.options import parse_size
+
+    need = 2 * parse_size(uml_mem) + AB_SPARE_BYTES
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    if available >= need:
+        return None
+    return (f"two guests of {uml_mem} need {need / 2**30:.1f} GiB with room for the host, and "
+            f"{available / 2**30:.1f} GiB is available")
+
+
 def _regress_ab(args: argparse.Namespace, prog: str) -> int:
+    """``--ab A B``: both kernels up at once, taking turns window by window, B judged against A pair by
+    pair; in turn, unpaired, where two guests do not fit.  With ``--inject-slowdown`` B's guest (on the
+    same kernel) has its ESP path slowed: the paired A/B's power."""
     from analysis import regress
     from cli.sweep import main as sweep
-    from experiments.ab import run_ab
-    from experiments.catalogue.suites import suite_args, suite_spec
+    from experiments import ab, injection
+    from experiments.catalogue.suites import suite_args, suite_spec, sweep_argv
+    from testbed.backends.uml import guest_cpu
     from testbed.rundir import ResultsError, load_meta, load_results
 
+    def say(m: str) -> None:
+        print(f"regress: {m}", file=sys.stderr, flush=True)
+
+    kernels = tuple(args.ab)
+    pct = args.inject_slowdown
     try:
         sweep_args = suite_args(args.suite)
         reps = args.repetitions or suite_spec(args.suite).repetitions
-        out = _out_dir(args, "ab")
-        dir_a, dir_b = run_ab(sweep_args, tuple(args.ab), reps, out, sweep,
-                              say=lambda m: print(f"regress: {m}", file=sys.stderr, flush=True),
-                              rounds=args.rounds or min(reps, 4))
-        baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
-        verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
-                                   args.metrics)
-    except (regress.RegressError, ResultsError, ValueError, RuntimeError, OSError) as e:
+        out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
+        cramped = two_guests_fit(args.uml_mem)
+        if cramped:
+            if pct is not None:
+                raise ValueError(f"--inject-slowdown with --ab needs both guests up at once: {cramped}")
+            say(f"{cramped}: the kernels are measured in turn, unpaired (the machine's drift between boots "
+                "is not cancelled)")
+            dir_a, dir_b = ab.run_ab(sweep_args, kernels, reps, out, sweep, say=say,
+                                     rounds=args.rounds or min(reps, 4))
+            baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
+            verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
+                                       args.metrics)
+            return _report_verdicts(args, verdicts, [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; "
+                                                     f"measured in turn, unpaired: {dir_a} and {dir_b}"], ("A", "B"))
+        extra: tuple = ((), ())
+        n = None
+        if pct is not None:
+            options = ab.kernel_options(kernels[0])
+            identity = injection.kernel_identity(options[options.index("--kernel") + 1], _uml_kernel_of(kernels[0]))
+            cal = injection.calibrated(
+                args.suite, sweep_args, identity,
+                lambda run_dir, *more: sweep(sweep_argv(sweep_args, run_dir, ab.kernel_options(kernels[0]), *more)),
+                out, say, args.recalibrate)
+            n = cal.instructions_for(pct)
+            extra = (("--arms", "0"), ("--arms", str(n)))  # the same BPF program in both, B's made slower
+            say(f"B's guest with its ESP path {pct:g} % slower ({n} extra instructions per ESP packet), "
+                "A's with the same program adding none")
+        cpu = guest_cpu()
+        say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, both guests on host CPU "
+            f"{cpu if cpu is not None else 'any'}, taking turns window by window (ABBA), {reps} windows each, "
+            f"into {out}")
+        dir_a, dir_b = ab.run_paired(ab.paired_argv(sweep_args, kernels, reps, out, cpu, extra), out, say)
+        records = ab.as_arms(load_results(dir_a), load_results(dir_b))
+        verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
+                                        args.confidence / 100, args.metrics)
+        effect = injection.effect(records, "b") if pct is not None else None
+    except (regress.RegressError, injection.InjectionError, ResultsError, ValueError, RuntimeError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
-    warnings = [f"kernel A is {args.ab[0]}, kernel B is {args.ab[1]}; run directories {dir_a} and {dir_b}"]
-    return _report_verdicts(args, verdicts, warnings, ("A", "B"))
+    notes = [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; both up at once, windows paired ABBA; run "
+             f"directories {dir_a} and {dir_b}"]
+    if effect is not None:
+        notes.append(f"injected slowdown in B: {pct:g} % requested ({n} extra instructions per ESP packet), "
+                     f"{effect.pct:+.1f} % measured (CPU per packet, B / A = {effect.ratio:.3f} pair by pair, "
+                     f"95 % CI {effect.low:.3f}..{effect.high:.3f})")
+    status = _report_verdicts(args, verdicts, notes, ("A", "B"))
+    for note in notes[1:]:
+        print(note)
+    if pct is None:
+        return status
+    flagged = status == 1
+    right = flagged == (pct > 0)
+    print(f"the gate {'flagged' if flagged else 'did not flag'} kernel B: "
+          f"{'as it should' if right else 'it MISSED the slowdown' if pct > 0 else 'a FALSE ALARM'}")
+    if args.json:
+        _write_json(args.json, verdicts, args, {"requested_pct": pct, "right": right, "instructions": n,
+                                                "measured_pct": effect.pct, "ratio": effect.ratio, "low": effect.low,
+                                                "high": effect.high, "paired": True, "run_dir": out})
+    return 0 if right else 1
+
+
+def _uml_kernel_of(kernel: str) -> str | None:
+    """The ``--uml-kernel`` value of an A/B side's kernel, None for a backend's default."""
+    from experiments import ab
+
+    options = ab.kernel_options(kernel)
+    return options[options.index("--uml-kernel") + 1] if "--uml-kernel" in options else None
 
 
 def _report_verdicts(args: argparse.Namespace, verdicts, notes: list[str], labels: tuple[str, str]) -> int:

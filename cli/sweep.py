@@ -152,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "packet's way out of an IPsec endpoint (0: nothing added). The regression gate's "
                         "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
+    # regress --ab's paired mode runs two sweeps that take turns window by window
+    # (experiments/engine/turns.py), both guests on one host CPU: not for people
+    p.add_argument("--turns", metavar="DIR/LABEL", help=argparse.SUPPRESS)
+    p.add_argument("--host-cpu", type=int, metavar="CPU", help=argparse.SUPPRESS)
     return p
 
 
@@ -196,12 +200,14 @@ def dry_run(spec, out_dir: str) -> int:
     return 0
 
 
-def measure(spec, out_dir: str, allow_failures: bool = False) -> int:
+def measure(spec, out_dir: str, allow_failures: bool = False, turns: str | None = None) -> int:
+    from experiments.engine.turns import Turns
+
     with runner.progress_bar() as bar:
         progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
         # the caller holds the run directory's lock (taken on the host, before any guest boots)
         counts = run_sweep(spec, out_dir, progress, command_line=runner.typed_command(), lock=False,
-                           started_unix=runner.command_started())
+                           started_unix=runner.command_started(), turns=Turns(turns) if turns else None)
     failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
     bounds = summary(out_dir)
     classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in Bound)
@@ -264,7 +270,7 @@ def sweep(args, argv: list[str], spec, out_dir: str) -> int:
     from experiments import doctor
 
     return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
-                      measure=lambda: measure(spec, out_dir, args.allow_failures),
+                      measure=lambda: measure(spec, out_dir, args.allow_failures, args.turns),
                       report=lambda: report(out_dir), on_interrupt=lambda why: note_interrupted(out_dir, why),
                       missing=lambda: missing_line(spec, out_dir))
 

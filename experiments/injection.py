@@ -194,16 +194,24 @@ def calibrated(suite: str, sweep_args: Sequence[str], kernel: str, run_sweep: Ca
         say(f"calibration of {cal.measured}: {cal.us_per_instruction * 1e3:.2f} ns per extra instruction "
             f"against {cal.us_per_packet:.1f} µs per packet at {cal.point} ({cache_path()})")
         return cal
-    run_dir = os.path.join(base_dir, "calibration")
     rates = list(sweep_args)[list(sweep_args).index("--rates") + 1].split(",")
-    say(f"calibrating the slowdown on the suite's CPU-bound point ({rates[-1]} Mbit/s): arms of 0 and "
-        f"{CALIBRATION_INSTRUCTIONS} extra instructions per ESP packet, {CALIBRATION_REPETITIONS} repetitions "
-        "each; cached for this kernel")
-    rc = run_sweep(run_dir, "--rates", rates[-1], "--arms", f"0,{CALIBRATION_INSTRUCTIONS}",
-                   "--repetitions", str(CALIBRATION_REPETITIONS))
-    if rc != 0:
-        raise InjectionError(f"the calibration's sweep failed (exit {rc}); its run directory is {run_dir}")
-    cal = calibrate_from(load_results(run_dir), kernel, suite)
+    # a noisy machine can hide the added cost in a few repetitions: once more with twice as many
+    for attempt, repetitions in enumerate((CALIBRATION_REPETITIONS, 2 * CALIBRATION_REPETITIONS), 1):
+        run_dir = os.path.join(base_dir, "calibration" if attempt == 1 else f"calibration{attempt}")
+        say(f"calibrating the slowdown on the suite's CPU-bound point ({rates[-1]} Mbit/s): arms of 0 and "
+            f"{CALIBRATION_INSTRUCTIONS} extra instructions per ESP packet, {repetitions} repetitions "
+            "each; cached for this kernel")
+        rc = run_sweep(run_dir, "--rates", rates[-1], "--arms", f"0,{CALIBRATION_INSTRUCTIONS}",
+                       "--repetitions", str(repetitions))
+        if rc != 0:
+            raise InjectionError(f"the calibration's sweep failed (exit {rc}); its run directory is {run_dir}")
+        try:
+            cal = calibrate_from(load_results(run_dir), kernel, suite)
+            break
+        except InjectionError as e:
+            if attempt == 2:
+                raise
+            say(f"{e}; measuring again with {2 * repetitions} repetitions")
     save_calibration(cal)
     say(f"calibrated: {cal.us_per_instruction * 1e3:.2f} ns per extra instruction against "
         f"{cal.us_per_packet:.1f} µs per packet at {cal.point}")

@@ -158,7 +158,7 @@ def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Need
     t0 = time.monotonic()
     try:
         rc = choice.backend.run(doctor.guest_command(command, argv), interactive=interactive,
-                                modules=doctor.kernel_modules(),
+                                modules=doctor.kernel_modules(), cpu=getattr(args, "host_cpu", None),
                                 speed_probe=not interactive and not getattr(args, "no_speed_probe", False))
     except backends.BackendError as e:
         print(f"{prog}: {e}", file=sys.stderr)

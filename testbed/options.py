@@ -66,6 +66,14 @@ def _uml_modules(path: str) -> str:
     return path
 
 
+def parse_size(size: str) -> int:
+    """Bytes in a size like ``512M`` or ``2G`` (``--uml-mem``)."""
+    if not uml.MEM_PATTERN.match(size):
+        raise ValueError(f"{size!r} is not a size like 512M or 2G")
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(size[:-1]) * units[size[-1].upper()] if size[-1].upper() in units else int(size)
+
+
 def _uml_mem(size: str) -> str:
     if not uml.MEM_PATTERN.match(size):
         raise argparse.ArgumentTypeError(f"{size!r} is not a size like 512M or 2G")

@@ -51,6 +51,7 @@ from experiments.engine.plan import (
     unusable_profiles,
     within_budget,
 )
+from experiments.engine.turns import Turns
 from experiments.machine import machine_meta
 from testbed import backends, rundir
 from testbed.errors import Refused
@@ -152,7 +153,8 @@ def note_interrupted(run_dir: str, why: str) -> None:
 
 
 def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
-              command_line: list[str] | None = None, lock: bool = True, started_unix: float | None = None) -> dict:
+              command_line: list[str] | None = None, lock: bool = True, started_unix: float | None = None,
+              turns: Turns | None = None) -> dict:
     """Measure every point of ``spec`` that ``run_dir`` still needs; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after each
@@ -160,13 +162,14 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
     profiles, a kernel with ESP.  With ``lock`` the run directory is locked for the sweep;
     pass False when the caller holds the lock already.  The spec's time budget counts from
     ``started_unix`` (Unix time: the command's start, before a guest booted) or from now.
+    With ``turns`` every measurement window waits for its turn (:mod:`experiments.engine.turns`).
     """
     with rundir.locked(run_dir, "sweep") if lock else contextlib.nullcontext():
-        return _run_sweep(spec, run_dir, progress, command_line, started_unix)
+        return _run_sweep(spec, run_dir, progress, command_line, started_unix, turns)
 
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
-               started_unix: float | None = None) -> dict:
+               started_unix: float | None = None, turns: Turns | None = None) -> dict:
     from experiments.engine.measure import Ahead, monitor_for
     from topologies.network import Network
 
@@ -184,7 +187,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
                      cpu_accounting=meter.method, speed_probe=meter.speed_probe or None)
     budget = _Budget(spec, started_unix)
-    rounds = _Rounds(spec, groups, budget, rates, progress, already, total)
+    rounds = _Rounds(spec, groups, budget, rates, progress, already, total, turns=turns)
     try:
         if rates:
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
@@ -243,6 +246,7 @@ class _Rounds:
     monitor: object = None
     ahead: object = None
     out: object = None
+    turns: Turns | None = None  # each window waits for its turn (regress --ab, paired)
 
     def measure(self, rate: float, todo: list[Point]) -> None:
         """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
@@ -266,9 +270,13 @@ class _Rounds:
             if self.progress:
                 self.progress(point, None, self.already + self.measured, self.total)
             following = todo[i + 1] if i + 1 < len(todo) else None
+            if self.turns:
+                self.turns.wait()
             record = dataclasses.replace(
                 measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following),
                 backend=backends.current().name)
+            if self.turns:
+                self.turns.done()
             rundir.append(self.out, record.to_json())
             records.append(record)
             self.measured += 1

@@ -1,23 +1,46 @@
-"""A/B of two kernels as a kernel developer runs it: the same kernel as A and B (an A/A
-test), repetitions interleaved, nothing flagged, every repetition in its own run directory."""
+"""A/B of two kernels as a kernel developer runs it: both guests up at once, taking turns window
+by window (ABBA), torn down together with nothing left; an A/A comparison flags nothing, and a
+slowdown injected into B's guest alone is flagged."""
 import json
+import os
 
 from conftest import run_cli
+from test_sweep_resume import leftovers
 
 
-def test_ab_interleaves_and_an_a_a_comparison_flags_nothing(tmp_path):
+def records(run_dir):
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def test_ab_pairs_the_windows_of_two_guests_up_at_once_and_an_a_a_flags_nothing(tmp_path):
+    before = leftovers()
     out = run_cli("regress", "--ab", "uml", "uml", "--suite", "quick", "--repetitions", "2", "--out",
                   str(tmp_path), "--junit", str(tmp_path / "ab.xml"), timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "0 of 2 points regressed" in out.stdout
-    assert "A/B run 4 of 4" in out.stderr
-    times = {}
+    assert "windows paired ABBA" in (tmp_path / "ab.xml").read_text()
+    windows = {}
     for label in ("a", "b"):
-        records = [json.loads(line) for line in (tmp_path / label / "results.jsonl").read_text().splitlines()]
-        assert sorted((r["profile"], r["repetition"]) for r in records) == [
+        got = records(tmp_path / label)
+        assert sorted((r["profile"], r["repetition"]) for r in got) == [
             ("aes-gcm-128", 0), ("aes-gcm-128", 1), ("none", 0), ("none", 1)]
-        assert len(json.loads((tmp_path / label / "meta.json").read_text())["runs"]) == 2
-        for r in records:
-            times.setdefault(r["repetition"], {})[label] = r["time"]
-    # ABBA: repetition 0 measured on A first, repetition 1 on B first
-    assert times[0]["a"] <= times[0]["b"] and times[1]["b"] <= times[1]["a"]
+        for n, r in enumerate(sorted(got, key=lambda r: r["time"])):
+            windows[(n, label)] = r["time"]
+    # window n of each side: A first in even windows, B first in odd ones (ABBA)
+    for n in range(4):
+        first, second = ("a", "b") if n % 2 == 0 else ("b", "a")
+        assert windows[(n, first)] < windows[(n, second)], (n, windows)
+    # both guests were up before the first window: B waited for its turn before A got its go
+    turns = tmp_path / "turns"
+    assert os.stat(turns / "b.waiting.0").st_mtime <= os.stat(turns / "a.go.0").st_mtime
+    assert leftovers() <= before, leftovers() - before  # both guests and their work directories gone
+
+
+def test_a_slowdown_in_one_of_two_guests_is_flagged(tmp_path):
+    out = run_cli("regress", "--ab", "uml", "uml", "--suite", "detect", "--repetitions", "8", "--inject-slowdown",
+                  "20", "--out", str(tmp_path), "--json", str(tmp_path / "ab.json"), timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "the gate flagged kernel B: as it should" in out.stdout
+    data = json.loads((tmp_path / "ab.json").read_text())
+    assert data["right"] and data["paired"] and data["measured_pct"] > 5
+    assert {r["arm"] for r in records(tmp_path / "a")} == {"a"} == {r["arm"] for r in records(tmp_path / "b")}
