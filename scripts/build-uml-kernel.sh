@@ -6,6 +6,10 @@
 #   scripts/build-uml-kernel.sh --key           print the recipe's cache key and exit
 #   scripts/build-uml-kernel.sh --fp-bytes N    the XSAVE buffer the kernel hands the host (see below)
 #   scripts/build-uml-kernel.sh --tiny          a tiny kernel for the tests (scripts/uml-kernel/tiny.config)
+#   scripts/build-uml-kernel.sh --extra-config FILE
+#                                               the same kernel with FILE's lines on top of the recipe's (a
+#                                               kernel to compare with it: `regress --ab recipe PATH`; e.g.
+#                                               scripts/uml-kernel/slower-aes.config, a known slower ESP)
 #
 # Why: Debian's linux.uml hands the host a fixed 2,696-byte buffer for its processes' FPU state,
 # and a host whose CPU has a larger XSAVE area (AMX: 11,008 bytes) refuses it, so that kernel
@@ -49,6 +53,7 @@ main() {
 
     mode=build
     fp_bytes=""
+    extra=""
     while (($#)); do
         case $1 in
             --check) mode=check ;;
@@ -56,12 +61,27 @@ main() {
             --key) mode=key ;;
             --fp-bytes) fp_bytes=${2:?--fp-bytes needs a size in bytes}; shift ;;
             --fp-bytes=*) fp_bytes=${1#*=} ;;
+            --extra-config) extra=${2:?--extra-config needs a file}; shift ;;
+            --extra-config=*) extra=${1#*=} ;;
             -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
             *) die "unknown argument '$1' (see --help)" ;;
         esac
         shift
     done
 
+    if [[ -n $extra ]]; then
+        [[ -r $extra ]] || die "--extra-config $extra: no such file"
+        [[ $variant == tiny ]] && die "--extra-config goes with the full kernel, not --tiny"
+        extra=$(cd "$(dirname "$extra")" && pwd)/$(basename "$extra")
+        variant=testbed+$(basename "$extra" .config)
+        # the recipe's fragment, then the extra one: for each option its last line counts
+        merged=$(mktemp)
+        trap 'rm -f "$merged"' EXIT
+        grep -hE '^(CONFIG_|# CONFIG_)' "$fragment" "$extra" |
+            awk '{ n = ($1 == "#") ? $2 : substr($1, 1, index($1, "=") - 1); last[n] = $0; order[n] = NR }
+                 END { for (n in last) print order[n] "\t" last[n] }' | sort -n | cut -f2- > "$merged"
+        fragment=$merged
+    fi
     if [[ -z $fp_bytes ]]; then
         # 12,288 bytes holds every XSAVE area known (AMX's is 11,008); a larger host gets its own size.
         host=$(cd "$repo" && "$python" -m testbed.xsave 2>/dev/null || true)
@@ -113,17 +133,19 @@ main() {
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
         version=$(dpkg-query -W -f='${Version}' "$source_package")
-        key=$("$0" --key --fp-bytes "$fp_bytes" $([[ $variant == tiny ]] && echo --tiny))  # the version is in the key
+        key=$("$0" --key --fp-bytes "$fp_bytes" $([[ $variant == tiny ]] && echo --tiny) \
+              ${extra:+--extra-config "$extra"})  # the version is in the key
     fi
     upstream=${version%%-*}
 
     out=$cache/linux-$upstream-um-$key
     [[ $variant == tiny ]] && out=$cache/tiny-linux-$upstream-um-$key
+    [[ -n $extra ]] && out=$cache/$(basename "$extra" .config)-linux-$upstream-um-$key
     tree=$out/src
     rm -rf "$out"
     mkdir -p "$tree"
     ticker=""
-    cleanup() { [[ -n $ticker ]] && kill "$ticker" 2>/dev/null; rm -rf "$tree"; }
+    cleanup() { [[ -n $ticker ]] && kill "$ticker" 2>/dev/null; rm -rf "$tree" ${merged:+"$merged"}; }
     trap cleanup EXIT
     trap 'say "interrupted; nothing cached"; rm -rf "$out"; exit 130' INT TERM
     start=$(date +%s)
