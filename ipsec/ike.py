@@ -313,9 +313,10 @@ class Daemon:
         finally:
             out.close()
 
-    def wait_started(self, timeout_s: float = START_TIMEOUT_S) -> None:
+    def wait_started(self, timeout_s: float | None = None) -> None:
         """Until the daemon accepts connections on its control socket (the file exists from its
-        ``bind``, before its ``listen``)."""
+        ``bind``, before its ``listen``), at most ``timeout_s`` (:data:`START_TIMEOUT_S`)."""
+        timeout_s = START_TIMEOUT_S if timeout_s is None else timeout_s
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
                 said = ""
@@ -332,7 +333,8 @@ class Daemon:
         try:
             waiting.until(ready, timeout_s, f"charon in {self.ns} to open its control socket", interval_s=0.02)
         except TimeoutError as e:
-            raise IkeError(str(e)) from None
+            why = cause(self.log_text)  # a daemon that runs but cannot serve says why in its log
+            raise IkeError(f"{e}; its log says: {why}" if why else str(e)) from None
 
     def swanctl_argv(self, *args: str) -> list[str]:
         """The command line of ``swanctl ARGS`` against this daemon (run from the host's namespace:

@@ -19,6 +19,7 @@ from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.utils import rdpcap
 
 from ipsec import ike
+from ipsec.profiles import parse_profile
 from ipsec.wire import classify
 from ipsec.xfrm import XfrmSocket
 from testbed import names, netns
@@ -212,6 +213,43 @@ def test_a_child_sa_rekey_puts_new_sas_at_both_ends_and_the_tunnel_carries_on(ne
     src, dst = net.spec.flows[0]
     assert ping(net, src, dst, 4, count=2).returncode == 0
     net.remove_ipsec()
+    assert leftovers(net) == []
+
+
+def test_a_proposal_the_peer_refuses_fails_in_one_line_naming_it(networks):
+    net = networks("vpn_gateway")
+    other = parse_profile("aes-cbc-128-sha1")  # the responder offers another cipher than the initiator's
+    tunnels = [dataclasses.replace(t, spec=dataclasses.replace(t.spec, profile=other)) if t.local == "b" else t
+               for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
+    keying = ike.Keying(net.run_id)
+    try:
+        with pytest.raises(ike.IkeError) as failed:
+            keying.bring_up(tunnels)
+    finally:
+        keying.down()
+    message = str(failed.value)
+    assert "\n" not in message and "did not come up" in message
+    assert "NO_PROPOSAL_CHOSEN" in message or "no acceptable proposal" in message, message
+    assert leftovers(net) == []
+
+
+def test_a_daemon_that_does_not_start_fails_in_one_line_with_its_own_words(networks, monkeypatch):
+    net = networks("vpn_gateway")
+    # a configuration charon cannot use: its control socket in a directory that does not exist
+    real = ike.strongswan_conf
+    monkeypatch.setattr(ike, "START_TIMEOUT_S", 5.0)
+    monkeypatch.setattr(ike, "strongswan_conf",
+                        lambda state_dir: real(state_dir).replace(f"unix://{state_dir}/charon.vici",
+                                                                  f"unix://{state_dir}/missing/charon.vici"))
+    keying = ike.Keying(net.run_id)
+    try:
+        with pytest.raises(ike.IkeError) as failed:
+            keying.up(net.associations("aes-gcm-256", "tunnel", 4))
+    finally:
+        keying.down()
+    message = str(failed.value)
+    assert "\n" not in message and "charon in" in message and "its log says" in message, message
+    assert "charon.vici" in message, message  # the socket it could not open, in its own words
     assert leftovers(net) == []
 
 
