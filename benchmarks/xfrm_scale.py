@@ -92,8 +92,8 @@ def filler_plans(net: Network, profile: str, first: int, count: int, prefix: int
     return plans
 
 
-def install(plans: list) -> tuple[float, int]:
-    """Both sides of ``plans``, one batch per gateway; seconds and operations."""
+def apply(plans: list, action: str) -> tuple[float, int]:
+    """``install`` or ``remove`` both sides of ``plans``, one batch per gateway; seconds and operations."""
     from ipsec.xfrm import XfrmSocket
 
     ops = 0
@@ -103,23 +103,7 @@ def install(plans: list) -> tuple[float, int]:
         sas = [sa for p in plans for sa in p.side(which)[1]]
         policies = [pol for p in plans for pol in p.side(which)[2]]
         with XfrmSocket(netns=ns) as xs:
-            xs.install(sas, policies)
-        ops += len(sas) + len(policies)
-    return time.perf_counter() - t0, ops
-
-
-def remove(plans: list) -> tuple[float, int]:
-    """Delete what :func:`install` put in, one batch per gateway; seconds and operations."""
-    from ipsec.xfrm import XfrmSocket
-
-    ops = 0
-    t0 = time.perf_counter()
-    for which in ("a", "b"):
-        ns = plans[0].side(which)[0]
-        sas = [sa for p in plans for sa in p.side(which)[1]]
-        policies = [pol for p in plans for pol in p.side(which)[2]]
-        with XfrmSocket(netns=ns) as xs:
-            xs.remove(sas, policies)
+            getattr(xs, action)(sas, policies)
         ops += len(sas) + len(policies)
     return time.perf_counter() - t0, ops
 
@@ -186,7 +170,7 @@ def run(args: argparse.Namespace, rows: list[Row], removal: dict) -> int:
             want = n - 1 - len(added)
             if want > 0:
                 plans = filler_plans(net, args.profile, len(added), want, args.prefix, planner)
-                row.install_s, row.operations = install(plans)
+                row.install_s, row.operations = apply(plans, "install")
                 row.added = want
                 added.extend(plans)
             try:
@@ -202,7 +186,7 @@ def run(args: argparse.Namespace, rows: list[Row], removal: dict) -> int:
                   f"{row.retransmits if row.retransmits is not None else '–':>5} {rtt:>20s} {row.sas:>6d}  "
                   f"{row.policies}; {row.spd}", flush=True)
         if added:
-            seconds, ops = remove(added)
+            seconds, ops = apply(added, "remove")
             left = int(re.search(r"SAD count (\d+)", ip(net.ns("gw1"), "xfrm", "state", "count")).group(1))
             removal.update(tunnels=len(added), operations=ops, seconds=seconds, sas_left=left)
             print(f"removed {len(added)} added tunnels ({ops} SAs and policies, both gateways) in {seconds:.2f} s: "

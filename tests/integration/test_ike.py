@@ -128,10 +128,8 @@ def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(ne
 
 
 
-def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing(networks):
-    net = networks("vpn_gateway")
-    tunnels = [dataclasses.replace(t, psk="00" * 32) if t.local == "b" else t
-               for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
+def failure_of(net, tunnels) -> str:
+    """Why ``tunnels`` did not come up, as :class:`ike.IkeError` says it: one line, checked here."""
     keying = ike.Keying(net.run_id)
     try:
         with pytest.raises(ike.IkeError) as failed:
@@ -140,6 +138,14 @@ def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing(netwo
         keying.down()
     message = str(failed.value)
     assert "\n" not in message and "did not come up" in message
+    return message
+
+
+def test_a_wrong_key_fails_in_one_line_naming_the_cause_and_leaves_nothing(networks):
+    net = networks("vpn_gateway")
+    tunnels = [dataclasses.replace(t, psk="00" * 32) if t.local == "b" else t
+               for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
+    message = failure_of(net, tunnels)
     assert "MAC mismatched" in message or "AUTHENTICATION_FAILED" in message, message
     assert "00" * 32 not in message and tunnels[0].psk not in message
     assert leftovers(net) == []
@@ -177,14 +183,7 @@ def test_a_peer_holding_another_public_key_fails_in_one_line(networks, monkeypat
                     os.path.join(responder.dir, "swanctl", "pubkey", f"{initiator.ns}.pem"))
 
     monkeypatch.setattr(ike, "make_rsa_keys", swap_initiators_key)
-    keying = ike.Keying(net.run_id, "pubkey")
-    try:
-        with pytest.raises(ike.IkeError) as failed:
-            keying.up(net.associations("aes-gcm-256", "tunnel", 4))
-    finally:
-        keying.down()
-    message = str(failed.value)
-    assert "\n" not in message and "did not come up" in message
+    message = failure_of(net, ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4), "pubkey"))
     assert "AUTHENTICATION_FAILED" in message or "signature validation failed" in message \
         or "constraint check failed" in message, message
     assert leftovers(net) == []
@@ -221,14 +220,7 @@ def test_a_proposal_the_peer_refuses_fails_in_one_line_naming_it(networks):
     other = parse_profile("aes-cbc-128-sha1")  # the responder offers another cipher than the initiator's
     tunnels = [dataclasses.replace(t, spec=dataclasses.replace(t.spec, profile=other)) if t.local == "b" else t
                for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4))]
-    keying = ike.Keying(net.run_id)
-    try:
-        with pytest.raises(ike.IkeError) as failed:
-            keying.bring_up(tunnels)
-    finally:
-        keying.down()
-    message = str(failed.value)
-    assert "\n" not in message and "did not come up" in message
+    message = failure_of(net, tunnels)
     assert "NO_PROPOSAL_CHOSEN" in message or "no acceptable proposal" in message, message
     assert leftovers(net) == []
 
