@@ -89,8 +89,8 @@ def add_parser(sub) -> None:
     p.add_argument("--junit", metavar="FILE", help="write JUnit XML (one test case per point)")
     p.add_argument("--markdown", metavar="FILE", help="write a Markdown summary (appended when FILE is "
                    "$GITHUB_STEP_SUMMARY)")
-    p.add_argument("--json", metavar="FILE", help="with --inject-slowdown: write the verdicts and the measured "
-                   "slowdown as JSON")
+    p.add_argument("--json", metavar="FILE", help="with --inject-slowdown or --ab: write the verdicts (and the "
+                   "slowdown as measured) as JSON")
     p.add_argument("--inject-slowdown", type=percent(0, 100, low_included=True), metavar="PERCENT",
                    help="check the gate's sensitivity on this machine: run the suite with two arms side by side, "
                         "a as is and b with the kernel's ESP path made PERCENT slower (extra BPF instructions per "
@@ -343,6 +343,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     for note in notes[1:]:
         print(note)
     if pct is None:
+        if args.json:
+            _write_json(args.json, verdicts, args, {"kernels": list(kernels), "paired": True, "run_dir": out})
         return status
     flagged = status == 1
     right = flagged == (pct > 0)
