@@ -115,8 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "ipsec-testbed regress"
     defaults = gate_defaults(None if args.run else args.suite)
-    if args.max_drop is None:
-        args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
+    if args.max_drop is None:  # side by side (arms, or a paired A/B) the drift cancels: a finer tolerance
+        side_by_side = args.inject_slowdown is not None or args.ab
+        args.max_drop = defaults["arms_max_drop" if side_by_side else "max_drop"]
+        args.max_drop_from_suite = defaults["max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
     if args.ab:
@@ -301,6 +303,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                 raise ValueError(f"--inject-slowdown with --ab needs both guests up at once: {cramped}")
             say(f"{cramped}: the kernels are measured in turn, unpaired (the machine's drift between boots "
                 "is not cancelled)")
+            args.max_drop = getattr(args, "max_drop_from_suite", args.max_drop)  # unpaired: a baseline's tolerance
             dir_a, dir_b = ab.run_ab(sweep_args, kernels, reps, out, sweep, say=say,
                                      rounds=args.rounds or min(reps, 4))
             baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
