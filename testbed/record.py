@@ -187,6 +187,8 @@ class Record:
                                      "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
                                      "never keys)")
     clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)
+    clients_sending_s: float | None = _doc("seconds from the clients' go to every one of them sending (TCP, "
+                                           "more than one client: the window opens no sooner)")
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
     attempts: int = _doc("tries the point took (a failed iperf3 test is tried again)", 1)
@@ -203,7 +205,8 @@ class Record:
     WHAT: ClassVar[str] = "a sweep record"
     #: Fields written only when they have a value (a run without arms has no arm).
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
-                                           "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured")
+                                           "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
+                                           "cpu_us_per_packet_measured")
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as

@@ -43,6 +43,15 @@ IPERF_SPARE_S = 3
 BACKLOG_EVERY_S = 0.1
 #: How long the receivers may take to see data after the clients are let go.
 FLOW_TIMEOUT_S = 10.0
+#: ... and for every one of N TCP clients to be sending, this much more per client.
+CONNECT_S_PER_CLIENT = 0.5
+
+
+def connect_timeout_s(clients: int) -> float:
+    """How long every one of ``clients`` TCP flows may take to be sending before the point fails."""
+    return FLOW_TIMEOUT_S + CONNECT_S_PER_CLIENT * clients
+
+
 #: Tries per point before it is recorded as failed.
 ATTEMPTS = 2
 
@@ -75,8 +84,11 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: s
 
 def iperf_options(point: Point, spec: SweepSpec) -> dict:
     """:func:`experiments.engine.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
-    and window (it is stopped when the window closes), no warm-up of iperf3's own."""
-    return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s) + IPERF_SPARE_S, transport=point.transport,
+    and window (it is stopped when the window closes), and than the wait for every one of several TCP
+    clients to be sending (the first ones must still run when the last come), no warm-up of iperf3's own."""
+    waiting = connect_timeout_s(point.clients) if point.transport == "tcp" and point.clients > 1 else 0
+    return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s + waiting) + IPERF_SPARE_S,
+                transport=point.transport,
                 omit_s=0,
                 mss=point.size_bytes if point.size_mode == "mss" else None,
                 length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
@@ -170,11 +182,16 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     with held or iperf.Clients(flows, args) as clients, no_gc(), realtime():
         monitor.for_test(point.transport, point.size_bytes if point.transport == "udp" else 0)
         clients.go()
+        let_go = time.monotonic()
         try:
             seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
+            # many clients: the window opens once every one is sending (the warm-up is a floor)
+            every = seen
+            if point.transport == "tcp" and len(flows) > 1:
+                every = monitor.wait_all_sending(connect_timeout_s(len(flows)), failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
-        start = seen + spec.warmup_s
+        start = max(seen + spec.warmup_s, every)
         end = start + spec.duration_s
         if ahead and following and spec.warmup_s > AHEAD_AFTER_S:
             _sleep_until(seen + AHEAD_AFTER_S)
@@ -235,6 +252,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         goodput_uncertainty=ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)
         clients_ahead=held is not None,
+        clients_sending_s=every - let_go if every is not seen else None,
         keying=spec.keying,
         ike_sas=net.negotiated_sas() or None,  # none with static keying, or IPsec off
         emulation_limited=bound is Bound.CPU,

@@ -8,7 +8,9 @@
   points it could not measure and why (0 with --allow-failures);
 - SIGINT and SIGTERM to the sweep script: the network is torn down, every point written
   before the signal is still there, the exit status is 130 or 143 and meta.json says so;
-- the keys the kernel held during a run appear in none of the run's files or logs.
+- the keys the kernel held during a run appear in none of the run's files or logs;
+- many clients: a point's window opens once every client is sending, and a client that never
+  sends fails the point in one line saying how many were sending by when.
 """
 from __future__ import annotations
 
@@ -227,3 +229,32 @@ def test_keys_never_reach_results_reports_or_logs(tmp_path):
         forms = {key, key.upper(), base64.b64encode(raw).decode(), raw.decode("latin-1")}
         for where, text in texts.items():
             assert not any(form in text for form in forms), f"key material found in {where}"
+
+
+def test_many_clients_all_send_before_the_window_and_one_that_never_does_fails_the_point(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "cli", "sweep", "--topology", "road_warrior", "--clients", "8", "--profiles",
+           "aes-gcm-256", "--rates", "20", "--sizes", "1460", "--repetitions", "1", "--duration", "1",
+           "--no-report", "--out", str(out)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and not any(r["failed"] for r in records)
+    assert all(0 < r["clients_sending_s"] < 15 for r in records), records  # every client, measured
+
+    # one client that never connects
+    fake = tmp_path / "bin" / "iperf3"
+    fake.parent.mkdir()
+    real = shutil.which("iperf3")
+    # the client in namespace ...-c8 sleeps instead of testing; the others, and the servers, are real
+    fake.write_text(f'#!/bin/sh\ncase " $* " in *" -s "*|*" --version "*) exec {real} "$@";; esac\n'
+                    'case "$(ip netns identify $$)" in *-c8) exec sleep 600;; esac\n'
+                    f'exec {real} "$@"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
+    failed = subprocess.run([*cmd[:-1], str(tmp_path / "run2"), "--no-plain"], capture_output=True, text=True,
+                            timeout=600, env=env)
+    assert failed.returncode == 3, failed.stderr[-2000:]
+    last = failed.stderr.strip().splitlines()[-1]
+    assert last.startswith("INCOMPLETE: 1 of 1 points could not be measured"), last
+    assert re.search(r"7 of 8 clients were sending after \d+(\.\d+)? s", last), last

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Many clients through IPsec: does every point measure, when are all clients sending, how long it takes.
+
+    sudo ipsec-testbed bench many_clients                          # 1, 10, 50, 100, 200 clients: about 40 min in UML
+    sudo ipsec-testbed bench many_clients --clients 1,10,50 --out runs/many
+
+For each N, one ``ipsec-testbed sweep --topology road_warrior --clients N --profiles aes-gcm-256
+--rates 10,100 --sizes 1460 --repetitions 2`` as a user runs it (a process of its own, its
+output in ``--out``/clientsN.log), the default warm-up.  Printed per N and per point (plain and
+AES-GCM-256 at 10 and 100 Mbit/s): whether every repetition measured, what bounded them, the
+time from the clients' go to every one of them sending (the record's ``clients_sending_s``, the
+most of the repetitions; none with one client), and the sweep's wall time with its boot and the
+network's build.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from testbed.options import csv
+from testbed.rundir import load_existing
+from topologies.spec import MAX_CLIENTS
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RATES = (10.0, 100.0)
+
+
+def sweep(n: int, out: str) -> tuple[int, float, str]:
+    """The sweep for ``n`` clients into ``out/clientsN``: its exit status, wall time and run directory."""
+    run_dir = os.path.join(out, f"clients{n}")
+    argv = [sys.executable, "-P", "-m", "cli", "sweep", "--topology", "road_warrior", "--clients", str(n),
+            "--profiles", "aes-gcm-256", "--rates", ",".join(f"{r:g}" for r in RATES), "--sizes", "1460",
+            "--repetitions", "2", "--no-report", "--out", run_dir]
+    t0 = time.monotonic()
+    with open(run_dir + ".log", "wb") as log:
+        rc = subprocess.call(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    return rc, time.monotonic() - t0, run_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", type=csv(int), default=(1, 10, 50, 100, 200), metavar="N,...",
+                   help=f"road warriors per sweep, 1..{MAX_CLIENTS} (default: 1,10,50,100,200)")
+    p.add_argument("--out", default=os.path.join(REPO, "runs", "many-clients"),
+                   help="where the sweeps go (default: %(default)s)")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("many_clients: needs root (namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
+        return 1
+    bad = [n for n in args.clients if not 1 <= n <= MAX_CLIENTS]
+    if bad:
+        p.error(f"--clients must be in 1..{MAX_CLIENTS}, not {bad}")
+    os.makedirs(args.out, exist_ok=True)
+    print(f"{'clients':>7s} {'profile':>12s} {'Mbit/s':>6s} {'measured':>8s} {'bound':>14s} {'sending s':>9s} "
+          f"{'goodput':>8s}  sweep")
+    everything = True
+    for n in args.clients:
+        print(f"{n} clients ...", file=sys.stderr, flush=True)
+        rc, seconds, run_dir = sweep(n, args.out)
+        records = load_existing(run_dir)
+        first = True
+        for profile in ("none", "aes-gcm-256"):
+            for rate in RATES:
+                reps = [r for r in records if r.profile == profile and float(r.rate_mbit) == rate]
+                ok = [r for r in reps if not r.failed]
+                bounds = ",".join(sorted({str(r.bound) for r in ok})) or "–"
+                sending = [r.clients_sending_s for r in ok if r.clients_sending_s is not None]
+                goodput = sum(r.goodput_mbps for r in ok) / len(ok) if ok else None
+                everything &= len(ok) == 2
+                tail = f"exit {rc}, {seconds:.0f} s" if first else ""
+                first = False
+                print(f"{n:>7d} {profile:>12s} {rate:>6g} {len(ok):>4d} of 2 {bounds:>14s} "
+                      f"{(f'{max(sending):.2f}' if sending else '–'):>9s} "
+                      f"{(f'{goodput:.2f}' if goodput is not None else '–'):>8s}  {tail}", flush=True)
+    print("measured: repetitions measured of 2; sending: the most seconds any repetition took from the clients' go "
+          "to every client sending; goodput: Mbit/s, all clients together, mean of the repetitions; sweep: its exit "
+          f"status and wall time (boot and network build included); logs in {args.out}")
+    return 0 if everything else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
