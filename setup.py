@@ -14,6 +14,8 @@ setup(
     python_requires=">=3.11",
     packages=["testbed", "testbed.backends", "ipsec", "ipsec.xfrm", "topologies", "analysis", "experiments",
               "experiments.catalogue", "experiments.engine", "cli", "benchmarks"],
+    # read at run time through importlib.resources: the seeds' reference numbers
+    package_data={"analysis": ["reference/*.json", "reference/README.md"]},
     # Lower bounds are the versions the test suite has run against.
     install_requires=[
         "pyroute2>=0.9.7",

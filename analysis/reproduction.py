@@ -39,6 +39,7 @@ computed value does.  A WHERE maps point keys (``part`` is the reference part na
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import json
 import math
 import os
@@ -50,7 +51,9 @@ from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, nor
 from testbed.record import FIELD, Bound, Group, Record, TransactionRecord
 from testbed.rundir import load_existing, load_meta
 
-REFERENCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
+#: The seeds' reference files: package data of ``analysis`` (``reference/seedNNN.json``), read through
+#: importlib.resources so that an installed wheel finds them as a checkout does.
+REFERENCE = importlib.resources.files("analysis") / "reference"
 #: A claim's metrics: record fields, and the IPsec/plain goodput ratio and time per transaction.
 NORMALIZED = "normalized_goodput"
 TRANSACTION_MS = "transaction_ms"
@@ -73,10 +76,9 @@ class ReproductionError(ValueError):
 
 def load_reference(seed: str) -> dict:
     """The reference file of ``seed`` ("000".."004")."""
-    path = os.path.join(REFERENCE_DIR, f"seed{seed}.json")
+    path = REFERENCE / f"seed{seed}.json"
     try:
-        with open(path) as f:
-            return json.load(f)
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReproductionError(f"no reference data for seed {seed!r} ({path})") from None
 
