@@ -166,9 +166,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _out_dir(args: argparse.Namespace, kind: str, suffix: str = "") -> str:
-    """``--out``, or ``runs/KIND-<date>-SUITE<suffix>`` in the checkout."""
+    """``--out``, or ``runs/KIND-<date>-SUITE<suffix>`` (in the checkout, or the current directory)."""
     when = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return args.out or os.path.join(REPO, "runs", f"{kind}-{when}-{args.suite}{suffix}")
+    from experiments.runner import runs_dir
+
+    return args.out or os.path.join(runs_dir(REPO), f"{kind}-{when}-{args.suite}{suffix}")
 
 
 def _kernel_options(args: argparse.Namespace) -> list[str]:

@@ -45,9 +45,16 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
     add_speed_probe_option(p)
 
 
+def runs_dir(repo: str) -> str:
+    """Where run directories go by default: ``runs/`` in the checkout the code runs from, or, for an
+    installed copy (no checkout around it: ``setup.py`` is not beside the packages), in the current
+    directory."""
+    return os.path.join(repo if os.path.exists(os.path.join(repo, "setup.py")) else os.getcwd(), "runs")
+
+
 def out_dir_of(out: str | None, repo: str, name: str) -> str:
-    """The run directory: ``--out`` or ``runs/<date>-<name>`` in the checkout; refused if a file is in the way."""
-    path = os.path.abspath(out or os.path.join(repo, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{name}"))
+    """The run directory: ``--out`` or ``runs/<date>-<name>`` (:func:`runs_dir`); refused if a file is in the way."""
+    path = os.path.abspath(out or os.path.join(runs_dir(repo), time.strftime("%Y%m%d-%H%M%S") + f"-{name}"))
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"--out {path}: exists and is not a directory")
     return path
