@@ -5,7 +5,7 @@
 #   scripts/install.sh --check    only report what is missing; exit 1 if anything is
 #
 # Quick when nothing is missing: dpkg is asked which packages are absent and apt runs
-# only for those; pip runs only when setup.py changed since the last install.
+# only for those; pip runs only when setup.py or pyproject.toml changed since the last install.
 # Used by ./run, .ci/run and the Vagrantfile, so all three install the same things.
 set -euo pipefail
 
@@ -35,7 +35,8 @@ done
 if [[ ${1:-} == --check ]]; then
     rc=0
     ((${#missing[@]})) && { say "missing packages: ${missing[*]}"; rc=1; }
-    [[ -f $stamp && $stamp -nt $here/setup.py ]] || { say "virtualenv .venv missing or stale"; rc=1; }
+    [[ -f $stamp && $stamp -nt $here/setup.py && $stamp -nt $here/pyproject.toml ]] ||
+        { say "virtualenv .venv missing or stale"; rc=1; }
     if [[ -x $venv/bin/python ]] && "$venv/bin/python" -m testbed.umlkernel needs-build; then
         say "Debian's linux.uml cannot boot on this CPU, and the project's UML kernel is not built"; rc=1
     fi
@@ -86,7 +87,7 @@ if [[ $(id -u) == 0 ]]; then
     apparmor_rules usr.sbin.swanctl "  /{tmp,dev/shm}/itb-*-ike-*/** rw,"
 fi
 
-if [[ ! -f $stamp || $here/setup.py -nt $stamp ]]; then
+if [[ ! -f $stamp || $here/setup.py -nt $stamp || $here/pyproject.toml -nt $stamp ]]; then
     say "creating virtualenv $venv"
     [[ -x $venv/bin/python ]] || "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
