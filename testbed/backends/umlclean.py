@@ -97,6 +97,16 @@ def _workdir_in_use(workdir: str) -> bool:
     return bool(_processes_with(f"init={workdir}/init.sh".encode()))
 
 
+def _cgroup_in_use(path: str) -> bool:
+    """Whether a guest's CPU-accounting cgroup belongs to a live run: it holds processes, or its run's
+    work directory is in use (the cgroup is made before the guest's processes join it: a run that
+    starts beside another must not take the other's new, still empty, cgroup for a dead one's)."""
+    if cgroup_tasks(path):
+        return True
+    workdirs = glob.glob(os.path.join(tempfile.gettempdir(), f"{os.path.basename(path)}-uml-*"))
+    return any(_workdir_in_use(w) for w in workdirs)
+
+
 def _remove_cgroup_now(path: str) -> None:
     _kill_all(cgroup_tasks(path))
     remove_cgroup(path)
@@ -121,6 +131,6 @@ def leftovers() -> list[Leftover]:
                                   remove=lambda d=workdir: shutil.rmtree(d, ignore_errors=True)))
     for path in sorted(glob.glob(os.path.join(CPUACCT_ROOT, f"{names.PREFIX}-*"))):
         if os.path.isdir(path) and names.is_ours(os.path.basename(path)):
-            found.append(Leftover("cgroup", path, live=bool(cgroup_tasks(path)),
+            found.append(Leftover("cgroup", path, live=_cgroup_in_use(path),
                                   remove=lambda p=path: _remove_cgroup_now(p)))
     return found

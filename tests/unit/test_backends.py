@@ -111,3 +111,26 @@ def test_a_guest_reports_no_uml_leftovers_it_cannot_judge(tmp_path, monkeypatch)
     assert [item.name for item in umlclean.leftovers()] == [str(workdir)]  # on the host: seen
     monkeypatch.setenv(GUEST_ENV, "uml")
     assert umlclean.leftovers() == []
+
+
+def test_a_new_guests_empty_cgroup_is_not_taken_for_a_dead_ones(tmp_path, monkeypatch):
+    """Two runs starting at once (a paired A/B): one's cgroup exists before its guest joins it, and the
+    other's start, removing dead runs' leftovers, must leave it alone while its run is alive."""
+    from testbed.backends import umlclean
+
+    cgroups = tmp_path / "cpuacct"
+    (cgroups / "itb-abc123").mkdir(parents=True)
+    (cgroups / "itb-abc123" / "cgroup.procs").write_text("")  # no process has joined yet
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(umlclean, "CPUACCT_ROOT", str(cgroups))
+    monkeypatch.setattr("testbed.names.STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv(GUEST_ENV, raising=False)
+
+    def cgroup():
+        return next(item for item in umlclean.leftovers() if item.kind == "cgroup")
+
+    assert not cgroup().live  # nobody's: removable
+    workdir = tmp_path / "itb-abc123-uml-x1"
+    workdir.mkdir()
+    (workdir / "owner").write_text(f"{os.getpid()}\n")  # its run, alive
+    assert cgroup().live
