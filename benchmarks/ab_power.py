@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,7 @@ def trial(out: str, suite: str, level: float, k: int) -> dict:
     """One paired A/B at ``level``; its JSON verdicts, wall time and exit status."""
     run_dir = os.path.join(out, f"trial{k:02d}-{level:g}pct")
     verdicts = os.path.join(run_dir + ".json")
+    shutil.rmtree(run_dir, ignore_errors=True)  # a trial that failed before (not in trials.jsonl): again
     t0 = time.monotonic()
     with open(run_dir + ".log", "wb") as log:
         rc = subprocess.call([sys.executable, "-P", "-m", "cli", "regress", "--ab", "uml", "uml", "--suite", suite,
