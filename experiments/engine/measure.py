@@ -186,12 +186,12 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         try:
             seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
             # many clients: the window opens once every one is sending (the warm-up is a floor)
-            every = seen
+            every = None
             if point.transport == "tcp" and len(flows) > 1:
                 every = monitor.wait_all_sending(connect_timeout_s(len(flows)), failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
-        start = max(seen + spec.warmup_s, every)
+        start = max(seen + spec.warmup_s, every or 0.0)
         end = start + spec.duration_s
         if ahead and following and spec.warmup_s > AHEAD_AFTER_S:
             _sleep_until(seen + AHEAD_AFTER_S)
@@ -252,7 +252,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         goodput_uncertainty=ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)
         clients_ahead=held is not None,
-        clients_sending_s=every - let_go if every is not seen else None,
+        clients_sending_s=every - let_go if every is not None else None,
         keying=spec.keying,
         ike_sas=net.negotiated_sas() or None,  # none with static keying, or IPsec off
         emulation_limited=bound is Bound.CPU,
