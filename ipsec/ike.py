@@ -389,11 +389,6 @@ def _write_private(path: str, text: str) -> None:
         f.write(text)
 
 
-def base_dir() -> str:
-    """Where the daemons' directory goes (:func:`testbed.names.ike_base_dir`)."""
-    return names.ike_base_dir()
-
-
 def tunnels_for(specs: Iterable[AssociationSpec], auth: str = "psk") -> list[Tunnel]:
     """Both ends of every association, named ``t0``, ``t1``, ..., each pair with a fresh
     pre-shared key from the system's secure random source (none with ``auth`` pubkey: the
@@ -458,7 +453,7 @@ class Keying:
         for t in tunnels:
             child_proposals(t.spec.profile)  # refuse before anything starts
         self.down()
-        self.dir = tempfile.mkdtemp(prefix=names.ike_dir_prefix(self.run_id), dir=base_dir())  # owner-only
+        self.dir = tempfile.mkdtemp(prefix=names.ike_dir_prefix(self.run_id), dir=names.ike_base_dir())  # owner-only
         by_ns: dict[str, list[Tunnel]] = {}
         for t in tunnels:
             by_ns.setdefault(t.me.ns, []).append(t)

@@ -62,7 +62,7 @@ def leftovers(net) -> list:
     """What keying by IKE may leave: daemons, their directory, SAs and policies."""
     ends = {end.ns for spec in net.associations("none", "tunnel") for end in (spec.a, spec.b)}
     xfrm = [ns for ns in ends if ip("-n", ns, "xfrm", "state").strip() or ip("-n", ns, "xfrm", "policy").strip()]
-    dirs = [d for d in os.listdir(ike.base_dir()) if d.startswith(names.ike_dir_prefix(net.run_id))]
+    dirs = [d for d in os.listdir(names.ike_base_dir()) if d.startswith(names.ike_dir_prefix(net.run_id))]
     return charons(net) + dirs + xfrm
 
 
