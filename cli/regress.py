@@ -115,10 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     prog = "ipsec-testbed regress"
     defaults = gate_defaults(None if args.run else args.suite)
-    if args.max_drop is None:  # side by side (arms, or a paired A/B) the drift cancels: a finer tolerance
-        side_by_side = args.inject_slowdown is not None or args.ab
-        args.max_drop = defaults["arms_max_drop" if side_by_side else "max_drop"]
-        args.max_drop_from_suite = defaults["max_drop"]
+    if args.max_drop is None and not args.ab:  # --ab: its tolerance depends on whether it is paired
+        args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
     if args.ab:
@@ -286,7 +284,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     from analysis import regress
     from cli.sweep import main as sweep
     from experiments import ab, injection
-    from experiments.catalogue.suites import suite_args, suite_spec, sweep_argv
+    from experiments.catalogue.suites import gate_defaults, suite_args, suite_spec, sweep_argv
     from testbed.backends.uml import guest_cpu
     from testbed.rundir import ResultsError, load_meta, load_results
 
@@ -305,7 +303,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                 raise ValueError(f"--inject-slowdown with --ab needs both guests up at once: {cramped}")
             say(f"{cramped}: the kernels are measured in turn, unpaired (the machine's drift between boots "
                 "is not cancelled)")
-            args.max_drop = getattr(args, "max_drop_from_suite", args.max_drop)  # unpaired: a baseline's tolerance
+            if args.max_drop is None:  # unpaired: a baseline's tolerance
+                args.max_drop = gate_defaults(args.suite)["max_drop"]
             dir_a, dir_b = ab.run_ab(sweep_args, kernels, reps, out, sweep, say=say,
                                      rounds=args.rounds or min(reps, 4))
             baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
@@ -313,6 +312,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                                        args.metrics)
             return _report_verdicts(args, verdicts, [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; "
                                                      f"measured in turn, unpaired: {dir_a} and {dir_b}"], ("A", "B"))
+        if args.max_drop is None:  # paired: side by side, the drift cancels, as between arms
+            args.max_drop = gate_defaults(args.suite)["arms_max_drop"]
         extra: tuple = ((), ())
         n = None
         if pct is not None:
