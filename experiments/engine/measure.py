@@ -45,11 +45,21 @@ BACKLOG_EVERY_S = 0.1
 FLOW_TIMEOUT_S = 10.0
 #: ... and for every one of N TCP clients to be sending, this much more per client.
 CONNECT_S_PER_CLIENT = 0.5
+#: When a SYN that was dropped gets through at the latest: Linux sends it 1 + tcp_syn_retries (6) times,
+#: 1, 2, 4, ... 32 s apart, and gives up 127 s after the first.
+SYN_HORIZON_S = 127.0
 
 
-def connect_timeout_s(clients: int) -> float:
-    """How long every one of ``clients`` TCP flows may take to be sending before the point fails."""
-    return FLOW_TIMEOUT_S + CONNECT_S_PER_CLIENT * clients
+def connect_timeout_s(clients: int, rate_mbit: float | None = None) -> float:
+    """How long every one of ``clients`` TCP flows may take to be sending before the point fails.
+
+    Beyond a floor and a share per client, a share of the SYN horizon that grows with the flows per
+    Mbit/s of the shaped link: the first flows fill the shaper's queue, a late SYN is dropped there and
+    backs off (1, 3, 7, 15, 31, 63 s after the first try).  From one flow per Mbit/s up (100 clients at
+    10 Mbit/s) the wait reaches the horizon, after which the kernel itself gives the connection up.
+    """
+    crowd = min(1.0, clients / rate_mbit) if rate_mbit else 0.0
+    return FLOW_TIMEOUT_S + CONNECT_S_PER_CLIENT * clients + SYN_HORIZON_S * crowd
 
 
 #: Tries per point before it is recorded as failed.
@@ -86,7 +96,7 @@ def iperf_options(point: Point, spec: SweepSpec) -> dict:
     """:func:`experiments.engine.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
     and window (it is stopped when the window closes), and than the wait for every one of several TCP
     clients to be sending (the first ones must still run when the last come), no warm-up of iperf3's own."""
-    waiting = connect_timeout_s(point.clients) if point.transport == "tcp" and point.clients > 1 else 0
+    waiting = connect_timeout_s(point.clients, point.rate_mbit) if point.transport == "tcp" and point.clients > 1 else 0
     return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s + waiting) + IPERF_SPARE_S,
                 transport=point.transport,
                 omit_s=0,
@@ -188,7 +198,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             # many clients: the window opens once every one is sending (the warm-up is a floor)
             every = None
             if point.transport == "tcp" and len(flows) > 1:
-                every = monitor.wait_all_sending(connect_timeout_s(len(flows)), failed=clients.failure) / 1e9
+                limit_s = connect_timeout_s(len(flows), point.rate_mbit)
+                every = monitor.wait_all_sending(limit_s, failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = max(seen + spec.warmup_s, every or 0.0)

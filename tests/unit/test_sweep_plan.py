@@ -94,6 +94,19 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
     assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
 
 
+def test_the_wait_for_many_clients_grows_with_clients_per_mbit_up_to_the_syn_horizon():
+    from experiments.engine.measure import SYN_HORIZON_S, connect_timeout_s, iperf_options
+    assert connect_timeout_s(10) == 15.0  # no rate: floor and a share per client only
+    assert connect_timeout_s(10, 100.0) == pytest.approx(15.0 + SYN_HORIZON_S / 10)
+    # one client per Mbit/s and more: the whole horizon, a dropped SYN's last try (100 at 10 Mbit/s failed at 60 s)
+    assert connect_timeout_s(100, 10.0) == connect_timeout_s(100, 100.0) == 10 + 50 + SYN_HORIZON_S == 187
+    assert connect_timeout_s(200, 100.0) == 10 + 100 + SYN_HORIZON_S
+    assert connect_timeout_s(50, 10.0) > connect_timeout_s(50, 100.0) > connect_timeout_s(50)
+    # iperf3 runs past the longest wait, so the first clients still send when the last connect
+    spec = SweepSpec(rates_mbit=(10,), clients=100, topology="road_warrior", duration_s=1.5, warmup_s=0.25)
+    assert iperf_options(plan_points(spec)[0], spec)["duration_s"] > 187 + 1.75
+
+
 def test_an_old_meta_json_with_iperf3s_warm_up_still_reads():
     old = {k: v for k, v in SweepSpec().to_json().items() if k != "warmup_s"} | {"omit_s": 1}
     assert SweepSpec.from_json(old).warmup_s == 1.0
