@@ -144,13 +144,13 @@ def progress_bar():
 
 
 def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Needs,
-           interactive: bool = False) -> int | None:
+           interactive: bool = False, channel_fds: tuple[int, int] | None = None) -> int | None:
     """Where the work of ``ipsec-testbed COMMAND...`` should run, acted on: how every job honours ``--kernel``.
 
     Prints the decision.  Returns None when the work runs here (on the kernel this process
     runs on: the host's, or inside the guest already); otherwise runs ``ipsec-testbed COMMAND...
     ARGV...`` on the chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
-    guest could not run).
+    guest could not run).  ``channel_fds``: the job's end of a :class:`testbed.channel.Channel`, handed to it.
     """
     from experiments import doctor
 
@@ -166,7 +166,8 @@ def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Need
     try:
         rc = choice.backend.run(doctor.guest_command(command, argv), interactive=interactive,
                                 modules=doctor.kernel_modules(), cpu=getattr(args, "host_cpu", None),
-                                speed_probe=not interactive and not getattr(args, "no_speed_probe", False))
+                                speed_probe=not interactive and not getattr(args, "no_speed_probe", False),
+                                channel_fds=channel_fds)
     except backends.BackendError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 125

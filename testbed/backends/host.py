@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
+from testbed import channel
 from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
 from testbed.capabilities import Needs, Probe
 
@@ -83,12 +84,16 @@ class HostBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None, speed_probe: bool = False) -> int:
+            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None) -> int:
         env = {**os.environ, GUEST_ENV: self.name}
+        env.pop(channel.ENV, None)
+        if channel_fds is not None:
+            env[channel.ENV] = channel.job_env(channel_fds)
         pinned = ["taskset", "-c", str(cpu)] if cpu is not None else []
         try:
             return subprocess.run([*pinned, *argv], cwd=cwd, env=env, timeout=timeout_s, stdout=output,
-                                  stderr=subprocess.STDOUT if output is not None else None).returncode
+                                  stderr=subprocess.STDOUT if output is not None else None,
+                                  pass_fds=channel_fds or ()).returncode
         except subprocess.TimeoutExpired:
             return 124
 

@@ -19,6 +19,8 @@ as root inside it::
               <-> tty3 (two pipes) ------- the CPU meter: the guest asks, the host answers
                                            with the guest's CPU time (its cgroup's
                                            cpuacct.usage, ns) and the host's clock
+              <-> tty4 (two pipes) ------- a job's channel to the host, when asked for
+                                           (testbed.channel: the web demo's page)
               <-- <workdir>/status ------- exit status, then sysrq power-off
 
 The guest cannot return an exit status itself, so it writes it to a file on hostfs
@@ -60,7 +62,7 @@ import tty
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
-from testbed import handoff, names, umlkernel
+from testbed import channel, handoff, names, umlkernel
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
     GUEST_ENV,
@@ -144,6 +146,8 @@ class UmlSpec:
     interactive: bool = False
     #: what is known of ``kernel`` (where it came from, its FPU buffer), to explain a failed boot
     kernel_info: umlkernel.UmlKernel | None = None
+    #: give the command a channel to the host on tty4 (:mod:`testbed.channel`; :func:`run`'s ``channel_fds``)
+    channel: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -283,6 +287,8 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     lines += [f"export {k}={q(v)}" for k, v in spec.env]
     if spec.cpu_meter:
         lines += [f"stty -F {METER_TTY} raw -echo"]
+    if spec.channel:
+        lines += [f"stty -F {channel.GUEST_TTY} raw -echo"]
     lines += [
         f"cd {q(spec.cwd)} || {{ echo 126 > {q(workdir + '/status')}; echo o > /proc/sysrq-trigger; }}",
         f"echo started > {q(workdir + '/started')}",
@@ -320,18 +326,22 @@ def plan_modprobe_wrapper(modules_dir: str | None) -> str:
 
 def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
                       console_fds: tuple[int, int, int] = (3, 4, 5),
-                      meter_fds: tuple[int, int] | None = None, cgroup: str | None = None) -> list[str]:
+                      meter_fds: tuple[int, int] | None = None, cgroup: str | None = None,
+                      channel_fds: tuple[int, int] | None = None) -> list[str]:
     """The host command line that boots the guest.
 
     Consoles: con0 (kernel console), tty1 and tty2 write to the three host file
     descriptors in ``console_fds`` (pipes the host reads); nothing reads the host's
     standard input, so the guest runs the same with stdin closed (CI) as in a terminal.
     ``meter_fds`` (the guest's input, the guest's output) make tty3 the CPU meter's
-    channel; with ``cgroup`` (a cpuacct group directory) the guest starts inside it.
+    channel; with ``cgroup`` (a cpuacct group directory) the guest starts inside it.  ``channel_fds``
+    (the guest's input, the guest's output) make tty4 the job's channel to the host.
     """
     con0, tty1, tty2 = console_fds
     tty1_channel = "fd:0,fd:1" if spec.interactive else f"null,fd:{tty1}"
     meter = [f"con3=fd:{meter_fds[0]},fd:{meter_fds[1]}"] if meter_fds else []
+    if channel_fds:
+        meter.append(f"con4=fd:{channel_fds[0]},fd:{channel_fds[1]}")
     into_cgroup = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', os.path.join(cgroup, "cgroup.procs")] if cgroup else []
     pinned = ["taskset", "-c", str(spec.host_cpu)] if spec.host_cpu is not None else []
     return [
@@ -370,13 +380,18 @@ def _pump(src: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> No
 
 
 def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None,
-        run_id: str | None = None) -> int:
+        run_id: str | None = None, channel_fds: tuple[int, int] | None = None) -> int:
     """Boot UML, run ``spec.command`` in it, stream its output, return its exit status.
+
+    ``channel_fds`` (read by the guest, written by the guest: :attr:`testbed.channel.Channel.job_fds`)
+    become the guest's tty4 when ``spec.channel``.
 
     Returns 124 (as timeout(1) does) when ``spec.timeout_s`` runs out.  The guest is
     killed on any exception, including KeyboardInterrupt, so nothing survives us
     but what SIGKILL leaves for ``ipsec-testbed clean``.
     """
+    if spec.channel != (channel_fds is not None):
+        raise ValueError("a guest with a channel needs its descriptors (channel_fds), and only it")
     stdout = stdout or sys.stdout.buffer
     stderr = stderr or sys.stderr.buffer
     run_id = run_id or names.new_run_id()
@@ -414,14 +429,14 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             meter_fds = [to_guest[1], from_guest[0]]  # ours: closed, the meter's thread reads end-of-file
             held.callback(_close_all, meter_fds)
             guest_meter = (to_guest[0], from_guest[1])
-        cmd = plan_command_line(spec, workdir, uml_id, write_fds, guest_meter, cgroup)
+        cmd = plan_command_line(spec, workdir, uml_id, write_fds, guest_meter, cgroup, channel_fds)
         log.debug("booting UML: %s", shlex.join(cmd))
         if spec.interactive:
             held.enter_context(_raw_terminal())
         proc = subprocess.Popen(
             cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
             stdout=None if spec.interactive else subprocess.DEVNULL, stderr=subprocess.STDOUT,
-            pass_fds=write_fds + (guest_meter or ()), start_new_session=True)
+            pass_fds=write_fds + (guest_meter or ()) + (channel_fds or ()), start_new_session=True)
         held.callback(_kill_if_running, proc)
         for _, w in pipes:
             os.close(w)
@@ -544,18 +559,22 @@ def guest_cpu() -> int | None:
 def build_spec(command: Sequence[str], kernel: str | None = None, modules: str | None = None,
                mem: str = "2G", timeout_s: float | None = None, cwd: str | None = None,
                interactive: bool = False, boot_modules: Sequence[str] = (), cpu_meter: bool = True,
-               host_cpu: int | None = None, speed_probe: bool = False) -> UmlSpec:
+               host_cpu: int | None = None, speed_probe: bool = False, with_channel: bool = False) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
     chosen = choose_kernel(kernel)
     handed = handoff.outgoing().with_(kernel=chosen.metadata(), cpu_meter_tty=METER_TTY if cpu_meter else "")
     env = {**dict(guest_env(os.environ)), handoff.ENV: handed.to_env()}  # this job's, never one inherited
+    env.pop(channel.ENV, None)
+    if with_channel:
+        env[channel.ENV] = channel.GUEST_TTY
     return UmlSpec(command=tuple(command), kernel=chosen.path, kernel_info=chosen,
                    modules_dir=find_modules_dir(chosen.path, modules),
                    cwd=os.path.abspath(cwd or os.getcwd()), mem=mem, timeout_s=timeout_s,
                    env=tuple(sorted(env.items())), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
-                   host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe)
+                   host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe,
+                   channel=with_channel)
 
 
 class UmlBackend(KernelBackend):
@@ -593,13 +612,13 @@ class UmlBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None, speed_probe: bool = False) -> int:
+            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None) -> int:
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
                           timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu,
-                          speed_probe=speed_probe)
+                          speed_probe=speed_probe, with_channel=channel_fds is not None)
         if output is not None:
             spec = dataclasses.replace(spec, stdout_tty=False, stderr_tty=False)
-        return run(spec, stdout=output, stderr=output)
+        return run(spec, stdout=output, stderr=output, channel_fds=channel_fds)
 
     def leftovers(self) -> list[Leftover]:
         return leftovers()

@@ -137,3 +137,25 @@ def test_modules_dir_accepts_a_release_dir_or_its_parent(tmp_path):
         uml.find_modules_dir("/k", str(tmp_path / "lib" / "modules"))
     with pytest.raises(uml.UmlError, match="no kernel modules"):
         uml.find_modules_dir("/k", str(tmp_path))
+
+
+def test_a_channel_is_tty4_on_two_pipes_raw_and_named_in_the_guests_environment(monkeypatch, tmp_path):
+    from testbed import channel
+
+    cmd = uml.plan_command_line(spec(channel=True), "/tmp/wd", "itb-abcdef", (7, 8, 9), channel_fds=(12, 13))
+    assert "con4=fd:12,fd:13" in cmd
+    assert not any(a.startswith("con4=") for a in uml.plan_command_line(spec(), "/tmp/wd", "itb-abcdef", (7, 8, 9)))
+    assert "stty -F /dev/tty4 raw -echo" in uml.plan_init_script(spec(channel=True), "/tmp/wd")
+    assert "/dev/tty4" not in uml.plan_init_script(spec(), "/tmp/wd")
+    kernel = tmp_path / "linux"
+    kernel.write_text("")
+    kernel.chmod(0o755)
+    monkeypatch.setattr(uml, "choose_kernel", lambda k: umlkernel.UmlKernel(str(kernel), "user", "--uml-kernel", "6.1"))
+    monkeypatch.setattr(uml, "find_modules_dir", lambda kernel, modules: None)
+    monkeypatch.setenv(channel.ENV, "fd:3,4")  # the host's own, inherited: never passed on
+    assert channel.ENV not in dict(uml.build_spec(["true"]).env)
+    with_channel = uml.build_spec(["true"], with_channel=True)
+    assert with_channel.channel and dict(with_channel.env)[channel.ENV] == "/dev/tty4"
+    # the descriptors and the spec go together: one without the other is a mistake, caught before a boot
+    with pytest.raises(ValueError, match="channel"):
+        uml.run(with_channel, channel_fds=None)
