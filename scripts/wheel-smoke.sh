@@ -34,6 +34,13 @@ main() {
     step "the reference data installed"
     "$venv/bin/pip" show -f ipsec-testbed | grep -c 'analysis/reference/seed00[0-4].json' | grep -qx 5
 
+    step "the kernel recipe installed: the same recipe, the same kernel"
+    local key
+    key=$("$venv/bin/python" -c 'from testbed import umlkernel as u
+assert u.RECIPE.startswith(u.sysconfig.get_path("data")), u.RECIPE
+print(u.recipe_key())')
+    [[ $key == "$(bash "$here/scripts/build-uml-kernel.sh" --key)" ]] || { say "recipe key $key differs"; false; }
+
     step "ipsec-testbed doctor"
     "$venv/bin/ipsec-testbed" doctor >/dev/null
 

@@ -28,13 +28,21 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 from collections.abc import Iterable
 
 from testbed import names, xsave
 
-#: Where the project's kernel recipe lives, relative to the repository.
-RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "scripts", "build-uml-kernel.sh")
+#: The project's kernel recipe in a checkout ...
+_CHECKOUT_RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                                "build-uml-kernel.sh")
+#: ... and as an installed wheel puts it (pyproject.toml's data-files)
+_INSTALLED_RECIPE = os.path.join(sysconfig.get_path("data"), "share", "ipsec-testbed", "scripts",
+                                 "build-uml-kernel.sh")
+#: Where the project's kernel recipe is: the checkout's, else the installed copy.
+RECIPE = _CHECKOUT_RECIPE if os.path.isfile(_CHECKOUT_RECIPE) else _INSTALLED_RECIPE
+#: How a person runs it.
+RECIPE_COMMAND = "scripts/build-uml-kernel.sh" if RECIPE == _CHECKOUT_RECIPE else f"bash {RECIPE}"
 #: A default for ``--uml-kernel`` (a path, ``debian`` or ``recipe``): how a whole test suite or CI
 #: job runs on one kernel without passing the option to every command.
 KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
@@ -87,8 +95,10 @@ class UmlKernel:
                 "host_xsave_bytes": xsave.host_bytes()}
 
 
-_FIX = ("Use the project's kernel, which boots on every x86-64 CPU: `sudo ./run install` builds it "
-        "(scripts/build-uml-kernel.sh, about 10 minutes on 2 CPUs), then it is chosen by itself.")
+_FIX = ("Use the project's kernel, which boots on every x86-64 CPU: "
+        + ("`sudo ./run install` builds it (scripts/build-uml-kernel.sh" if RECIPE_COMMAND.startswith("scripts/")
+           else f"`sudo {RECIPE_COMMAND}` builds it (the recipe this package installed")
+        + ", about 10 minutes on 2 CPUs), then it is chosen by itself.")
 
 
 def debian() -> UmlKernel | None:
@@ -107,10 +117,10 @@ def debian() -> UmlKernel | None:
 @functools.cache
 def recipe_key() -> str | None:
     """The cache key of the kernel the recipe builds now (None: the recipe is not here)."""
-    if not os.access(RECIPE, os.X_OK):
+    if not os.path.isfile(RECIPE):
         return None
     try:
-        out = subprocess.run([RECIPE, "--key"], capture_output=True, text=True, timeout=60, check=True)
+        out = subprocess.run(["bash", RECIPE, "--key"], capture_output=True, text=True, timeout=60, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
@@ -184,7 +194,7 @@ def _named(word: str, why: str) -> UmlKernel:
         found = recipe(f"{why} (recipe)")
         if not found:
             raise KernelUnavailableError(f"{why} (recipe), but the project's kernel is not built yet: "
-                                         "run scripts/build-uml-kernel.sh (about 10 minutes on 2 CPUs)")
+                                         f"run {RECIPE_COMMAND} (about 10 minutes on 2 CPUs)")
         return found
     if not (os.path.isfile(word) and os.access(word, os.X_OK)):
         raise KernelUnavailableError(f"UML kernel {word!r} is not an executable file "
