@@ -82,6 +82,63 @@ def ipsec_ends(spec, mode: str) -> list[str]:
     return nodes
 
 
+def keyed_sas(net, mode: str, keying: str) -> list:
+    """The network's SAs with their keys: as installed, or as the kernel holds what IKE negotiated."""
+    if keying == "static":
+        return [sa for plan in net.ipsec_plans for sa in plan.sas]
+    held = {}
+    for node in ipsec_ends(net.spec, mode):
+        with XfrmSocket(net.ns(node)) as x:
+            held.update({(st.proto, st.spi, st.dst): st.to_spec() for st in x.dump_sa()
+                         if st.proto in ("esp", "ah", "comp")})
+    return list(held.values())
+
+
+def sa_text(net, node: str, keys: bool = False, hidden: str = "<key hidden>") -> str:
+    """``ip -s xfrm state`` in ``node``'s namespace, its keys replaced by ``hidden`` unless ``keys``."""
+    text = subprocess.run(["ip", "-s", "-n", net.ns(node), "xfrm", "state"], capture_output=True, text=True).stdout
+    return text if keys else re.sub(r"0x[0-9a-f]{16,}", hidden, text)
+
+
+def capture(net, count: int, ping: bool = True, timeout_s: float = 5.0) -> list:
+    """The packets the ends of the untrusted link send onto it, ``count`` from each (fewer if ``timeout_s``
+    passes), in time order; with ``ping``, while the first flow's client pings its server ``count`` times."""
+    import scapy.layers.inet
+    import scapy.layers.inet6
+    import scapy.layers.ipsec
+    import scapy.layers.l2  # noqa: F401
+    from scapy.utils import rdpcap
+
+    client, server = net.spec.flows[0]
+    packets = []
+    with tempfile.TemporaryDirectory(prefix="itb-demo-") as tmp:
+        dumps = []
+        for n, (ns, dev) in enumerate(net.untrusted_interfaces()):
+            # -Q out: what the interface sent, i.e. what crossed the wire.  A capture of
+            # what it received would also show the decrypted packets, which the kernel
+            # hands to packet taps on the receiving interface again.  Only IPv4 (the ping's
+            # family): an ARP or IPv6 neighbour-discovery frame would take a packet's place.
+            pcap = os.path.join(tmp, f"{n}.pcap")
+            dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-n", "-U", "-Q", "out", "-c",
+                                     str(count), "-i", dev, "-w", pcap, "ip"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, text=True)
+            dump.stderr.readline()  # "listening on ...": the capture is live
+            dumps.append((dump, pcap))
+        if ping:
+            subprocess.run(["ip", "netns", "exec", net.ns(client), "ping", "-c", str(count), "-i", "0.2",
+                            "-W", "2", net.addr(server)], stdout=subprocess.DEVNULL)
+        for dump, pcap in dumps:
+            try:
+                dump.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                dump.terminate()
+                dump.wait()
+            if os.path.getsize(pcap) > 24:  # more than the pcap header
+                packets += list(rdpcap(pcap))
+    packets.sort(key=lambda p: float(p.time))
+    return packets
+
+
 class DemoCLI(CLI):
     """Mininet's CLI with the testbed's commands (see the module docstring)."""
 
@@ -107,15 +164,7 @@ class DemoCLI(CLI):
         return ipsec_ends(self.net.spec, self.mode)
 
     def _sas(self) -> list:
-        """The SAs with their keys: as installed, or as the kernel holds what IKE negotiated."""
-        if self.keying == "static":
-            return [sa for plan in self.net.ipsec_plans for sa in plan.sas]
-        held = {}
-        for node in self._ends():
-            with XfrmSocket(self.net.ns(node)) as x:
-                held.update({(st.proto, st.spi, st.dst): st.to_spec() for st in x.dump_sa()
-                             if st.proto in ("esp", "ah", "comp")})
-        return list(held.values())
+        return keyed_sas(self.net, self.mode, self.keying)
 
     # -- commands ---------------------------------------------------------------------
     def do_guide(self, _line: str) -> None:
@@ -127,50 +176,16 @@ class DemoCLI(CLI):
         if not self.ipsec_on:
             print("IPsec is off (`ipsec on` to switch it on)")
         for node in self._ends():
-            text = subprocess.run(["ip", "-s", "-n", self.net.ns(node), "xfrm", "state"], capture_output=True,
-                                  text=True).stdout
-            if line.strip() != "keys":
-                text = re.sub(r"0x[0-9a-f]{16,}", "<key hidden: `sa keys` shows it>", text)
+            text = sa_text(self.net, node, keys=line.strip() == "keys", hidden="<key hidden: `sa keys` shows it>")
             print(f"--- {node}: ip -s xfrm state\n{text or '(no SA)'}")
 
     def do_capture(self, line: str) -> None:
         """capture [N]: N pings (default 3) across the network, and what both ends of the untrusted link sent."""
-        import scapy.layers.inet
-        import scapy.layers.inet6
-        import scapy.layers.ipsec
-        import scapy.layers.l2  # noqa: F401
-        from scapy.utils import rdpcap
-
         count = int(line) if line.strip().isdigit() else 3
         client, server = self._flow()
-        ends = self.net.untrusted_interfaces()
-        packets = []
-        with tempfile.TemporaryDirectory(prefix="itb-demo-") as tmp:
-            dumps = []
-            for n, (ns, dev) in enumerate(ends):
-                # -Q out: what the interface sent, i.e. what crossed the wire.  A capture of
-                # what it received would also show the decrypted packets, which the kernel
-                # hands to packet taps on the receiving interface again.  Only IPv4 (the ping's
-                # family): an ARP or IPv6 neighbour-discovery frame would take a packet's place.
-                pcap = os.path.join(tmp, f"{n}.pcap")
-                dump = subprocess.Popen(["ip", "netns", "exec", ns, "tcpdump", "-n", "-U", "-Q", "out", "-c",
-                                         str(count), "-i", dev, "-w", pcap, "ip"], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE, text=True)
-                dump.stderr.readline()  # "listening on ...": the capture is live
-                dumps.append((dump, pcap))
-            subprocess.run(["ip", "netns", "exec", self.net.ns(client), "ping", "-c", str(count), "-i", "0.2",
-                            "-W", "2", self.net.addr(server)], stdout=subprocess.DEVNULL)
-            for dump, pcap in dumps:
-                try:
-                    dump.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    dump.terminate()
-                    dump.wait()
-                if os.path.getsize(pcap) > 24:  # more than the pcap header
-                    packets += list(rdpcap(pcap))
-        packets.sort(key=lambda p: float(p.time))
+        packets = capture(self.net, count)
         self.captured = packets
-        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in ends)
+        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in self.net.untrusted_interfaces())
         print(f"{len(packets)} packets sent onto the untrusted link by {where} while {client} pinged {server}:")
         for i, p in enumerate(packets):
             print(f"  {i + 1:2d}  {p.summary()}")
