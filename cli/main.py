@@ -187,8 +187,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _need_root("demo")
     parse_profile(args.profile)  # bad input fails here, before a boot
     build_spec(args.topology, clients=args.clients)
-    if not sys.stdin.isatty():
-        raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line)")
+    if args.web and not 0 <= args.port <= 65535:
+        raise SystemExit(f"ipsec-testbed demo: --port {args.port} is not a TCP port (0: any free one)")
+    if args.web and args.pcap:
+        raise SystemExit("ipsec-testbed demo: --pcap is for the terminal; the page downloads each capture "
+                         "with its keys (its 'download pcap + keys' button)")
+    if not args.web and not sys.stdin.isatty():
+        raise SystemExit("ipsec-testbed demo: needs a terminal (it opens Mininet's command line; "
+                         "--web serves a page instead)")
     if is_ike(args.keying):
         child_proposals(parse_profile(args.profile))  # Unsupported: refused here, before a boot
         if ike_available():
@@ -198,6 +204,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
     from experiments import doctor, runner
 
+    if args.web:
+        from cli.webdemo import run_web
+
+        return run_web(args, argv, doctor.needs((args.profile,)))
     rc = runner.follow("ipsec-testbed demo", ("demo",), argv, args, doctor.needs((args.profile,)), interactive=True)
     if rc is not None:
         return rc
@@ -292,10 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         "with a short guide and the testbed's own commands: capture (only ESP on the untrusted link),\n"
         "decrypt (the same packets, decrypted with the run's keys), sa (SAs and counters), speed\n"
         "(iperf3), ipsec on|off. Runs in User-Mode Linux when the host kernel has no ESP. Exit\n"
-        "tears everything down.",
+        "tears everything down. With --web, the same demo is one page in a browser instead: the network\n"
+        "drawn, goodput charted live, IPsec/profile/rate/size switched, packets and SAs shown.",
         epilog="examples:\n  sudo ipsec-testbed demo vpn_gateway\n"
         "  sudo ipsec-testbed demo host_to_host --profile 3des-cbc-sha1 --mode transport --rate 10\n"
-        "  sudo ipsec-testbed demo road_warrior --clients 3 --pcap ~/ipsec-lab   # captures + Wireshark keys",
+        "  sudo ipsec-testbed demo road_warrior --clients 3 --pcap ~/ipsec-lab   # captures + Wireshark keys\n"
+        "  sudo ipsec-testbed demo vpn_gateway --web        # prints http://127.0.0.1:PORT/?token=...",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("topology", choices=tuple(TOPOLOGIES), help="the network")
     p.add_argument("--profile", default="aes-gcm-256", help="IPsec profile (default: %(default)s)")
@@ -306,6 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clients", type=int, default=2, metavar="N", help="road warriors / clients (default: %(default)s)")
     p.add_argument("--pcap", metavar="DIR", help="also write each capture there, with a Wireshark configuration "
                    "holding the keys (files 0600, directory 0700)")
+    p.add_argument("--web", action="store_true",
+                   help="serve the demo as a page on 127.0.0.1 (the address printed, with its token) instead "
+                   "of a command line; Ctrl-C ends it")
+    p.add_argument("--port", type=int, default=0, help="the page's port with --web (default: any free port)")
     add_kernel_options(p)
     p.set_defaults(func=cmd_demo)
 

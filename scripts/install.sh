@@ -19,10 +19,11 @@ python=${PYTHON:-/usr/bin/python3}
 #   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
 #   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
 #   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
+#   chromium-driver (a test drives the web demo's page in Chromium, through Selenium),
 #   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal),
 #   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
-              python3 python3-venv chromium ruby tmux
+              python3 python3-venv chromium chromium-driver ruby tmux
               strongswan-charon strongswan-swanctl libstrongswan-standard-plugins)
 
 say() { printf 'install: %s\n' "$*" >&2; }

@@ -1,0 +1,247 @@
+"""The web demo's engine: the network, its IPsec and its traffic, driven by the page's actions.
+
+It runs where the network lives (inside the User-Mode Linux guest, or on a host kernel with ESP),
+reads actions from its end of the channel (:mod:`testbed.channel`) and sends events back
+(:mod:`cli.webdemo.protocol`).  Three threads besides the main one, which reads and carries out
+the actions in order:
+
+- the traffic: a long iperf3 test from the first client to its server, while traffic is on; the
+  server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
+- the SAs: every second, ``ip -s xfrm state`` on each IPsec end (keys hidden unless asked);
+- none for captures: a capture runs in the main thread, for a few seconds at most.
+
+It ends when the host's end closes (the page's process ended) or the host says ``quit``; the
+network is torn down on the way out, however it ends.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import os
+import subprocess
+import tempfile
+import threading
+import time
+import zipfile
+
+from cli.demo import capture, keyed_sas, sa_text
+from cli.webdemo import protocol
+from ipsec import ike
+from testbed import channel as channels
+from testbed.errors import one_line
+from topologies import build_spec
+from topologies.shaping import ShapingSpec
+
+IPERF_PORT = 5299
+#: iperf3's test length while traffic is on (it is stopped sooner, by the page or the end)
+TRAFFIC_S = 86400
+SA_EVERY_S = 1.0
+
+
+class Engine:
+    """One network and what the page has set on it; :meth:`serve` runs it."""
+
+    def __init__(self, net, ends: channels.Ends, profile: str, mode: str, rate_mbit: float, keying: str,
+                 backend_label: str) -> None:
+        self.net, self.ends = net, ends
+        self.profile, self.mode, self.rate, self.keying = profile, mode, rate_mbit, keying
+        self.size = protocol.SIZES[-1]
+        self.ipsec_on = True
+        self.show_keys = False
+        self.backend_label = backend_label
+        self.started = time.monotonic()
+        self.captured: list = []
+        self.captured_sas: list = []
+        self._client: subprocess.Popen | None = None
+        self._server: subprocess.Popen | None = None
+        self._lock = threading.Lock()  # the network's state: settings change one at a time
+        self._stop = threading.Event()
+
+    # -- events ------------------------------------------------------------------------
+    def now(self) -> float:
+        return round(time.monotonic() - self.started, 3)
+
+    def send(self, event: str, **fields) -> bool:
+        return self.ends.send({"event": event, "t": self.now(), **fields})
+
+    def settings(self) -> dict:
+        return {"ipsec": self.ipsec_on, "profile": self.profile, "rate_mbit": self.rate, "size": self.size,
+                "traffic": self._client is not None and self._client.poll() is None, "keys": self.show_keys}
+
+    def status(self) -> None:
+        self.send("status", **self.settings())
+
+    def marker(self, text: str) -> None:
+        self.send("marker", text=text)
+
+    # -- the main loop -----------------------------------------------------------------
+    def serve(self) -> None:
+        self.send("hello", network=protocol.describe_network(self.net.spec, self.mode, self.rate),
+                  profiles=list(protocol.profiles()), rates=list(protocol.RATES), sizes=list(protocol.SIZES),
+                  keying=ike.describe_keying(self.keying), backend=self.backend_label, **self.settings())
+        threading.Thread(target=self._watch_sas, daemon=True).start()
+        try:
+            while (message := self.ends.receive()) is not None:
+                if message.get("action") == "quit":
+                    break
+                try:
+                    self.act(protocol.check_action(message))
+                except protocol.ActionError as e:
+                    self.send("error", text=str(e))
+                except Exception as e:  # noqa: BLE001 (an action that failed leaves the demo up, and says why)
+                    self.send("error", text=f"{message.get('action')}: {one_line(e)}")
+                self.status()
+        finally:
+            self._stop.set()
+            self.traffic(False)
+            self.send("bye")
+
+    def act(self, a: dict) -> None:
+        kind = a["action"]
+        with self._lock:
+            if kind == "ipsec":
+                self.switch(a["on"], self.profile)
+            elif kind == "profile":
+                self.switch(self.ipsec_on, a["name"])
+            elif kind == "rate":
+                self.net.reshape(ShapingSpec(rate_mbit=a["mbit"]))
+                self.rate = a["mbit"]
+                self.marker(f"{self.rate:g} Mbit/s")
+            elif kind == "size":
+                self.size = a["mss"]
+                self.marker(f"{self.size} B segments")
+                if self._client is not None:
+                    self.traffic(False)
+                    self.traffic(True)
+            elif kind == "traffic":
+                self.traffic(a["on"])
+                self.marker("traffic on" if a["on"] else "traffic off")
+            elif kind == "keys":
+                self.show_keys = a["show"]
+                self.send_sas()
+            elif kind == "capture":
+                self.capture()
+            elif kind == "pcap":
+                self.send("pcap", id=a["id"], **self.pcap())
+
+    # -- settings ----------------------------------------------------------------------
+    def switch(self, on: bool, profile: str) -> None:
+        if (on, profile) == (self.ipsec_on, self.profile):
+            return
+        if self.ipsec_on:
+            self.net.remove_ipsec()
+            self.ipsec_on = False
+        self.profile = profile
+        if on:
+            self.net.apply_ipsec(profile, self.mode, families=(4, 6), keying=self.keying)
+            self.ipsec_on = True
+        self.marker(f"IPsec on: {profile}" if on else "IPsec off")
+        self.send_sas()
+
+    def traffic(self, on: bool) -> None:
+        client, server = self.net.spec.flows[0]
+        if not on:
+            for proc in (self._client, self._server):
+                if proc is not None and proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            self._client = self._server = None
+            return
+        if self._client is not None and self._client.poll() is None:
+            return
+        self._server = subprocess.Popen(
+            ["ip", "netns", "exec", self.net.ns(server), "iperf3", "-s", "-1", "-p", str(IPERF_PORT),
+             "-i", "0.5", "--forceflush", "-f", "m"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._read_goodput, args=(self._server,), daemon=True).start()
+        time.sleep(0.3)  # the server listens (a process starts in tenths of a second in UML)
+        self._client = subprocess.Popen(
+            ["ip", "netns", "exec", self.net.ns(client), "iperf3", "-c", self.net.addr(server), "-p",
+             str(IPERF_PORT), "-t", str(TRAFFIC_S), "-M", str(self.size), "-i", "0", "--connect-timeout", "5000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def _read_goodput(self, server: subprocess.Popen) -> None:
+        for line in server.stdout:
+            mbps = protocol.interval_mbps(line)
+            if mbps is not None:
+                self.send("goodput", mbps=round(mbps, 3), ipsec=self.ipsec_on, profile=self.profile)
+            elif line.startswith("iperf3: error"):
+                self.send("error", text=line.strip())
+
+    # -- what the page shows -----------------------------------------------------------
+    def send_sas(self) -> None:
+        from cli.demo import ipsec_ends
+
+        hidden = "<key hidden>"
+        self.send("sas", ipsec=self.ipsec_on, keys=self.show_keys,
+                  nodes={node: protocol.busiest_first(sa_text(self.net, node, keys=self.show_keys, hidden=hidden))
+                         for node in ipsec_ends(self.net.spec, self.mode)})
+
+    def _watch_sas(self) -> None:
+        while not self._stop.wait(SA_EVERY_S):
+            with self._lock:
+                self.send_sas()
+
+    def capture(self) -> None:
+        running = self._client is not None and self._client.poll() is None
+        packets = capture(self.net, protocol.CAPTURE_COUNT, ping=not running)
+        self.captured = packets
+        self.captured_sas = keyed_sas(self.net, self.mode, self.keying) if self.ipsec_on else []
+        rows = [protocol.packet_row(i, p) for i, p in enumerate(packets)]
+        decrypted, why = [], ""
+        if any(p.haslayer("ESP") or p.haslayer("AH") for p in packets):
+            from ipsec.wire import DecryptError, decrypt
+
+            try:
+                decrypted = [protocol.decrypted_row(d) for d in decrypt(packets, self.captured_sas)]
+            except (DecryptError, ValueError) as e:
+                why = f"cannot decrypt: {one_line(e)}"
+        elif packets:
+            why = "no ESP or AH: the untrusted link carries plaintext (IPsec is off)"
+        else:
+            why = "nothing was sent onto the untrusted link"
+        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in self.net.untrusted_interfaces())
+        self.send("packets", captured=rows, decrypted=decrypted, note=why,
+                  source=f"sent onto the untrusted link by {where}" + (" (traffic)" if running else " (ping)"))
+
+    def pcap(self) -> dict:
+        """The last capture and its Wireshark configuration (keys), as a zip, base64; written to a private
+        temporary directory only for the time it takes to read them back."""
+        if not self.captured:
+            return {"problem": "nothing captured yet: capture first"}
+        from ipsec.wire import write_wireshark
+
+        with tempfile.TemporaryDirectory(prefix="itb-demo-pcap-") as tmp:
+            os.chmod(tmp, 0o700)
+            try:
+                write_wireshark("capture.pcap", self.captured, self.captured_sas, tmp, overwrite=True)
+            except ValueError as e:
+                return {"problem": one_line(e)}
+            buffer = io.BytesIO()
+            with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+                for name in sorted(os.listdir(tmp)):
+                    z.write(os.path.join(tmp, name), f"ipsec-demo/{name}")
+        return {"zip": base64.b64encode(buffer.getvalue()).decode()}
+
+
+def serve(topology: str, profile: str, mode: str, rate_mbit: float, clients: int, keying: str,
+          ends: channels.Ends) -> int:
+    """Build the network, protect it, and serve the page's actions over ``ends`` until the host goes."""
+    from testbed.backends import current
+    from topologies.network import Network
+
+    spec = build_spec(topology, clients=clients)
+    ends.send({"event": "building", "text": f"building {topology} in {current().label()}"})
+    try:
+        with Network(spec, shaping=ShapingSpec(rate_mbit=rate_mbit)) as net:
+            net.apply_ipsec(profile, mode, families=(4, 6), keying=keying)
+            Engine(net, ends, profile, mode, rate_mbit, keying, current().label()).serve()
+    except Exception as e:
+        ends.send({"event": "error", "text": f"the demo's network failed: {one_line(e)}", "fatal": True})
+        raise
+    finally:
+        ends.close()
+    return 0

@@ -1,0 +1,202 @@
+"""`ipsec-testbed demo vpn_gateway --web` in a real browser (headless Chromium driven by Selenium),
+as a teacher uses it: the page comes up with the network drawn and IPsec on; traffic charts its
+goodput; a capture shows only ESP on the untrusted link and the hosts' packets decrypted; IPsec
+switched off, the goodput rises and a capture shows plaintext; switched on, ESP again.  Then Ctrl-C
+(or SIGTERM) ends the demo with nothing left for `clean`.
+
+The network runs where ESP is (a UML guest here), the page on the host: the test crosses the
+channel between them.  With ``IPSEC_TESTBED_SCREENSHOT=PATH`` the page's screenshot is kept there
+(docs/demo-web.png is made so).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from test_sweep_resume import leftovers
+
+from testbed import waiting
+from topologies import build_spec
+from topologies.spec import plan_addresses
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAN = plan_addresses(build_spec("vpn_gateway"))
+URL = re.compile(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)")
+
+
+class Demo:
+    """The demo's process, started as a user does, and the address it printed."""
+
+    def __init__(self, *extra: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "cli.main", "demo", "vpn_gateway", "--web", *extra],
+                                     cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.output: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if m := URL.search(line):
+                self.url, self.port, self.token = m.group(0), int(m.group(1)), m.group(2)
+                return
+        self.stop(signal.SIGKILL)
+        pytest.fail(f"the demo printed no address:\n{''.join(self.output)}")
+
+    def stop(self, sig: int = signal.SIGINT, timeout_s: float = 60) -> int:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.output.append(self.proc.stdout.read())
+        return self.proc.returncode
+
+    def text(self) -> str:
+        return "".join(self.output)
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    assert shutil.which("chromedriver"), "chromedriver not found: scripts/install.sh installs chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,2000",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--hide-scrollbars", "--mute-audio"):
+        options.add_argument(flag)
+    return webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver")))
+
+
+def page_state(driver, expr: str):
+    return driver.execute_script(f"return {expr};")
+
+
+def until(driver, expr: str, what: str, timeout_s: float = 60):
+    return waiting.until(lambda: page_state(driver, expr), timeout_s, what, interval_s=0.25,
+                         state=lambda: f"page: {page_state(driver, 'JSON.stringify(window.demoState)')[:2000]}")
+
+
+def goodput_readings(driver, trace: int) -> list[float]:
+    return [y for y in page_state(driver, f"document.getElementById('chart').data[{trace}].y") if y is not None]
+
+
+def readings_after(driver, trace: int, skip: int, n: int) -> list[float]:
+    """``n`` readings of ``trace`` (0: with IPsec, 1: without) after the first ``skip`` new ones."""
+    before = len(goodput_readings(driver, trace))
+    waiting.until(lambda: len(goodput_readings(driver, trace)) >= before + skip + n, 60,
+                  f"{skip + n} goodput readings on trace {trace}", interval_s=0.5)
+    return goodput_readings(driver, trace)[before + skip:before + skip + n]
+
+
+def click(driver, element_id: str) -> None:
+    driver.find_element("id", element_id).click()
+
+
+def capture(driver) -> dict:
+    count = page_state(driver, "window.demoState.packets ? window.demoState.packets.t : -1")
+    click(driver, "capture")
+    until(driver, f"window.demoState.packets && window.demoState.packets.t !== {count}", "a capture", 60)
+    return page_state(driver, "window.demoState.packets")
+
+
+@pytest.fixture
+def no_leftovers():
+    before = leftovers()
+    yield before
+    waiting.until(lambda: leftovers() <= before, 30, "the demo's network to be gone", interval_s=0.5,
+                  state=lambda: f"left: {leftovers() - before}")
+
+
+def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers, tmp_path):
+    demo = Demo()
+    driver = browser()
+    try:
+        driver.get(f"http://127.0.0.1:{demo.port}/")  # without its token: refused, nothing of the page
+        assert "refused" in driver.page_source and "demoState" not in driver.page_source
+
+        driver.get(demo.url)
+        until(driver, "document.body.dataset.ipsec === 'on'", "the network to be built with IPsec on", 180)
+        assert page_state(driver, "document.querySelectorAll('#network [data-node]').length") == 4
+        assert page_state(driver, "document.querySelectorAll('#network .ipsec-end').length") == 2  # gw1, gw2
+        assert page_state(driver, "document.querySelectorAll('#network line.untrusted').length") == 1
+
+        click(driver, "traffic-toggle")
+        until(driver, "document.body.dataset.traffic === 'on'", "the traffic to start")
+        with_ipsec = readings_after(driver, 0, 2, 8)
+
+        packets = capture(driver)
+        assert packets["captured"] and all(p["proto"] == "ESP" for p in packets["captured"]), packets
+        wan = {i.v4.split("/")[0] for gw, peer in (("gw1", "gw2"), ("gw2", "gw1"))
+               for i in PLAN.of(gw) if i.peer == peer}
+        assert {p["src"] for p in packets["captured"]} | {p["dst"] for p in packets["captured"]} <= wan
+        inside = packets["decrypted"]
+        assert len(inside) == len(packets["captured"]) and all(d["inner"] == "TCP" for d in inside), inside
+        hosts = {PLAN.address("h1", 4), PLAN.address("h2", 4)}
+        assert {d["src"] for d in inside} | {d["dst"] for d in inside} == hosts, inside
+        assert page_state(driver, "document.querySelectorAll('#captured tbody tr.protected').length") == len(inside)
+
+        click(driver, "ipsec-toggle")
+        until(driver, "document.body.dataset.ipsec === 'off'", "IPsec to be switched off")
+        plain = readings_after(driver, 1, 2, 8)
+        packets = capture(driver)
+        assert packets["captured"] and not any(p["proto"] == "ESP" for p in packets["captured"]), packets
+        assert "TCP" in {p["proto"] for p in packets["captured"]} and not packets["decrypted"]
+        assert "plaintext" in packets["note"]
+        assert page_state(driver, "document.querySelectorAll('#network .ipsec-end').length") == 0
+
+        click(driver, "ipsec-toggle")
+        until(driver, "document.body.dataset.ipsec === 'on'", "IPsec to be switched on again")
+        again = readings_after(driver, 0, 2, 4)
+        assert all(p["proto"] == "ESP" for p in capture(driver)["captured"])
+        assert page_state(driver, "window.demoState.markers") >= 3  # traffic on, IPsec off, IPsec on
+        assert page_state(driver, "window.demoState.errors") == []
+
+        # 10 Mbit/s, MSS 1460: AES-GCM-256's 57 bytes more per packet cost about 4 % of the goodput
+        assert statistics.median(plain) > statistics.median(with_ipsec) * 1.01, (plain, with_ipsec)
+        assert statistics.median(plain) > statistics.median(again) * 1.01, (plain, again)
+        assert 8.0 < statistics.median(with_ipsec) < 10.0
+
+        shot = os.environ.get("IPSEC_TESTBED_SCREENSHOT") or str(tmp_path / "demo-web.png")
+        driver.execute_script("document.getElementById('step-next').click(); "
+                              "document.getElementById('step-next').click(); window.scrollTo(0, 0);")
+        assert "What is inside" in driver.find_element("id", "step").text  # step 3 of the walk-through
+        assert driver.save_screenshot(shot)
+        with open(shot, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    finally:
+        driver.quit()
+        rc = demo.stop(signal.SIGINT)
+    assert rc == 130, demo.text()
+    assert "demo: network removed, page closed" in demo.text()
+
+
+def test_sigterm_ends_the_demo_and_its_guest(no_leftovers):
+    demo = Demo()
+    # the page's events: the network is up once the hello has come
+    deadline = time.monotonic() + 180
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://127.0.0.1:{demo.port}/events?token={demo.token}"), timeout=180) as events:
+        while time.monotonic() < deadline:
+            line = events.readline()
+            if b'"event": "hello"' in line:
+                break
+        else:
+            pytest.fail("no hello from the demo")
+    assert demo.stop(signal.SIGTERM) == 143, demo.text()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(demo.url, timeout=5)
