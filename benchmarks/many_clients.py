@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Many clients through IPsec: does every point measure, when are all clients sending, how long it takes.
+"""Many clients through IPsec: does every point measure, when are all clients connected, how long it takes.
 
     sudo ipsec-testbed bench many_clients                          # 1, 10, 50, 100, 200 clients: about 40 min in UML
     sudo ipsec-testbed bench many_clients --clients 1,10,50 --out runs/many
@@ -8,7 +8,7 @@ For each N, one ``ipsec-testbed sweep --topology road_warrior --clients N --prof
 --rates 10,100 --sizes 1460 --repetitions 2`` as a user runs it (a process of its own, its
 output in ``--out``/clientsN.log), the default warm-up.  Printed per N and per point (plain and
 AES-GCM-256 at 10 and 100 Mbit/s): whether every repetition measured, what bounded them, the
-time from the clients' go to every one of them sending (the record's ``clients_sending_s``, the
+time from the clients' go to every one of them connected (the record's ``clients_sending_s``, the
 most of the repetitions; none with one client), and the sweep's wall time with its boot and the
 network's build.
 """
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"--clients must be in 1..{MAX_CLIENTS}, not {bad}")
     os.makedirs(args.out, exist_ok=True)
-    print(f"{'clients':>7s} {'profile':>12s} {'Mbit/s':>6s} {'measured':>8s} {'bound':>14s} {'sending s':>9s} "
+    print(f"{'clients':>7s} {'profile':>12s} {'Mbit/s':>6s} {'measured':>8s} {'bound':>14s} {'connect s':>9s} "
           f"{'goodput':>8s}  sweep")
     everything = True
     for n in args.clients:
@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{n:>7d} {profile:>12s} {rate:>6g} {len(ok):>4d} of 2 {bounds:>14s} "
                       f"{(f'{max(sending):.2f}' if sending else '–'):>9s} "
                       f"{(f'{goodput:.2f}' if goodput is not None else '–'):>8s}  {tail}", flush=True)
-    print("measured: repetitions measured of 2; sending: the most seconds any repetition took from the clients' go "
-          "to every client sending; goodput: Mbit/s, all clients together, mean of the repetitions; sweep: its exit "
+    print("measured: repetitions measured of 2; connect: the most seconds any repetition took from the clients' go "
+          "to every client's data connection up; goodput: Mbit/s, all clients together, mean of the repetitions; "
+          "sweep: its exit "
           f"status and wall time (boot and network build included); logs in {args.out}")
     return 0 if everything else 1
 

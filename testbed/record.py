@@ -187,8 +187,8 @@ class Record:
                                      "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
                                      "never keys)")
     clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)
-    clients_sending_s: float | None = _doc("seconds from the clients' go to every one of them sending (TCP, "
-                                           "more than one client: the window opens no sooner)")
+    clients_sending_s: float | None = _doc("seconds from the clients' go until every one of them had its data "
+                                           "connection up (TCP, more than one client: the window opens no sooner)")
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
     attempts: int = _doc("tries the point took (a failed iperf3 test is tried again)", 1)

@@ -43,7 +43,7 @@ IPERF_SPARE_S = 3
 BACKLOG_EVERY_S = 0.1
 #: How long the receivers may take to see data after the clients are let go.
 FLOW_TIMEOUT_S = 10.0
-#: ... and for every one of N TCP clients to be sending, this much more per client.
+#: ... and for every one of N TCP clients to have its data connection up, this much more per client.
 CONNECT_S_PER_CLIENT = 0.5
 #: When a SYN that was dropped gets through at the latest: Linux sends it 1 + tcp_syn_retries (6) times,
 #: 1, 2, 4, ... 32 s apart, and gives up 127 s after the first.
@@ -51,7 +51,7 @@ SYN_HORIZON_S = 127.0
 
 
 def connect_timeout_s(clients: int, rate_mbit: float | None = None) -> float:
-    """How long every one of ``clients`` TCP flows may take to be sending before the point fails.
+    """How long every one of ``clients`` TCP flows may take to connect before the point fails.
 
     Beyond a floor and a share per client, a share of the SYN horizon that grows with the flows per
     Mbit/s of the shaped link: the first flows fill the shaper's queue, a late SYN is dropped there and
@@ -95,7 +95,7 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: s
 def iperf_options(point: Point, spec: SweepSpec) -> dict:
     """:func:`experiments.engine.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
     and window (it is stopped when the window closes), and than the wait for every one of several TCP
-    clients to be sending (the first ones must still run when the last come), no warm-up of iperf3's own."""
+    clients to connect (the first ones must still run when the last come), no warm-up of iperf3's own."""
     waiting = connect_timeout_s(point.clients, point.rate_mbit) if point.transport == "tcp" and point.clients > 1 else 0
     return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s + waiting) + IPERF_SPARE_S,
                 transport=point.transport,
@@ -195,11 +195,11 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         let_go = time.monotonic()
         try:
             seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
-            # many clients: the window opens once every one is sending (the warm-up is a floor)
+            # many clients: the window opens once every one is connected (the warm-up is a floor)
             every = None
             if point.transport == "tcp" and len(flows) > 1:
                 limit_s = connect_timeout_s(len(flows), point.rate_mbit)
-                every = monitor.wait_all_sending(limit_s, failed=clients.failure) / 1e9
+                every = monitor.wait_all_connected(limit_s, failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = max(seen + spec.warmup_s, every or 0.0)

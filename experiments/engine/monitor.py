@@ -46,7 +46,7 @@ from testbed.record import Bound
 log = logging.getLogger(__name__)
 
 #: A TCP connection that took in more than this carries a test's data, not iperf3's control
-#: messages (a few hundred bytes): :meth:`Monitor.sending`.
+#: messages (a few hundred bytes): :meth:`Monitor.connected`.
 DATA_BYTES = 16 * 1024
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
 LINK_FULL = 0.97
@@ -348,33 +348,38 @@ class Monitor:
             time.sleep(poll_s)
         return True
 
-    def sending(self) -> int:
-        """How many of the point's TCP flows have their data arriving: a connection on the flow's
-        server port that took in more than :data:`DATA_BYTES` (iperf3's control connection carries
-        a few hundred)."""
+    def connected(self) -> int:
+        """How many of the point's TCP flows have their data connection up: iperf3's second
+        connection on the flow's server port established (the first is its control connection), or
+        one that took in more than :data:`DATA_BYTES` (the control connection carries a few hundred).
+
+        Connected, not necessarily moving data: with tens of flows per Mbit/s behind one queue, a
+        flow whose first segments were dropped waits out its retransmission timeouts (1, 2, 4 ...
+        s) while the others fill the link, and counts all the same."""
         count = 0
         for ns, port, _pid in self.receivers:
-            count += any((s.bytes_received or 0) > DATA_BYTES and s.cookie not in self._earlier
-                         for s in self._diag[ns].tcp(local_ports=[port]))
+            new = [s for s in self._diag[ns].tcp(local_ports=[port]) if s.cookie not in self._earlier]
+            count += (any((s.bytes_received or 0) > DATA_BYTES for s in new)
+                      or sum(s.state == ESTABLISHED for s in new) >= 2)
         return count
 
-    def wait_all_sending(self, timeout_s: float, poll_s: float = 0.05,
-                         failed: Callable[[], str | None] = lambda: None) -> int:
-        """Wait until every TCP flow's data arrives (:meth:`sending`); the monotonic ns when it did.
+    def wait_all_connected(self, timeout_s: float, poll_s: float = 0.05,
+                           failed: Callable[[], str | None] = lambda: None) -> int:
+        """Wait until every TCP flow's data connection is up (:meth:`connected`); the monotonic ns when it was.
 
-        TimeoutError after ``timeout_s`` saying how many were sending by then, or at once when
+        TimeoutError after ``timeout_s`` saying how many had connected by then, or at once when
         ``failed()`` says why one never will."""
         t0 = time.monotonic()
         while True:
             t = time.monotonic_ns()
-            n = self.sending()
+            n = self.connected()
             if n >= len(self.receivers):
                 return t
             why = failed()
             if why:
                 raise TimeoutError(why)
             if time.monotonic() - t0 > timeout_s:
-                raise TimeoutError(f"{n} of {len(self.receivers)} clients were sending after {timeout_s:g} s")
+                raise TimeoutError(f"{n} of {len(self.receivers)} clients had connected after {timeout_s:g} s")
             time.sleep(poll_s)
 
     def wait_for_flow(self, timeout_s: float, poll_s: float = 0.02,

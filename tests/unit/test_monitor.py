@@ -177,7 +177,7 @@ def test_udp_counters_add_both_ip_versions():
 
 # -- whose connections a test's readings count ---------------------------------------------
 
-LAST_ACK = 9
+LAST_ACK, SYN_RECV = 9, 3  # TCP states (include/net/tcp_states.h)
 
 
 def tcp(cookie: int, received: int, state: int = ESTABLISHED) -> TcpSocket:
@@ -233,23 +233,24 @@ def test_the_flow_is_seen_when_the_new_tests_bytes_arrive_not_when_an_old_connec
         monitor_on(diag).for_test("tcp").wait_for_flow(timeout_s=0.05, poll_s=0.001)
 
 
-def test_the_window_waits_for_every_client_and_says_how_many_came():
+def test_the_window_waits_for_every_clients_data_connection_and_says_how_many_came():
     # three clients on three servers: control connections (300 B) before data, one client late
     diags = {f"server{i}": FakeDiag() for i in range(3)}
     m = Monitor.__new__(Monitor)
     m.receivers = [(ns, 5201, 1) for ns in diags]
     m._senders, m._diag = ["client"] * 3, {**diags, "client": FakeDiag()}
-    m.transport, m.datagram_bytes, m._earlier = "tcp", 0, frozenset()
+    m.transport, m.datagram_bytes, m._earlier = "tcp", 0, frozenset([9])
     diags["server0"].now = [tcp(1, 300), tcp(2, 2_000_000)]
     diags["server1"].now = [tcp(3, 300), tcp(4, 40_000)]
-    diags["server2"].then = [[tcp(5, 300)], [tcp(5, 300)], [tcp(5, 300), tcp(6, 1_448)], [tcp(5, 300), tcp(6, 90_000)]]
-    assert m.sending() == 2  # the third has only its control connection
-    assert m.wait_all_sending(timeout_s=1.0, poll_s=0.001) > 0
-    diags["server2"].now = [tcp(5, 300)]  # a client that never sends
-    with pytest.raises(TimeoutError, match="2 of 3 clients were sending after 0.05 s"):
-        m.wait_all_sending(timeout_s=0.05, poll_s=0.001)
+    diags["server2"].then = [[tcp(5, 300)], [tcp(5, 300), tcp(6, 0, SYN_RECV)], [tcp(5, 300), tcp(6, 0)]]
+    assert m.connected() == 2  # the third has only its control connection
+    assert m.connected() == 2  # ... and a data connection half open
+    assert m.wait_all_connected(timeout_s=1.0, poll_s=0.001) > 0  # up, not a byte yet: a starved flow counts
+    diags["server2"].now = [tcp(5, 300), tcp(9, 5_000_000)]  # a connection of an earlier test does not
+    with pytest.raises(TimeoutError, match="2 of 3 clients had connected after 0.05 s"):
+        m.wait_all_connected(timeout_s=0.05, poll_s=0.001)
     with pytest.raises(TimeoutError, match="client 3 exited"):
-        m.wait_all_sending(timeout_s=1.0, poll_s=0.001, failed=lambda: "client 3 exited")
+        m.wait_all_connected(timeout_s=1.0, poll_s=0.001, failed=lambda: "client 3 exited")
 
 
 def test_the_speed_probes_ns_per_operation_over_the_window_is_kept():
