@@ -66,7 +66,7 @@ class Engine:
 
     def settings(self) -> dict:
         return {"ipsec": self.ipsec_on, "profile": self.profile, "rate_mbit": self.rate, "size": self.size,
-                "traffic": self._client is not None and self._client.poll() is None, "keys": self.show_keys}
+                "traffic": self.traffic_on, "keys": self.show_keys}
 
     def status(self) -> None:
         self.send("status", **self.settings())
@@ -77,7 +77,9 @@ class Engine:
     # -- the main loop -----------------------------------------------------------------
     def serve(self) -> None:
         self.send("hello", network=protocol.describe_network(self.net.spec, self.mode, self.rate),
-                  profiles=list(protocol.profiles()), rates=list(protocol.RATES), sizes=list(protocol.SIZES),
+                  # the command line's own profile and rate are shown even where the page offers others
+                  profiles=list(dict.fromkeys((*protocol.profiles(), self.profile))),
+                  rates=sorted({*protocol.RATES, self.rate}), sizes=list(protocol.SIZES),
                   keying=ike.describe_keying(self.keying), backend=self.backend_label, **self.settings())
         threading.Thread(target=self._watch_sas, daemon=True).start()
         try:
@@ -114,8 +116,9 @@ class Engine:
                     self.traffic(False)
                     self.traffic(True)
             elif kind == "traffic":
-                self.traffic(a["on"])
-                self.marker("traffic on" if a["on"] else "traffic off")
+                if a["on"] != self.traffic_on:
+                    self.traffic(a["on"])
+                    self.marker("traffic on" if a["on"] else "traffic off")
             elif kind == "keys":
                 self.show_keys = a["show"]
                 self.send_sas()
@@ -128,6 +131,7 @@ class Engine:
     def switch(self, on: bool, profile: str) -> None:
         if (on, profile) == (self.ipsec_on, self.profile):
             return
+        was_off = not self.ipsec_on
         if self.ipsec_on:
             self.net.remove_ipsec()
             self.ipsec_on = False
@@ -135,8 +139,12 @@ class Engine:
         if on:
             self.net.apply_ipsec(profile, self.mode, families=(4, 6), keying=self.keying)
             self.ipsec_on = True
-        self.marker(f"IPsec on: {profile}" if on else "IPsec off")
+        self.marker(f"IPsec on: {profile}" if on else f"profile {profile} (IPsec off)" if was_off else "IPsec off")
         self.send_sas()
+
+    @property
+    def traffic_on(self) -> bool:
+        return self._client is not None and self._client.poll() is None
 
     def traffic(self, on: bool) -> None:
         client, server = self.net.spec.flows[0]
@@ -151,7 +159,7 @@ class Engine:
                         proc.wait()
             self._client = self._server = None
             return
-        if self._client is not None and self._client.poll() is None:
+        if self.traffic_on:
             return
         self._server = subprocess.Popen(
             ["ip", "netns", "exec", self.net.ns(server), "iperf3", "-s", "-1", "-p", str(IPERF_PORT),
@@ -186,7 +194,7 @@ class Engine:
                 self.send_sas()
 
     def capture(self) -> None:
-        running = self._client is not None and self._client.poll() is None
+        running = self.traffic_on
         packets = capture(self.net, protocol.CAPTURE_COUNT, ping=not running)
         self.captured = packets
         self.captured_sas = keyed_sas(self.net, self.mode, self.keying) if self.ipsec_on else []
