@@ -6,7 +6,8 @@
 # Builds the wheel from this checkout, installs it into a fresh virtualenv in a temporary
 # directory, and from there (not the checkout) runs: `doctor`; `report` on a copy of each seed's
 # stored run (examples/runs/seedNNN: small real runs, kept in the repository); a sweep's
-# --dry-run; and one short real sweep (in User-Mode Linux where the host kernel lacks ESP).
+# --dry-run; a benchmark (UML's boot, by the installed code); and one short real sweep (in
+# User-Mode Linux where the host kernel lacks ESP). It checks the kernel recipe came along too.
 # Exit status: non-zero at the first step that fails, which it names.
 set -euo pipefail
 
@@ -59,6 +60,10 @@ sys.exit(not any(c["verdict"] != "not measured" for c in claims))' "$tmp/$seed/c
 
     step "ipsec-testbed sweep --dry-run"
     "$venv/bin/ipsec-testbed" sweep --dry-run >/dev/null 2>&1
+
+    step "a benchmark from the wheel: ipsec-testbed bench uml_overhead --repeat 1"
+    "$venv/bin/ipsec-testbed" bench uml_overhead --repeat 1 </dev/null >"$tmp/bench.txt" 2>&1 ||
+        { tail -20 "$tmp/bench.txt" >&2; false; }
 
     step "one short real sweep"
     "$venv/bin/ipsec-testbed" sweep --rates 10 --sizes 1460 --repetitions 1 --duration 1 --no-report \
