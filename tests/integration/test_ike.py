@@ -231,7 +231,7 @@ def test_a_daemon_that_does_not_start_fails_in_one_line_with_its_own_words(netwo
     real = ike.strongswan_conf
     monkeypatch.setattr(ike, "START_TIMEOUT_S", 5.0)
     monkeypatch.setattr(ike, "strongswan_conf",
-                        lambda state_dir: real(state_dir).replace(f"unix://{state_dir}/charon.vici",
+                        lambda state_dir, crowd=1: real(state_dir, crowd).replace(f"unix://{state_dir}/charon.vici",
                                                                   f"unix://{state_dir}/missing/charon.vici"))
     keying = ike.Keying(net.run_id)
     try:

@@ -69,6 +69,14 @@ def test_the_daemon_keeps_its_socket_and_log_in_its_directory_and_gives_up_on_a_
     assert "install_routes = no" in conf and "stroke" not in conf
     timeout, base, tries = (ike.RETRANSMIT[k] for k in ("retransmit_timeout", "retransmit_base", "retransmit_tries"))
     assert sum(timeout * base ** k for k in range(tries + 1)) < 15  # strongSwan's default: 165 s
+    assert "retransmit_timeout = 3\n" in conf and "retransmit_base = 1.5\n" in conf
+
+
+def test_a_crowd_of_peers_at_one_daemon_waits_longer_before_retransmitting():
+    assert ike.retransmit_settings(1) == ike.RETRANSMIT
+    assert ike.retransmit_settings(100)["retransmit_timeout"] == pytest.approx(12.9)
+    assert ike.retransmit_settings(200)["retransmit_timeout"] == pytest.approx(22.9)  # 0.1 s an answer
+    assert "retransmit_timeout = 22.9\n" in ike.strongswan_conf("/tmp/x", crowd=200)
 
 
 def test_the_cause_of_a_failure_is_its_most_telling_line():
