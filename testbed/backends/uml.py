@@ -237,6 +237,10 @@ def guest_env(host_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(env.items()))
 
 
+#: Open files a guest's command may hold (its init raises the limit; the kernel's default is 1024).
+NOFILE = 65536
+
+
 def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     """The guest's init (PID 1) as shell text.  Pure: the tests read it."""
     q = shlex.quote
@@ -257,6 +261,9 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         "mount -t tmpfs tmpfs /sys/fs/cgroup 2>/dev/null",
         "hostname itb-uml",
         "ip link set lo up",
+        # 200 road warriors hold a few thousand descriptors (their shells, iperf3's pipes, a
+        # sock_diag socket per namespace): more than the 1024 a process gets by default
+        f"ulimit -n {NOFILE}",
     ]
     if spec.modules_dir:
         lines += [
