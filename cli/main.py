@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import resource
 import signal
 import sys
 from collections.abc import Sequence
@@ -370,10 +369,6 @@ OWN_PARSERS = {"sweep": _sweep, "reproduce": _reproduce, "bench": _bench, "repor
 def main(argv: Sequence[str] | None = None) -> int:
     # Behave like a Unix tool when the reader goes away (`ipsec-testbed profiles | head`).
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    # Hundreds of clients hold thousands of descriptors: take the hard limit, not the soft 1024.
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     argv = list(sys.argv[1:] if argv is None else argv)
     # jobs with parsers of their own, --help included; `ipsec-testbed -v sweep` is `ipsec-testbed sweep -v`
     leading = next((i for i, word in enumerate(argv) if word not in GLOBAL_FLAGS), len(argv))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -189,3 +190,26 @@ def namespace(name: str) -> Iterator[str]:
         yield name
     finally:
         delete(name)
+
+
+#: Descriptors a process gets by default, and what a network's node costs a sweep beyond them
+#: (its shell's pipes, an iperf3 client's and server's, a sock_diag socket in its namespace).
+DEFAULT_OPEN_FILES = 1024
+OPEN_FILES_PER_NODE = 24
+
+
+def open_files_for(nodes: int) -> int:
+    """The open-file limit a sweep over a network of ``nodes`` wants (200 road warriors: about 5,900)."""
+    return DEFAULT_OPEN_FILES + OPEN_FILES_PER_NODE * nodes
+
+
+def ensure_open_files(needed: int) -> int:
+    """Raise this process's soft limit on open files to ``needed`` where it is lower (up to the hard
+    limit); returns the soft limit now.  Only as far as needed: children inherit it, and mnexec closes
+    every descriptor up to it when it starts a node."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+    if want > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        return want
+    return soft

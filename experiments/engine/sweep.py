@@ -53,7 +53,7 @@ from experiments.engine.plan import (
 )
 from experiments.engine.turns import Turns
 from experiments.machine import machine_meta
-from testbed import backends, rundir
+from testbed import backends, netns, rundir
 from testbed.errors import Refused
 from testbed.record import Record, point_key, usable
 from topologies import build_spec
@@ -191,6 +191,7 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     try:
         if rates:
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
+            netns.ensure_open_files(netns.open_files_for(len(topo.nodes)))
             with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                     iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
                     monitor_for(net, servers, meter) as monitor, rundir.open_results(run_dir) as out:

@@ -237,7 +237,7 @@ def guest_env(host_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(env.items()))
 
 
-#: Open files a guest's command may hold (its init raises the limit; the kernel's default is 1024).
+#: Open files a guest's command may raise its limit to (its init raises the hard limit; the soft stays 1024).
 NOFILE = 65536
 
 
@@ -262,8 +262,11 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         "hostname itb-uml",
         "ip link set lo up",
         # 200 road warriors hold a few thousand descriptors (their shells, iperf3's pipes, a
-        # sock_diag socket per namespace): more than the 1024 a process gets by default
-        f"ulimit -n {NOFILE}",
+        # sock_diag socket per namespace): the hard limit allows it, and a sweep of many clients
+        # raises its own soft limit (testbed.netns.ensure_open_files).  Not the soft limit for
+        # everything: mnexec closes every descriptor up to it when it starts a node, 65,536 slow
+        # system calls in UML for each node of every network.
+        f"ulimit -Hn {NOFILE}",
     ]
     if spec.modules_dir:
         lines += [

@@ -546,3 +546,17 @@ def test_a_guest_runs_the_front_door_without_the_current_directorys_modules():
     from experiments.doctor import guest_command
 
     assert guest_command(("sweep",), ["--dry-run"])[1:] == ["-P", "-m", "cli", "sweep", "--dry-run"]
+
+
+def test_a_sweep_of_many_nodes_raises_its_open_file_limit_only_as_far_as_it_needs():
+    import resource
+
+    from testbed import netns
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        assert netns.ensure_open_files(soft - 1) == soft  # never lowered
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            assert netns.ensure_open_files(soft + 8) == soft + 8 == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert netns.open_files_for(202) > 5000  # 200 road warriors, their switch and gateway... and server
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

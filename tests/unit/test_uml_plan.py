@@ -28,7 +28,8 @@ def test_init_runs_the_command_quoted_in_its_directory_and_reports_status():
                                   "mv /tmp/wd/status.tmp /tmp/wd/status"]
     assert "echo o > /proc/sysrq-trigger" in lines[i + 5:]
     assert "export FOO='x y'" in lines
-    assert f"ulimit -n {uml.NOFILE}" in lines and uml.NOFILE >= 8192  # 200 road warriors' descriptors
+    assert f"ulimit -Hn {uml.NOFILE}" in lines and uml.NOFILE >= 8192  # 200 road warriors' descriptors
+    assert not any(line.startswith("ulimit -n") for line in lines)  # the soft limit stays (mnexec closes up to it)
 
 
 def test_terminal_output_goes_straight_to_the_consoles_pipes_through_a_fifo():
