@@ -10,6 +10,7 @@ import ast
 import importlib
 import os
 import sys
+import types
 from collections.abc import Sequence
 
 from testbed.errors import fail
@@ -41,8 +42,10 @@ def usage() -> str:
 
 def load(name: str):
     """The benchmark module ``name``."""
-    # Run as a script, a benchmark's `import _bootstrap` finds the checkout; here the package has it.
-    sys.modules.setdefault("_bootstrap", importlib.import_module("benchmarks._bootstrap"))
+    # Run as a script, a benchmark's `import _bootstrap` finds the checkout and its virtualenv; here the
+    # project is imported already (from a checkout or an installed wheel), so that import has nothing to do:
+    # an empty module stands in for it (importing the real one would look for the checkout's .venv).
+    sys.modules.setdefault("_bootstrap", types.ModuleType("_bootstrap"))
     return importlib.import_module(f"benchmarks.{name}")
 
 
