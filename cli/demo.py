@@ -100,6 +100,11 @@ def sa_text(net, node: str, keys: bool = False, hidden: str = "<key hidden>") ->
     return text if keys else re.sub(r"0x[0-9a-f]{16,}", hidden, text)
 
 
+def untrusted_senders(net) -> str:
+    """Who :func:`capture` listens to, for a sentence: ``gw1 (itb...e1) and gw2 (itb...e0)``."""
+    return " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in net.untrusted_interfaces())
+
+
 def capture(net, count: int, ping: bool = True, timeout_s: float = 5.0) -> list:
     """The packets the ends of the untrusted link send onto it, ``count`` from each (fewer if ``timeout_s``
     passes), in time order; with ``ping``, while the first flow's client pings its server ``count`` times."""
@@ -185,7 +190,7 @@ class DemoCLI(CLI):
         client, server = self._flow()
         packets = capture(self.net, count)
         self.captured = packets
-        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in self.net.untrusted_interfaces())
+        where = untrusted_senders(self.net)
         print(f"{len(packets)} packets sent onto the untrusted link by {where} while {client} pinged {server}:")
         for i, p in enumerate(packets):
             print(f"  {i + 1:2d}  {p.summary()}")

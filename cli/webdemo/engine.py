@@ -24,7 +24,7 @@ import threading
 import time
 import zipfile
 
-from cli.demo import capture, keyed_sas, sa_text
+from cli.demo import capture, ipsec_ends, keyed_sas, sa_text, untrusted_senders
 from cli.webdemo import protocol
 from ipsec import ike
 from testbed import channel as channels
@@ -112,7 +112,7 @@ class Engine:
             elif kind == "size":
                 self.size = a["mss"]
                 self.marker(f"{self.size} B segments")
-                if self._client is not None:
+                if self.traffic_on:  # running traffic takes the new size: a new test
                     self.traffic(False)
                     self.traffic(True)
             elif kind == "traffic":
@@ -181,8 +181,6 @@ class Engine:
 
     # -- what the page shows -----------------------------------------------------------
     def send_sas(self) -> None:
-        from cli.demo import ipsec_ends
-
         hidden = "<key hidden>"
         self.send("sas", ipsec=self.ipsec_on, keys=self.show_keys,
                   nodes={node: protocol.busiest_first(sa_text(self.net, node, keys=self.show_keys, hidden=hidden))
@@ -211,9 +209,9 @@ class Engine:
             why = "no ESP or AH: the untrusted link carries plaintext (IPsec is off)"
         else:
             why = "nothing was sent onto the untrusted link"
-        where = " and ".join(f"{ns.rsplit('-', 1)[1]} ({dev})" for ns, dev in self.net.untrusted_interfaces())
         self.send("packets", captured=rows, decrypted=decrypted, note=why,
-                  source=f"sent onto the untrusted link by {where}" + (" (traffic)" if running else " (ping)"))
+                  source=f"sent onto the untrusted link by {untrusted_senders(self.net)}"
+                  + (" (traffic)" if running else " (ping)"))
 
     def pcap(self) -> dict:
         """The last capture and its Wireshark configuration (keys), as a zip, base64; written to a private
