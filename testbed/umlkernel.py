@@ -41,8 +41,9 @@ _INSTALLED_RECIPE = os.path.join(sysconfig.get_path("data"), "share", "ipsec-tes
                                  "build-uml-kernel.sh")
 #: Where the project's kernel recipe is: the checkout's, else the installed copy.
 RECIPE = _CHECKOUT_RECIPE if os.path.isfile(_CHECKOUT_RECIPE) else _INSTALLED_RECIPE
+_IN_CHECKOUT = RECIPE == _CHECKOUT_RECIPE
 #: How a person runs it.
-RECIPE_COMMAND = "scripts/build-uml-kernel.sh" if RECIPE == _CHECKOUT_RECIPE else f"bash {RECIPE}"
+RECIPE_COMMAND = "scripts/build-uml-kernel.sh" if _IN_CHECKOUT else f"bash {RECIPE}"
 #: A default for ``--uml-kernel`` (a path, ``debian`` or ``recipe``): how a whole test suite or CI
 #: job runs on one kernel without passing the option to every command.
 KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
@@ -96,7 +97,7 @@ class UmlKernel:
 
 
 _FIX = ("Use the project's kernel, which boots on every x86-64 CPU: "
-        + ("`sudo ./run install` builds it (scripts/build-uml-kernel.sh" if RECIPE_COMMAND.startswith("scripts/")
+        + ("`sudo ./run install` builds it (scripts/build-uml-kernel.sh" if _IN_CHECKOUT
            else f"`sudo {RECIPE_COMMAND}` builds it (the recipe this package installed")
         + ", about 10 minutes on 2 CPUs), then it is chosen by itself.")
 
