@@ -150,7 +150,11 @@ class Record:
     theoretical_goodput_mbps: float | None = _doc("what the shaped link can carry at this size and profile "
                                                   "(ipsec.overhead), Mbit/s")
     bytes: int | None = _doc("application bytes moved in the window")
-    iperf3_sender_mbps: float | None = _doc("iperf3's own account, sender side (no figure uses it)")
+    iperf3_sender_mbps: float | None = _doc("iperf3's own account, sender side (no figure uses it); "
+                                            "absent when a client's report was lost")
+    iperf3_reports_lost: int | None = _doc("iperf3 clients whose own report was lost when they were stopped, "
+                                           "after the window (a crash in iperf3's interrupt handler; no figure "
+                                           "uses the reports)")
     loss_pct: float | None = _doc("UDP datagrams lost, percent")
     retransmits: int | None = _doc("TCP retransmissions in the window")
     goodput_uncertainty: float | None = _doc("relative uncertainty of goodput from the counters' timing")
@@ -206,7 +210,7 @@ class Record:
     #: Fields written only when they have a value (a run without arms has no arm).
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
                                            "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
-                                           "cpu_us_per_packet_measured")
+                                           "cpu_us_per_packet_measured", "iperf3_reports_lost")
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as

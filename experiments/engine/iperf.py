@@ -135,7 +135,9 @@ def client_args(server_addr: str, port: int, duration_s: float, omit_s: float, t
         raise ValueError(f"omit_s must be whole seconds, not {omit_s!r}")
     if duration_s != int(duration_s) or duration_s < 1:
         raise ValueError(f"duration_s must be whole seconds >= 1, not {duration_s!r}")
-    cmd = ["-c", server_addr, "-p", str(port), "-J", "-t", str(int(duration_s)), "-O", str(int(omit_s))]
+    # -i 0: no report per second.  Nothing reads them, each is a round of malloc in the client, and
+    # an interrupted test's JSON would carry one per second it ran (hundreds with many clients)
+    cmd = ["-c", server_addr, "-p", str(port), "-J", "-t", str(int(duration_s)), "-O", str(int(omit_s)), "-i", "0"]
     if transport == "udp":
         cmd += ["-u", "-b", bitrate or "0"]
     elif bitrate:
@@ -312,10 +314,18 @@ class Clients:
 
     def failure(self) -> str | None:
         """Why the test cannot run, once a client has exited with an error: how it ended and what it said."""
-        for p in self.procs:
-            if p.poll() is not None and p.returncode != 0:
+        return self._exited(lambda rc: rc != 0)
+
+    def ended(self) -> str | None:
+        """Why the test is no longer running on every client, once one has exited at all (a
+        test asked to outlast its window has ended early): which, how it ended, what it said."""
+        return self._exited(lambda rc: True)
+
+    def _exited(self, counts) -> str | None:
+        for f, p in zip(self.flows, self.procs, strict=True):
+            if p.poll() is not None and counts(p.returncode):
                 _, err = p.communicate()
-                return f"iperf3 client {_ended(p.returncode)}{_said((err or '').strip()[:200])}"
+                return f"iperf3 client in {f.client_ns} {_ended(p.returncode)}{_said((err or '').strip()[:200])}"
         return None
 
     def held(self) -> bool:
@@ -330,6 +340,19 @@ class Clients:
                 return False
         return bool(self.procs)
 
+    def wait_held(self, timeout_s: float, poll_s: float = 0.05) -> bool:
+        """Wait until every client is held (:meth:`held`), at most ``timeout_s``: whether all are.
+        A client that exits meanwhile is an :class:`IperfError` saying why."""
+        end = time.monotonic() + timeout_s
+        while not self.held():
+            ended = self.ended()
+            if ended:
+                raise IperfError(f"{ended}, before its test began")
+            if time.monotonic() >= end:
+                return False
+            time.sleep(poll_s)
+        return True
+
     def go(self) -> None:
         """Let every client connect and run its test (at normal priority)."""
         for p, (_, w) in zip(self.procs, self._gates, strict=True):
@@ -343,6 +366,32 @@ class Clients:
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
+
+    def stop(self, timeout_s: float) -> tuple[list[Result], list[str]]:
+        """Interrupt every client (:meth:`interrupt`) and read its own report: the reports read, and a
+        line for each one lost, saying why.
+
+        iperf3 writes its report from its SIGINT handler, which allocates memory: a signal that
+        lands while the client is inside malloc can corrupt its heap (it then aborts in malloc) or
+        its report.  With a hundred clients on a busy CPU that happens; only the client's own account
+        is lost, not the test, which ran until the interrupt (see :meth:`ended`).  A client that
+        does not exit within ``timeout_s`` is an :class:`IperfError`.
+        """
+        self.interrupt()
+        end = time.monotonic() + timeout_s
+        results, lost = [], []
+        for f, p in zip(self.flows, self.procs, strict=True):
+            try:
+                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise IperfError(f"iperf3 client in {f.client_ns} did not finish within {timeout_s:g} s "
+                                 "of its interrupt") from None
+            try:
+                results.append(parse_iperf3(out, interrupted=True))
+            except IperfError as e:
+                how = f"{_ended(p.returncode)}{_said(err.strip()[:200])}" if p.returncode else str(e)
+                lost.append(f"iperf3 client in {f.client_ns}: {how}")
+        return results, lost
 
     def outputs(self, timeout_s: float) -> list[str]:
         """Each client's standard output, once all have exited (within ``timeout_s`` of now)."""

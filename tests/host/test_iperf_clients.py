@@ -8,6 +8,7 @@ arguments is not used.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -29,12 +30,13 @@ def pair_with_server():
 def connections_to(pid: int, port: int) -> int:
     """TCP connections (any state but listening) to ``port`` in process ``pid``'s namespace."""
     n = 0
-    with open(f"/proc/{pid}/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":
-                n += 1
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/{pid}/net/{table}") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] != "0A":
+                    n += 1
     return n
 
 
@@ -91,3 +93,37 @@ def test_held_clients_for_other_arguments_are_closed_not_used(pair_with_server):
     result, = iperf.measure_flows(flows, duration_s=1, omit_s=0, mss=1000, servers=servers, held=other)
     assert result.goodput_mbps > 1
     assert stale.returncode is not None and not other.procs  # killed, never let go
+
+
+def test_stopped_clients_give_their_reports_and_a_lost_one_is_named_not_fatal():
+    """A sweep stops its clients when the window closes; iperf3 writes its report from its SIGINT
+    handler and, with many clients on a busy CPU, sometimes dies there (SIGABRT in malloc).  Such a
+    client loses its own report only: :meth:`Clients.stop` names it and returns the others'."""
+    with veth_pair() as pair:
+        flows = [iperf.Flow(pair.b, pair.a, pair.v4b)] * 2
+        with iperf.Servers(flows) as servers:
+            args = iperf.flow_args(flows, servers.ports, duration_s=30, omit_s=0, mss=1000)
+            with iperf.Clients(flows, args) as clients:
+                assert clients.wait_held(timeout_s=10)
+                clients.go()
+                client = clients.procs[0].pid  # (both clients are in one namespace)
+                waiting.until(lambda: all(connections_to(client, port) >= 2 for port in servers.ports), 10,
+                              "both clients' control and data connections")
+                assert clients.ended() is None
+                doomed = clients.procs[1]
+                os.kill(doomed.pid, signal.SIGABRT)
+                waiting.until(lambda: doomed.poll() is not None, 10, "the aborted client to end")
+                assert clients.ended() == f"iperf3 client in {pair.a} was killed by SIGABRT, saying nothing"
+                results, lost = clients.stop(timeout_s=20)
+    (result,) = results
+    assert result.goodput_mbps > 1 and 0 < result.seconds < 30
+    assert lost == [f"iperf3 client in {pair.a}: was killed by SIGABRT, saying nothing"]
+
+
+def test_waiting_for_clients_to_be_held_ends_with_why_when_one_exits(pair_with_server):
+    flows, servers = pair_with_server
+    args = [[*a, "--no-such-option"] for a in iperf.flow_args(flows, servers.ports, duration_s=1, omit_s=0)]
+    with iperf.Clients(flows, args) as clients, pytest.raises(iperf.IperfError) as e:
+        clients.wait_held(timeout_s=10)
+    assert str(e.value).startswith(f"iperf3 client in {flows[0].client_ns} exited with status 1")
+    assert "no-such-option" in str(e.value) and str(e.value).endswith("before its test began")

@@ -91,7 +91,8 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
     from experiments.engine.iperf import client_args
     with pytest.raises(ValueError, match="whole seconds"):
         client_args("198.18.1.1", 5201, 2, 0.5, "tcp", None, None, None)
-    assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-4:] == ["-O", "1", "-M", "1000"]
+    assert client_args("198.18.1.1", 5201, 2, 1.0, "tcp", 1000, None, None)[-6:] == ["-O", "1", "-i", "0",
+                                                                                      "-M", "1000"]
 
 
 def test_the_wait_for_many_clients_grows_with_clients_per_mbit_up_to_the_syn_horizon():
