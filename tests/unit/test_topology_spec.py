@@ -50,6 +50,20 @@ def test_road_warrior_clients_route_through_the_gateway_not_each_other():
     assert spec.flows == (("c1", "srv"), ("c2", "srv"), ("c3", "srv"))
 
 
+
+def test_next_hops_pair_each_node_with_the_neighbours_it_routes_through_and_back():
+    plan = plan_addresses(build_spec("road_warrior", clients=3))
+    pairs = [(x.node, y.node, y.address(4), y.address(6)) for x, y in plan.next_hops()]
+    # the gateway and each client on the clients' segment, the gateway and the server on the LAN;
+    # clients never with each other (none routes through another)
+    assert pairs == [("gw", "c1", "198.18.1.2", "2001:db8:0:1::2"), ("gw", "c2", "198.18.1.3", "2001:db8:0:1::3"),
+                     ("gw", "c3", "198.18.1.4", "2001:db8:0:1::4"), ("c1", "gw", "198.18.1.1", "2001:db8:0:1::1"),
+                     ("c2", "gw", "198.18.1.1", "2001:db8:0:1::1"), ("c3", "gw", "198.18.1.1", "2001:db8:0:1::1"),
+                     ("gw", "srv", "198.18.2.2", "2001:db8:0:2::2"), ("srv", "gw", "198.18.2.1", "2001:db8:0:2::1")]
+    assert all(x.segment == y.segment for x, y in plan.next_hops())
+    assert plan_addresses(build_spec("host_to_host")).next_hops() == ()  # one segment, no routes
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(name="star"), "unknown topology 'star'.*vpn_gateway"),
     (dict(name="road_warrior", clients=0), "clients must be 1..200"),
