@@ -183,6 +183,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     """
     flows = flows_of(net, point.ip_version)
     args = iperf.flow_args(flows, servers.ports, **iperf_options(point, spec))
+    # several TCP flows: how long every one may take to connect (and its server to end its test)
+    crowd_s = connect_timeout_s(len(flows), point.rate_mbit) if point.transport == "tcp" and len(flows) > 1 else None
     held = ahead.take() if ahead else None
     if held is not None and (held.args != args or not held.waiting()):
         held.close()
@@ -201,9 +203,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
             # many clients: the window opens once every one is connected (the warm-up is a floor)
             every = None
-            if point.transport == "tcp" and len(flows) > 1:
-                limit_s = connect_timeout_s(len(flows), point.rate_mbit)
-                every = monitor.wait_all_connected(limit_s, failed=clients.failure) / 1e9
+            if crowd_s:
+                every = monitor.wait_all_connected(crowd_s, failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = max(seen + spec.warmup_s, every or 0.0)
@@ -235,8 +236,11 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     if lost:
         log.warning("%s: %d of %d iperf3 clients lost their own report when stopped, after the window "
                     "(the point's figures are the monitor's); the first: %s", point, len(lost), len(flows), lost[0])
-    if not monitor.wait_servers_idle(FLOW_TIMEOUT_S):
-        raise iperf.IperfError(f"an iperf3 server still held the interrupted test after {FLOW_TIMEOUT_S:g} s")
+    # a server winds its test up when the client's last word reaches it: behind a full queue that
+    # may take retransmissions as long as a connection took to come up; polled gently when many
+    settle_s = crowd_s or FLOW_TIMEOUT_S
+    if not monitor.wait_servers_idle(settle_s, poll_s=min(0.5, 0.01 * len(flows))):
+        raise iperf.IperfError(f"an iperf3 server still held the interrupted test after {settle_s:g} s")
     if ahead:
         ahead.reap()
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
