@@ -27,6 +27,7 @@ reading delayed by a busy CPU is placed where it really happened):
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -48,6 +49,8 @@ log = logging.getLogger(__name__)
 #: A TCP connection that took in more than this carries a test's data, not iperf3's control
 #: messages (a few hundred bytes): :meth:`Monitor.connected`.
 DATA_BYTES = 16 * 1024
+#: A flow whose data connection is up (:meth:`Monitor.connected`).
+CONNECTED = "connected"
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
 LINK_FULL = 0.97
 #: ... with a queue in front of it in at least this share of the backlog samples (or drops).
@@ -356,12 +359,20 @@ class Monitor:
         Connected, not necessarily moving data: with tens of flows per Mbit/s behind one queue, a
         flow whose first segments were dropped waits out its retransmission timeouts (1, 2, 4 ...
         s) while the others fill the link, and counts all the same."""
-        count = 0
+        return self._stages().count(CONNECTED)
+
+    def _stages(self) -> list[str]:
+        """How far each flow's connections are, as its server sees them: :data:`CONNECTED`, or
+        which of iperf3's two connections is not up yet."""
+        stages = []
         for ns, port, _pid in self.receivers:
             new = [s for s in self._diag[ns].tcp(local_ports=[port]) if s.cookie not in self._earlier]
-            count += (any((s.bytes_received or 0) > DATA_BYTES for s in new)
-                      or sum(s.state == ESTABLISHED for s in new) >= 2)
-        return count
+            up = sum(s.state == ESTABLISHED for s in new)
+            if up >= 2 or any((s.bytes_received or 0) > DATA_BYTES for s in new):
+                stages.append(CONNECTED)
+            else:
+                stages.append("the control connection only" if up else "no connection yet")
+        return stages
 
     def wait_all_connected(self, timeout_s: float, poll_s: float = 0.05,
                            failed: Callable[[], str | None] = lambda: None) -> int:
@@ -379,7 +390,10 @@ class Monitor:
             if why:
                 raise TimeoutError(why)
             if time.monotonic() - t0 > timeout_s:
-                raise TimeoutError(f"{n} of {len(self.receivers)} clients had connected after {timeout_s:g} s")
+                late = collections.Counter(s for s in self._stages() if s != CONNECTED)
+                seen = ", ".join(f"{v} with {k}" for k, v in late.most_common())
+                raise TimeoutError(f"{n} of {len(self.receivers)} clients had connected after {timeout_s:g} s"
+                                   + (f" (of the others, as their servers saw them: {seen})" if seen else ""))
             time.sleep(poll_s)
 
     def wait_for_flow(self, timeout_s: float, poll_s: float = 0.02,

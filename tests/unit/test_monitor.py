@@ -247,7 +247,13 @@ def test_the_window_waits_for_every_clients_data_connection_and_says_how_many_ca
     assert m.connected() == 2  # ... and a data connection half open
     assert m.wait_all_connected(timeout_s=1.0, poll_s=0.001) > 0  # up, not a byte yet: a starved flow counts
     diags["server2"].now = [tcp(5, 300), tcp(9, 5_000_000)]  # a connection of an earlier test does not
-    with pytest.raises(TimeoutError, match="2 of 3 clients had connected after 0.05 s"):
+    with pytest.raises(TimeoutError, match=r"^2 of 3 clients had connected after 0.05 s \(of the others, as their "
+                                           r"servers saw them: 1 with the control connection only\)$"):
+        m.wait_all_connected(timeout_s=0.05, poll_s=0.001)
+    diags["server1"].now = []  # a client whose control connection never came either
+    with pytest.raises(TimeoutError, match=r"^1 of 3 clients had connected after 0.05 s \(of the others, as their "
+                                           r"servers saw them: 1 with no connection yet, 1 with the control "
+                                           r"connection only\)$"):
         m.wait_all_connected(timeout_s=0.05, poll_s=0.001)
     with pytest.raises(TimeoutError, match="client 3 exited"):
         m.wait_all_connected(timeout_s=1.0, poll_s=0.001, failed=lambda: "client 3 exited")
