@@ -190,7 +190,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         held.close()
         held = None
     backlog: list[int] = []
-    lost = 0  # backlog samples that found no shaper
+    shaper_lost = 0  # backlog samples that found no shaper
     with held or iperf.Clients(flows, args) as clients, no_gc(), realtime():
         if held is None and len(flows) > 1:
             # fresh clients go together once all are loaded: staggered by their loading (tenths of a
@@ -225,17 +225,18 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             try:
                 backlog.append(monitor.backlog())
             except RuntimeError:  # the qdisc is gone: someone replaced it (an anomaly, below)
-                lost += 1
+                shaper_lost += 1
         _sleep_until(end)
         last = monitor.read()
         # every client's test ran to the end of the window (they are asked to outlast it)
         ended = clients.ended()
         if ended:
             raise iperf.IperfError(f"{ended}, before the window closed")
-        results, lost = clients.stop(FLOW_TIMEOUT_S)
-    if lost:
-        log.warning("%s: %d of %d iperf3 clients lost their own report when stopped, after the window "
-                    "(the point's figures are the monitor's); the first: %s", point, len(lost), len(flows), lost[0])
+        results, reports_lost = clients.stop(FLOW_TIMEOUT_S)
+    if reports_lost:
+        log.warning("%s: %d of %d iperf3 clients lost their own report when stopped, after the window (the "
+                    "point's figures are the monitor's); the first: %s", point, len(reports_lost), len(flows),
+                    reports_lost[0])
     # a server winds its test up when the client's last word reaches it: behind a full queue that
     # may take retransmissions as long as a connection took to come up; polled gently when many
     settle_s = crowd_s or FLOW_TIMEOUT_S
@@ -246,7 +247,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
     expected = expected_point_goodput_mbps(point, spec.mtu, spec.pmtu)
     ev = dataclasses.replace(evidence(first, last, backlog, point.rate_mbit, monitor.meter.cpus, expected),
-                             shaper_lost=lost)
+                             shaper_lost=shaper_lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)
     bound, why = classify(ev, expected, bucket)
     moved_gb = ev.goodput_mbps * ev.window_s / 8e3
@@ -258,8 +259,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         goodput_mbps=ev.goodput_mbps, window_s=ev.window_s, window_start_unix=window_start_unix,
         theoretical_goodput_mbps=expected, bytes=round(moved_gb * 1e9),
         # iperf3's own account, the sender's side up to its stop (not used for any figure)
-        iperf3_sender_mbps=None if lost else sum(r.goodput_mbps for r in results),
-        iperf3_reports_lost=len(lost),
+        iperf3_sender_mbps=None if reports_lost else sum(r.goodput_mbps for r in results),
+        iperf3_reports_lost=len(reports_lost),
         loss_pct=ev.loss_pct, retransmits=ev.retransmits,
         # the bottleneck monitor's evidence and verdict
         bound=bound, bound_reason=why,
