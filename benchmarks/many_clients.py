@@ -5,9 +5,9 @@
     sudo ipsec-testbed bench many_clients --clients 1,10,50 --out runs/many
 
 For each N, one ``ipsec-testbed sweep --topology road_warrior --clients N --profiles aes-gcm-256
---rates 10,100 --sizes 1460 --repetitions 2`` as a user runs it (a process of its own, its
-output in ``--out``/clientsN.log), the default warm-up.  Printed per N and per point (plain and
-AES-GCM-256 at 10 and 100 Mbit/s): whether every repetition measured, what bounded them, the
+--rates 10,100 --sizes 1460 --repetitions 2`` as a user runs it (a process of its own, its output
+in ``--out``/START/clientsN.log, START the run's start), the default warm-up.  Printed per N and
+per point (plain and AES-GCM-256 at 10 and 100 Mbit/s): whether every repetition measured, what bounded them, the
 time from the clients' go to every one of them connected (the record's ``clients_sending_s``, the
 most of the repetitions; none with one client), and the sweep's wall time with its boot and the
 network's build.
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=csv(int), default=(1, 10, 50, 100, 200), metavar="N,...",
                    help=f"road warriors per sweep, 1..{MAX_CLIENTS} (default: 1,10,50,100,200)")
     p.add_argument("--out", default=os.path.join(REPO, "runs", "many-clients"),
-                   help="where the sweeps go (default: %(default)s)")
+                   help="where the sweeps go, in a directory per run named by its start (default: %(default)s)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("many_clients: needs root (namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
@@ -54,13 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     bad = [n for n in args.clients if not 1 <= n <= MAX_CLIENTS]
     if bad:
         p.error(f"--clients must be in 1..{MAX_CLIENTS}, not {bad}")
-    os.makedirs(args.out, exist_ok=True)
+    # a directory of this run's own: a sweep resumes a run directory it finds, and figures of an
+    # earlier run (of other code) must not come back as this one's
+    out = os.path.join(args.out, time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out)
     print(f"{'clients':>7s} {'profile':>12s} {'Mbit/s':>6s} {'measured':>8s} {'bound':>14s} {'connect s':>9s} "
           f"{'goodput':>8s}  sweep")
     everything = True
     for n in args.clients:
         print(f"{n} clients ...", file=sys.stderr, flush=True)
-        rc, seconds, run_dir = sweep(n, args.out)
+        rc, seconds, run_dir = sweep(n, out)
         records = load_existing(run_dir)
         first = True
         for profile in ("none", "aes-gcm-256"):
@@ -79,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     print("measured: repetitions measured of 2; connect: the most seconds any repetition took from the clients' go "
           "to every client's data connection up; goodput: Mbit/s, all clients together, mean of the repetitions; "
           "sweep: its exit "
-          f"status and wall time (boot and network build included); logs in {args.out}")
+          f"status and wall time (boot and network build included); logs in {out}")
     return 0 if everything else 1
 
 
