@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 #: How far into a point's warm-up the next point's iperf3 clients are started (see Ahead): early,
 #: so that loading them (over 0.1 s in UML) is done before a 0.3 s warm-up ends.
 AHEAD_AFTER_S = 0.05
+#: About what loading one iperf3 client takes in UML: a point's clients are started ahead only when
+#: all of them can load during the warm-up (see starts_ahead).
+AHEAD_LOAD_S = 0.1
 #: iperf3 is told to run this much longer than warm-up and window; it is stopped before.
 IPERF_SPARE_S = 3
 #: How often the shaper's backlog is sampled during the window.
@@ -103,6 +106,14 @@ def iperf_options(point: Point, spec: SweepSpec) -> dict:
                 mss=point.size_bytes if point.size_mode == "mss" else None,
                 length=point.size_bytes if point.size_mode in ("write", "datagram") else None,
                 bitrate=spec.udp_bitrate if point.transport == "udp" else None, window=spec.socket_buffer)
+
+
+def starts_ahead(following: Point | None, warmup_s: float) -> bool:
+    """Whether ``following``'s clients are started during a warm-up of ``warmup_s``: when all of them
+    can load in it (one or three clients in the default 0.3 s).  Two hundred cannot: they would be
+    killed unloaded as the window opens, and die in it, on the CPU it measures."""
+    return (following is not None and warmup_s > AHEAD_AFTER_S
+            and following.clients * AHEAD_LOAD_S <= warmup_s + 1e-9)
 
 
 class Ahead:
@@ -209,7 +220,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = max(seen + spec.warmup_s, every or 0.0)
         end = start + spec.duration_s
-        if ahead and following and spec.warmup_s > AHEAD_AFTER_S:
+        if ahead and starts_ahead(following, spec.warmup_s):
             _sleep_until(seen + AHEAD_AFTER_S)
             ahead.start(following)
         _sleep_until(start)

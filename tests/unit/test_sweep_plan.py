@@ -561,3 +561,12 @@ def test_a_sweep_of_many_nodes_raises_its_open_file_limit_only_as_far_as_it_need
         assert netns.open_files_for(202) > 5000  # 200 road warriors, their switch and gateway... and server
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_next_points_clients_are_started_ahead_only_when_all_can_load_in_the_warm_up():
+    from experiments.engine.measure import starts_ahead
+    point = plan_points(SweepSpec(topology="road_warrior", clients=3))[0]
+    assert starts_ahead(point, 0.3)  # three clients in the default warm-up
+    assert not starts_ahead(dataclasses.replace(point, clients=200), 0.3)  # killed unloaded, dying in the window
+    assert starts_ahead(dataclasses.replace(point, clients=200), 20.0)
+    assert not starts_ahead(None, 0.3) and not starts_ahead(point, 0.0)
