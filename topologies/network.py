@@ -238,14 +238,15 @@ class Network:
         self.close()
 
     def _pin_next_hops(self) -> None:
-        """Permanent neighbour entries between every node and its next hops, as ``mn --arp`` makes.
+        """Permanent neighbour entries between every node and its next hops (and the two ends of a flow
+        on one segment), as ``mn --arp`` makes.
 
         Resolved on demand, ARP and neighbour discovery queue behind the data at the shaped link:
         with a hundred clients behind it, a late client's resolution is dropped at the full queue
         and its SYN, with nowhere to go, backs off for minutes (the first point of 200 road warriors
         at 10 Mbit/s: 72 and 93 of them not connected after 237 s).
         """
-        pairs = self.plan.next_hops()
+        pairs = self.plan.next_hops(self.spec.flows)
         macs = {}
         for node in sorted({y.node for _, y in pairs}):
             with netns.iproute(self.ns(node)) as ipr:

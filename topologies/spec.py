@@ -195,15 +195,20 @@ class AddressPlan:
     def of(self, node: str) -> tuple[Interface, ...]:
         return tuple(i for i in self.interfaces if i.node == node)
 
-    def next_hops(self) -> tuple[tuple[Interface, Interface], ...]:
+    def next_hops(self, flows: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[Interface, Interface], ...]:
         """``(x, y)``: node interface ``x`` and, on its segment, the interface ``y`` of a next hop
-        of ``x``'s routes, or of a node routing through ``x`` (both ways round), in plan order."""
+        of ``x``'s routes, or of a node routing through ``x``, or of the other end of one of ``flows``
+        sharing the segment (both ways round), in plan order."""
         owner = {i.address(f): i for i in self.interfaces for f in (4, 6) if i.address(f)}
         pairs = set()
         for r in self.routes:
             hop = owner[r.gateway]
             here = next(i for i in self.of(r.node) if i.segment == hop.segment)
             pairs |= {(here, hop), (hop, here)}
+        for a, b in flows:
+            for x in (i for i in self.of(a) if i.v4):
+                for y in (i for i in self.of(b) if i.v4 and i.segment == x.segment):
+                    pairs |= {(x, y), (y, x)}
         order = {i: n for n, i in enumerate(self.interfaces)}
         return tuple(sorted(pairs, key=lambda p: (order[p[0]], order[p[1]])))
 

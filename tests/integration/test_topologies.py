@@ -44,7 +44,7 @@ def test_builds_reaches_everyone_and_leaves_nothing(name):
                 shown = ip("-n", net.ns(i.node), "-br", "addr", "show", "dev", i.ifname(net.run_id))
                 assert i.v4 in shown and i.v6 in shown
         # every next hop is a permanent neighbour, at its interface's MAC
-        for x, y in net.plan.next_hops():
+        for x, y in net.plan.next_hops(spec.flows):
             mac = ip("-n", net.ns(y.node), "-br", "link", "show", "dev", y.ifname(net.run_id)).split()[2]
             shown = ip("-n", net.ns(x.node), "neigh", "show", "dev", x.ifname(net.run_id))
             for family in (4, 6):

@@ -62,6 +62,10 @@ def test_next_hops_pair_each_node_with_the_neighbours_it_routes_through_and_back
                      ("gw", "srv", "198.18.2.2", "2001:db8:0:2::2"), ("srv", "gw", "198.18.2.1", "2001:db8:0:2::1")]
     assert all(x.segment == y.segment for x, y in plan.next_hops())
     assert plan_addresses(build_spec("host_to_host")).next_hops() == ()  # one segment, no routes
+    # ... where the flows' ends meet on one segment: they are each other's next hop
+    spec = build_spec("multi_host_to_host", clients=2)
+    assert [(x.node, y.node) for x, y in plan_addresses(spec).next_hops(spec.flows)] == [
+        ("srv", "c1"), ("srv", "c2"), ("c1", "srv"), ("c2", "srv")]
 
 
 @pytest.mark.parametrize("kwargs,match", [
