@@ -312,10 +312,17 @@ def attempts(records: Sequence[Record]) -> int:
     return sum(1 for r in records if not r.failed)
 
 
+#: A point whose last this many records failed (each after its attempts) is not tried again in the
+#: run: a failure that repeats is the point's, not chance's (the next run on the directory tries again).
+FAILED_IN_A_ROW = 3
+
+
 def needs_more(spec: SweepSpec, records: Sequence[Record], extras: bool = True) -> bool:
-    """Whether a point with these records (its repetitions so far) is measured again (pure);
-    without ``extras`` only to reach its minimum repetitions."""
+    """Whether a point with these records (its repetitions so far, in the order measured) is
+    measured again (pure); without ``extras`` only to reach its minimum repetitions."""
     if attempts(records) >= spec.most_repetitions:
+        return False
+    if len(records) >= FAILED_IN_A_ROW and all(r.failed for r in records[-FAILED_IN_A_ROW:]):
         return False
     if needs_minimum(spec, records):
         return True

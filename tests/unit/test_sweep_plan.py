@@ -160,6 +160,8 @@ def recs(goodputs, cpu=None, **extra):
     (recs([9.5, 9.5], cpu=[1.0, 1.3]), True),            # precise goodput, imprecise CPU cost
     (recs([9.5, 9.5], bound="anomaly") + recs([9.5]), True),     # anomalies do not count towards the mean
     (recs([9.5, 9.5], failed=True), True),               # nor do failures
+    (recs([9.5, 9.5, 9.5], failed=True), False),         # ... but three in a row: the point's own, given up
+    (recs([9.5], failed=True) + recs([9.5]) + recs([9.5, 9.5], failed=True), True),  # not in a row
 ])
 def test_a_point_is_repeated_until_precise_or_at_the_most(records, more):
     spec = SweepSpec(repetitions=2, max_repetitions=8, precision_pct=2, cpu_precision_pct=10)
