@@ -17,6 +17,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -378,14 +379,8 @@ class Clients:
         does not exit within ``timeout_s`` is an :class:`IperfError`.
         """
         self.interrupt()
-        end = time.monotonic() + timeout_s
         results, lost = [], []
-        for f, p in zip(self.flows, self.procs, strict=True):
-            try:
-                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise IperfError(f"iperf3 client in {f.client_ns} did not finish within {timeout_s:g} s "
-                                 "of its interrupt") from None
+        for f, p, out, err in self._finished(timeout_s, " of its interrupt"):
             try:
                 results.append(parse_iperf3(out, interrupted=True))
             except IperfError as e:
@@ -395,17 +390,24 @@ class Clients:
 
     def outputs(self, timeout_s: float) -> list[str]:
         """Each client's standard output, once all have exited (within ``timeout_s`` of now)."""
-        end = time.monotonic() + timeout_s
         outputs = []
-        for p in self.procs:
-            try:
-                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                raise IperfError(f"iperf3 client did not finish within {timeout_s:g} s") from None
+        for _f, p, out, err in self._finished(timeout_s):
             if not out.strip() and p.returncode:
                 raise IperfError(f"iperf3 client {_ended(p.returncode)}{_said(err.strip()[:200])}")
             outputs.append(out)
         return outputs
+
+    def _finished(self, timeout_s: float, after: str = "") -> Iterator[tuple[Flow, subprocess.Popen, str, str]]:
+        """Each client's flow, process, standard output and error as it exits; all within ``timeout_s``
+        of now, else an :class:`IperfError` naming the first still running (``after``: since what)."""
+        end = time.monotonic() + timeout_s
+        for f, p in zip(self.flows, self.procs, strict=True):
+            try:
+                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise IperfError(f"iperf3 client in {f.client_ns} did not finish within {timeout_s:g} s"
+                                 f"{after}") from None
+            yield f, p, out, err
 
     def close(self, wait: bool = True) -> None:
         """Kill what still runs; without ``wait`` the dead are left for :meth:`reap` (a dying process
