@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What the paired kernel A/B detects: two guests, one with its ESP path made slower.
 
     sudo ipsec-testbed bench ab_power                       # 10 trials of 0, 2, 5, 10 %: about 80 min in UML
@@ -28,7 +27,7 @@ import subprocess
 import sys
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from benchmarks import _common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What issue 31 asks of the paired A/B: A/A flagged at most 1 time in 10, 5 % at least 9 in 10.
@@ -52,7 +51,7 @@ def trial(out: str, suite: str, level: float, k: int) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)  # a trial that failed before (not in trials.jsonl): again
     t0 = time.monotonic()
     with open(run_dir + ".log", "wb") as log:
-        rc = subprocess.call([sys.executable, "-P", "-m", "cli", "regress", "--ab", "uml", "uml", "--suite", suite,
+        rc = subprocess.call([*_common.front_door(), "regress", "--ab", "uml", "uml", "--suite", suite,
                               "--inject-slowdown", f"{level:g}", "--json", verdicts, "--out", run_dir],
                              cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     seconds = time.monotonic() - t0
@@ -131,6 +130,3 @@ def main(argv: list[str] | None = None) -> int:
     report(done, args.levels)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Check the sweep's point classes against tools that do not share its code: tc and the host.
 
-    sudo python3 benchmarks/bound_crosscheck.py                       # AES-GCM-256 at 100 Mbit/s
-    sudo python3 benchmarks/bound_crosscheck.py --rate 10 --sizes 100,1460
+    sudo ipsec-testbed bench bound_crosscheck                       # AES-GCM-256 at 100 Mbit/s
+    sudo ipsec-testbed bench bound_crosscheck --rate 10 --sizes 100,1460
 
 Runs a small packet-size sweep (``ipsec-testbed sweep``, one repetition of 4 s per
 point, the plain baseline and --profile) and, while it runs, keeps two accounts of its own:
@@ -36,8 +35,9 @@ import tempfile
 import threading
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.catalogue.suites import sweep_process
+from benchmarks import _common
+from experiments import runner
+from experiments.job import KernelChoice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPUACCT = "/sys/fs/cgroup/cpuacct"
@@ -77,10 +77,9 @@ def inner(args: argparse.Namespace) -> int:
     stop = os.path.join(args.out, "stop")
     poller = threading.Thread(target=poll_tc, args=(os.path.join(args.out, "tc.jsonl"), stop), daemon=True)
     poller.start()
-    cmd = sweep_process(["--rates", f"{args.rate:g}", "--profiles", args.profile,
-           "--sizes", args.sizes, "--repetitions", "1", "--max-repetitions", "1", "--duration", "6",
-           "--out", os.path.join(args.out, "sweep"), "--no-report"])
-    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    rc = _common.run_sweep(["--rates", f"{args.rate:g}", "--profiles", args.profile, "--sizes", args.sizes,
+                            "--repetitions", "1", "--max-repetitions", "1", "--duration", "6"],
+                           os.path.join(args.out, "sweep"))
     open(stop, "w").close()
     poller.join()
     return rc
@@ -186,32 +185,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=100.0, help="the shaped link's rate, Mbit/s")
     ap.add_argument("--profile", default="aes-gcm-256", help="the IPsec profile beside the plain baseline")
     ap.add_argument("--sizes", default="100,250,500,1000,1460", help="TCP MSS values, comma-separated")
-    ap.add_argument("--inner", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.inner:
-        args.out = args.inner
-        return inner(args)
     if os.geteuid() != 0:
         sys.exit("bound_crosscheck: needs root (namespaces, tc, the host's cgroup files): run it with sudo")
     from experiments import doctor
 
-    choice = doctor.choose()
-    if choice.backend is None:
-        sys.exit(f"bound_crosscheck: no kernel here can run an IPsec sweep: {choice.reason}")
-    backend = choice.backend
-    out = tempfile.mkdtemp(prefix="itb-bench-crosscheck-")
+    args.out = tempfile.mkdtemp(prefix="itb-bench-crosscheck-")
     cpu = HostCpu()
     cpu.start()
-    print(f"sweep in {backend.label()}; files in {out}", flush=True)
-    rc = backend.run([sys.executable, os.path.abspath(__file__), "--inner", out, "--rate", f"{args.rate:g}",
-                      "--profile", args.profile, "--sizes", args.sizes], timeout_s=1800,
-                     modules=doctor.kernel_modules())
+    print(f"files in {args.out}", flush=True)
+    job = _common.bench_job("bound_crosscheck", args, KernelChoice(), doctor.needs((args.profile,)))
+    rc = runner.run(job, "ipsec-testbed bench bound_crosscheck", in_guest)
     cpu.done.set()
     cpu.join()
     if rc:
-        sys.exit(f"bound_crosscheck: the sweep failed (exit {rc}); its files: {out}")
-    return judge(out, args.rate, cpu)
+        sys.exit(f"bound_crosscheck: the sweep failed (exit {rc}); its files: {args.out}")
+    return judge(args.out, args.rate, cpu)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def in_guest(job) -> int:
+    """The tc poller and the sweep, on the kernel that runs the sweep (:mod:`cli.job`)."""
+    return inner(_common.options_of(job))
+

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Is this machine quiet enough for precise CPU costs?  The spread of one point's CPU, taken apart.
 
-    sudo python3 benchmarks/cpu_noise.py                        # 10 Mbit/s, MSS 1000, 15 repetitions
-    sudo python3 benchmarks/cpu_noise.py --rate 10 --size 250 --repetitions 30
+    sudo ipsec-testbed bench cpu_noise                        # 10 Mbit/s, MSS 1000, 15 repetitions
+    sudo ipsec-testbed bench cpu_noise --rate 10 --size 250 --repetitions 30
 
 Runs the packet-size sweep (``ipsec-testbed sweep``, booting User-Mode Linux when
 the host kernel has no ESP, as ``./run sweep`` does) on one size and one rate, plain and
@@ -29,14 +28,12 @@ import argparse
 import glob
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.catalogue.suites import sweep_process
+from benchmarks import _common
 from testbed.backends.umlmeter import CPUACCT_ROOT as CPUACCT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -185,18 +182,15 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         sys.exit("cpu_noise: needs root (namespaces, the host's cgroup and /proc files): run it with sudo")
     out = tempfile.mkdtemp(prefix="itb-bench-cpunoise-")
-    cmd = sweep_process(["--rates", f"{args.rate:g}", "--sizes", str(args.size), "--profiles",
-           args.profile, "--repetitions", str(args.repetitions), "--out", out, "--no-report"])
-    print(" ".join(cmd[1:]), flush=True)
+    words = ["--rates", f"{args.rate:g}", "--sizes", str(args.size), "--profiles", args.profile,
+             "--repetitions", str(args.repetitions)]
+    print(f"ipsec-testbed sweep {' '.join(words)} --out {out}", flush=True)
     sampler = GuestSampler()
     sampler.start()
-    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    rc = _common.run_sweep(words, out)
     sampler.done.set()
     sampler.join()
     if rc:
         sys.exit(f"cpu_noise: the sweep failed (exit {rc}); its directory: {out}")
     return judge(out, sampler, args.cpu_precision)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What a rekey does to traffic in flight: goodput every 0.1 s around a forced CHILD_SA or IKE_SA rekey.
 
     sudo ipsec-testbed bench ike_rekey [--rate 10] [--seconds 6] [--at 3] [--kernel auto|host|uml]
@@ -27,13 +26,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments import doctor, runner
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, kernel_choice
+from experiments import doctor
 from experiments.engine import iperf
 from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed import backends
-from testbed.options import add_kernel_options
 from topologies import build_spec
 from topologies.network import Network
 from topologies.shaping import ShapingSpec
@@ -155,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
     p.add_argument("--seconds", type=float, default=6.0, help="the transfer's length (default: %(default)g)")
     p.add_argument("--at", type=float, default=3.0, help="when the rekey is asked for, s (default: %(default)g)")
-    runner.add_bench_out(p, "ike_rekey")
+    add_bench_out(p, "ike_rekey")
     add_kernel_options(p)
     return p
 
@@ -172,10 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"ike_rekey: {missing}", file=sys.stderr)
         return 1
-    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "ike_rekey")
-    rc = runner.follow("ike_rekey", ("bench", "ike_rekey"), argv, args, doctor.needs(("aes-gcm-256",)))
-    if rc is not None:
-        return rc
+    args.out = _common.out_dir(args.out, "ike_rekey")
+    job = _common.bench_job("ike_rekey", args, kernel_choice(args), doctor.needs(("aes-gcm-256",)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
     print(f"{backends.current().label()} ({os.uname().release}); vpn_gateway, aes-gcm-256 tunnel keyed by IKEv2, "
           f"gw1-gw2 shaped to {args.rate:g} Mbit/s; one TCP transfer h1 -> h2 of {args.seconds:g} s per run")
     with Network(build_spec("vpn_gateway"), shaping=ShapingSpec(rate_mbit=args.rate)) as net:
@@ -218,6 +225,3 @@ def write_page(args: argparse.Namespace, runs: list[Run]) -> str:
                            f"{data['where']} ({data['kernel']}); vpn_gateway keyed by IKEv2, {args.rate:g} Mbit/s",
                            [section], data)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How fast IKEv2 brings tunnels up: time to first packet, and tunnels per second, for N road warriors.
 
     sudo ipsec-testbed bench ike_setup [--clients 1,10,100] [--profile aes-gcm-256] [--kernel auto|host|uml]
@@ -37,11 +36,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments import doctor, runner
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
+from experiments import doctor
 from ipsec import ike
 from testbed import backends
-from testbed.options import add_kernel_options, csv
 from topologies import build_spec
 from topologies.network import Network
 from topologies.spec import MAX_CLIENTS
@@ -118,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default="aes-gcm-256", help="the CHILD_SAs' profile (default: %(default)s)")
     p.add_argument("--first-packets", type=int, default=10, metavar="K",
                    help="clients whose time to the first packet is measured (default: %(default)s)")
-    runner.add_bench_out(p, "ike_setup")
+    add_bench_out(p, "ike_setup")
     add_kernel_options(p)
     return p
 
@@ -136,10 +135,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"ike_setup: {missing}", file=sys.stderr)
         return 1
-    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "ike_setup")
-    rc = runner.follow("ike_setup", ("bench", "ike_setup"), argv, args, doctor.needs((args.profile,)))
-    if rc is not None:
-        return rc
+    args.out = _common.out_dir(args.out, "ike_setup")
+    job = _common.bench_job("ike_setup", args, kernel_choice(args), doctor.needs((args.profile,)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
     print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
           f"road_warrior, {args.profile} tunnel, IKEv2 {ike.IKE_PROPOSAL}, PSK; times in s")
     print(f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
@@ -192,6 +199,3 @@ def write_page(args: argparse.Namespace, rows: list[Row]) -> str:
                            f"{data['where']} ({data['kernel']}); road_warrior, {args.profile} tunnel, IKEv2 "
                            f"{ike.IKE_PROPOSAL}, PSK", sections, data)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

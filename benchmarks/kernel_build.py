@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """How long the project's UML kernel takes to build from scratch, and what it differs in from Debian's.
 
-    sudo .venv/bin/python benchmarks/kernel_build.py [--tiny] [--fp-bytes N] [--keep]
+    sudo ipsec-testbed bench kernel_build [--tiny] [--fp-bytes N] [--keep]
 
 Runs scripts/build-uml-kernel.sh with an empty cache of its own (a temporary directory, so the
 user's cached kernel is neither used nor replaced), and prints the wall time of each stage as the
@@ -22,7 +21,6 @@ import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from testbed import umlkernel
 
 DEBIAN_CONFIG = "/usr/share/doc/user-mode-linux/config.gz"
@@ -113,6 +111,3 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(cache, ignore_errors=True)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

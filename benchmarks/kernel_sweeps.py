@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Do two UML kernels give the same sweep?  The default sweep on each, point by point.
 
-    sudo .venv/bin/python benchmarks/kernel_sweeps.py [--kernels debian recipe] [--out DIR] [SWEEP ARGS...]
-    sudo .venv/bin/python benchmarks/kernel_sweeps.py --reuse DIR_A DIR_B
+    sudo ipsec-testbed bench kernel_sweeps [--kernels debian recipe] [--out DIR] [SWEEP ARGS...]
+    sudo ipsec-testbed bench kernel_sweeps --reuse DIR_A DIR_B
 
 Runs ``ipsec-testbed sweep`` (its defaults, or the SWEEP ARGS given) once on each
 kernel (``--uml-kernel`` words or paths: Debian's, the project's), one after the other, into
@@ -17,13 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from analysis.stats import aggregate
-from experiments.catalogue.suites import sweep_process
+from benchmarks import _common
+from experiments import runner
 from testbed import rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,11 +29,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def sweep(kernel: str, out_dir: str, args: list[str]) -> float:
     """The sweep on ``kernel`` into ``out_dir``; its wall time."""
-    cmd = sweep_process(["--kernel", "uml",
-           "--uml-kernel", kernel, "--out", out_dir, "--no-report", *args])
-    print(f"$ {' '.join(cmd)}", flush=True)
+    words = ["--kernel", "uml", "--uml-kernel", kernel, *args]
+    print(f"$ ipsec-testbed sweep {' '.join(words)} --out {out_dir}", flush=True)
     started = time.monotonic()
-    rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)
+    rc = runner.spawn(_common.sweep_job(words, out_dir), stdin=subprocess.DEVNULL).wait()
     if rc != 0:
         raise SystemExit(f"the sweep on {kernel} failed (exit {rc})")
     return time.monotonic() - started
@@ -99,6 +96,3 @@ def main(argv: list[str] | None = None) -> int:
     compare(os.path.join(out, "a"), os.path.join(out, "b"), ("A", "B"))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

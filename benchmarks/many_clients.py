@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Many clients through IPsec: does every point measure, when are all clients connected, how long it takes.
 
     sudo ipsec-testbed bench many_clients                          # 1, 10, 50, 100, 200 clients: about 40 min in UML
@@ -16,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from testbed.options import csv
+from benchmarks import _common
+from cli.options import csv
 from testbed.rundir import load_existing
 from topologies.spec import MAX_CLIENTS
 
@@ -32,12 +30,10 @@ RATES = (10.0, 100.0)
 def sweep(n: int, out: str) -> tuple[int, float, str]:
     """The sweep for ``n`` clients into ``out/clientsN``: its exit status, wall time and run directory."""
     run_dir = os.path.join(out, f"clients{n}")
-    argv = [sys.executable, "-P", "-m", "cli", "sweep", "--topology", "road_warrior", "--clients", str(n),
-            "--profiles", "aes-gcm-256", "--rates", ",".join(f"{r:g}" for r in RATES), "--sizes", "1460",
-            "--repetitions", "2", "--no-report", "--out", run_dir]
+    words = ["--topology", "road_warrior", "--clients", str(n), "--profiles", "aes-gcm-256",
+             "--rates", ",".join(f"{r:g}" for r in RATES), "--sizes", "1460", "--repetitions", "2"]
     t0 = time.monotonic()
-    with open(run_dir + ".log", "wb") as log:
-        rc = subprocess.call(argv, cwd=REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    rc = _common.run_sweep(words, run_dir, log=run_dir + ".log")
     return rc, time.monotonic() - t0, run_dir
 
 
@@ -85,6 +81,3 @@ def main(argv: list[str] | None = None) -> int:
           f"status and wall time (boot and network build included); logs in {out}")
     return 0 if everything else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

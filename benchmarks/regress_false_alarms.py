@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """How often the regression gate cries wolf: repeated identical runs compared with each other.
 
-    sudo .venv/bin/python benchmarks/regress_false_alarms.py                    # smoke suite, 4 runs
-    sudo .venv/bin/python benchmarks/regress_false_alarms.py --suite quick --runs 6
+    sudo ipsec-testbed bench regress_false_alarms                    # smoke suite, 4 runs
+    sudo ipsec-testbed bench regress_false_alarms --suite quick --runs 6
 
 Runs a suite N times exactly as `ipsec-testbed regress` does (the sweep script, in UML when
 the host kernel has no ESP), then uses each run as the baseline of every other one:
@@ -16,18 +15,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from experiments import runner
+from experiments.job import Job, SweepWork
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from experiments.catalogue.suites import SUITES, suite_args, sweep_argv, sweep_process
+    from experiments.catalogue.suites import SUITES, suite_spec
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", choices=tuple(SUITES), default="smoke")
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in range(args.runs):
         d = os.path.join(out, f"run{n}")
         t0 = time.monotonic()
-        rc = subprocess.call(sweep_process(sweep_argv(suite_args(args.suite), d)), stdout=subprocess.DEVNULL)
+        rc = runner.run_apart(Job(SweepWork(suite_spec(args.suite)), out_dir=d, report=False))
         if rc != 0:
             sys.exit(f"run {n + 1} failed (exit {rc})")
         print(f"run {n + 1} of {args.runs}: {time.monotonic() - t0:.0f} s", flush=True)
@@ -76,6 +75,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directories: {out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """What the regression gate detects: injected slowdowns of kernel IPsec, and identical arms.
 
-    sudo .venv/bin/python benchmarks/regress_power.py                 # 10 trials, about 50 min in UML
-    sudo .venv/bin/python benchmarks/regress_power.py --trials 3 --out runs/power
+    sudo ipsec-testbed bench regress_power                 # 10 trials, about 50 min in UML
+    sudo ipsec-testbed bench regress_power --trials 3 --out runs/power
 
 One trial is one run of the suite (default ``detect``) with five arms side by side, in the
 ABBA order the sweep keeps (a b c d e, then e d c b a, ...)::
@@ -31,6 +30,7 @@ benchmark on the same --out goes on from there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,7 +38,10 @@ import subprocess
 import sys
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from benchmarks import _common
+from experiments import runner
+from experiments.engine.plan import SweepSpec
+from experiments.job import Job, SweepWork
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: arm label -> (requested slowdown in %, the arm its comparison is against)
@@ -62,18 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"regress_power: suite {args.suite} has no gate settings for detection")
     from analysis import regress
     from experiments import injection
-    from experiments.catalogue.suites import gate_defaults, suite_args, sweep_argv, sweep_process
+    from experiments.catalogue.suites import gate_defaults, suite_spec
     from testbed.rundir import load_meta, load_results
 
-    sweep_args = suite_args(args.suite)
+    spec = suite_spec(args.suite)
     gate = gate_defaults(args.suite)
     os.makedirs(args.out, exist_ok=True)
     say = lambda m: print(f"regress_power: {m}", flush=True)  # noqa: E731
 
-    def run_sweep(run_dir: str, *extra: str) -> int:
-        return subprocess.call(sweep_process(sweep_argv(sweep_args, run_dir, (), *extra)), stdout=subprocess.DEVNULL)
+    def run_sweep(spec: SweepSpec, run_dir: str) -> int:
+        return runner.run_apart(Job(SweepWork(spec), out_dir=os.path.abspath(run_dir), report=False))
 
-    cal = injection.calibrated(args.suite, sweep_args, injection.kernel_identity("auto"), run_sweep, args.out, say)
+    cal = injection.calibrated(args.suite, spec, injection.kernel_identity("auto"), run_sweep, args.out, say)
     counts = {arm: cal.instructions_for(pct) for arm, (pct, _) in ARMS.items()}
     say("arms: " + ", ".join(f"{a} {ARMS[a][0]:g} % ({n} instructions)" for a, n in counts.items()))
     log_path = os.path.join(args.out, "trials.jsonl")
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in range(len(trials), args.trials):
         run_dir = os.path.join(args.out, f"trial{t + 1:02d}")
         t0 = time.monotonic()
-        rc = run_sweep(run_dir, "--arms", ",".join(str(counts[a]) for a in ARMS))
+        rc = run_sweep(dataclasses.replace(spec, arms=tuple(counts[a] for a in ARMS)), run_dir)
         if rc != 0:
             sys.exit(f"regress_power: trial {t + 1} failed (exit {rc}); see {run_dir}")
         records, meta = load_results(run_dir), load_meta(run_dir)
@@ -124,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         cross_boot(trials, gate)
     if not args.no_suite_run:
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "cli.main", "regress", "--suite", args.suite,
+        proc = subprocess.run([*_common.front_door(), "regress", "--suite", args.suite,
                                "--inject-slowdown", "5", "--out",
                                os.path.join(args.out, time.strftime("suite-run-%Y%m%d-%H%M%S"))],
                               cwd=REPO, capture_output=True, text=True)
@@ -163,6 +166,3 @@ def cross_boot(trials: list[dict], gate: dict) -> None:
                 flagged[kind] += any(v.regressed for v in verdicts)
         print(f"  {tolerance:4g} %: " + ", ".join(f"{kind} {flagged[kind]}/{len(pairs)}" for kind, _ in KINDS))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

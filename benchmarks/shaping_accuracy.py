@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """How exactly a shaped veth gives the rate asked for: TCP goodput / theoretical goodput.
 
-    sudo .venv/bin/python benchmarks/shaping_accuracy.py [--qdisc tbf|htb] [--duration 5]
-    sudo .venv/bin/python benchmarks/shaping_accuracy.py --kernel uml
+    sudo ipsec-testbed bench shaping_accuracy [--qdisc tbf|htb] [--duration 5]
+    sudo ipsec-testbed bench shaping_accuracy --kernel uml
 
 For each rate, both ends of a veth pair are shaped (topologies.shaping, default burst and
 latency) and iperf3 measures plain TCP goodput from a to b with the given MSS.  The ratio
@@ -38,12 +37,11 @@ import statistics
 import subprocess
 import sys
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments import runner
+from benchmarks import _common
+from cli.options import add_kernel_options, kernel_choice
 from ipsec.overhead import FRAMINGS, theoretical_goodput_mbps
 from testbed import backends
 from testbed.capabilities import Needs
-from testbed.options import add_kernel_options
 from topologies.shaping import MAX_RATE_MBIT, QDISCS, ShapingSpec, kernel_burst_time_s, plan_shaping
 
 log = logging.getLogger("shaping_accuracy")
@@ -104,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "each rate, and say whether the ratio is within 0.97..1.01.",
         epilog="--kernel: the default here is host, since shaping needs tbf/htb and no ESP; auto follows "
                "the ESP rule of the other commands (UML when the host kernel has no ESP); uml runs the "
-               "whole benchmark inside User-Mode Linux.  example: sudo .venv/bin/python "
-               "benchmarks/shaping_accuracy.py --qdisc htb --rates 10,100 --duration 3",
+               "whole benchmark inside User-Mode Linux.  example: sudo "
+               "ipsec-testbed bench shaping_accuracy --qdisc htb --rates 10,100 --duration 3",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--rates", type=csv_floats, default=RATES_MBIT, metavar="MBIT,...",
                    help="shaped rates in Mbit/s")
@@ -235,15 +233,19 @@ def main(argv=None) -> int:
         return 1
     # shaping needs veth and the qdisc, not ESP: the host kernel does when it has them
     needs = Needs(("veth", f"qdisc {args.qdisc}"))
-    rc = runner.follow("shaping_accuracy", ("bench", "shaping_accuracy"),
-                       list(argv if argv is not None else sys.argv[1:]), args, needs)
-    if rc is not None:
-        return rc
+    job = _common.bench_job("shaping_accuracy", args, kernel_choice(args), needs)
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
     where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     cc, ceiling, rows = measure(args)
     print_table(args, where, cc, ceiling, rows)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """The sweep's own overhead and the spread of its repetitions.
 
-    sudo .venv/bin/python benchmarks/sweep_overhead.py                  # runs the default sweep
-    sudo .venv/bin/python benchmarks/sweep_overhead.py -- --rates 10    # sweep options after --
+    sudo ipsec-testbed bench sweep_overhead                  # runs the default sweep
+    sudo ipsec-testbed bench sweep_overhead -- --rates 10    # sweep options after --
 
 Runs `ipsec-testbed sweep` as a user would (booting UML when the host
 kernel has no ESP) into a fresh directory, and prints:
@@ -18,13 +17,12 @@ import argparse
 import collections
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.catalogue.suites import sweep_process
+from benchmarks import _common
+from experiments import runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     from experiments import doctor
 
     out = tempfile.mkdtemp(prefix="itb-bench-sweep-")
-    cmd = sweep_process([*args.sweep_args,
-           "--out", out, "--no-report"])
-    choice = doctor.choose("auto")
-    print(f"running: {' '.join(cmd[1:])}\nbackend: {choice.name} ({choice.reason})", flush=True)
+    job = _common.sweep_job(args.sweep_args, out)
+    choice = doctor.choose(job.kernel.kernel, runner.needs(job), job.kernel.options())
+    print(f"running: ipsec-testbed sweep {' '.join(args.sweep_args)} --out {out}\n"
+          f"backend: {choice.name} ({choice.reason})", flush=True)
     t0 = time.monotonic()
-    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    rc = runner.run_apart(job)
     wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"the sweep failed (exit {rc})")
@@ -94,6 +92,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run directory: {out}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

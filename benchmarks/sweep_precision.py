@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """How precise the default sweep's figures are, and what the adaptive repetitions cost.
 
-    sudo python3 benchmarks/sweep_precision.py                   # adaptive, then fixed 3 repetitions
-    sudo python3 benchmarks/sweep_precision.py --runs 3          # the adaptive sweep three times
-    sudo python3 benchmarks/sweep_precision.py --reuse DIR ...   # only the figures of run directories
+    sudo ipsec-testbed bench sweep_precision                   # adaptive, then fixed 3 repetitions
+    sudo ipsec-testbed bench sweep_precision --runs 3          # the adaptive sweep three times
+    sudo ipsec-testbed bench sweep_precision --reuse DIR ...   # only the figures of run directories
 
 Runs `ipsec-testbed sweep` on its defaults as a user would (booting User-Mode
 Linux when the host kernel has no ESP), timed from the command's start to its end, and then
@@ -25,13 +24,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments.catalogue.suites import sweep_process
+from benchmarks import _common
 from testbed.record import Bound
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,10 +37,9 @@ FIXED = ["--repetitions", "3", "--max-repetitions", "3"]
 
 def run_sweep(extra: list[str], label: str) -> tuple[str, float]:
     out = tempfile.mkdtemp(prefix="itb-bench-precision-")
-    cmd = sweep_process([*extra, "--out", out, "--no-report"])
-    print(f"{label}: {' '.join(cmd[1:])}", flush=True)
+    print(f"{label}: ipsec-testbed sweep {' '.join(extra)} --out {out}", flush=True)
     t0 = time.monotonic()
-    rc = subprocess.call(cmd, stdout=subprocess.DEVNULL)
+    rc = _common.run_sweep(extra, out)
     wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"sweep_precision: the sweep failed (exit {rc}); its directory: {out}")
@@ -171,6 +167,3 @@ def main(argv: list[str] | None = None) -> int:
     between_runs(adaptive_dirs)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Build, IPsec-apply and teardown times of every topology, on every kernel backend.
 
-    sudo .venv/bin/python benchmarks/topology_build.py              # the host kernel, then User-Mode Linux
-    sudo .venv/bin/python benchmarks/topology_build.py --where uml --clients 50
+    sudo ipsec-testbed bench topology_build              # the host kernel, then User-Mode Linux
+    sudo ipsec-testbed bench topology_build --where uml --clients 50
 
 Each row is one network built from scratch with Mininet (namespaces, veths,
 dual-stack addresses, routes), then ESP tunnel AES-GCM-256 applied to every IPsec
@@ -19,10 +18,9 @@ import subprocess
 import sys
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
+from cli.options import add_uml_options, backend_options
 from experiments import doctor
 from testbed import backends
-from testbed.options import add_uml_options, backend_options
 
 MULTI_CLIENT = ("road_warrior", "multi_host_to_host")
 
@@ -99,6 +97,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"({backend.title} run, boot included: {time.monotonic() - t0:.0f} s)")
     return rc
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """What User-Mode Linux costs: boot-to-command time and a trivial command's wall time.
 
-    sudo .venv/bin/python benchmarks/uml_overhead.py [--repeat 5]
+    sudo ipsec-testbed bench uml_overhead [--repeat 5]
 
 Each figure is measured on the host clock around testbed.backends.uml.run(): "boot to
 command" is the time until the guest command's first output byte reaches the host,
@@ -15,7 +14,6 @@ import statistics
 import sys
 import time
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
 from experiments.doctor import kernel_modules
 from testbed.backends import uml
 
@@ -83,6 +81,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"for comparison, `true` on the host: {time.monotonic() - t0:.4f} s")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

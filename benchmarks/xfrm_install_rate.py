@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """How fast SAs and policies go in and out of the kernel: the netlink layer versus `ip xfrm`.
 
-    sudo .venv/bin/python benchmarks/xfrm_install_rate.py [--pairs 1000] [--kernel auto|host|uml]
+    sudo ipsec-testbed bench xfrm_install_rate [--pairs 1000] [--kernel auto|host|uml]
 
 For ``--pairs N`` the workload is N SA pairs in transport mode, each pair with its own
 /32 selectors from the benchmarking range 198.18.0.0/15 (RFC 2544), as one host sees
@@ -68,12 +67,12 @@ import time
 from collections.abc import Callable, Sequence
 
 # Run as a script from a checkout: make the project's packages importable.
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments import doctor, runner
+from benchmarks import _common
+from cli.options import add_kernel_options, kernel_choice
+from experiments import doctor
 from ipsec.algorithms import get_algorithm
 from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, random_key
 from testbed import backends, names, netns
-from testbed.options import add_kernel_options
 
 log = logging.getLogger("xfrm_install_rate")
 
@@ -550,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Install and remove N ESP SA pairs with their policies through the testbed's netlink "
                     "layer and through `ip xfrm` (one process per operation, and ip -batch), "
                     "on the same kernel in one run; print the rates and their ratio.",
-        epilog="example: sudo .venv/bin/python benchmarks/xfrm_install_rate.py --pairs 1000")
+        epilog="example: sudo ipsec-testbed bench xfrm_install_rate --pairs 1000")
     p.add_argument("--pairs", type=int, default=1000, metavar="N",
                    help=f"SA pairs, 1..{MAX_PAIRS} (default: %(default)s)")
     p.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="aes-gcm-256",
@@ -580,10 +579,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_install_rate: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    rc = runner.follow("xfrm_install_rate", ("bench", "xfrm_install_rate"),
-                       list(argv if argv is not None else sys.argv[1:]), args, doctor.needs((args.algorithm,)))
-    if rc is not None:
-        return rc
+    job = _common.bench_job("xfrm_install_rate", args, kernel_choice(args), doctor.needs((args.algorithm,)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
     signal.signal(signal.SIGTERM, _terminate)
     where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     try:
@@ -601,6 +607,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_report(rows, args, where)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The data path with thousands of tunnels: goodput and latency through a VPN gateway holding N.
 
     sudo ipsec-testbed bench xfrm_scale [--tunnels 1,10,100,1000,10000] [--profile aes-gcm-256]
@@ -40,12 +39,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-import _bootstrap  # noqa: F401  (the project's packages and virtualenv, with any Python)
-from experiments import doctor, runner
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
+from experiments import doctor
 from experiments.engine import iperf
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
 from testbed import backends
-from testbed.options import add_kernel_options, csv
 from topologies import build_spec
 from topologies.network import Network
 
@@ -210,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=5.0, metavar="S",
                    help="seconds of iperf3 per N, the first omitted (default: %(default)s)")
     p.add_argument("--pings", type=int, default=50, metavar="K", help="echo requests per N (default: %(default)s)")
-    runner.add_bench_out(p, "xfrm_scale")
+    add_bench_out(p, "xfrm_scale")
     add_kernel_options(p)
     return p
 
@@ -230,10 +229,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("xfrm_scale: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
         return 1
-    argv = runner.bench_out(args, list(argv if argv is not None else sys.argv[1:]), "xfrm_scale")
-    rc = runner.follow("xfrm_scale", ("bench", "xfrm_scale"), argv, args, doctor.needs((args.profile,)))
-    if rc is not None:
-        return rc
+    args.out = _common.out_dir(args.out, "xfrm_scale")
+    job = _common.bench_job("xfrm_scale", args, kernel_choice(args), doctor.needs((args.profile,)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
     print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
           f"vpn_gateway, {args.profile} tunnel, IPv4, links not shaped; added sites /{args.prefix}; "
           f"iperf3 {args.duration:g} s (1 s omitted), {args.pings} pings per N")
@@ -285,7 +292,4 @@ def write_page(args: argparse.Namespace, rows: list[Row], removal: dict) -> str:
                            f"{data['where']} ({data['kernel']}); vpn_gateway, {args.profile} tunnel, IPv4, links not "
                            f"shaped; added sites /{args.prefix}", sections, data)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 

@@ -1,8 +1,8 @@
 """``ipsec-testbed bench NAME``: the project's benchmarks, the scripts that print its speed and accuracy figures.
 
 Each benchmark is a module of ``benchmarks/`` with a ``main(argv)``; this command lists them
-and runs one in this process.  They stay runnable as scripts too
-(``sudo .venv/bin/python benchmarks/NAME.py``), which is why they import ``_bootstrap``.
+and runs one in this process (a benchmark whose work runs where the kernel under test is also has an
+``in_guest(job)``: :mod:`cli.job`).
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import ast
 import importlib
 import os
 import sys
-import types
 from collections.abc import Sequence
 
 from testbed.errors import fail
@@ -42,10 +41,6 @@ def usage() -> str:
 
 def load(name: str):
     """The benchmark module ``name``."""
-    # Run as a script, a benchmark's `import _bootstrap` finds the checkout and its virtualenv; here the
-    # project is imported already (from a checkout or an installed wheel), so that import has nothing to do:
-    # an empty module stands in for it (importing the real one would look for the checkout's .venv).
-    sys.modules.setdefault("_bootstrap", types.ModuleType("_bootstrap"))
     return importlib.import_module(f"benchmarks.{name}")
 
 

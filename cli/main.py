@@ -14,9 +14,9 @@
     ipsec-testbed clean             remove every testbed namespace, interface, guest
 
 ``sweep``, ``reproduce``, ``bench`` and ``report`` have parsers of their own (their modules'
-``main(argv)``); :func:`main` hands them the words after their name.  Every job runs in this
-process; one that needs a kernel with ESP boots User-Mode Linux and runs ``python -m cli JOB``
-there (:mod:`experiments.runner`).
+``main(argv)``); :func:`main` hands them the words after their name.  Each makes a
+:class:`~experiments.job.Job` and runs it through :mod:`experiments.runner`: in this process, or, where
+the work needs a kernel with ESP the host lacks, in a User-Mode Linux guest that is handed the job.
 """
 from __future__ import annotations
 
@@ -29,19 +29,22 @@ import sys
 from collections.abc import Sequence
 
 from cli import regress as regress_command
+from cli.options import (
+    Parser,
+    add_debug_option,
+    add_kernel_options,
+    add_uml_options,
+    backend_options,
+    kernel_choice,
+    positive_seconds,
+)
 from cli.output import console
 from ipsec.ike import KEYING_HELP, KEYINGS, child_proposals, is_ike
 from ipsec.ike import available as ike_available
 from ipsec.overhead import overhead_table, render_rows
 from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
 from testbed import backends
-from testbed.errors import Parser, add_debug_option, run_main
-from testbed.options import (
-    add_kernel_options,
-    add_uml_options,
-    backend_options,
-    positive_seconds,
-)
+from testbed.errors import run_main
 from topologies import TOPOLOGIES, build_spec
 
 log = logging.getLogger("ipsec-testbed")
@@ -199,21 +202,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         child_proposals(parse_profile(args.profile))  # Unsupported: refused here, before a boot
         if ike_available():
             raise SystemExit(f"ipsec-testbed demo: {ike_available()}")
-    argv = [args.topology, "--profile", args.profile, "--mode", args.mode, "--keying", args.keying,
-            "--rate", f"{args.rate:g}",
-            "--clients", str(args.clients), *(["--pcap", os.path.abspath(args.pcap)] if args.pcap else [])]
-    from experiments import doctor, runner
+    from experiments import runner
+    from experiments.job import DemoWork, Job
 
+    job = Job(DemoWork(args.topology, profile=args.profile, mode=args.mode, keying=args.keying, rate_mbit=args.rate,
+                       clients=args.clients, pcap=os.path.abspath(args.pcap) if args.pcap else None, web=args.web),
+              kernel=kernel_choice(args).with_(speed_probe=False),  # nothing here accounts CPU per window
+              command=("ipsec-testbed", "demo", *sys.argv[2:]), verbose=args.verbose)
     if args.web:
         from cli.webdemo import run_web
 
-        return run_web(args, argv, doctor.needs((args.profile,)))
-    rc = runner.follow("ipsec-testbed demo", ("demo",), argv, args, doctor.needs((args.profile,)), interactive=True)
-    if rc is not None:
-        return rc
-    from cli.demo import run_demo
+        return run_web(job, args.port)
+    from cli.job import demo_work
 
-    return run_demo(args.topology, args.profile, args.mode, args.rate, args.clients, args.pcap, keying=args.keying)
+    return runner.run(job, "ipsec-testbed demo", demo_work, interactive=True)
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -357,7 +359,7 @@ def _bench(argv: list[str]) -> int:
 def _report(argv: list[str]) -> int:
     from cli.report import main as report_main
 
-    return report_main(argv)
+    return report_main(argv)  # from the word "report" on
 
 
 #: The options of ``ipsec-testbed`` itself, which a job with a parser of its own takes too.

@@ -18,9 +18,9 @@ from pathlib import Path
 from cli import bench, reproduce
 from cli.main import build_parser
 from cli.report import build_parser as report_parser
+from cli.reproduce import build_parser as seed_parser
 from cli.sweep import build_parser as sweep_parser
 from experiments.catalogue import reproductions
-from experiments.reproduce import build_parser as seed_parser
 from testbed import pages
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,19 +8,21 @@ Three ways to get the two sides, one table of verdicts (:mod:`analysis.regress`)
 - ``--inject-slowdown PCT``: the suite with two arms side by side, the second with the ESP path
   made PCT slower (:mod:`experiments.injection`): the gate's sensitivity on this machine.
 
-Every sweep runs in this process, through :func:`cli.sweep.main`.
+Every sweep is a :class:`~experiments.job.Job` run through :mod:`experiments.runner` (a paired A/B's
+two at once, each in a process of its own).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
 import sys
 
+from cli.options import add_kernel_options, add_speed_probe_option, kernel_choice, percent
 from cli.output import console
-from experiments.runner import INCOMPLETE
-from testbed.options import add_kernel_options, add_speed_probe_option, percent
+from experiments.job import INCOMPLETE, Job, SweepWork
 from testbed.record import FIELD
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,13 +109,31 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+PROG = "ipsec-testbed regress"
+
+
+def suite_job(args: argparse.Namespace, out_dir: str) -> Job:
+    """The suite's sweep into ``out_dir`` on the kernel the options choose, without a report."""
+    from experiments.catalogue.suites import suite_spec
+
+    return Job(SweepWork(suite_spec(args.suite)), out_dir=os.path.abspath(out_dir), kernel=kernel_choice(args),
+               report=False, command=("ipsec-testbed", *sys.argv[1:]), verbose=args.verbose)
+
+
+def sweep(job: Job) -> int:
+    """Run a suite's sweep ``job``; its exit status (an error is one line, then 1, as the sweep's own)."""
+    from experiments import runner
+    from testbed.errors import run_main
+
+    return run_main(PROG, lambda: runner.run(job, PROG))
+
+
 def run(args: argparse.Namespace) -> int:
     from analysis import regress
-    from cli.sweep import main as sweep
-    from experiments.catalogue.suites import gate_defaults, suite_args, sweep_argv
+    from experiments.catalogue.suites import gate_defaults
     from testbed.rundir import ResultsError, load_meta, load_results
 
-    prog = "ipsec-testbed regress"
+    prog = PROG
     defaults = gate_defaults(None if args.run else args.suite)
     if args.max_drop is None and not args.ab:  # --ab: its tolerance depends on whether it is paired
         args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
@@ -138,10 +158,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_dir = args.run
         if run_dir is None:
-            sweep_args = suite_args(args.suite)
             run_dir = _out_dir(args, "regress")
             print(f"regress: suite {args.suite} into {run_dir}", file=sys.stderr, flush=True)
-            rc = sweep(sweep_argv(sweep_args, run_dir, _kernel_options(args)))
+            rc = sweep(suite_job(args, run_dir))
             if rc != 0:
                 return sweep_failed(prog, rc)
         records, meta = load_results(run_dir), load_meta(run_dir)
@@ -171,21 +190,11 @@ def _out_dir(args: argparse.Namespace, kind: str, suffix: str = "") -> str:
     return args.out or os.path.join(runs_dir(REPO), f"{kind}-{when}-{args.suite}{suffix}")
 
 
-def _kernel_options(args: argparse.Namespace) -> list[str]:
-    """The sweep's options for the kernel the regress options select."""
-    return ["--kernel", args.kernel, "--uml-mem", args.uml_mem,
-            *(["--uml-kernel", args.uml_kernel] if args.uml_kernel else []),
-            *(["--uml-modules", args.uml_modules] if args.uml_modules else []),
-            *(["--no-speed-probe"] if args.no_speed_probe else [])]
-
-
 def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     """``--inject-slowdown``: the suite with arms a (as is) and b (the ESP path slowed), and the gate's
     verdicts on b against a, next to the slowdown as measured."""
     from analysis import regress
-    from cli.sweep import main as sweep
     from experiments import injection
-    from experiments.catalogue.suites import suite_args, sweep_argv
     from testbed.rundir import ResultsError, load_meta, load_results
 
     def say(m: str) -> None:
@@ -193,17 +202,16 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
 
     pct = args.inject_slowdown
     try:
-        sweep_args = suite_args(args.suite)
         out = _out_dir(args, "inject", f"-{pct:g}pct")
+        job = suite_job(args, out)
         cal = injection.calibrated(
-            args.suite, sweep_args, injection.kernel_identity(args.kernel, args.uml_kernel),
-            lambda run_dir, *extra: sweep(sweep_argv(sweep_args, run_dir, _kernel_options(args), *extra)),
-            out, say, args.recalibrate)
+            args.suite, job.work.spec, injection.kernel_identity(args.kernel, args.uml_kernel),
+            lambda spec, run_dir: sweep(_with(job, spec, run_dir)), out, say, args.recalibrate)
         n = cal.instructions_for(pct)
         run_dir = os.path.join(out, "ab")
         say(f"suite {args.suite} with arms a (nothing added) and b (a {pct:g} % slowdown: {n} extra instructions "
             f"per ESP packet), interleaved, into {run_dir}")
-        rc = sweep(sweep_argv(sweep_args, run_dir, _kernel_options(args), "--arms", f"0,{n}"))
+        rc = sweep(_with(job, dataclasses.replace(job.work.spec, arms=(0, n)), run_dir))
         if rc != 0:
             return sweep_failed(prog, rc)
         records, meta = load_results(run_dir), load_meta(run_dir)
@@ -229,6 +237,11 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
                                                 "high": e.high, "calibration": vars(cal),
                                                 "run_dir": run_dir})
     return status
+
+
+def _with(job: Job, spec, out_dir: str) -> Job:
+    """``job`` measuring ``spec`` into ``out_dir``."""
+    return job.with_(work=dataclasses.replace(job.work, spec=spec), out_dir=os.path.abspath(out_dir))
 
 
 def _write_json(path: str, verdicts, args: argparse.Namespace, extra: dict | None = None) -> None:
@@ -266,7 +279,7 @@ AB_SPARE_BYTES = 1 << 30
 
 def two_guests_fit(uml_mem: str) -> str | None:
     """None when two guests of ``uml_mem`` each fit in the memory available now, else why not (one line)."""
-    from testbed.options import parse_size
+    from cli.options import parse_size
 
     need = 2 * parse_size(uml_mem) + AB_SPARE_BYTES
     with open("/proc/meminfo") as f:
@@ -282,9 +295,9 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     pair; in turn, unpaired, where two guests do not fit.  With ``--inject-slowdown`` B's guest (on the
     same kernel) has its ESP path slowed: the paired A/B's power."""
     from analysis import regress
-    from cli.sweep import main as sweep
     from experiments import ab, injection
-    from experiments.catalogue.suites import gate_defaults, suite_args, suite_spec, sweep_argv
+    from experiments.catalogue.suites import gate_defaults
+    from experiments.job import KernelChoice
     from testbed.backends.uml import guest_cpu
     from testbed.rundir import ResultsError, load_meta, load_results
 
@@ -294,9 +307,9 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     kernels = tuple(args.ab)
     pct = args.inject_slowdown
     try:
-        sweep_args = suite_args(args.suite)
-        reps = args.repetitions or suite_spec(args.suite).repetitions
         out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
+        job = suite_job(args, out)
+        reps = args.repetitions or job.work.spec.repetitions
         cramped = two_guests_fit(args.uml_mem)
         if cramped:
             if pct is not None:
@@ -305,8 +318,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                 "is not cancelled)")
             if args.max_drop is None:  # unpaired: a baseline's tolerance
                 args.max_drop = gate_defaults(args.suite)["max_drop"]
-            dir_a, dir_b = ab.run_ab(sweep_args, kernels, reps, out, sweep, say=say,
-                                     rounds=args.rounds or min(reps, 4))
+            dir_a, dir_b = ab.run_ab(job, kernels, reps, sweep, say=say, rounds=args.rounds or min(reps, 4))
             baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
             verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
                                        args.metrics)
@@ -314,24 +326,24 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                                                      f"measured in turn, unpaired: {dir_a} and {dir_b}"], ("A", "B"))
         if args.max_drop is None:  # paired: side by side, the drift cancels, as between arms
             args.max_drop = gate_defaults(args.suite)["arms_max_drop"]
-        extra: tuple = ((), ())
+        arms: tuple = ((), ())
         n = None
         if pct is not None:
-            options = ab.kernel_options(kernels[0])
-            identity = injection.kernel_identity(options[options.index("--kernel") + 1], _uml_kernel_of(kernels[0]))
-            cal = injection.calibrated(
-                args.suite, sweep_args, identity,
-                lambda run_dir, *more: sweep(sweep_argv(sweep_args, run_dir, ab.kernel_options(kernels[0]), *more)),
-                out, say, args.recalibrate)
+            on_a = job.with_(kernel=KernelChoice.named(kernels[0], uml_mem=job.kernel.uml_mem,
+                                                       speed_probe=job.kernel.speed_probe))
+            identity = injection.kernel_identity(on_a.kernel.kernel, on_a.kernel.uml_kernel)
+            cal = injection.calibrated(args.suite, job.work.spec, identity,
+                                       lambda spec, run_dir: sweep(_with(on_a, spec, run_dir)), out, say,
+                                       args.recalibrate)
             n = cal.instructions_for(pct)
-            extra = (("--arms", "0"), ("--arms", str(n)))  # the same BPF program in both, B's made slower
+            arms = ((0,), (n,))  # the same BPF program in both, B's made slower
             say(f"B's guest with its ESP path {pct:g} % slower ({n} extra instructions per ESP packet), "
                 "A's with the same program adding none")
         cpu = guest_cpu()
         say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, both guests on host CPU "
             f"{cpu if cpu is not None else 'any'}, taking turns window by window (ABBA), {reps} windows each, "
             f"into {out}")
-        dir_a, dir_b = ab.run_paired(ab.paired_argv(sweep_args, kernels, reps, out, cpu, extra), out, say)
+        dir_a, dir_b = ab.run_paired(ab.paired_jobs(job, kernels, reps, cpu, arms), out, say)
         records = ab.as_arms(load_results(dir_a), load_results(dir_b))
         verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
                                         args.confidence / 100, args.metrics)
@@ -361,14 +373,6 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                                                 "measured_pct": effect.pct, "ratio": effect.ratio, "low": effect.low,
                                                 "high": effect.high, "paired": True, "run_dir": out})
     return 0 if right else 1
-
-
-def _uml_kernel_of(kernel: str) -> str | None:
-    """The ``--uml-kernel`` value of an A/B side's kernel, None for a backend's default."""
-    from experiments import ab
-
-    options = ab.kernel_options(kernel)
-    return options[options.index("--uml-kernel") + 1] if "--uml-kernel" in options else None
 
 
 def _report_verdicts(args: argparse.Namespace, verdicts, notes: list[str], labels: tuple[str, str]) -> int:

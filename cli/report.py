@@ -5,10 +5,9 @@
     ipsec-testbed report RUN_DIR --out FILE      # the page somewhere else
     ipsec-testbed report SEED_RUN [--markdown F] # a seed reproduction: published numbers, claims judged
 
-``main(argv)`` takes the words after the program name, with or without the leading ``report``
-(``main(["report", "runs/x"])`` and ``main(["runs/x"])`` are the same), so ``ipsec-testbed``
-can hand it ``sys.argv[1:]`` or its own remainder.  The analysis modules compute and render; this
-is the one place that writes their files or prints them.
+:func:`main` parses the command line (``ipsec-testbed`` hands it the words from ``report`` on);
+:func:`render` does the work, and is what a job that measured calls on the host once it is done.
+The analysis modules compute and render; this is the one place that writes their files or prints them.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.run import RunData
-from testbed.errors import Parser
+from cli.options import Parser
 from testbed.rundir import ResultsError, atomic_write
 
 log = logging.getLogger("ipsec-testbed.report")
@@ -65,14 +64,19 @@ def _labels(runs: Sequence[RunData]) -> list[str]:
     return [f"{r.label} ({Path(r.run_dir).name})" if counts[r.label] > 1 else r.label for r in runs]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "report":
-        argv = argv[1:]
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str]) -> int:
+    """``ipsec-testbed report ARGV...`` (``argv`` with or without the word ``report`` first)."""
+    argv = list(argv)
+    args = build_parser().parse_args(argv[1:] if argv[:1] == ["report"] else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    return render(args.run_dirs, out=args.out, html=not args.no_html, markdown=args.markdown)
 
+
+def render(run_dirs: Sequence[str], out: Path | None = None, html: bool = True, markdown: Path | None = None) -> int:
+    """Print the tables of ``run_dirs`` (the first one's, compared with the others) and write the first
+    one's report.html (or ``out``; nothing with ``html`` False; ``markdown``: a reproduction's claims
+    and tables as Markdown too); returns the exit status."""
     # imported here so that --help does not wait for plotly
     from rich.console import Console
     from rich.measure import Measurement
@@ -81,10 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from analysis.tables import compare_table, terminal_table
 
     console = Console()
-    if _is_reproduction(args.run_dirs[0]):
-        return _reproduction_report(args, console)
+    if _is_reproduction(run_dirs[0]):
+        return _reproduction_report(run_dirs, out, html, markdown)
     runs = []
-    for run_dir in args.run_dirs:
+    for run_dir in run_dirs:
         if not Path(run_dir).is_dir():
             print(f"ipsec-testbed report: {run_dir}: not a directory", file=sys.stderr)
             return 1
@@ -109,9 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # never crop a column: on a narrow terminal (or a pipe, 80 columns) let the lines run long
         needed = Measurement.get(console, console.options, table).minimum
         console.print(table, width=max(console.width, needed), crop=False)
-    if args.no_html:
+    if not html:
         return 0
-    out = args.out or Path(first.run_dir) / "report.html"
+    out = out or Path(first.run_dir) / "report.html"
     page = render_html(first.records, first.meta, compare=runs if len(runs) > 1 else ())
     try:  # a crash never leaves half a report where a whole one was
         atomic_write(out, page)
@@ -134,42 +138,38 @@ def _is_reproduction(run_dir: str) -> bool:
     return isinstance(meta, dict) and bool(meta.get("seed") and meta.get("parts"))
 
 
-def _reproduction_report(args, console) -> int:
+def _reproduction_report(run_dirs: Sequence[str], out: Path | None, html: bool, markdown: Path | None) -> int:
     """A seed reproduction's run (experiments/seed00N_*.py): its comparison report; with several, their claims."""
     from analysis import reproduction, reproduction_report
 
     datas = []
-    for run_dir in args.run_dirs:
+    for run_dir in run_dirs:
         if not _is_reproduction(run_dir):
             print(f"ipsec-testbed report: {run_dir}: not a seed reproduction run (cannot compare it with "
-                  f"{args.run_dirs[0]})", file=sys.stderr)
+                  f"{run_dirs[0]})", file=sys.stderr)
             return 1
         try:
             datas.append(reproduction.evaluate(run_dir))
         except (reproduction.ReproductionError, ValueError) as e:
             print(f"ipsec-testbed report: {e}", file=sys.stderr)
             return 1
-    reproduction_report.print_summary(args.run_dirs[0], datas[0])
-    if args.markdown:
+    reproduction_report.print_summary(run_dirs[0], datas[0])
+    if markdown:
         text = reproduction_report.markdown(datas[0])
         if len(datas) > 1:
-            text += "\n" + reproduction_report.markdown_compared(args.run_dirs, datas)
-        args.markdown.write_text(text, encoding="utf-8")
+            text += "\n" + reproduction_report.markdown_compared(run_dirs, datas)
+        atomic_write(markdown, text)
     if len(datas) > 1:
-        reproduction_report.print_claims_compared(args.run_dirs, datas)
-    if args.no_html:
+        reproduction_report.print_claims_compared(run_dirs, datas)
+    if not html:
         return 0
-    out = args.out or Path(args.run_dirs[0]) / "report.html"
+    out = out or Path(run_dirs[0]) / "report.html"
     try:
-        reproduction_report.write_report(args.run_dirs[0], out=str(out),
-                                         compare=list(zip(args.run_dirs, datas, strict=True)),
-                                  data=datas[0])
+        reproduction_report.write_report(run_dirs[0], out=str(out), compare=list(zip(run_dirs, datas, strict=True)),
+                                         data=datas[0])
     except OSError as e:
         print(f"ipsec-testbed report: cannot write {out}: {e.strerror}", file=sys.stderr)
         return 1
     print(f"report: {out} (and comparison.json beside the run's results)", file=sys.stderr)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

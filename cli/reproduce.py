@@ -1,16 +1,26 @@
 """``ipsec-testbed reproduce SEED``: one seed's experiment, measured and judged against the paper.
 
-The seeds' experiments are data (:mod:`experiments.catalogue`); the engine that measures them
-and the options every seed shares are :mod:`experiments.reproduce`'s.
+The seeds' experiments are data (:mod:`experiments.catalogue`), their options too
+(:class:`~experiments.reproduce.SeedOption`); this module makes them a command line, and the command
+line a :class:`~experiments.job.Job` that :mod:`experiments.runner` runs.
 """
 from __future__ import annotations
 
+import argparse
+import logging
 import sys
+import time
 from collections.abc import Sequence
 
+from cli.options import Parser, add_output_options, csv, kernel_choice
+from cli.sweep import REPO, finish
+from experiments import runner
 from experiments.catalogue import reproduction, reproductions
-from experiments.reproduce import main as reproduce
-from testbed.errors import fail
+from experiments.job import Job, ReproductionWork
+from experiments.reproduce import Reproduction
+from ipsec import ike
+from ipsec.ike import KEYING_HELP, KEYINGS
+from testbed.errors import Refused, fail, run_main
 
 
 def usage() -> str:
@@ -26,6 +36,65 @@ def usage() -> str:
     return "\n".join(lines) + "\n"
 
 
+def scale_arg(text: str) -> str | float:
+    """``--scale``: "auto" or a factor of at least 1."""
+    if text == "auto":
+        return text
+    try:
+        factor = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"auto or a number >= 1, not {text!r}") from None
+    if not 1.0 <= factor <= 1000.0:
+        raise argparse.ArgumentTypeError(f"a factor in 1..1000, not {text}")
+    return factor
+
+
+def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
+    p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("how long")
+    g.add_argument("--repetitions", type=int, default=None, metavar="N",
+                   help="repetitions per point, for every part (default: each part's own, shown by --dry-run)")
+    g.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="the measured window of each point, in seconds (default: each part's own)")
+    g.add_argument("--udp-bitrate", default=None, metavar="RATE",
+                   help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
+                        "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
+                        "(default: each part's own)")
+    g.add_argument("--parts", default=None, metavar="NAME,...",
+                   help="measure only these parts (default: all; --dry-run lists them)")
+    g.add_argument("--scale", type=scale_arg, default=None, metavar="auto|FACTOR",
+                   help="divide every link rate of the seed by FACTOR, or by the factor a short calibration "
+                        "finds (auto: the heaviest point then asks at most 60%% of what this machine can "
+                        "emulate), so that the links, not the emulator's CPU, bound the points; the report "
+                        "says what that can show (bytes on the wire, protocol behaviour) and what it cannot "
+                        "(the seed's CPU costs) (default: the seed's rates)")
+    g = p.add_argument_group("how the SAs are made")
+    g.add_argument("--keying", choices=KEYINGS, default=None,
+                   help=f"how the SAs are made: {KEYING_HELP}; parts that compare keyings keep theirs "
+                        "(default: static)")
+    if repro.options:
+        g = p.add_argument_group(f"seed {repro.seed}")
+        for o in repro.options:
+            g.add_argument(o.flag, dest=o.dest, type=csv(o.kind) if o.many else o.kind, default=o.default,
+                           metavar=o.metavar, help=o.help, **({"choices": o.choices} if o.choices else {}))
+    add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
+    return p
+
+
+def job_from(repro: Reproduction, args: argparse.Namespace, argv: Sequence[str]) -> Job:
+    """The reproduction's :class:`~experiments.job.Job` from its options (a ValueError names a bad value)."""
+    parts = repro.select({o.dest: getattr(args, o.dest) for o in repro.options},
+                         parts=[w.strip() for w in (args.parts or "").split(",") if w.strip()],
+                         repetitions=args.repetitions, duration_s=args.duration, udp_bitrate=args.udp_bitrate,
+                         keying=args.keying)
+    return Job(ReproductionWork(repro.seed, tuple(parts), args.scale),
+               out_dir=runner.out_dir_of(args.out, REPO, f"seed{repro.seed}"), kernel=kernel_choice(args),
+               allow_failures=args.allow_failures, report=not args.no_report,
+               command=("ipsec-testbed", "reproduce", repro.seed, *argv), started_unix=time.time(),
+               verbose=args.verbose)
+
+
 def main(argv: Sequence[str]) -> int:
     """``argv``: SEED, then that seed's options."""
     argv = list(argv)
@@ -36,4 +105,16 @@ def main(argv: Sequence[str]) -> int:
         repro = reproduction(argv[0])
     except ValueError as e:
         return fail("ipsec-testbed reproduce", f"error: {e}", 2)
-    return reproduce(repro, argv[1:])
+    args = build_parser(repro).parse_args(argv[1:])
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(levelname)s %(name)s: %(message)s")
+
+    def work() -> int:
+        job = job_from(repro, args, argv[1:])
+        if args.dry_run:
+            return runner.dry_run(job)
+        if any(ike.is_ike(p.spec.keying) for p in job.work.parts) and ike.available():
+            raise Refused(ike.available())  # before a guest boots
+        return finish(job, repro.prog, runner.run(job, repro.prog))
+
+    return run_main(repro.prog, work, args.debug)

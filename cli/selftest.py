@@ -26,8 +26,8 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
+from cli.options import backend_options
 from testbed import backends
-from testbed.options import backend_options
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).

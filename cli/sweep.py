@@ -27,27 +27,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import sys
+import time
 
-from cli.report import main as report_main
+from cli.options import Parser, add_output_options, csv, kernel_choice
+from cli.report import render
 from experiments import runner
-from experiments.engine.plan import (
-    SweepSpec,
-    estimate_seconds,
-    plan_points,
-    precision_of,
-    unmeasured,
-    unusable_profiles,
-)
-from experiments.engine.sweep import by_point, note_interrupted, run_sweep, summary
-from experiments.runner import add_output_options, out_dir_of
+from experiments.engine.plan import SweepSpec
+from experiments.job import INCOMPLETE, Job, SweepWork
 from ipsec import ike
 from ipsec.ike import KEYING_HELP, KEYINGS
-from testbed.errors import Parser, Refused, run_main
-from testbed.options import csv
-from testbed.record import Bound
-from testbed.rundir import load_existing
+from testbed.errors import Refused, run_main
 from topologies import TOPOLOGIES
 
 PROG = "ipsec-testbed sweep"
@@ -152,10 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "packet's way out of an IPsec endpoint (0: nothing added). The regression gate's "
                         "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
-    # regress --ab's paired mode runs two sweeps that take turns window by window
-    # (experiments/engine/turns.py), both guests on one host CPU: not for people
-    p.add_argument("--turns", metavar="DIR/LABEL", help=argparse.SUPPRESS)
-    p.add_argument("--host-cpu", type=int, metavar="CPU", help=argparse.SUPPRESS)
     return p
 
 
@@ -182,97 +168,24 @@ def spec_from(args):
                      budget_s=args.budget or None)
 
 
-def dry_run(spec, out_dir: str) -> int:
-    done = by_point(load_existing(out_dir))
-    points = plan_points(spec)
-    todo = [p for p in points if len(done.get(p.point_key(), [])) <= p.repetition]
-    for p in todo:
-        print(f"{p.topology} {p.profile:>22s} {p.mode} IPv{p.ip_version} {p.transport} {p.rate_mbit:g} Mbit/s "
-              f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
-    most = len(plan_points(spec, spec.most_repetitions)) - (len(points) - len(todo))
-    more = (f", up to {most} if every point needs {spec.most_repetitions} repetitions "
-            f"(~{estimate_seconds(spec, most) / 60:.1f} min" if spec.adaptive else "")
-    if spec.adaptive:
-        more += f"; the extra repetitions stop at {spec.budget_s:g} s, --budget)" if spec.budget_s else ")"
-    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}{more}; estimated "
-          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min for these, plus a User-Mode Linux boot if the "
-          "host kernel cannot run them", file=sys.stderr)
-    return 0
+def job_from(args: argparse.Namespace, argv: list[str]) -> Job:
+    """The sweep's :class:`~experiments.job.Job` from its options (a ValueError names a bad value)."""
+    spec = spec_from(args)
+    return Job(SweepWork(spec), out_dir=runner.out_dir_of(args.out, REPO, spec.topology), kernel=kernel_choice(args),
+               allow_failures=args.allow_failures, report=not args.no_report,
+               command=("ipsec-testbed", "sweep", *argv), started_unix=time.time(), verbose=args.verbose)
 
 
-def measure(spec, out_dir: str, allow_failures: bool = False, turns: str | None = None) -> int:
-    from experiments.engine.turns import Turns
-
-    with runner.progress_bar() as bar:
-        progress = runner.progress_callback(bar, bar.add_task("sweep", total=None))
-        # the caller holds the run directory's lock (taken on the host, before any guest boots)
-        counts = run_sweep(spec, out_dir, progress, command_line=runner.typed_command(), lock=False,
-                           started_unix=runner.command_started(), turns=Turns(turns) if turns else None)
-    failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
-    bounds = summary(out_dir)
-    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in Bound)
-    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
-          file=sys.stderr)
-    print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
-    groups = by_point(load_existing(out_dir))
-    for line in unusable_profiles(spec, groups).values():
-        print(line, file=sys.stderr)
-    print(precision_line(spec, out_dir, counts["over_budget"], groups), file=sys.stderr)
-    missing = missing_line(spec, out_dir, groups)
-    if missing:
-        print(missing, file=sys.stderr)
-        return 0 if allow_failures else runner.INCOMPLETE
-    return 0
-
-
-def missing_line(spec, out_dir: str, groups: dict | None = None) -> str | None:
-    """One line on the points the run could not measure, and why; None when it measured them all
-    (``groups``: the run's records by point, when they have been read already)."""
-    groups = by_point(load_existing(out_dir)) if groups is None else groups
-    missing = unmeasured(spec, groups)
-    if not missing:
-        return None
-    reasons = [r.error for p in missing for r in groups.get(p.point_key(), []) if r.failed]
-    why = f"; the last error: {reasons[-1]}" if reasons else ""
-    return (f"INCOMPLETE: {len(missing)} of {len(plan_points(spec, 1))} points could not be measured{why} "
-            f"(the same command with --out {shlex.quote(out_dir)} tries them again; --allow-failures exits 0)")
-
-
-def precision_line(spec, out_dir: str, over_budget: bool, groups: dict | None = None) -> str:
-    """How many points are as precise as asked, and why the others are not (``groups``: the run's
-    records by point, when they have been read already)."""
-    p = precision_of(spec, by_point(load_existing(out_dir)) if groups is None else groups)
-    line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
-            f"{spec.cpu_precision_pct:g} % (CPU per GB)")
-    why = []
-    if p["at_most"]:
-        why.append(f"{p['at_most']} had their {spec.most_repetitions} repetitions")
-    if p["unusable"]:
-        why.append(f"{p['unusable']} of profiles whose every repetition was an anomaly (above)")
-    if p["short"]:
-        cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
-        why.append(f"{p['short']} stopped short by {cause}")
-    line += f"; {', '.join(why)}" if why else ""
-    if p["short"]:
-        # a run on the same directory measures only what is missing: here, the extra repetitions
-        more = " --budget 0" if over_budget else ""
-        line += f"\n(the same command with --out {shlex.quote(out_dir)}{more} adds the repetitions they lack)"
-    return line
-
-
-def report(out_dir: str) -> None:
-    if os.path.exists(os.path.join(out_dir, "results.jsonl")):
-        report_main(["report", out_dir])
-
-
-def sweep(args, argv: list[str], spec, out_dir: str) -> int:
-    """Measure (here or in a guest), then report; see the module docstring and :mod:`experiments.runner`."""
-    from experiments import doctor
-
-    return runner.run(PROG, ("sweep",), args, argv, out_dir, doctor.needs(spec.profiles),
-                      measure=lambda: measure(spec, out_dir, args.allow_failures, args.turns),
-                      report=lambda: report(out_dir), on_interrupt=lambda why: note_interrupted(out_dir, why),
-                      missing=lambda: missing_line(spec, out_dir))
+def finish(job: Job, prog: str, rc: int) -> int:
+    """After a job that measured into its run directory: on the host, its report and tables (a partial
+    run's too: it says which points are missing), and the line on what is still missing, last."""
+    if rc in (0, INCOMPLETE) and job.report:
+        if os.path.exists(os.path.join(job.out_dir, "results.jsonl")):
+            render([job.out_dir])
+        line = runner.missing_line(job)
+        if line:
+            print(line, file=sys.stderr)
+    return rc
 
 
 def main(argv=None) -> int:
@@ -282,16 +195,11 @@ def main(argv=None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
 
     def work() -> int:
-        spec = spec_from(args)  # a ValueError here is the one-line message of a bad value
-        out_dir = out_dir_of(args.out, REPO, spec.topology)
+        job = job_from(args, argv)
         if args.dry_run:
-            return dry_run(spec, out_dir)
-        if ike.is_ike(spec.keying) and ike.available():
+            return runner.dry_run(job)
+        if ike.is_ike(job.work.spec.keying) and ike.available():
             raise Refused(ike.available())  # before a guest boots
-        return sweep(args, argv, spec, out_dir)
+        return finish(job, PROG, runner.run(job, PROG))
 
     return run_main(PROG, work, args.debug)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Two kernels, one suite, interleaved: A/B comparisons for kernel developers.
 
-Paired (:func:`paired_argv`, :func:`run_paired`; what ``regress --ab`` does wherever two guests
+Paired (:func:`paired_jobs`, :func:`run_paired`; what ``regress --ab`` does wherever two guests
 fit in memory): both kernels up at once, in two guests on the same host CPU, taking turns
 window by window in ABBA order (:mod:`experiments.engine.turns`), so that each of B's windows
 has one of A's beside it in time and B/A is judged pair by pair.
@@ -31,84 +31,79 @@ import signal
 import subprocess
 from collections.abc import Callable, Sequence
 
-from experiments.catalogue.suites import sweep_argv, sweep_process
+from experiments import runner
 from experiments.engine import turns
-from testbed import backends, umlkernel
+from experiments.job import Job, KernelChoice
 
 
-def kernel_options(kernel: str) -> list[str]:
-    """``ipsec-testbed sweep``'s options that select ``kernel``: a backend's name, a UML kernel named
-    by its origin (``debian``, ``recipe``: :mod:`testbed.umlkernel`), or a kernel image a backend
-    boots (the path of a UML kernel built with ``make ARCH=um``)."""
-    if kernel in backends.names():
-        return ["--kernel", kernel]
-    if kernel in umlkernel.NAMED:
-        return ["--kernel", backends.UmlBackend.name, "--uml-kernel", kernel]
-    backend = backends.booting(kernel)
-    return ["--kernel", backend.name, "--uml-kernel", os.path.abspath(kernel)]
+def _on(job: Job, kernel: str, out_dir: str, **spec_changes) -> Job:
+    """``job`` (a sweep's) on ``kernel`` (:meth:`KernelChoice.named`) into ``out_dir``, its spec changed."""
+    kernel_choice = KernelChoice.named(kernel, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules,
+                                       speed_probe=job.kernel.speed_probe)
+    spec = dataclasses.replace(job.work.spec, **spec_changes)
+    return job.with_(work=dataclasses.replace(job.work, spec=spec), out_dir=out_dir, kernel=kernel_choice)
 
 
-def plan_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
-            rounds: int | None = None) -> list[tuple[str, list[str]]]:
-    """The runs, in order: (label "a" or "b", the sweep's arguments).  Pure.
+def plan_ab(job: Job, kernels: tuple[str, str], repetitions: int, rounds: int | None = None) -> list[tuple[str, Job]]:
+    """The runs, in order: (label "a" or "b", the sweep's job into ``job.out_dir/LABEL``).  Pure but for
+    kernel paths.
 
-    ``rounds`` boots of each kernel (default: one per repetition), in ABBA order; round ``k``
-    measures the kernel's repetitions up to ``ceil(k * repetitions / rounds)``.
+    ``job`` is the suite's sweep; ``rounds`` boots of each kernel (default: one per repetition), in
+    ABBA order; round ``k`` measures the kernel's repetitions up to ``ceil(k * repetitions / rounds)``.
     """
     if repetitions < 2:
         raise ValueError("an A/B comparison needs at least 2 repetitions per kernel")
     rounds = repetitions if rounds is None else rounds
     if not 1 <= rounds <= repetitions:
         raise ValueError(f"rounds must be 1..{repetitions} (the repetitions), not {rounds}")
-    options = {label: kernel_options(k) for label, k in zip("ab", kernels, strict=True)}
     runs = []
     for k in range(1, rounds + 1):
         upto = -(-k * repetitions // rounds)
         for label in ("a", "b") if k % 2 else ("b", "a"):
-            runs.append((label, sweep_argv(sweep_args, os.path.join(out_dir, label), options[label],
-                                              "--repetitions", str(upto), "--max-repetitions", str(upto))))
+            runs.append((label, _on(job, kernels["ab".index(label)], os.path.join(job.out_dir, label),
+                                    repetitions=upto, max_repetitions=upto)))
     return runs
 
 
-def run_ab(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
-           sweep: Callable[[list[str]], int], say: Callable[[str], None] = lambda s: None,
-           rounds: int | None = None) -> tuple[str, str]:
-    """Measure the suite on both kernels, interleaved, each run by ``sweep(argv)`` (``ipsec-testbed
-    sweep``'s main, which returns its exit status); returns the two run directories."""
-    runs = plan_ab(sweep_args, kernels, repetitions, out_dir, rounds)
-    for n, (label, cmd) in enumerate(runs, 1):
-        upto = cmd[cmd.index("--repetitions") + 1]
+def run_ab(job: Job, kernels: tuple[str, str], repetitions: int, sweep: Callable[[Job], int],
+           say: Callable[[str], None] = lambda s: None, rounds: int | None = None) -> tuple[str, str]:
+    """Measure the suite's sweep ``job`` on both kernels, interleaved, each run by ``sweep(job)`` (which
+    returns its exit status); returns the two run directories."""
+    runs = plan_ab(job, kernels, repetitions, rounds)
+    for n, (label, side) in enumerate(runs, 1):
         say(f"A/B run {n} of {len(runs)}: kernel {label.upper()} ({kernels['ab'.index(label)]}), "
-            f"round {(n + 1) // 2}, repetitions up to {upto}")
-        rc = sweep(cmd)
+            f"round {(n + 1) // 2}, repetitions up to {side.work.spec.repetitions}")
+        rc = sweep(side)
         if rc != 0:
             raise RuntimeError(f"the sweep on kernel {label.upper()} failed (exit {rc}); its run directory "
-                               f"{os.path.join(out_dir, label)} keeps what was measured")
-    return os.path.join(out_dir, "a"), os.path.join(out_dir, "b")
+                               f"{side.out_dir} keeps what was measured")
+    return os.path.join(job.out_dir, "a"), os.path.join(job.out_dir, "b")
 
 
-def paired_argv(sweep_args: Sequence[str], kernels: tuple[str, str], repetitions: int, out_dir: str,
-                cpu: int | None, extra: Sequence[Sequence[str]] = ((), ())) -> dict[str, list[str]]:
-    """The two sweeps of a paired A/B (pure but for kernel paths): label -> ``ipsec-testbed sweep``'s
-    arguments.  Each measures exactly ``repetitions`` windows per point (no adaptive extras: the
-    windows must pair up one to one), takes its turns in ``out_dir/turns``, and runs pinned to
-    host CPU ``cpu``, the same for both; ``extra[i]``: more options for side i (``--arms N``)."""
+def paired_jobs(job: Job, kernels: tuple[str, str], repetitions: int, cpu: int | None,
+                arms: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())) -> dict[str, Job]:
+    """The two sweeps of a paired A/B (pure but for kernel paths): label -> the suite's sweep ``job`` on
+    that kernel, into ``job.out_dir/LABEL``.  Each measures exactly ``repetitions`` windows per point
+    (no adaptive extras: the windows must pair up one to one), takes its turns in
+    ``job.out_dir/turns``, and runs pinned to host CPU ``cpu``, the same for both; ``arms[i]``: side i's
+    arms (``(N,)``: N extra instructions per ESP packet)."""
     if repetitions < 2:
         raise ValueError("an A/B comparison needs at least 2 repetitions per kernel")
-    turns_dir = os.path.join(out_dir, "turns")
+    turns_dir = os.path.join(job.out_dir, "turns")
     out = {}
-    for (label, kernel), more in zip(zip("ab", kernels, strict=True), extra, strict=True):
-        out[label] = sweep_argv(sweep_args, os.path.join(out_dir, label), kernel_options(kernel),
-                                "--repetitions", str(repetitions), "--max-repetitions", str(repetitions),
-                                "--turns", os.path.join(turns_dir, label),
-                                *(["--host-cpu", str(cpu)] if cpu is not None else []), *more)
+    for (label, kernel), side_arms in zip(zip("ab", kernels, strict=True), arms, strict=True):
+        side = _on(job, kernel, os.path.join(job.out_dir, label), repetitions=repetitions,
+                   max_repetitions=repetitions, arms=tuple(side_arms))
+        out[label] = side.with_(work=dataclasses.replace(side.work, turns=os.path.join(turns_dir, label)),
+                                kernel=side.kernel.with_(host_cpu=cpu))
     return out
 
 
-def run_paired(argvs: dict[str, list[str]], out_dir: str, say: Callable[[str], None] = lambda s: None,
+def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = lambda s: None,
                timeout_s: float = 600.0) -> tuple[str, str]:
-    """Both sweeps at once, each a process of its own (its output in ``out_dir/LABEL.log``), their
-    windows handed out by :func:`experiments.engine.turns.take_turns`; the two run directories.
+    """Both sweeps at once, each a process of its own (:func:`experiments.runner.spawn`; its output in
+    ``out_dir/LABEL.log``), their windows handed out by :func:`experiments.engine.turns.take_turns`; the
+    two run directories.
 
     Raises RuntimeError naming the side that failed, with the end of its log.
     """
@@ -122,10 +117,10 @@ def run_paired(argvs: dict[str, list[str]], out_dir: str, say: Callable[[str], N
     procs: dict[str, subprocess.Popen] = {}
     logs = {label: os.path.join(out_dir, f"{label}.log") for label in "ab"}
     try:
-        for label, argv in argvs.items():
+        for label, job in jobs.items():
             with open(logs[label], "wb") as log:
-                procs[label] = subprocess.Popen(sweep_process(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+                procs[label] = runner.spawn(job, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         say(f"both kernels booting; their output in {logs['a']} and {logs['b']}")
         paired = turns.take_turns(turns_dir, lambda label: procs[label].poll() is None, say, timeout_s)
         for proc in procs.values():

@@ -17,7 +17,6 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 
 from ipsec.algorithms import ALGORITHMS
@@ -187,9 +186,3 @@ def choose(requested: str = backends.AUTO, work_needs: Needs | None = None,
            options: backends.Options = backends.DEFAULT_OPTIONS) -> backends.Choice:
     """:func:`testbed.backends.choose` with this module's probe of the running kernel."""
     return backends.choose(requested, work_needs or ESP_NEEDS, lambda: probe(tools=False), options)
-
-
-def guest_command(command: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """What a guest runs for ``ipsec-testbed COMMAND... ARGV...``: the front door, with this Python
-    (``-P``: the guest starts in the user's directory, whose files must not stand in for the project's)."""
-    return [sys.executable, "-P", "-m", "cli", *command, *argv]

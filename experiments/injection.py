@@ -32,6 +32,7 @@ import platform
 from collections.abc import Callable, Sequence
 
 from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
+from experiments.engine.plan import SweepSpec
 from ipsec.slowdown import MAX_INSTRUCTIONS
 from testbed import names, umlkernel
 from testbed.record import FIELD, Group, Record
@@ -183,26 +184,27 @@ def save_calibration(cal: Calibration, path: str | None = None) -> None:
     atomic_write(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def calibrated(suite: str, sweep_args: Sequence[str], kernel: str, run_sweep: Callable[..., int], base_dir: str,
+def calibrated(suite: str, spec: SweepSpec, kernel: str, measure: Callable[[SweepSpec, str], int], base_dir: str,
                say: Callable[[str], None] = lambda m: None, recalibrate: bool = False) -> Calibration:
-    """The calibration of ``suite`` on ``kernel`` (see :func:`kernel_identity`): cached, or measured now
-    with ``run_sweep(run_dir, *extra_options)`` (the suite's sweep; returns its exit status) and cached."""
+    """The calibration of ``suite`` (its sweep ``spec``) on ``kernel`` (see :func:`kernel_identity`):
+    cached, or measured now with ``measure(spec, run_dir)`` (a sweep; returns its exit status) and cached."""
     # the suite's name and what it measures: a changed suite is calibrated again
-    suite = f"{suite}:{hashlib.sha256(' '.join(sweep_args).encode()).hexdigest()[:10]}"
+    what = json.dumps(spec.to_json(), sort_keys=True)
+    suite = f"{suite}:{hashlib.sha256(what.encode()).hexdigest()[:10]}"
     cal = None if recalibrate else load_calibration(kernel, suite)
     if cal is not None:
         say(f"calibration of {cal.measured}: {cal.us_per_instruction * 1e3:.2f} ns per extra instruction "
             f"against {cal.us_per_packet:.1f} µs per packet at {cal.point} ({cache_path()})")
         return cal
-    rates = list(sweep_args)[list(sweep_args).index("--rates") + 1].split(",")
+    top = spec.rates_mbit[-1]
     # a noisy machine can hide the added cost in a few repetitions: once more with twice as many
     for attempt, repetitions in enumerate((CALIBRATION_REPETITIONS, 2 * CALIBRATION_REPETITIONS), 1):
         run_dir = os.path.join(base_dir, "calibration" if attempt == 1 else f"calibration{attempt}")
-        say(f"calibrating the slowdown on the suite's CPU-bound point ({rates[-1]} Mbit/s): arms of 0 and "
+        say(f"calibrating the slowdown on the suite's CPU-bound point ({top:g} Mbit/s): arms of 0 and "
             f"{CALIBRATION_INSTRUCTIONS} extra instructions per ESP packet, {repetitions} repetitions "
             "each; cached for this kernel")
-        rc = run_sweep(run_dir, "--rates", rates[-1], "--arms", f"0,{CALIBRATION_INSTRUCTIONS}",
-                       "--repetitions", str(repetitions))
+        rc = measure(dataclasses.replace(spec, rates_mbit=(top,), arms=(0, CALIBRATION_INSTRUCTIONS),
+                                         repetitions=repetitions, max_repetitions=None), run_dir)
         if rc != 0:
             raise InjectionError(f"the calibration's sweep failed (exit {rc}); its run directory is {run_dir}")
         try:

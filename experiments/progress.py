@@ -1,4 +1,4 @@
-"""A progress bar with ETA for long measurements, standard library only.
+"""A progress bar with ETA for long measurements, standard library only but for the record it shows.
 
 Experiments run inside User-Mode Linux, where importing a large library costs half a
 second of every run; this is the little the scripts need: one line per task with a
@@ -12,7 +12,10 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
+
+from testbed.record import Bound, TransactionRecord, as_record
 
 BAR_WIDTH = 24
 
@@ -123,3 +126,34 @@ def progress_bar(stream: TextIO | None = None) -> Progress:
     if os.environ.get("IPSEC_TESTBED_PROGRESS") == "lines":
         p.live = False
     return p
+
+
+def progress_callback(bar, task, prefix: str = "") -> Callable:
+    """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``: ``record``
+    is None before the point, then its :class:`~testbed.record.Record` (or its results.jsonl line),
+    a transactions part's (:mod:`experiments.reproduce`) a
+    :class:`~testbed.record.TransactionRecord`."""
+    def progress(point, record, done, total):
+        label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
+                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''}"
+                 f"{f' arm {point.arm}' if point.arm else ''} rep {point.repetition + 1}")
+        if record is None:
+            bar.update(task, total=total, completed=done, description=label)
+            return
+        record = as_record(record)
+        if record.failed:
+            bar.update(task, completed=done, description=f"{label}: FAILED ({record.error})")
+        elif isinstance(record, TransactionRecord):  # its timing: no goodput, no bound
+            bar.update(task, completed=done, description=f"{label}: {record.mean_ms:.2f} ms")
+        else:
+            bound, goodput = record.bound, record.goodput_mbps
+            flag = (f" [{bound}-bound]" if Bound.parse(bound) in (Bound.CPU, Bound.OTHER)
+                    else " [ANOMALY, left out of the means]" if Bound.parse(bound) is Bound.ANOMALY else "")
+            if goodput is None:
+                value = "no goodput"
+            elif goodput < 0:  # counters that went backwards: no figure to show
+                value = "no goodput (its counters went backwards)"
+            else:
+                value = f"{goodput:.2f} Mbit/s"
+            bar.update(task, completed=done, description=f"{label}: {value}{flag}")
+    return progress

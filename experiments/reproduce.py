@@ -23,75 +23,56 @@ can show (bytes on the wire, protocol behaviour) and what it cannot (the seed's 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
 
-from analysis.reproduction import TRANSACTION_MODE, evaluate
-from experiments import runner
+from analysis.reproduction import TRANSACTION_MODE
 from experiments.calibrate import scale_for, scaled_rates
-from experiments.engine.plan import Point, SweepSpec, estimate_seconds, plan_points, unmeasured
+from experiments.engine.plan import Point, unmeasured
 from experiments.engine.sweep import by_point, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
+from experiments.job import INCOMPLETE, Job, Part
 from experiments.machine import machine_meta
-from experiments.runner import add_output_options
+from experiments.progress import progress_bar, progress_callback
 from ipsec import ike
-from ipsec.ike import KEYING_HELP, KEYINGS
 from testbed import backends, rundir
-from testbed.errors import Parser, Refused, run_main
 from testbed.record import TransactionRecord
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
 log = logging.getLogger(__name__)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 @dataclasses.dataclass(frozen=True)
-class Part:
-    """One measured part of a seed's experiment.
+class SeedOption:
+    """An option of one seed's experiment (``ipsec-testbed reproduce SEED --NAME``), as data: the
+    command line makes it an option, the seed's ``parts`` reads its value as an attribute.
 
-    ``spec`` says what to measure; ``reference`` is the ``where.part`` of the seed's
-    published values this part answers (default: its name; two parts may answer one,
-    e.g. a TCP and a UDP part of one table).  With ``transactions`` > 0 the part is not an iperf3
-    sweep but ``transactions`` request/response transactions from the first flow's
-    client to its server, per profile and repetition, on the spec's network (its first
-    rate and IP version).  A part with ``keying_fixed`` keeps its spec's keying whatever
-    ``--keying`` says (it is there to compare the keyings).
+    ``flag``: ``--bulk-seconds`` (read as ``bulk_seconds``); ``kind``: int, float or str; a tuple
+    ``default`` makes it comma-separated values of ``kind``; ``choices``: the values allowed.
+    ``help`` may say ``%(default)s``.
     """
 
-    name: str
-    title: str
-    spec: SweepSpec
-    transactions: int = 0
-    reference: str = ""
-    keying_fixed: bool = False
+    flag: str
+    default: Any
+    help: str
+    kind: type = str
+    metavar: str | None = None
+    choices: tuple = ()
 
-    def __post_init__(self) -> None:
-        if not self.reference:
-            object.__setattr__(self, "reference", self.name)
-        if not self.name.replace("_", "").isalnum():
-            raise ValueError(f"part name {self.name!r}: letters, digits and _ only (it is a directory)")
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
 
-    def points(self) -> int:
-        if self.transactions:
-            return len(self.spec.profiles) * self.spec.repetitions
-        return len(plan_points(self.spec))
-
-    def estimate_seconds(self) -> float:
-        if self.transactions:
-            # about 2 ms a transaction inside UML, and a network to build
-            return self.points() * (self.transactions * 0.002 + 1.0) + 6.0
-        return estimate_seconds(self.spec, self.points())
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "title": self.title, "spec": self.spec.to_json(),
-                "transactions": self.transactions, "reference": self.reference}
+    @property
+    def many(self) -> bool:
+        return isinstance(self.default, tuple)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,13 +85,36 @@ class Reproduction:
     seed: str
     name: str
     doc: str
-    parts: Callable[[argparse.Namespace], list[Part]]
-    add_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None
+    parts: Callable[[SimpleNamespace], list[Part]]
+    options: tuple[SeedOption, ...] = ()
     epilog: str = ""
 
     @property
     def prog(self) -> str:
         return f"ipsec-testbed reproduce {self.seed}"
+
+    def defaults(self) -> dict[str, Any]:
+        """Every option of the seed at its default, by ``dest``."""
+        return {o.dest: o.default for o in self.options}
+
+    def select(self, values: Mapping[str, Any] | None = None, parts: Sequence[str] = (),
+               **overrides: Any) -> list[Part]:
+        """The parts for the seed's option ``values`` (the rest at their defaults), only those named in
+        ``parts`` (all when empty), every spec with ``overrides`` (``repetitions``, ``duration_s``,
+        ``udp_bitrate``, ``keying``: None leaves a part's own; a part whose keying is fixed keeps it)."""
+        chosen = self.parts(SimpleNamespace(**{**self.defaults(), **(values or {})}))
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if given:
+            chosen = [dataclasses.replace(p, spec=dataclasses.replace(
+                p.spec, **{k: v for k, v in given.items() if not (k == "keying" and p.keying_fixed)}))
+                for p in chosen]
+        if parts:
+            unknown = sorted(set(parts) - {p.name for p in chosen})
+            if unknown:
+                raise ValueError(f"--parts: unknown part {', '.join(unknown)}; parts: "
+                                 f"{', '.join(p.name for p in chosen)}")
+            chosen = [p for p in chosen if p.name in parts]
+        return chosen
 
 
 # -- measuring ----------------------------------------------------------------------------
@@ -174,19 +178,6 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
 
 
-def scale_arg(text: str) -> str | float:
-    """``--scale``: "auto" or a factor of at least 1."""
-    if text == "auto":
-        return text
-    try:
-        factor = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"auto or a number >= 1, not {text!r}") from None
-    if not 1.0 <= factor <= 1000.0:
-        raise argparse.ArgumentTypeError(f"a factor in 1..1000, not {text}")
-    return factor
-
-
 def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
     """``parts`` with every link rate divided by ``factor``."""
     if factor == 1.0:
@@ -225,24 +216,21 @@ def choose_scale(requested: str | float | None, parts: Sequence[Part], out_dir: 
     return float(requested), {"factor": float(requested), "how": f"given: --scale {float(requested):g}"}
 
 
-def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scale: str | float | None = None,
-                  allow_failures: bool = False) -> int:
-    """Measure every part (what is missing of it) into ``out_dir``; the lock is the caller's.
-
-    ``scale``: None (the seed's rates), a factor to divide them by, or "auto" (see :func:`choose_scale`).
-    Returns :data:`experiments.runner.INCOMPLETE` when a part's points could not all be measured
-    (0 with ``allow_failures``).
-    """
-    factor, scale_entry = choose_scale(scale, parts, out_dir)
-    parts = scale_parts(parts, factor)
-    command_line = runner.typed_command() or sys.argv
-    rundir.start_run(out_dir, machine_meta(), seed=repro.seed, script=repro.prog, command_line=command_line,
-                     parts=[p.to_json() for p in parts], scale=scale_entry)
+def measure_parts(job: Job) -> int:
+    """Measure every part of ``job``'s reproduction (what is missing of it) into its run directory;
+    the lock is the caller's.  Returns :data:`~experiments.job.INCOMPLETE` when a part's points could
+    not all be measured (0 with ``allow_failures``)."""
+    work, out_dir = job.work, job.out_dir
+    factor, scale_entry = choose_scale(work.scale, work.parts, out_dir)
+    parts = scale_parts(work.parts, factor)
+    command_line = list(job.command) or sys.argv
+    rundir.start_run(out_dir, machine_meta(), seed=work.seed, script=f"ipsec-testbed reproduce {work.seed}",
+                     command_line=command_line, parts=[p.to_json() for p in parts], scale=scale_entry)
     failed = 0
-    with runner.progress_bar() as bar:
+    with progress_bar() as bar:
         for i, part in enumerate(parts, 1):
             task = bar.add_task(part.name, total=part.points())
-            progress = runner.progress_callback(bar, task, prefix=f"[{i}/{len(parts)} {part.name}] ")
+            progress = progress_callback(bar, task, prefix=f"[{i}/{len(parts)} {part.name}] ")
             part_dir = os.path.join(out_dir, part.name)
             if part.transactions:
                 counts = run_transactions(part, part_dir, progress)
@@ -258,7 +246,7 @@ def measure_parts(repro: Reproduction, parts: Sequence[Part], out_dir: str, scal
     rundir.finish_run(out_dir, points_missing=missing, attempts_failed=failed)
     if missing:
         print(missing_line(out_dir), file=sys.stderr)
-        return 0 if allow_failures else runner.INCOMPLETE
+        return 0 if job.allow_failures else INCOMPLETE
     return 0
 
 
@@ -281,54 +269,6 @@ def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
             note_part(os.path.join(out_dir, part.name), why)
     if os.path.exists(os.path.join(out_dir, rundir.META_FILE)):
         rundir.finish_run(out_dir, interrupted=why)
-
-
-# -- the command line ---------------------------------------------------------------------
-
-def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
-    p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
-               formatter_class=argparse.RawDescriptionHelpFormatter)
-    g = p.add_argument_group("how long")
-    g.add_argument("--repetitions", type=int, default=None, metavar="N",
-                   help="repetitions per point, for every part (default: each part's own, shown by --dry-run)")
-    g.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                   help="the measured window of each point, in seconds (default: each part's own)")
-    g.add_argument("--udp-bitrate", default=None, metavar="RATE",
-                   help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
-                        "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
-                        "(default: each part's own)")
-    g.add_argument("--parts", default=None, metavar="NAME,...",
-                   help="measure only these parts (default: all; --dry-run lists them)")
-    g.add_argument("--scale", type=scale_arg, default=None, metavar="auto|FACTOR",
-                   help="divide every link rate of the seed by FACTOR, or by the factor a short calibration "
-                        "finds (auto: the heaviest point then asks at most 60%% of what this machine can "
-                        "emulate), so that the links, not the emulator's CPU, bound the points; the report "
-                        "says what that can show (bytes on the wire, protocol behaviour) and what it cannot "
-                        "(the seed's CPU costs) (default: the seed's rates)")
-    g = p.add_argument_group("how the SAs are made")
-    g.add_argument("--keying", choices=KEYINGS, default=None,
-                   help=f"how the SAs are made: {KEYING_HELP}; parts that compare keyings keep theirs "
-                        "(default: static)")
-    repro.add_options(p)
-    add_output_options(p, f"runs/<date>-seed{repro.seed}", "print the parts, their points and the estimated time")
-    return p
-
-
-def select_parts(repro: Reproduction, args) -> list[Part]:
-    """The parts ``args`` asks for, with --repetitions/--duration applied."""
-    parts = repro.parts(args)
-    overrides = {k: v for k, v in (("repetitions", args.repetitions), ("duration_s", args.duration),
-                                   ("udp_bitrate", args.udp_bitrate), ("keying", args.keying)) if v is not None}
-    if overrides:
-        parts = [dataclasses.replace(p, spec=dataclasses.replace(
-            p.spec, **{k: v for k, v in overrides.items() if not (k == "keying" and p.keying_fixed)})) for p in parts]
-    if args.parts:
-        wanted = [w.strip() for w in args.parts.split(",") if w.strip()]
-        unknown = sorted(set(wanted) - {p.name for p in parts})
-        if unknown:
-            raise ValueError(f"--parts: unknown part {', '.join(unknown)}; parts: {', '.join(p.name for p in parts)}")
-        parts = [p for p in parts if p.name in wanted]
-    return parts
 
 
 def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None) -> int:
@@ -359,39 +299,3 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
     print(f"{len(parts)} parts into {out_dir}; estimated {total / 60:.1f} min plus a UML boot if the host kernel "
           "has no ESP", file=sys.stderr)
     return 0
-
-
-def report(repro: Reproduction, out_dir: str) -> None:
-    from analysis.reproduction_report import print_summary, write_report
-
-    data = evaluate(out_dir)
-    path = write_report(out_dir, data=data)
-    print_summary(out_dir, data)
-    print(f"report: {path}", file=sys.stderr)
-
-
-def main(repro: Reproduction, argv: Sequence[str]) -> int:
-    """``ipsec-testbed reproduce SEED ARGV...``: see the module docstring."""
-    from experiments import doctor
-
-    argv = list(argv)
-    args = build_parser(repro).parse_args(argv)
-    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
-                        format="%(levelname)s %(name)s: %(message)s")
-
-    def work() -> int:
-        parts = select_parts(repro, args)  # a ValueError here is the one-line message of a bad value
-        out_dir = runner.out_dir_of(args.out, REPO, f"seed{repro.seed}")
-        if args.dry_run:
-            return dry_run(parts, out_dir, args.scale)
-        if (args.keying and ike.is_ike(args.keying) or any(ike.is_ike(p.spec.keying) for p in parts)) \
-                and ike.available():
-            raise Refused(ike.available())  # before a guest boots
-        needs = doctor.needs(p for part in parts for p in part.spec.profiles)
-        return runner.run(repro.prog, ("reproduce", repro.seed), args, argv, out_dir, needs,
-                          measure=lambda: measure_parts(repro, parts, out_dir, args.scale, args.allow_failures),
-                          report=lambda: report(repro, out_dir),
-                          on_interrupt=lambda why: note_interrupted(out_dir, parts, why),
-                          missing=lambda: missing_line(out_dir))
-
-    return run_main(repro.prog, work, args.debug)

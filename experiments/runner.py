@@ -1,48 +1,51 @@
-"""What every experiment script does around its measurements (the packet-size sweep and the reproductions).
+"""Runs a :class:`~experiments.job.Job`: here, or on a kernel with what the work needs.
 
-On the host: refuse without root, find the tools before anything is built, tidy what
-killed runs left, lock the run directory, then measure here (a host kernel with ESP)
-or re-run the same script inside User-Mode Linux; stop cleanly on SIGINT, SIGTERM or
-SIGHUP (exit 128 + signal, the run directory marked interrupted); render the report
-on the host, where plotting is fast.
+::
+
+    run(job)  on the host: refuse without root, find the tools before anything is built, tidy
+              what killed runs left, lock the run directory, choose the kernel, then
+                  the work here                      (a host kernel with ESP)
+                  or the same job in a guest         (the Job in the hand-off; ``python -m cli.job``)
+              stop cleanly on SIGINT, SIGTERM or SIGHUP (exit 128 + signal, the run directory
+              marked interrupted)
+    run(job)  in a guest: the work, nothing else (the host holds the lock and says what it chose)
+
+The command line (``cli/``) only makes the job and, once :func:`run` returns, renders the report
+on the host, where plotting is fast.  What a kind of work does is one function each here:
+:func:`measure`, :func:`dry_run`, :func:`missing_line`, :func:`note_interrupted`, :func:`needs`.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from experiments import progress
+from experiments import reproduce
+from experiments.engine.plan import estimate_seconds, plan_points, precision_of, unmeasured, unusable_profiles
+from experiments.engine.sweep import by_point, run_sweep, summary
+from experiments.engine.sweep import note_interrupted as note_sweep_interrupted
+from experiments.engine.turns import Turns
+from experiments.job import INCOMPLETE, BenchWork, Job, ReproductionWork, SweepWork
 from experiments.machine import hand_to_guest
+from experiments.progress import progress_bar, progress_callback
 from testbed import backends, handoff, rundir
 from testbed.capabilities import Needs
-from testbed.errors import Refused, Terminated, add_debug_option
-from testbed.options import add_kernel_options, add_speed_probe_option, backend_options
-from testbed.record import Bound, TransactionRecord, as_record
+from testbed.errors import Refused, Terminated
+from testbed.record import Bound
+from testbed.rundir import load_existing
 
-#: The exit status of a run that ended but could not measure every point (without --allow-failures).
-INCOMPLETE = 3
+#: What a guest runs: the job it was handed (``-P``: the guest starts in the user's directory, whose
+#: files must not stand in for the project's).
+GUEST_ENTRY = ("-P", "-m", "cli.job")
 
-
-def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
-    """--out, --dry-run, --no-report, --allow-failures, -v, --debug and the kernel options, as every
-    experiment has them."""
-    o = p.add_argument_group("output")
-    o.add_argument("--out", metavar="DIR", help=f"run directory; an existing one is resumed (default: {default_out})")
-    o.add_argument("--dry-run", action="store_true", help=dry_run_help)
-    o.add_argument("--allow-failures", action="store_true",
-                   help=f"exit 0 when some points could not be measured (every attempt failed); without it such "
-                        f"a run exits {INCOMPLETE}, its last line saying how many and why")
-    o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
-    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
-    add_debug_option(o)
-    add_kernel_options(p)
-    add_speed_probe_option(p)
+__all__ = ["INCOMPLETE", "run", "measure", "dry_run", "missing_line", "note_interrupted", "needs", "spawn",
+           "run_apart", "received", "runs_dir", "out_dir_of"]
 
 
 def runs_dir(repo: str) -> str:
@@ -58,20 +61,6 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"--out {path}: exists and is not a directory")
     return path
-
-
-def add_bench_out(p, name: str) -> None:
-    """``--out DIR`` of a benchmark that writes a run directory (:mod:`analysis.benchpage`)."""
-    p.add_argument("--out", metavar="DIR",
-                   help=f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} "
-                        "in the checkout)")
-
-
-def bench_out(args, argv: Sequence[str], name: str) -> list[str]:
-    """Settle a benchmark's ``--out`` here, before a guest boots (it and this process agree on
-    the directory); ``argv`` with that ``--out`` for :func:`follow`."""
-    args.out = out_dir_of(args.out, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"bench-{name}")
-    return [*argv, "--out", args.out]
 
 
 def check_tools() -> None:
@@ -95,66 +84,157 @@ def report_leftovers(prog: str) -> None:
               "if none is running, `sudo ipsec-testbed clean` removes them", file=sys.stderr)
 
 
-def typed_command() -> list[str] | None:
-    """The job as one front-door command line (the host's, also inside UML), for meta.json."""
-    return list(handoff.current().command) or None
+# -- what each kind of work does -------------------------------------------------------------------
+
+def needs(job: Job) -> Needs:
+    """What the job's work needs of a kernel (ESP for IPsec profiles, ...)."""
+    from experiments import doctor
+
+    work = job.work
+    if isinstance(work, SweepWork):
+        return doctor.needs(work.spec.profiles)
+    if isinstance(work, ReproductionWork):
+        return doctor.needs(p for part in work.parts for p in part.spec.profiles)
+    if isinstance(work, BenchWork):
+        return Needs(work.needs)
+    return doctor.needs(work.profiles)
 
 
-def command_started() -> float:
-    """When this job started on the host, in Unix time (now where :func:`run` did not say): a guest
-    shares the host's wall clock, so a time budget counted from it includes the guest's boot."""
-    started = handoff.current().started_unix
-    return time.time() if started is None else started
+def measure(job: Job) -> int:
+    """Measure what ``job`` still misses into its run directory (the lock is the caller's), print
+    what was measured, and return the exit status: 0, or :data:`~experiments.job.INCOMPLETE` when
+    some points could not be measured (0 with ``allow_failures``)."""
+    if isinstance(job.work, ReproductionWork):
+        return reproduce.measure_parts(job)
+    if isinstance(job.work, SweepWork):
+        return _measure_sweep(job)
+    raise TypeError(f"a {job.kind} job measures nothing into a run directory")
 
 
-def progress_callback(bar, task, prefix: str = "") -> Callable:
-    """A sweep ``progress(point, record, done, total)`` that drives a rich progress ``task``: ``record``
-    is None before the point, then its :class:`~testbed.record.Record` (or its results.jsonl line),
-    a transactions part's (:mod:`experiments.reproduce`) a
-    :class:`~testbed.record.TransactionRecord`."""
-    def progress(point, record, done, total):
-        label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
-                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''}"
-                 f"{f' arm {point.arm}' if point.arm else ''} rep {point.repetition + 1}")
-        if record is None:
-            bar.update(task, total=total, completed=done, description=label)
-            return
-        record = as_record(record)
-        if record.failed:
-            bar.update(task, completed=done, description=f"{label}: FAILED ({record.error})")
-        elif isinstance(record, TransactionRecord):  # its timing: no goodput, no bound
-            bar.update(task, completed=done, description=f"{label}: {record.mean_ms:.2f} ms")
-        else:
-            bound, goodput = record.bound, record.goodput_mbps
-            flag = (f" [{bound}-bound]" if Bound.parse(bound) in (Bound.CPU, Bound.OTHER)
-                    else " [ANOMALY, left out of the means]" if Bound.parse(bound) is Bound.ANOMALY else "")
-            if goodput is None:
-                value = "no goodput"
-            elif goodput < 0:  # counters that went backwards: no figure to show
-                value = "no goodput (its counters went backwards)"
-            else:
-                value = f"{goodput:.2f} Mbit/s"
-            bar.update(task, completed=done, description=f"{label}: {value}{flag}")
-    return progress
+def _measure_sweep(job: Job) -> int:
+    spec, out_dir, turns = job.work.spec, job.out_dir, job.work.turns
+    with progress_bar() as bar:
+        progress = progress_callback(bar, bar.add_task("sweep", total=None))
+        # the caller holds the run directory's lock (taken on the host, before any guest boots)
+        counts = run_sweep(spec, out_dir, progress, command_line=list(job.command) or None, lock=False,
+                           started_unix=job.started_unix, turns=Turns(turns) if turns else None)
+    failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
+    bounds = summary(out_dir)
+    classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in Bound)
+    print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
+          file=sys.stderr)
+    print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
+    groups = by_point(load_existing(out_dir))
+    for line in unusable_profiles(spec, groups).values():
+        print(line, file=sys.stderr)
+    print(precision_line(job, counts["over_budget"], groups), file=sys.stderr)
+    missing = missing_line(job, groups)
+    if missing:
+        print(missing, file=sys.stderr)
+        return 0 if job.allow_failures else INCOMPLETE
+    return 0
 
 
-def progress_bar():
-    """The progress bar every experiment shows (:mod:`experiments.progress`: bar, n of N, elapsed, ETA)."""
-    return progress.progress_bar()
+def missing_line(job: Job, groups: dict | None = None) -> str | None:
+    """One line on the points the job's run directory still misses, and why; None when it has them
+    all (``groups``: a sweep's records by point, when they have been read already)."""
+    if isinstance(job.work, ReproductionWork):
+        return reproduce.missing_line(job.out_dir)
+    if not isinstance(job.work, SweepWork):
+        return None
+    spec, out_dir = job.work.spec, job.out_dir
+    groups = by_point(load_existing(out_dir)) if groups is None else groups
+    missing = unmeasured(spec, groups)
+    if not missing:
+        return None
+    reasons = [r.error for p in missing for r in groups.get(p.point_key(), []) if r.failed]
+    why = f"; the last error: {reasons[-1]}" if reasons else ""
+    return (f"INCOMPLETE: {len(missing)} of {len(plan_points(spec, 1))} points could not be measured{why} "
+            f"(the same command with --out {shlex.quote(out_dir)} tries them again; --allow-failures exits 0)")
 
 
-def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Needs,
-           interactive: bool = False, channel_fds: tuple[int, int] | None = None) -> int | None:
-    """Where the work of ``ipsec-testbed COMMAND...`` should run, acted on: how every job honours ``--kernel``.
+def precision_line(job: Job, over_budget: bool, groups: dict | None = None) -> str:
+    """How many points of a sweep's ``job`` are as precise as asked, and why the others are not
+    (``groups``: the run's records by point, when they have been read already)."""
+    spec, out_dir = job.work.spec, job.out_dir
+    p = precision_of(spec, by_point(load_existing(out_dir)) if groups is None else groups)
+    line = (f"precision: {p['precise']} of {p['points']} points within {spec.precision_pct:g} % (goodput) and "
+            f"{spec.cpu_precision_pct:g} % (CPU per GB)")
+    why = []
+    if p["at_most"]:
+        why.append(f"{p['at_most']} had their {spec.most_repetitions} repetitions")
+    if p["unusable"]:
+        why.append(f"{p['unusable']} of profiles whose every repetition was an anomaly (above)")
+    if p["short"]:
+        cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
+        why.append(f"{p['short']} stopped short by {cause}")
+    line += f"; {', '.join(why)}" if why else ""
+    if p["short"]:
+        # a run on the same directory measures only what is missing: here, the extra repetitions
+        more = " --budget 0" if over_budget else ""
+        line += f"\n(the same command with --out {shlex.quote(out_dir)}{more} adds the repetitions they lack)"
+    return line
 
-    Prints the decision.  Returns None when the work runs here (on the kernel this process
-    runs on: the host's, or inside the guest already); otherwise runs ``ipsec-testbed COMMAND...
-    ARGV...`` on the chosen backend and returns its exit status (1 when no kernel can run it, 125 when the
-    guest could not run).  ``channel_fds``: the job's end of a :class:`testbed.channel.Channel`, handed to it.
+
+def note_interrupted(job: Job, why: str) -> None:
+    """Mark the job's run directory as ended by ``why`` (its measuring process, in a guest the host
+    killed, could not)."""
+    if isinstance(job.work, ReproductionWork):
+        reproduce.note_interrupted(job.out_dir, job.work.parts, why)
+    elif isinstance(job.work, SweepWork):
+        note_sweep_interrupted(job.out_dir, why)
+
+
+def dry_run(job: Job) -> int:
+    """Print what ``job`` would measure, into where, and how long it would take; measure nothing."""
+    if isinstance(job.work, ReproductionWork):
+        return reproduce.dry_run(job.work.parts, job.out_dir, job.work.scale)
+    spec, out_dir = job.work.spec, job.out_dir
+    done = by_point(load_existing(out_dir))
+    points = plan_points(spec)
+    todo = [p for p in points if len(done.get(p.point_key(), [])) <= p.repetition]
+    for p in todo:
+        print(f"{p.topology} {p.profile:>22s} {p.mode} IPv{p.ip_version} {p.transport} {p.rate_mbit:g} Mbit/s "
+              f"{p.size_mode} {p.size_bytes} B rep {p.repetition}")
+    most = len(plan_points(spec, spec.most_repetitions)) - (len(points) - len(todo))
+    more = (f", up to {most} if every point needs {spec.most_repetitions} repetitions "
+            f"(~{estimate_seconds(spec, most) / 60:.1f} min" if spec.adaptive else "")
+    if spec.adaptive:
+        more += f"; the extra repetitions stop at {spec.budget_s:g} s, --budget)" if spec.budget_s else ")"
+    print(f"{len(todo)} of {len(points)} points to measure into {out_dir}{more}; estimated "
+          f"{estimate_seconds(spec, len(todo)) / 60:.1f} min for these, plus a User-Mode Linux boot if the "
+          "host kernel cannot run them", file=sys.stderr)
+    return 0
+
+
+# -- where the work runs ---------------------------------------------------------------------------
+
+def received() -> Job | None:
+    """In a guest: the job the host handed it (None on the host)."""
+    handed = handoff.received()
+    if handed is None or not handed.job:
+        return None
+    return Job.from_json(handed.job)
+
+
+def _choose(job: Job):
+    from experiments import doctor
+
+    return doctor.choose(job.kernel.kernel, needs(job), job.kernel.options())
+
+
+def elsewhere(job: Job, prog: str, *, interactive: bool = False,
+              channel_fds: tuple[int, int] | None = None) -> int | None:
+    """Where ``job`` should run, acted on: how every job honours its kernel choice.
+
+    Prints the decision.  Returns None when the work runs here (on the kernel this process runs on:
+    the host's, or inside the guest already); otherwise runs the job on the chosen backend (the Job in
+    the hand-off) and returns its exit status (1 when no kernel can run it, 125 when the guest could
+    not run).  ``channel_fds``: the job's end of a :class:`testbed.channel.Channel`, handed to it.
     """
     from experiments import doctor
 
-    choice = doctor.choose(getattr(args, "kernel", backends.AUTO), needs, backend_options(args))
+    choice = _choose(job)
     if choice.backend is not None and not choice.backend.runs_here and choice.backend.inside():
         return None
     print(f"kernel: {choice.name or 'none'} ({choice.reason})", file=sys.stderr)
@@ -162,12 +242,12 @@ def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Need
         return 1
     if choice.backend.runs_here:
         return None
+    handoff.hand(job=job.to_json())
     t0 = time.monotonic()
     try:
-        rc = choice.backend.run(doctor.guest_command(command, argv), interactive=interactive,
-                                modules=doctor.kernel_modules(), cpu=getattr(args, "host_cpu", None),
-                                speed_probe=not interactive and not getattr(args, "no_speed_probe", False),
-                                channel_fds=channel_fds)
+        rc = choice.backend.run([sys.executable, *GUEST_ENTRY], interactive=interactive,
+                                modules=doctor.kernel_modules(), cpu=job.kernel.host_cpu,
+                                speed_probe=not interactive and job.kernel.speed_probe, channel_fds=channel_fds)
     except backends.BackendError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 125
@@ -175,24 +255,18 @@ def follow(prog: str, command: Sequence[str], argv: list[str], args, needs: Need
     return rc
 
 
-def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, needs: Needs,
-        measure: Callable[[], int], report: Callable[[], None], on_interrupt: Callable[[str], None],
-        missing: Callable[[], str | None] = lambda: None) -> int:
-    """Measure (here or in a guest) with ``measure()``, then ``report()`` on the host; see the module docstring.
+def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactive: bool = False,
+        channel_fds: tuple[int, int] | None = None) -> int:
+    """Run ``job``'s work, ``here(job)``, on the kernel its choice and needs select; see the module
+    docstring.  Returns the work's exit status (128 + signal when a signal ended it).
 
-    ``command`` names the job as the front door does (``("sweep",)``, ``("reproduce", "003")``);
-    ``args`` carries the kernel options (``add_kernel_options``) and ``no_report``; ``argv``
-    is what the job was given, passed on to the guest with ``--out`` and ``--no-report``.
-    ``needs`` is what the work needs of a kernel.  ``on_interrupt(signal_name)`` marks the run
-    directory when a signal ends the run.  ``missing()`` says, from the run directory, what a run
-    that ended could not measure (``measure()`` says it too): after a report it is said again, as the
-    last line.
-    """
+    ``interactive`` gives a guest this terminal (the demo's command line); ``channel_fds``: the job's
+    end of a :class:`testbed.channel.Channel` (the web demo's), handed to a guest."""
     if os.geteuid() != 0:
         print(f"{prog}: needs root (network namespaces, xfrm, tc); run it with sudo", file=sys.stderr)
         return 1
-    if handoff.received() is None:  # on the host: the job as one command, however it was started, and now
-        handoff.hand(command=("ipsec-testbed", *command, *argv), started_unix=time.time())
+    if job.started_unix is None:
+        job = job.with_(started_unix=time.time())
     check_tools()
     on_host = backends.current().runs_here
     if on_host:
@@ -200,22 +274,43 @@ def run(prog: str, command: Sequence[str], args, argv: list[str], out_dir: str, 
         hand_to_guest()  # meta.json's versions and CPU model, found here once
     # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
     # is its own kernel's and would not keep a second run on the host out).
-    with rundir.locked(out_dir) if on_host else contextlib.nullcontext():
+    measuring = isinstance(job.work, (SweepWork, ReproductionWork))
+    lock = rundir.locked(job.out_dir) if on_host and measuring else contextlib.nullcontext()
+    with lock:
         try:
             # In a guest the work measures and the host renders: importing plotly in a guest is slow.
-            rc = follow(prog, command, [*argv, "--out", out_dir, "--no-report"], args, needs)
+            rc = elsewhere(job.with_(report=False), prog, interactive=interactive, channel_fds=channel_fds)
             if rc is None:
-                rc = measure()
+                rc = here(job)
         except (KeyboardInterrupt, Terminated) as e:
             signum = e.signum if isinstance(e, Terminated) else signal.SIGINT  # SIGTERM, or SIGHUP
             why = signal.Signals(signum).name
-            on_interrupt(why)
-            print(f"\n{prog}: stopped by {why}; the points measured so far are in {out_dir}; run the same "
-                  f"command with --out {out_dir} to finish", file=sys.stderr)
+            if not measuring:
+                raise  # no run directory to mark: the caller's unwinding says the rest
+            note_interrupted(job, why)
+            print(f"\n{prog}: stopped by {why}; the points measured so far are in {job.out_dir}; run the same "
+                  f"command with --out {job.out_dir} to finish", file=sys.stderr)
             return 128 + signum
-    if rc in (0, INCOMPLETE) and not args.no_report:
-        report()  # a partial run's report too: it says which points are missing
-        line = missing()
-        if line:
-            print(line, file=sys.stderr)
     return rc
+
+
+#: The file in a run directory that holds the job a process of its own was given (:func:`spawn`).
+JOB_FILE = "job.json"
+
+
+def spawn(job: Job, **popen: object) -> subprocess.Popen:
+    """``job`` in a process of its own on this machine (it boots its own guest where it needs one):
+    the job written to ``JOB_FILE`` in its run directory, then ``python -m cli.job FILE``.  ``popen``:
+    :class:`subprocess.Popen`'s keyword arguments (where its output goes, a session of its own)."""
+    os.makedirs(job.out_dir, exist_ok=True)
+    path = os.path.join(job.out_dir, JOB_FILE)
+    rundir.atomic_write(path, job.dumps() + "\n")
+    return subprocess.Popen([sys.executable, *GUEST_ENTRY, path], **popen)
+
+
+def run_apart(job: Job, log: str | None = None) -> int:
+    """:func:`spawn` ``job`` and wait for it; its output (both streams) into the file ``log``, or nowhere
+    (stdin closed: nothing it runs may wait on this terminal).  Returns its exit status."""
+    with open(log or os.devnull, "wb") as out:
+        return spawn(job, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT).wait()
+

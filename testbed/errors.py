@@ -1,7 +1,7 @@
 """How every command of the testbed fails: one line, a nonzero exit, no traceback.
 
 Each entry point (``ipsec-testbed``, ``experiments/*.py``, ``ipsec-testbed report``)
-builds its parser with :class:`Parser` and runs its work through :func:`run_main`:
+builds its parser with :class:`cli.options.Parser` and runs its work through :func:`run_main`:
 
 - a bad option or value: ``prog: error: <what> (see prog --help)``, exit 2, no usage dump;
 - a value the specs reject (``ValueError``): ``prog: error: <what>``, exit 2;
@@ -18,14 +18,12 @@ until the block is done.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterator
-from typing import NoReturn
 
 #: Exit statuses, as shells report a process ended by SIGINT or SIGTERM.
 EXIT_SIGINT = 128 + signal.SIGINT
@@ -92,17 +90,6 @@ def critical() -> Iterator[None]:
 
 class Refused(RuntimeError):  # noqa: N818 (raise Refused(why): a verdict, not a fault)
     """The command will not go on, for the reason its message gives (not a fault: no --debug hint)."""
-
-
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line that names the problem."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def add_debug_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
 
 
 def one_line(e: BaseException) -> str:

@@ -1,10 +1,9 @@
 """What the host hands a guest: one typed object, in one environment variable, read in one place.
 
-A job that needs a kernel with ESP runs again inside User-Mode Linux (``python -m cli JOB``).
-What that guest needs of the host travels as a :class:`Handoff`, JSON in :data:`ENV`:
+A job that needs a kernel with ESP runs inside User-Mode Linux (``python -m cli.job``).  What that
+guest needs of the host travels as a :class:`Handoff`, JSON in :data:`ENV`:
 
-- ``command`` and ``started_unix``: the job as typed, and when it started (meta.json; the sweep's
-  time budget counts from the host's start, boot included);
+- ``job``: the job itself (:class:`experiments.job.Job` as JSON: what to run, where, since when);
 - ``versions`` and ``host_cpu_model``: found on the host, where the tools are (meta.json);
 - ``kernel``: which UML kernel the host chose and why (meta.json's ``kernel_*``);
 - ``cpu_meter_tty`` and ``speed_probe``: the guest's end of the host's CPU meter (a console line)
@@ -29,8 +28,7 @@ ENV = "IPSEC_TESTBED_HANDOFF"
 
 @dataclasses.dataclass(frozen=True)
 class Handoff:
-    command: tuple[str, ...] = ()
-    started_unix: float | None = None
+    job: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     versions: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     host_cpu_model: str = ""
     kernel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -44,9 +42,7 @@ class Handoff:
     def from_env(cls, text: str) -> Handoff:
         """The object from :meth:`to_env`'s text; ValueError when it is not one (another version's)."""
         try:
-            data = json.loads(text)
-            data["command"] = tuple(data.get("command") or ())
-            return cls(**data)
+            return cls(**json.loads(text))
         except (TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"${ENV} is not a hand-off this version reads: {e}") from None
 

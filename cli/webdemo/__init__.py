@@ -27,14 +27,10 @@ import threading
 from testbed import channel as channels
 
 
-def run_web(args, argv: list[str], needs) -> int:
-    """The demo with its page: the engine where this process is its job's end, else server + engine."""
+def run_web(job, port: int) -> int:
+    """The demo ``job`` (a :class:`~experiments.job.DemoWork` with ``web``) with its page: the server here,
+    on ``port`` (0: any free one), the engine where the network is (:func:`experiments.runner.run`)."""
     from cli.webdemo import engine
-
-    ends = channels.job_end()
-    if ends is not None:  # the engine's end of the channel: in the guest
-        return engine.serve(args.topology, args.profile, args.mode, args.rate, args.clients, args.keying, ends)
-
     from cli.webdemo.server import DemoServer, Hub
     from experiments import runner
 
@@ -44,20 +40,21 @@ def run_web(args, argv: list[str], needs) -> int:
     chan = channels.Channel()
     hub = Hub(chan)
     try:
-        server = DemoServer(hub, port=args.port)
+        server = DemoServer(hub, port=port)
     except OSError as e:
-        raise SystemExit(f"ipsec-testbed demo: cannot listen on 127.0.0.1:{args.port}: {e.strerror}") from None
+        raise SystemExit(f"ipsec-testbed demo: cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
     threading.Thread(target=hub.pump, daemon=True).start()
     server.start()
     print(f"The demo's page (this machine only; the token in it is the key):\n\n    {server.url}\n\n"
           f"Open it in a browser here. Ctrl-C ends the demo and removes its network.", flush=True)
-    args.no_speed_probe = True  # the page's goodput is iperf3's; no CPU meter to time
+    demo = job.work
+
+    def here(_job) -> int:  # the host kernel has ESP: the engine runs in this process
+        return engine.serve(demo.topology, demo.profile, demo.mode, demo.rate_mbit, demo.clients, demo.keying,
+                            chan.job_files())
+
     try:
-        rc = runner.follow("ipsec-testbed demo", ("demo",), [*argv, "--web"], args, needs,
-                           channel_fds=chan.job_fds)
-        if rc is None:  # the host kernel has ESP: the engine runs in this process
-            rc = engine.serve(args.topology, args.profile, args.mode, args.rate, args.clients, args.keying,
-                              chan.job_files())
+        rc = runner.run(job, "ipsec-testbed demo", here, channel_fds=chan.job_fds)
     finally:
         chan.job_started()
         chan.close()

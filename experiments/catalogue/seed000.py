@@ -17,7 +17,8 @@ datagrams are 1350 bytes, so no point is fragmented by the tunnel.
 from __future__ import annotations
 
 from experiments.engine.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction
+from experiments.job import Part
+from experiments.reproduce import Reproduction, SeedOption
 
 EPILOG = """\
 examples:
@@ -33,10 +34,10 @@ RATE = 1000.0
 UDP_BYTES = 1350
 
 
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 000")
-    g.add_argument("--bulk-seconds", type=int, default=10, metavar="S",
-                   help="length of the bulk TCP transfer that stands for the seed's 8 GiB (default: %(default)s)")
+OPTIONS = (
+    SeedOption("--bulk-seconds", 10, kind=int, metavar="S",
+               help="length of the bulk TCP transfer that stands for the seed's 8 GiB (default: %(default)s)"),
+)
 
 
 def parts(args) -> list[Part]:
@@ -74,4 +75,4 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="000", name="seed000_x230_gigabit", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG)

@@ -13,8 +13,8 @@ fragmented, as netio's were), profile 3des-cbc-sha1+ah-md5 against none.
 from __future__ import annotations
 
 from experiments.engine.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction
-from testbed.options import csv
+from experiments.job import Part
+from experiments.reproduce import Reproduction, SeedOption
 
 EPILOG = """\
 examples:
@@ -24,12 +24,12 @@ examples:
 SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 001")
-    g.add_argument("--sizes", type=csv(int), default=SIZES, metavar="BYTES,...",
-                   help="write / datagram sizes (default: the seed's 1 KB .. 32 KB)")
-    g.add_argument("--rate", type=float, default=100.0, metavar="MBIT",
-                   help="rate of the link in Mbit/s (default: %(default)g, Fast Ethernet)")
+OPTIONS = (
+    SeedOption("--sizes", SIZES, kind=int, metavar="BYTES,...",
+               help="write / datagram sizes (default: the seed's 1 KB .. 32 KB)"),
+    SeedOption("--rate", 100.0, kind=float, metavar="MBIT",
+               help="rate of the link in Mbit/s (default: %(default)g, Fast Ethernet)"),
+)
 
 
 def parts(args) -> list[Part]:
@@ -43,4 +43,4 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="001", name="seed001_netio_3des_ah", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG)

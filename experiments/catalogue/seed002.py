@@ -18,8 +18,8 @@ The seed's hardware accelerator has no counterpart: every cipher here is softwar
 from __future__ import annotations
 
 from experiments.engine.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction
-from testbed.options import csv
+from experiments.job import Part
+from experiments.reproduce import Reproduction, SeedOption
 
 EPILOG = """\
 examples:
@@ -36,14 +36,14 @@ TOPOLOGIES = (  # part, topology, mode, clients, the seed's figure
 )
 
 
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 002")
-    g.add_argument("--sizes", type=csv(int), default=(1024, 8192), metavar="BYTES,...",
-                   help="ttcp write sizes (default: 1024,8192; the seed's figures span small to 8 KB)")
-    g.add_argument("--rate", type=float, default=1000.0, metavar="MBIT",
-                   help="rate of the shaped link in Mbit/s (default: %(default)g)")
-    g.add_argument("--transactions", type=int, default=1000, metavar="N",
-                   help="request/response transactions per latency measurement (default: %(default)s, as the seed)")
+OPTIONS = (
+    SeedOption("--sizes", (1024, 8192), kind=int, metavar="BYTES,...",
+               help="ttcp write sizes (default: 1024,8192; the seed's figures span small to 8 KB)"),
+    SeedOption("--rate", 1000.0, kind=float, metavar="MBIT",
+               help="rate of the shaped link in Mbit/s (default: %(default)g)"),
+    SeedOption("--transactions", 1000, kind=int, metavar="N",
+               help="request/response transactions per latency measurement (default: %(default)s, as the seed)"),
+)
 
 
 def parts(args) -> list[Part]:
@@ -68,4 +68,4 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="002", name="seed002_ttcp_topologies", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG)

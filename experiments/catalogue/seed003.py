@@ -14,8 +14,8 @@ bytes its conclusion names); --pmtu discover measures a modern stack instead.
 from __future__ import annotations
 
 from experiments.engine.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction
-from testbed.options import csv
+from experiments.job import Part
+from experiments.reproduce import Reproduction, SeedOption
 
 EPILOG = """\
 examples:
@@ -27,17 +27,17 @@ RATES = (100.0, 51.0, 44.0, 34.0, 10.0)
 SIZES = (1460, 1250, 1000, 750, 500, 250, 100)
 
 
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 003")
-    g.add_argument("--rates", type=csv(float), default=RATES, metavar="MBIT,...",
-                   help="gateway link rates (default: 100,51,44,34,10; the seed also used 4,2,1)")
-    g.add_argument("--sizes", type=csv(int), default=SIZES, metavar="BYTES,...",
-                   help="TCP MSS values (default: the seed's 1460,1250,1000,750,500,250,100)")
-    g.add_argument("--profile", default="aes-cbc-128-md5",
-                   help="the IPsec profile (default: %(default)s; ipsec-testbed profiles lists others)")
-    g.add_argument("--pmtu", choices=("discover", "fragment"), default="fragment",
-                   help="fragment: the seed's 2005 behaviour, the gateway fragments what does not fit the "
-                        "tunnel; discover: modern path MTU discovery (default: %(default)s)")
+OPTIONS = (
+    SeedOption("--rates", RATES, kind=float, metavar="MBIT,...",
+               help="gateway link rates (default: 100,51,44,34,10; the seed also used 4,2,1)"),
+    SeedOption("--sizes", SIZES, kind=int, metavar="BYTES,...",
+               help="TCP MSS values (default: the seed's 1460,1250,1000,750,500,250,100)"),
+    SeedOption("--profile", "aes-cbc-128-md5",
+               help="the IPsec profile (default: %(default)s; ipsec-testbed profiles lists others)"),
+    SeedOption("--pmtu", "fragment", choices=("discover", "fragment"),
+               help="fragment: the seed's 2005 behaviour, the gateway fragments what does not fit the "
+                    "tunnel; discover: modern path MTU discovery (default: %(default)s)"),
+)
 
 
 def parts(args) -> list[Part]:
@@ -48,4 +48,4 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="003", name="seed003_gateway_rates", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG)

@@ -13,7 +13,8 @@ every host shares one CPU, so "server CPU" cannot be told apart.
 from __future__ import annotations
 
 from experiments.engine.plan import SweepSpec
-from experiments.reproduce import Part, Reproduction
+from experiments.job import Part
+from experiments.reproduce import Reproduction, SeedOption
 
 EPILOG = """\
 examples:
@@ -22,12 +23,12 @@ examples:
 """
 
 
-def add_options(p) -> None:
-    g = p.add_argument_group("seed 004")
-    g.add_argument("--max-clients", type=int, default=5, metavar="N",
-                   help="measure 1..N concurrent clients (default: %(default)s, as the seed)")
-    g.add_argument("--rate", type=float, default=100.0, metavar="MBIT",
-                   help="rate of the server's link in Mbit/s (default: %(default)g, the seed's 100 Mbit cards)")
+OPTIONS = (
+    SeedOption("--max-clients", 5, kind=int, metavar="N",
+               help="measure 1..N concurrent clients (default: %(default)s, as the seed)"),
+    SeedOption("--rate", 100.0, kind=float, metavar="MBIT",
+               help="rate of the server's link in Mbit/s (default: %(default)g, the seed's 100 Mbit cards)"),
+)
 
 
 def parts(args) -> list[Part]:
@@ -42,4 +43,4 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="004", name="seed004_ipv6_clients", doc=__doc__, parts=parts,
-                            add_options=add_options, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG)

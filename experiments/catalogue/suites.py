@@ -1,14 +1,11 @@
 """Named sweeps for the regression gate (``ipsec-testbed regress --suite NAME``).
 
 Each suite is a :class:`~experiments.engine.plan.SweepSpec`, as a seed's parts are: data, not code;
-``ipsec-testbed sweep`` measures it (:meth:`~experiments.engine.plan.SweepSpec.to_argv`).
+the regression gate measures it as a sweep's :class:`~experiments.job.Job`.
 They are short on purpose (a CI job runs one on every change) and repeat each point
 enough times for the gate to tell noise from a change.
 """
 from __future__ import annotations
-
-import sys
-from collections.abc import Sequence
 
 from experiments.engine.plan import SweepSpec
 
@@ -62,21 +59,3 @@ def suite_spec(name: str) -> SweepSpec:
         return SUITES[name][1]
     except KeyError:
         raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITES)}") from None
-
-
-def suite_args(name: str) -> tuple[str, ...]:
-    """The options of ``ipsec-testbed sweep`` that measure suite ``name``."""
-    return tuple(suite_spec(name).to_argv())
-
-
-def sweep_argv(sweep_args: Sequence[str], run_dir: str, kernel_options: Sequence[str] = (),
-               *extra: str) -> list[str]:
-    """The arguments of ``ipsec-testbed sweep`` for a suite's sweep into ``run_dir`` (``extra`` options
-    after the suite's own, so they win), on the kernel ``kernel_options`` select (``--kernel uml``...)."""
-    return [*sweep_args, *extra, "--out", run_dir, "--no-report", *kernel_options]
-
-
-def sweep_process(argv: Sequence[str]) -> list[str]:
-    """``ipsec-testbed sweep ARGV...`` as a process of its own, with this Python (for a benchmark that
-    times a sweep as a user runs it)."""
-    return [sys.executable, "-P", "-m", "cli", "sweep", *argv]  # -P: not the current directory's modules

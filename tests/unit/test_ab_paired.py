@@ -3,29 +3,42 @@ from __future__ import annotations
 
 import pytest
 
+from cli.options import parse_size
 from cli.regress import two_guests_fit
 from experiments import ab
-from testbed.options import parse_size
+from experiments.engine.plan import SweepSpec
+from experiments.job import Job, SweepWork
 from testbed.record import Record
 
 
+def suite_job(out_dir: str) -> Job:
+    return Job(SweepWork(SweepSpec(profiles=("aes-gcm-256",), plain=False, rates_mbit=(1000.0,), sizes=(1460,),
+                                   repetitions=24)), out_dir=out_dir, report=False)
+
+
 def test_both_sides_measure_the_same_windows_on_one_cpu_each_with_its_turns(tmp_path):
-    argvs = ab.paired_argv(["--rates", "1000", "--repetitions", "24"], ("uml", "host"), 12, str(tmp_path), cpu=1,
-                           extra=(("--arms", "0"), ("--arms", "3000")))
-    a, b = argvs["a"], argvs["b"]
-
-    def value(argv, option):  # the last one given wins, as argparse reads it
-        return argv[len(argv) - 1 - argv[::-1].index(option) + 1]
-
-    for side, argv in (("a", a), ("b", b)):
-        assert value(argv, "--repetitions") == value(argv, "--max-repetitions") == "12"  # no adaptive extras
-        assert value(argv, "--turns") == str(tmp_path / "turns" / side)
-        assert value(argv, "--out") == str(tmp_path / side)
-        assert value(argv, "--host-cpu") == "1"
-    assert (value(a, "--kernel"), value(b, "--kernel")) == ("uml", "host")
-    assert (value(a, "--arms"), value(b, "--arms")) == ("0", "3000")
+    jobs = ab.paired_jobs(suite_job(str(tmp_path)), ("uml", "host"), 12, cpu=1, arms=((0,), (3000,)))
+    a, b = jobs["a"], jobs["b"]
+    for side, job in (("a", a), ("b", b)):
+        spec = job.work.spec
+        assert spec.repetitions == spec.max_repetitions == 12  # no adaptive extras
+        assert job.work.turns == str(tmp_path / "turns" / side)
+        assert job.out_dir == str(tmp_path / side)
+        assert job.kernel.host_cpu == 1
+        assert Job.loads(job.dumps()) == job  # as it reaches its process
+    assert (a.kernel.kernel, b.kernel.kernel) == ("uml", "host")
+    assert (a.work.spec.arms, b.work.spec.arms) == ((0,), (3000,))
+    assert a.work.spec.profiles == b.work.spec.profiles == ("aes-gcm-256",)
     with pytest.raises(ValueError, match="at least 2 repetitions"):
-        ab.paired_argv([], ("uml", "uml"), 1, str(tmp_path), cpu=None)
+        ab.paired_jobs(suite_job(str(tmp_path)), ("uml", "uml"), 1, cpu=None)
+
+
+def test_in_turn_each_round_measures_its_share_of_the_repetitions_abba(tmp_path):
+    runs = ab.plan_ab(suite_job(str(tmp_path)), ("recipe", "debian"), 4, rounds=2)
+    assert [(label, job.work.spec.repetitions, job.work.spec.max_repetitions) for label, job in runs] == [
+        ("a", 2, 2), ("b", 2, 2), ("b", 4, 4), ("a", 4, 4)]
+    assert {job.kernel.uml_kernel for label, job in runs if label == "a"} == {"recipe"}
+    assert {job.out_dir for label, job in runs if label == "b"} == {str(tmp_path / "b")}
 
 
 def test_the_sides_become_the_arms_of_one_run():

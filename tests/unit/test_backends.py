@@ -17,10 +17,10 @@ from typing import BinaryIO
 
 import pytest
 
+from cli.options import add_kernel_options
 from testbed import backends
 from testbed.backends import GUEST_ENV, KernelBackend, Leftover
 from testbed.capabilities import BASE_NEEDS, ESP_NEEDS, Check, Needs, Probe
-from testbed.options import add_kernel_options
 
 
 class ContainerBackend(KernelBackend):

@@ -57,8 +57,8 @@ def _parser(words: list[str]) -> argparse.ArgumentParser | None:
 
         return report_parser()
     if job == "reproduce":
+        from cli.reproduce import build_parser as seed_parser
         from experiments.catalogue import reproduction
-        from experiments.reproduce import build_parser as seed_parser
 
         try:
             return seed_parser(reproduction(words[1])) if len(words) > 1 else None

@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from testbed.errors import EXIT_SIGINT, EXIT_SIGTERM, Parser, Terminated, one_line, run_main
+from cli.options import Parser
+from testbed.errors import EXIT_SIGINT, EXIT_SIGTERM, Terminated, one_line, run_main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -303,11 +303,8 @@ def test_report_of_a_synthetic_run(tmp_path):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
-    from experiments.reproduce import build_parser, select_parts
-
     repro = catalogue.reproduction(seed)
-    args = build_parser(repro).parse_args([])
-    parts = select_parts(repro, args)
+    parts = repro.select()
     assert parts and len({p.name for p in parts}) == len(parts)
     # the plan's own estimate (UML figures); the measured times are in the README
     assert sum(p.estimate_seconds() for p in parts) < 9 * 60
@@ -316,10 +313,8 @@ def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_every_claim_and_compared_value_names_a_part_of_the_script(seed):
-    from experiments.reproduce import build_parser, select_parts
-
     repro = catalogue.reproduction(seed)
-    parts = select_parts(repro, build_parser(repro).parse_args([]))
+    parts = repro.select()
     names = {p.name for p in parts} | {p.reference for p in parts}
     ref = reproduction.load_reference(seed)
     for c in ref["claims"]:
@@ -331,15 +326,25 @@ def test_every_claim_and_compared_value_names_a_part_of_the_script(seed):
             assert v["where"]["part"] in names | {"summary"}, v["id"]
 
 
-def test_parts_option_selects_and_refuses_unknown_names():
-    from experiments.reproduce import build_parser, select_parts
+def test_parts_option_selects_and_refuses_unknown_names(tmp_path):
+    from cli.reproduce import build_parser, job_from
 
     repro = catalogue.reproduction("000")
-    args = build_parser(repro).parse_args(["--parts", "bulk,mtu3000", "--repetitions", "4"])
-    parts = select_parts(repro, args)
+    argv = ["--parts", "bulk,mtu3000", "--repetitions", "4", "--bulk-seconds", "7", "--out", str(tmp_path)]
+    job = job_from(repro, build_parser(repro).parse_args(argv), argv)
+    parts = job.work.parts
     assert [p.name for p in parts] == ["bulk", "mtu3000"] and {p.spec.repetitions for p in parts} == {4}
+    assert parts[0].spec.duration_s == 7.0  # the seed's own option reached its part
+    assert job.command == ("ipsec-testbed", "reproduce", "000", *argv) and job.out_dir == str(tmp_path)
+    assert type(job).loads(job.dumps()) == job  # as a guest gets it
     with pytest.raises(ValueError, match="unknown part nope"):
-        select_parts(repro, build_parser(repro).parse_args(["--parts", "nope"]))
+        repro.select(parts=["nope"])
+
+
+def test_a_part_whose_keying_is_fixed_keeps_it_under_keying():
+    repro = catalogue.reproduction("000")
+    parts = {p.name: p for p in repro.select(keying="ike")}
+    assert parts["ikev2"].spec.keying == "ike-rsa" and parts["bulk"].spec.keying == "ike"
 
 
 def test_transaction_summary():

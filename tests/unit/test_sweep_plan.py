@@ -18,6 +18,7 @@ from experiments.engine.plan import (
     within_budget,
 )
 from experiments.engine.sweep import _Budget, _next_round, by_point, is_complete, minimum_left, note_interrupted
+from experiments.job import Job, SweepWork
 from testbed.record import Record, record_key
 from testbed.rundir import RunDirBusy, append, load_existing, open_results
 from testbed.rundir import locked as locked_run_dir
@@ -216,21 +217,23 @@ def test_the_budget_counts_what_the_command_spent_before_the_sweep_began():
     assert _Budget(spec, now + 50).allows(past_minimum, 0, [], {})  # a start in the future is now
 
 
-def test_the_command_start_is_the_hosts_and_a_guest_keeps_it(monkeypatch):
+def test_a_guest_runs_the_job_the_host_handed_it_its_start_and_command_included(monkeypatch, tmp_path):
     from experiments import runner
+    from experiments.job import Job, KernelChoice, SweepWork
     from testbed import handoff
 
-    monkeypatch.setattr(handoff, "_outgoing", handoff.Handoff())
     monkeypatch.delenv(handoff.ENV, raising=False)
     handoff.received.cache_clear()
-    assert abs(runner.command_started() - time.time()) < 5  # nothing said: now
-    handoff.hand(started_unix=1.0, command=("ipsec-testbed", "sweep"))
-    assert runner.command_started() == 1.0 and runner.typed_command() == ["ipsec-testbed", "sweep"]
-    # a guest reads the host's, whatever it was handed itself
-    monkeypatch.setenv(handoff.ENV, handoff.Handoff(started_unix=1795557000.25).to_env())
+    assert runner.received() is None  # on the host: nothing handed
+    job = Job(SweepWork(SweepSpec(rates_mbit=(10.0,), sizes=(1460,), budget_s=60.0), turns=str(tmp_path / "t")),
+              out_dir=str(tmp_path), kernel=KernelChoice(uml_mem="1G", host_cpu=1), allow_failures=True,
+              command=("ipsec-testbed", "sweep", "--rates", "10"), started_unix=1795557000.25, verbose=2)
+    monkeypatch.setenv(handoff.ENV, handoff.Handoff(job=job.to_json()).to_env())
     handoff.received.cache_clear()
     try:
-        assert runner.command_started() == 1795557000.25 and runner.typed_command() is None
+        got = runner.received()
+        assert got == job and got.started_unix == 1795557000.25  # the budget counts from the host's start
+        assert got.work.spec.budget_s == 60.0 and got.work.turns == str(tmp_path / "t")
     finally:
         monkeypatch.delenv(handoff.ENV)
         handoff.received.cache_clear()
@@ -311,20 +314,24 @@ def test_a_refused_sweep_leaves_no_empty_run_directory(tmp_path):
     assert sorted(os.listdir(kept)) == [".lock", "meta.json"]
 
 
+def _suite_job(out_dir, **spec) -> Job:
+    return Job(SweepWork(SweepSpec(**{"rates_mbit": (100.0,), **spec})), out_dir=str(out_dir), report=False)
+
+
 def test_ab_runs_alternate_kernels_and_add_one_repetition_each_time(tmp_path):
     from experiments.ab import plan_ab
 
-    runs = plan_ab(["--rates", "100"], ("host", "uml"), 3, str(tmp_path))
+    runs = plan_ab(_suite_job(tmp_path), ("host", "uml"), 3)
     assert [label for label, _ in runs] == ["a", "b", "b", "a", "a", "b"]
-    reps = [cmd[cmd.index("--repetitions") + 1] for _, cmd in runs]
-    assert reps == ["1", "1", "2", "2", "3", "3"]
-    for label, cmd in runs:
-        assert cmd[cmd.index("--out") + 1] == str(tmp_path / label)
-        assert cmd[cmd.index("--kernel") + 1] == {"a": "host", "b": "uml"}[label]
+    assert [job.work.spec.repetitions for _, job in runs] == [1, 1, 2, 2, 3, 3]
+    assert {job.work.spec.rates_mbit for _, job in runs} == {(100.0,)}  # the suite's own spec otherwise
+    for label, job in runs:
+        assert job.out_dir == str(tmp_path / label)
+        assert job.kernel.kernel == {"a": "host", "b": "uml"}[label]
     with pytest.raises(ValueError, match="at least 2 repetitions"):
-        plan_ab([], ("uml", "uml"), 1, str(tmp_path))
+        plan_ab(_suite_job(tmp_path), ("uml", "uml"), 1)
     with pytest.raises(ValueError, match="not one of host, uml nor a kernel image a backend can boot"):
-        plan_ab([], ("uml", str(tmp_path / "no-such-linux")), 2, str(tmp_path))
+        plan_ab(_suite_job(tmp_path), ("uml", str(tmp_path / "no-such-linux")), 2)
 
 
 class _FakeClients:
@@ -375,15 +382,18 @@ def _sweep_script():
 
 
 def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
+    from experiments import runner
+
     script = _sweep_script()
     budgeted = script.spec_from(script.build_parser().parse_args(["--rates", "10", "--sizes", "500"]))
+    job = Job(SweepWork(budgeted), out_dir=str(tmp_path))
     quiet, noisy = plan_round(budgeted, 10.0, 0)
     with open_results(tmp_path) as f:
         for c in (1.0, 1.01):
             append(f, record(quiet, cpu_s_per_gb=c).to_json())
         for c in (1.0, 1.5):
             append(f, record(noisy, cpu_s_per_gb=c).to_json())
-    line = script.precision_line(budgeted, str(tmp_path), over_budget=True)
+    line = runner.precision_line(job, over_budget=True)
     assert line.startswith("precision: 1 of 2 points within 2 % (goodput) and 10 % (CPU per GB); "
                            "1 stopped short by the time budget (285 s, --budget)\n")
     assert line.endswith(f"the same command with --out {tmp_path} --budget 0 adds the repetitions they lack)")
@@ -393,26 +403,26 @@ def test_precision_line_says_how_to_finish_the_points_the_budget_cut(tmp_path):
     assert [p.point_key() for p in _next_round(resumed, 10.0, by_point(load_existing(tmp_path)))] \
         == [noisy.point_key()]
     # an interrupted run is finished by the same command on its directory; a precise one needs nothing
-    assert script.precision_line(budgeted, str(tmp_path), over_budget=False).endswith(
+    assert runner.precision_line(job, over_budget=False).endswith(
         f"failures or an interruption\n(the same command with --out {tmp_path} adds the repetitions they lack)")
     with open_results(tmp_path) as f:
         for c in (1.2, 1.3, 1.25, 1.2, 1.3, 1.25, 1.2, 1.3):
             append(f, record(noisy, cpu_s_per_gb=c).to_json())
-    assert script.precision_line(budgeted, str(tmp_path), over_budget=True) \
+    assert runner.precision_line(job, over_budget=True) \
         == "precision: 2 of 2 points within 2 % (goodput) and 10 % (CPU per GB)"
 
 
 def test_ab_rounds_share_the_repetitions_out(tmp_path):
     from experiments.ab import plan_ab
 
-    runs = plan_ab([], ("host", "uml"), 24, str(tmp_path), rounds=4)
+    runs = plan_ab(_suite_job(tmp_path), ("host", "uml"), 24, rounds=4)
     assert [label for label, _ in runs] == ["a", "b", "b", "a", "a", "b", "b", "a"]
-    assert [cmd[cmd.index("--repetitions") + 1] for _, cmd in runs] == ["6", "6", "12", "12", "18", "18",
-                                                                        "24", "24"]
-    assert [cmd[cmd.index("--repetitions") + 1] for _, cmd in plan_ab([], ("host", "uml"), 5, str(tmp_path),
-                                                                      rounds=2)][::2] == ["3", "5"]
+    assert [job.work.spec.repetitions for _, job in runs] == [6, 6, 12, 12, 18, 18, 24, 24]
+    assert all(job.work.spec.most_repetitions == job.work.spec.repetitions for _, job in runs)
+    assert [job.work.spec.repetitions for _, job in plan_ab(_suite_job(tmp_path), ("host", "uml"), 5,
+                                                            rounds=2)][::2] == [3, 5]
     with pytest.raises(ValueError, match="rounds must be 1..5"):
-        plan_ab([], ("host", "uml"), 5, str(tmp_path), rounds=6)
+        plan_ab(_suite_job(tmp_path), ("host", "uml"), 5, rounds=6)
 
 
 def test_a_cost_that_follows_the_machines_speed_is_judged_at_the_runs_common_speed():
@@ -454,8 +464,8 @@ def test_a_profile_whose_every_repetition_is_an_anomaly_is_given_up_after_its_fi
 
 
 def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_minimum(tmp_path):
-    from cli.sweep import missing_line
     from experiments.engine.plan import unmeasured
+    from experiments.runner import missing_line
 
     spec = SweepSpec(topology="host_to_host", profiles=(), rates_mbit=(10.0,), sizes=(500, 1000), repetitions=2)
     first, second = plan_points(spec, 1)
@@ -468,7 +478,7 @@ def test_a_point_is_unmeasured_while_it_has_fewer_measured_repetitions_than_the_
     with open_results(str(tmp_path)) as out:
         for r in measured + failed:
             append(out, r.to_json())
-    line = missing_line(spec, str(tmp_path))
+    line = missing_line(Job(SweepWork(spec), out_dir=str(tmp_path)))
     assert line.startswith("INCOMPLETE: 1 of 2 points could not be measured; the last error: iperf3 client exited 1")
     assert first.point_key() != second.point_key()
 
@@ -502,11 +512,10 @@ def _same(spec: SweepSpec) -> SweepSpec:
 
 @pytest.mark.parametrize("name", sorted(SUITE_ARGV))
 def test_each_suite_is_the_spec_its_old_command_line_made(name):
-    from experiments.catalogue.suites import suite_args, suite_spec
+    from experiments.catalogue.suites import suite_spec
 
     # with fixed repetitions the time budget plays no part: a suite has none
     assert _same(suite_spec(name)) == dataclasses.replace(_spec_of(SUITE_ARGV[name]), budget_s=None)
-    assert _spec_of(suite_args(name)) == _same(suite_spec(name))
 
 
 @pytest.mark.parametrize("spec", [
@@ -518,17 +527,31 @@ def test_each_suite_is_the_spec_its_old_command_line_made(name):
               budget_s=120.0),
     SweepSpec(profiles=("aes-gcm-256",), plain=False, arms=(0, 3000), repetitions=4),
     SweepSpec(profiles=("none",)),
-], ids=["defaults", "everything", "arms", "plain-only"])
-def test_a_spec_and_its_command_line_are_the_same_sweep(spec):
-    assert _spec_of(spec.to_argv()) == _same(spec)
+    SweepSpec(transports=("udp",), size_mode="datagram", sizes=(1350,), keying="ike"),
+], ids=["defaults", "everything", "arms", "plain-only", "datagrams-keyed-by-ike"])
+def test_a_spec_reaches_a_guest_as_the_same_sweep(spec, tmp_path):
+    from experiments.job import Job, SweepWork
+
+    job = Job(SweepWork(spec), out_dir=str(tmp_path))
+    assert Job.loads(job.dumps()).work.spec == spec  # datagram sizes included, which no option spells
 
 
-def test_a_later_repetitions_option_fixes_a_suites_count_as_the_calibration_needs():
-    # injection.calibrated adds --repetitions 4 after the suite's options: exactly 4, not 4 to 24
-    from experiments.catalogue.suites import suite_args
+def test_the_calibration_measures_a_fixed_count_at_the_suites_top_rate(tmp_path, monkeypatch):
+    from experiments import injection
+    from experiments.catalogue.suites import suite_spec
 
-    spec = _spec_of([*suite_args("detect"), "--repetitions", "4"])
+    monkeypatch.setattr(injection, "cache_path", lambda: str(tmp_path / "cache.json"))
+    asked = []
+
+    def measure(spec, run_dir):
+        asked.append(spec)
+        return 2  # the sweep failed: the calibration says so
+
+    with pytest.raises(injection.InjectionError, match="the calibration's sweep failed"):
+        injection.calibrated("detect", suite_spec("detect"), "k", measure, str(tmp_path))
+    (spec,) = asked
     assert (spec.repetitions, spec.most_repetitions, spec.adaptive) == (4, 4, False)
+    assert spec.arms == (0, injection.CALIBRATION_INSTRUCTIONS) and spec.rates_mbit == (1000.0,)
 
 
 def test_a_profile_given_up_on_is_not_missing():
@@ -545,10 +568,14 @@ def test_a_profile_given_up_on_is_not_missing():
     assert unmeasured(spec, groups) == []
 
 
-def test_a_guest_runs_the_front_door_without_the_current_directorys_modules():
-    from experiments.doctor import guest_command
+def test_a_guest_runs_the_job_it_was_handed_without_the_current_directorys_modules(tmp_path):
+    from cli.job import demo_work, work_of
+    from experiments import runner
+    from experiments.job import DemoWork
 
-    assert guest_command(("sweep",), ["--dry-run"])[1:] == ["-P", "-m", "cli", "sweep", "--dry-run"]
+    assert runner.GUEST_ENTRY == ("-P", "-m", "cli.job")
+    assert work_of(Job(SweepWork(SweepSpec()), out_dir=str(tmp_path))) is runner.measure
+    assert work_of(Job(DemoWork("vpn_gateway"))) is demo_work
 
 
 def test_a_sweep_of_many_nodes_raises_its_open_file_limit_only_as_far_as_it_needs():

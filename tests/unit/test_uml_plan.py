@@ -82,8 +82,9 @@ def test_the_cpu_meter_is_tty3_on_two_pipes_and_the_guest_starts_in_its_cgroup()
 def test_the_guest_gets_one_hand_off_with_the_kernel_the_meter_and_the_probe(monkeypatch, tmp_path):
     from testbed import handoff
 
-    monkeypatch.setattr(handoff, "_outgoing", handoff.Handoff(command=("ipsec-testbed", "sweep"), started_unix=5.0))
-    monkeypatch.setenv(handoff.ENV, handoff.Handoff(command=("stale",)).to_env())  # inherited: never passed on
+    job = {"kind": "sweep", "command": ["ipsec-testbed", "sweep"], "started_unix": 5.0}
+    monkeypatch.setattr(handoff, "_outgoing", handoff.Handoff(job=job))
+    monkeypatch.setenv(handoff.ENV, handoff.Handoff(job={"kind": "stale"}).to_env())  # inherited: never passed on
     kernel = tmp_path / "linux"
     kernel.write_text("")
     kernel.chmod(0o755)
@@ -94,7 +95,7 @@ def test_the_guest_gets_one_hand_off_with_the_kernel_the_meter_and_the_probe(mon
     env = dict(built.env)
     assert [k for k, _ in built.env].count(handoff.ENV) == 1
     handed = handoff.Handoff.from_env(env[handoff.ENV])
-    assert handed.command == ("ipsec-testbed", "sweep") and handed.started_unix == 5.0
+    assert handed.job == job
     assert handed.kernel["kernel_path"] == str(kernel) and handed.cpu_meter_tty == "/dev/tty3"
     probed = handoff.Handoff.from_env(dict(uml.handing(built, speed_probe="probe").env)[handoff.ENV])
     assert probed == handed.with_(speed_probe="probe")

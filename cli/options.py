@@ -1,14 +1,32 @@
-"""Command-line options and argument types shared by every entry point (``ipsec-testbed``,
-the experiment scripts, the benchmarks)."""
+"""Command-line options and argument types shared by every command (``ipsec-testbed``, its jobs, the
+benchmarks): the one place argparse is used, and where options become the parts of a
+:class:`~experiments.job.Job`.
+
+Every parser is a :class:`Parser`: a bad option or value is one line that names it (see
+:mod:`testbed.errors` for the rest of how a command fails).
+"""
 from __future__ import annotations
 
 import argparse
 import math
 import os
 from collections.abc import Callable
+from typing import NoReturn
 
+from experiments.job import INCOMPLETE, KernelChoice
 from testbed import backends, umlkernel
 from testbed.backends import uml
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line that names the problem."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def add_debug_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
 
 
 def csv(kind: Callable) -> Callable[[str], tuple]:
@@ -111,7 +129,37 @@ def add_uml_options(g) -> None:
                    help="guest memory, e.g. 1G or 512M (default: %(default)s)")
 
 
+def kernel_choice(args: argparse.Namespace) -> KernelChoice:
+    """The :class:`~experiments.job.KernelChoice` of parsed ``--kernel``, ``--uml-*`` and
+    ``--no-speed-probe`` options (each at its default where the command has no such option)."""
+    return KernelChoice(kernel=getattr(args, "kernel", backends.AUTO), uml_kernel=getattr(args, "uml_kernel", None),
+                        uml_modules=getattr(args, "uml_modules", None), uml_mem=getattr(args, "uml_mem", "2G"),
+                        speed_probe=not getattr(args, "no_speed_probe", False))
+
+
 def backend_options(args: argparse.Namespace) -> backends.Options:
     """The :class:`~testbed.backends.Options` of parsed ``--uml-*`` options."""
-    return backends.Options(kernel=getattr(args, "uml_kernel", None), modules=getattr(args, "uml_modules", None),
-                            mem=getattr(args, "uml_mem", "2G"))
+    return kernel_choice(args).options()
+
+
+def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_help: str) -> None:
+    """--out, --dry-run, --no-report, --allow-failures, -v, --debug and the kernel options, as every
+    experiment has them."""
+    o = p.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR", help=f"run directory; an existing one is resumed (default: {default_out})")
+    o.add_argument("--dry-run", action="store_true", help=dry_run_help)
+    o.add_argument("--allow-failures", action="store_true",
+                   help=f"exit 0 when some points could not be measured (every attempt failed); without it such "
+                        f"a run exits {INCOMPLETE}, its last line saying how many and why")
+    o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
+    o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
+    add_debug_option(o)
+    add_kernel_options(p)
+    add_speed_probe_option(p)
+
+
+def add_bench_out(p: argparse.ArgumentParser, name: str) -> None:
+    """``--out DIR`` of a benchmark that writes a run directory (:mod:`analysis.benchpage`)."""
+    p.add_argument("--out", metavar="DIR",
+                   help=f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} "
+                        "in the checkout)")
