@@ -16,12 +16,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
+
+from testbed import waiting
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 5201
+#: How long the servers may take to listen once started.
+LISTEN_TIMEOUT_S = 15.0
 #: The nice value of a client held before its test (see :class:`Clients`).
 HELD_NICE = 19
 
@@ -200,16 +203,18 @@ class Servers:
                 self.procs[i] = popen_in(
                     f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
                     stdout=subprocess.DEVNULL, stderr=self._logs[i])
-        deadline = time.monotonic() + 15
+        deadline = waiting.Deadline(LISTEN_TIMEOUT_S, interval_s=0.02)  # (for all of them)
         for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs, strict=True):
-            while not _listening(server.pid, port):
+            for _ in deadline.polls():
+                if _listening(server.pid, port):
+                    break
                 if server.poll() is not None:
                     log_file.seek(0)
                     raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "
                                      f"on port {port}{_said(log_file.read().strip()[-300:])}")
-                if time.monotonic() > deadline:
-                    raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
-                time.sleep(0.02)
+            else:
+                raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} "
+                                 f"after {LISTEN_TIMEOUT_S:g} s")
 
     def restart(self) -> None:
         """Stop every server and start them again (after a test failed: one may hang or be gone)."""
@@ -344,15 +349,13 @@ class Clients:
     def wait_held(self, timeout_s: float, poll_s: float = 0.05) -> bool:
         """Wait until every client is held (:meth:`held`), at most ``timeout_s``: whether all are.
         A client that exits meanwhile is an :class:`IperfError` saying why."""
-        end = time.monotonic() + timeout_s
-        while not self.held():
+        for _ in waiting.Deadline(timeout_s, interval_s=poll_s).polls():
+            if self.held():
+                return True
             ended = self.ended()
             if ended:
                 raise IperfError(f"{ended}, before its test began")
-            if time.monotonic() >= end:
-                return False
-            time.sleep(poll_s)
-        return True
+        return False
 
     def go(self) -> None:
         """Let every client connect and run its test (at normal priority)."""
@@ -400,10 +403,10 @@ class Clients:
     def _finished(self, timeout_s: float, after: str = "") -> Iterator[tuple[Flow, subprocess.Popen, str, str]]:
         """Each client's flow, process, standard output and error as it exits; all within ``timeout_s``
         of now, else an :class:`IperfError` naming the first still running (``after``: since what)."""
-        end = time.monotonic() + timeout_s
+        deadline = waiting.Deadline(timeout_s)
         for f, p in zip(self.flows, self.procs, strict=True):
             try:
-                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
+                out, err = p.communicate(timeout=max(0.1, deadline.left_s()))
             except subprocess.TimeoutExpired:
                 raise IperfError(f"iperf3 client in {f.client_ns} did not finish within {timeout_s:g} s"
                                  f"{after}") from None

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, NLMSGHDR, SockDiag, netlink_messages, rtattrs
-from testbed import netns
+from testbed import netns, waiting
 from testbed.backends import CpuMeter, CpuSample
 from testbed.record import Bound
 
@@ -344,12 +344,10 @@ class Monitor:
     def wait_servers_idle(self, timeout_s: float, poll_s: float = 0.01) -> bool:
         """Wait until no server holds a connection open: after an interrupted test an iperf3 server
         takes a moment to wind it up, and turns a client away ("busy") until it has."""
-        deadline = time.monotonic() + timeout_s
-        while any(s.state in (ESTABLISHED, CLOSE_WAIT) for s in self._server_side()):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(poll_s)
-        return True
+        for _ in waiting.Deadline(timeout_s, interval_s=poll_s).polls():
+            if not any(s.state in (ESTABLISHED, CLOSE_WAIT) for s in self._server_side()):
+                return True
+        return False
 
     def connected(self) -> int:
         """How many of the point's TCP flows have their data connection up: iperf3's second
@@ -380,8 +378,7 @@ class Monitor:
 
         TimeoutError after ``timeout_s`` saying how many had connected by then, or at once when
         ``failed()`` says why one never will."""
-        t0 = time.monotonic()
-        while True:
+        for _ in waiting.Deadline(timeout_s, interval_s=poll_s).polls():
             t = time.monotonic_ns()
             n = self.connected()
             if n >= len(self.receivers):
@@ -389,12 +386,10 @@ class Monitor:
             why = failed()
             if why:
                 raise TimeoutError(why)
-            if time.monotonic() - t0 > timeout_s:
-                late = collections.Counter(s for s in self._stages() if s != CONNECTED)
-                seen = ", ".join(f"{v} with {k}" for k, v in late.most_common())
-                raise TimeoutError(f"{n} of {len(self.receivers)} clients had connected after {timeout_s:g} s"
-                                   + (f" (of the others, as their servers saw them: {seen})" if seen else ""))
-            time.sleep(poll_s)
+        late = collections.Counter(s for s in self._stages() if s != CONNECTED)
+        seen = ", ".join(f"{v} with {k}" for k, v in late.most_common())
+        raise TimeoutError(f"{n} of {len(self.receivers)} clients had connected after {timeout_s:g} s"
+                           + (f" (of the others, as their servers saw them: {seen})" if seen else ""))
 
     def wait_for_flow(self, timeout_s: float, poll_s: float = 0.02,
                       failed: Callable[[], str | None] = lambda: None) -> int:
@@ -403,17 +398,14 @@ class Monitor:
         TimeoutError after ``timeout_s``, or at once when ``failed()`` says why no data will come
         (a client that exited)."""
         start = self.flows().received
-        deadline = time.monotonic() + timeout_s
-        while True:
+        for _ in waiting.Deadline(timeout_s, interval_s=poll_s).polls():
             t = time.monotonic_ns()
             if self.flows().received > start:
                 return t
             why = failed()
             if why:
                 raise TimeoutError(why)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no data reached the receivers within {timeout_s:g} s")
-            time.sleep(poll_s)
+        raise TimeoutError(f"no data reached the receivers within {timeout_s:g} s")
 
 
 @contextlib.contextmanager
