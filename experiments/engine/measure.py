@@ -24,8 +24,10 @@ import threading
 import time
 
 from experiments.engine import iperf
-from experiments.engine.monitor import Monitor, classify, evidence, no_gc, realtime
+from experiments.engine.monitor import Monitor, no_gc, realtime
 from experiments.engine.plan import Point, SweepSpec
+from experiments.engine.verdict import classify, evidence
+from experiments.engine.waits import wait_all_connected, wait_for_flow, wait_servers_idle
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed.errors import one_line
 from testbed.record import Bound, Record
@@ -211,11 +213,11 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         clients.go()
         let_go = time.monotonic()
         try:
-            seen = monitor.wait_for_flow(FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
+            seen = wait_for_flow(monitor, FLOW_TIMEOUT_S, failed=clients.failure) / 1e9
             # many clients: the window opens once every one is connected (the warm-up is a floor)
             every = None
             if crowd_s:
-                every = monitor.wait_all_connected(crowd_s, failed=clients.failure) / 1e9
+                every = wait_all_connected(monitor, crowd_s, failed=clients.failure) / 1e9
         except TimeoutError as e:
             raise iperf.IperfError(f"{e} (iperf3 clients {'started ahead' if held else 'started now'})") from None
         start = max(seen + spec.warmup_s, every or 0.0)
@@ -251,7 +253,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     # a server winds its test up when the client's last word reaches it: behind a full queue that
     # may take retransmissions as long as a connection took to come up; polled gently when many
     settle_s = crowd_s or FLOW_TIMEOUT_S
-    if not monitor.wait_servers_idle(settle_s, poll_s=min(0.5, 0.01 * len(flows))):
+    if not wait_servers_idle(monitor, settle_s, poll_s=min(0.5, 0.01 * len(flows))):
         raise iperf.IperfError(f"an iperf3 server still held the interrupted test after {settle_s:g} s")
     if ahead:
         ahead.reap()
