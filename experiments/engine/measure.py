@@ -263,32 +263,17 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
                              shaper_lost=shaper_lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)
     bound, why = classify(ev, expected, bucket)
-    moved_gb = ev.goodput_mbps * ev.window_s / 8e3
     return Record(
         **point.fields(),
+        # the bottleneck monitor's evidence and verdict
+        **ev.record_fields(), bound=bound, bound_reason=why,
         # an arm of an A/B within the sweep: the ESP path's extra instructions (ipsec.slowdown)
         injected_instructions=net.esp_slowdown if point.arm else None,
-        duration_s=spec.duration_s, warmup_s=spec.warmup_s,
-        goodput_mbps=ev.goodput_mbps, window_s=ev.window_s, window_start_unix=window_start_unix,
-        theoretical_goodput_mbps=expected, bytes=round(moved_gb * 1e9),
+        duration_s=spec.duration_s, warmup_s=spec.warmup_s, window_start_unix=window_start_unix,
+        theoretical_goodput_mbps=expected,
         # iperf3's own account, the sender's side up to its stop (not used for any figure)
         iperf3_sender_mbps=None if reports_lost else sum(r.goodput_mbps for r in results),
         iperf3_reports_lost=len(reports_lost),
-        loss_pct=ev.loss_pct, retransmits=ev.retransmits,
-        # the bottleneck monitor's evidence and verdict
-        bound=bound, bound_reason=why,
-        link_utilization=ev.link_utilization, link_packets=ev.link_packets, link_drops=ev.link_drops,
-        link_overlimits=ev.link_overlimits, queue_busy=ev.queue_busy, queue_mean_bytes=ev.queue_mean_bytes,
-        queue_samples=ev.queue_samples, shaper_goodput_mbps=ev.shaper_goodput_mbps,
-        sender_rwnd_limited=ev.sender_rwnd_limited, sender_sndbuf_limited=ev.sender_sndbuf_limited,
-        cpu_busy_pct=100.0 * ev.cpu_busy, cpu_s=ev.cpu_s,
-        cpu_s_per_gb=ev.cpu_s / moved_gb if moved_gb > 0 else None,
-        cpu_us_per_packet=ev.cpu_s * 1e6 / ev.link_packets if ev.link_packets else None,
-        cpu_kernel_busy_pct=ev.proc_busy_pct, cpu_system_pct=ev.proc_system_pct,
-        cpu_softirq_pct=ev.proc_softirq_pct, cpu_busiest_pct=ev.proc_busiest_cpu_pct,
-        speed_probe_ns=ev.speed_probe_ns,
-        clock_skew=ev.clock_skew, reading_spread_s=ev.max_reading_spread_s,
-        goodput_uncertainty=ev.goodput_uncertainty,
         # iperf3's clients were started during the previous point's warm-up (see Ahead)
         clients_ahead=held is not None,
         clients_sending_s=every - let_go if every is not None else None,

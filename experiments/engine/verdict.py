@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.engine.counters import Reading
-from testbed.record import Bound
+from testbed.record import FIELDS, Bound
 
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
 LINK_FULL = 0.97
@@ -43,7 +44,7 @@ _NS = 1e9
 
 @dataclasses.dataclass(frozen=True)
 class Evidence:
-    """What one point's window showed; every field is recorded with the point."""
+    """What one point's window showed; its figures are recorded with the point (:meth:`record_fields`)."""
 
     window_s: float                 # the receivers' window
     goodput_mbps: float             # bytes the receivers took in over it
@@ -71,6 +72,29 @@ class Evidence:
     utilization_uncertainty: float = 0.0  # ... and the link's utilization (shares of the value)
     shaper_lost: int = 0            # backlog samples that found no shaper (its qdisc was replaced)
     speed_probe_ns: float | None = None  # the speed probe's ns per operation over the window (how slow the machine ran)
+
+    def record_fields(self) -> dict[str, Any]:
+        """The evidence as a :class:`~testbed.record.Record`'s fields: every figure the record has, by its
+        own name or the one :data:`RECORD_NAMES` gives it, and what follows from them (the bytes moved,
+        the CPU busy in percent, CPU seconds per GB and microseconds per packet).
+
+        Not recorded: the CPU's busy share (recorded in percent), the utilization's uncertainty and the
+        samples without a shaper (the verdict says what they mean).
+        """
+        fields = {RECORD_NAMES.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+        moved_gb = self.goodput_mbps * self.window_s / 8e3
+        return {name: value for name, value in fields.items() if name in FIELDS} | {
+            "bytes": round(moved_gb * 1e9),
+            "cpu_busy_pct": 100.0 * self.cpu_busy,
+            "cpu_s_per_gb": self.cpu_s / moved_gb if moved_gb > 0 else None,
+            "cpu_us_per_packet": self.cpu_s * 1e6 / self.link_packets if self.link_packets else None,
+        }
+
+
+#: The evidence's figures a record names otherwise: /proc/stat's shares are the kernel's CPU figures.
+RECORD_NAMES = {"proc_busy_pct": "cpu_kernel_busy_pct", "proc_system_pct": "cpu_system_pct",
+                "proc_softirq_pct": "cpu_softirq_pct", "proc_busiest_cpu_pct": "cpu_busiest_pct",
+                "max_reading_spread_s": "reading_spread_s"}
 
 
 def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, cpus: float,

@@ -25,9 +25,10 @@ from experiments.engine.counters import (
 )
 from experiments.engine.monitor import Monitor
 from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, TcpSocket
-from experiments.engine.verdict import CPU_SATURATED, LINK_FULL, Evidence, classify, evidence
+from experiments.engine.verdict import CPU_SATURATED, LINK_FULL, RECORD_NAMES, Evidence, classify, evidence
 from experiments.engine.waits import wait_all_connected, wait_for_flow, wait_servers_idle
 from testbed.backends import CpuSample
+from testbed.record import Record
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -98,6 +99,33 @@ def test_evidence_figures_from_two_readings():
     assert ev.queue_busy == 1.0 and ev.shaper_goodput_mbps == pytest.approx(0.99 * 9.5)
     assert ev.goodput_uncertainty == pytest.approx(1000 / 1e9 / 2.0)
 
+
+
+def test_the_evidence_is_recorded_by_its_fields_names():
+    ev = dataclasses.replace(window(9.4, 0.99, 0.30, spread_ns=2_000_000, proc=PROC_STAT_LATER), retransmits=7,
+                             loss_pct=None, sender_rwnd_limited=0.25, speed_probe_ns=1234.5)
+    record = Record(**ev.record_fields())  # every one a record's field
+    for name in ("window_s", "goodput_mbps", "link_utilization", "link_packets", "link_drops", "link_overlimits",
+                 "queue_busy", "queue_mean_bytes", "queue_samples", "shaper_goodput_mbps", "sender_rwnd_limited",
+                 "sender_sndbuf_limited", "retransmits", "loss_pct", "clock_skew", "cpu_s", "goodput_uncertainty",
+                 "speed_probe_ns"):
+        assert getattr(record, name) == getattr(ev, name), name
+    assert (record.cpu_kernel_busy_pct, record.cpu_system_pct, record.cpu_softirq_pct, record.cpu_busiest_pct,
+            record.reading_spread_s) == (ev.proc_busy_pct, ev.proc_system_pct, ev.proc_softirq_pct,
+                                         ev.proc_busiest_cpu_pct, ev.max_reading_spread_s) == (
+        pytest.approx(100 * 350 / 550), pytest.approx(100 * 100 / 550), pytest.approx(100 * 50 / 550), 100.0, 0.002)
+    # what follows from them: 9.4 Mbit/s for 2 s, 0.3 of one CPU busy, a packet per 1500 B at the shaper
+    assert record.bytes == 2_350_000 and record.cpu_busy_pct == pytest.approx(30.0)
+    assert record.cpu_s_per_gb == pytest.approx(0.6 / 0.00235)
+    assert record.cpu_us_per_packet == pytest.approx(0.6e6 / ev.link_packets)
+    # and the rest is left out on purpose, each for its reason (Evidence.record_fields)
+    left_out = {f.name for f in dataclasses.fields(Evidence)} - set(ev.record_fields()) - set(RECORD_NAMES)
+    assert left_out == {"cpu_busy", "utilization_uncertainty", "shaper_lost"}
+
+
+def test_no_figures_per_gb_or_packet_of_a_window_that_moved_nothing():
+    fields = dataclasses.replace(window(0.0, 0.0, 0.30), link_packets=0).record_fields()
+    assert fields["bytes"] == 0 and fields["cpu_s_per_gb"] is None and fields["cpu_us_per_packet"] is None
 
 def test_a_full_link_with_a_queue_is_link_bound():
     bound, why = classify(window(9.4, 0.99, 0.30), 9.5)
