@@ -56,6 +56,13 @@ class Deadline:
             time.sleep(self.interval_s)
 
 
+def sleep_until(t: float) -> None:
+    """Sleep until the monotonic clock reads ``t`` (seconds); at once if it has."""
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
 def until(condition: Callable[[], T], timeout_s: float, what: str, *, interval_s: float = 0.05,
           state: Callable[[], str] | None = None) -> T:
     """``condition()``'s first truthy value, polled every ``interval_s`` for at most ``timeout_s``.

@@ -429,6 +429,17 @@ class Clients:
         self.procs = []
 
 
+def ready_clients(held: Clients | None, flows: list[Flow], args: list[list[str]]) -> tuple[Clients, bool]:
+    """The clients for one test of ``flows`` with ``args``: ``held``, when they were started ahead for this
+    very test and every one still waits; else fresh :class:`Clients` (``held`` closed).  Also whether
+    they are the held ones."""
+    if held is not None and held.args == args and held.waiting():
+        return held, True
+    if held is not None:
+        held.close()
+    return Clients(flows, args), False
+
+
 def flow_args(flows: list[Flow], ports: list[int], duration_s: float = 5.0, transport: str = "tcp",
               mss: int | None = None, length: int | None = None, bitrate: str | None = None,
               omit_s: float = 1.0, window: int | None = None) -> list[list[str]]:
@@ -459,10 +470,8 @@ def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "
                                  timeout_s, on_start, own, window, held)
     args = flow_args(flows, servers.ports, duration_s, transport, mss, length, bitrate, omit_s, window)
     timeout_s = timeout_s or duration_s + omit_s + 30
-    if held is not None and (held.args != args or not held.waiting()):
-        held.close()
-        held = None
-    with held or Clients(flows, args) as clients:
+    clients, _held = ready_clients(held, flows, args)
+    with clients:
         clients.go()
         if on_start:
             on_start()

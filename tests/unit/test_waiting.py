@@ -84,3 +84,11 @@ def test_a_real_deadline_runs_out_on_time():
     started = time.monotonic()
     polls = sum(1 for _ in waiting.Deadline(0.2, interval_s=0.01).polls())
     assert 0.2 <= time.monotonic() - started < 2 and 2 <= polls <= 21
+
+
+def test_sleep_until_sleeps_what_is_left_and_not_at_all_when_late(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(waiting, "time", clock)
+    waiting.sleep_until(100.25)
+    waiting.sleep_until(100.0)  # past: no sleep
+    assert clock.sleeps == [0.25] and clock.now == 100.25
