@@ -176,12 +176,18 @@ class Servers:
     them with :func:`measure_flows`, and they are stopped after the block.  Starting a
     process costs tenths of a second inside User-Mode Linux, so a sweep does not pay
     it for every point.
+
+    With ``report_every_s`` each server reports its test as it goes, every so many seconds, in
+    Mbit/s and flushed at once (``-i N --forceflush -f m``), on a pipe the caller reads:
+    ``procs[i].stdout``, its errors included (the web demo's chart).
     """
 
-    def __init__(self, flows: list[Flow], port: int = DEFAULT_PORT, one_off: bool = False) -> None:
+    def __init__(self, flows: list[Flow], port: int = DEFAULT_PORT, one_off: bool = False,
+                 report_every_s: float | None = None) -> None:
         self.flows = list(flows)
         self.ports = [port + i for i in range(len(self.flows))]
         self.one_off = one_off
+        self.report_every_s = report_every_s
         self.procs: list[subprocess.Popen | None] = [None] * len(self.flows)  # one slot per flow
         self._logs: list = [None] * len(self.flows)
 
@@ -189,45 +195,60 @@ class Servers:
         try:
             self.start()
         except BaseException:
-            self.__exit__()
+            self.stop()
             raise
         return self
 
     def start(self) -> None:
         """Start a server for every flow whose server is not running, and wait until each listens."""
         iperf3 = check()
+        reports = ["-i", f"{self.report_every_s:g}", "--forceflush", "-f", "m"] if self.report_every_s else []
         for i, (f, port) in enumerate(zip(self.flows, self.ports, strict=True)):
             if self.procs[i] is None or self.procs[i].poll() is not None:
+                argv = [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port), *reports]
+                if reports:
+                    self.procs[i] = popen_in(f.server_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             text=True)
+                    continue
                 # stderr to a file: each interrupted test leaves a line there, which would fill a pipe
-                self._logs[i] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in __exit__)
-                self.procs[i] = popen_in(
-                    f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
-                    stdout=subprocess.DEVNULL, stderr=self._logs[i])
+                self._logs[i] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in stop)
+                self.procs[i] = popen_in(f.server_ns, argv, stdout=subprocess.DEVNULL, stderr=self._logs[i])
         deadline = waiting.Deadline(LISTEN_TIMEOUT_S, interval_s=0.02)  # (for all of them)
         for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs, strict=True):
             for _ in deadline.polls():
                 if _listening(server.pid, port):
                     break
                 if server.poll() is not None:
-                    log_file.seek(0)
                     raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "
-                                     f"on port {port}{_said(log_file.read().strip()[-300:])}")
+                                     f"on port {port}{_said(_output(server, log_file).strip()[-300:])}")
             else:
                 raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} "
                                  f"after {LISTEN_TIMEOUT_S:g} s")
 
     def restart(self) -> None:
         """Stop every server and start them again (after a test failed: one may hang or be gone)."""
-        self.__exit__()
+        self.stop()
         self.start()
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Kill every server still running, and reap it."""
         _kill(self.procs)
         for log_file in self._logs:
             if log_file is not None:
                 log_file.close()
         self.procs = [None] * len(self.flows)
         self._logs = [None] * len(self.flows)
+
+
+def _output(server: subprocess.Popen, log_file) -> str:
+    """All a server that has exited said: its log file's, or its pipe's (a reporting server's)."""
+    if log_file is None:
+        return server.stdout.read()
+    log_file.seek(0)
+    return log_file.read()
 
 
 def _kill(procs: list[subprocess.Popen | None], wait: bool = True) -> None:
@@ -370,6 +391,15 @@ class Clients:
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
+
+    def end(self, timeout_s: float) -> None:
+        """Interrupt every client (:meth:`interrupt`), give them ``timeout_s`` to exit, and kill what still
+        runs: for a test whose reports nobody reads (the web demo's traffic)."""
+        self.interrupt()
+        with contextlib.suppress(IperfError):
+            for _ in self._finished(timeout_s):
+                pass
+        self.close()
 
     def stop(self, timeout_s: float) -> tuple[list[Result], list[str]]:
         """Interrupt every client (:meth:`interrupt`) and read its own report: the reports read, and a
