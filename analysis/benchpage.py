@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 
 from analysis.figures import FONT
 from analysis.page import CSS, figure_div
+from testbed.rundir import atomic_write
 
 #: The figures' common look.
 LAYOUT = dict(template="plotly_white", font=dict(family=FONT, size=14), height=460,
@@ -46,9 +47,7 @@ def figure(title: str, x_title: str, y_title: str, log_x: bool = False) -> go.Fi
 def write(out_dir: str, title: str, subtitle: str, sections: Sequence[Section], data: Mapping[str, Any]) -> str:
     """Write ``results.json`` and ``report.html`` into ``out_dir``; the page's path."""
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "results.json"), "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
+    atomic_write(os.path.join(out_dir, "results.json"), json.dumps(data, indent=1) + "\n")
     parts = [f"<h1>{html.escape(title)}</h1>", f'<p class="subtitle">{html.escape(subtitle)}</p>']
     for i, s in enumerate(sections):
         parts += [f"<h2>{html.escape(s.heading)}</h2>", f'<p class="howto">{html.escape(s.text)}</p>',
@@ -57,6 +56,5 @@ def write(out_dir: str, title: str, subtitle: str, sections: Sequence[Section], 
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{CSS}</style></head><body><main>{''.join(parts)}</main></body></html>\n")
     path = os.path.join(out_dir, "report.html")
-    with open(path, "w") as f:
-        f.write(page)
+    atomic_write(path, page)
     return path

@@ -45,7 +45,7 @@ PLAIN_PROFILE = "none"
 ELASTICITY_MIN_DF = 8
 
 #: The CPU doing a point's work counts as saturated when its meter found it busy this share of
-#: the window, in percent (experiments.engine.monitor classes such a point ``cpu`` unless the link was
+#: the window, in percent (experiments.engine.verdict classes such a point ``cpu`` unless the link was
 #: full) ...
 CPU_SATURATED_PCT = 90.0
 #: ... or when its kernel found no idle moment (its own /proc/stat, all CPUs, in percent) ...
@@ -166,7 +166,7 @@ class Aggregate(_PointFields):
     the others None). ``cpu`` holds a :class:`Summary` per field of
     :data:`~testbed.record.CPU_FIELDS` that the records carry.
     ``bounds`` counts the repetitions by what bounded them (``link``, ``cpu``, ``other``,
-    ``anomaly``; see :mod:`experiments.engine.monitor`); anomalies are left out of every summary.
+    ``anomaly``; see :mod:`experiments.engine.verdict`); anomalies are left out of every summary.
     ``n_emulation_limited`` counts repetitions limited by the emulator's CPU rather than by the
     emulated link (``cpu``, or the flag of runs from before the classes); ``n_failed`` those
     without a goodput.

@@ -139,7 +139,7 @@ def measure_capacity(points: list[Heaviest], say=lambda message: None) -> list[C
 
 
 def _flows(net, ip_version: int) -> list:
-    from experiments.engine.measure import flows_of
+    from experiments.engine.clients import flows_of
 
     return flows_of(net, ip_version)
 

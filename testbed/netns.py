@@ -13,13 +13,12 @@ import resource
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from pyroute2 import netns as _netns
 
-from testbed import _pyroute2, names
+from testbed import _pyroute2, names, waiting
 
 T = TypeVar("T")
 
@@ -70,11 +69,9 @@ def kill_pids(pids: list[int], grace_s: float = 1.0) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
             signalled.append(pid)
-    deadline = time.monotonic() + grace_s
-    while signalled and time.monotonic() < deadline:
+    for _ in waiting.Deadline(grace_s, interval_s=0.05).polls():
         if not any(is_alive(p) for p in signalled):
             break
-        time.sleep(0.05)
     for pid in signalled:
         if is_alive(pid):
             with contextlib.suppress(ProcessLookupError):

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 
 class Bound(enum.StrEnum):
-    """What bounded a point's goodput (:func:`experiments.engine.monitor.classify` decides, from the kernel's counters).
+    """What bounded a point's goodput (:func:`experiments.engine.verdict.classify` decides, from the kernel's counters).
 
     A member is its own string (``Bound.LINK == "link"``), so records stay plain JSON.
     """

@@ -34,7 +34,7 @@ from mininet.util import numCores
 from ipsec import ike, slowdown
 from ipsec.ike import KEYINGS
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
-from testbed import names, netns
+from testbed import names, netns, waiting
 from testbed.errors import critical
 from topologies.shaping import apply_shaping, remove_shaping
 from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_addresses
@@ -153,15 +153,12 @@ def configure_node(ns: str, run_id: str, interfaces: tuple[Interface, ...], rout
 
 def wait_no_tentative(ipr, ns: str, timeout_s: float = 10.0) -> None:
     """Bounded wait until no IPv6 address in ``ns`` is still tentative."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    for _ in waiting.Deadline(timeout_s, interval_s=0.05).polls():
         tentative = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=10)
                      if (a.get_attr("IFA_FLAGS") or a["flags"]) & IFA_F_TENTATIVE]
         if not tentative:
             return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{ns}: IPv6 addresses still tentative after {timeout_s:g} s: {tentative}")
-        time.sleep(0.05)
+    raise RuntimeError(f"{ns}: IPv6 addresses still tentative after {timeout_s:g} s: {tentative}")
 
 
 class TestbedTopo(Topo):

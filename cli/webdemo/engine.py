@@ -5,8 +5,9 @@ reads actions from its end of the channel (:mod:`testbed.channel`) and sends eve
 (:mod:`cli.webdemo.protocol`).  Three threads besides the main one, which reads and carries out
 the actions in order:
 
-- the traffic: a long iperf3 test from the first client to its server, while traffic is on; the
-  server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
+- the traffic: a long iperf3 test from the first client to its server, while traffic is on, run by
+  the sweep's own iperf3 helpers (:mod:`experiments.engine.iperf`: the server is waited for until it
+  listens); the server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
 - the SAs: every second, ``ip -s xfrm state`` on each IPsec end (keys hidden unless asked);
 - none for captures: a capture runs in the main thread, for a few seconds at most.
 
@@ -16,6 +17,7 @@ network is torn down on the way out, however it ends.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import subprocess
@@ -26,6 +28,7 @@ import zipfile
 
 from cli.demo import capture, ipsec_ends, keyed_sas, sa_text, untrusted_senders
 from cli.webdemo import protocol
+from experiments.engine import iperf
 from ipsec import ike
 from testbed import channel as channels
 from testbed.errors import one_line
@@ -35,6 +38,10 @@ from topologies.shaping import ShapingSpec
 IPERF_PORT = 5299
 #: iperf3's test length while traffic is on (it is stopped sooner, by the page or the end)
 TRAFFIC_S = 86400
+#: How often the server reports the goodput the page charts.
+REPORT_EVERY_S = 0.5
+#: How long iperf3's client has to end its test when traffic goes off, before it is killed.
+STOP_S = 5
 SA_EVERY_S = 1.0
 
 
@@ -52,8 +59,8 @@ class Engine:
         self.started = time.monotonic()
         self.captured: list = []
         self.captured_sas: list = []
-        self._client: subprocess.Popen | None = None
-        self._server: subprocess.Popen | None = None
+        self._clients: iperf.Clients | None = None
+        self._servers: iperf.Servers | None = None
         self._lock = threading.Lock()  # the network's state: settings change one at a time
         self._stop = threading.Event()
 
@@ -144,32 +151,31 @@ class Engine:
 
     @property
     def traffic_on(self) -> bool:
-        return self._client is not None and self._client.poll() is None
+        return self._clients is not None and self._clients.waiting()
 
     def traffic(self, on: bool) -> None:
-        client, server = self.net.spec.flows[0]
         if not on:
-            for proc in (self._client, self._server):
-                if proc is not None and proc.poll() is None:
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-            self._client = self._server = None
+            if self._clients is not None:
+                self._clients.end(STOP_S)
+            if self._servers is not None:
+                self._servers.stop()
+            self._clients = self._servers = None
             return
         if self.traffic_on:
             return
-        self._server = subprocess.Popen(
-            ["ip", "netns", "exec", self.net.ns(server), "iperf3", "-s", "-1", "-p", str(IPERF_PORT),
-             "-i", "0.5", "--forceflush", "-f", "m"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        threading.Thread(target=self._read_goodput, args=(self._server,), daemon=True).start()
-        time.sleep(0.3)  # the server listens (a process starts in tenths of a second in UML)
-        self._client = subprocess.Popen(
-            ["ip", "netns", "exec", self.net.ns(client), "iperf3", "-c", self.net.addr(server), "-p",
-             str(IPERF_PORT), "-t", str(TRAFFIC_S), "-M", str(self.size), "-i", "0", "--connect-timeout", "5000"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.traffic(False)  # what is left of a test that ended on its own
+        client, server = self.net.spec.flows[0]
+        flow = iperf.Flow(self.net.ns(server), self.net.ns(client), self.net.addr(server))
+        with contextlib.ExitStack() as undo:
+            undo.callback(self.traffic, False)  # whatever started, should the rest fail
+            # one test, then it exits; waited for (bounded) until it listens
+            self._servers = iperf.Servers([flow], IPERF_PORT, one_off=True, report_every_s=REPORT_EVERY_S)
+            self._servers.start()
+            threading.Thread(target=self._read_goodput, args=(self._servers.procs[0],), daemon=True).start()
+            self._clients = iperf.Clients([flow], [["-c", flow.server_addr, "-p", str(IPERF_PORT), "-t", str(TRAFFIC_S),
+                                                    "-M", str(self.size), "-i", "0", "--connect-timeout", "5000"]])
+            self._clients.go()
+            undo.pop_all()
 
     def _read_goodput(self, server: subprocess.Popen) -> None:
         for line in server.stdout:

@@ -16,12 +16,15 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
+
+from testbed import waiting
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 5201
+#: How long the servers may take to listen once started.
+LISTEN_TIMEOUT_S = 15.0
 #: The nice value of a client held before its test (see :class:`Clients`).
 HELD_NICE = 19
 
@@ -173,12 +176,18 @@ class Servers:
     them with :func:`measure_flows`, and they are stopped after the block.  Starting a
     process costs tenths of a second inside User-Mode Linux, so a sweep does not pay
     it for every point.
+
+    With ``report_every_s`` each server reports its test as it goes, every so many seconds, in
+    Mbit/s and flushed at once (``-i N --forceflush -f m``), on a pipe the caller reads:
+    ``procs[i].stdout``, its errors included (the web demo's chart).
     """
 
-    def __init__(self, flows: list[Flow], port: int = DEFAULT_PORT, one_off: bool = False) -> None:
+    def __init__(self, flows: list[Flow], port: int = DEFAULT_PORT, one_off: bool = False,
+                 report_every_s: float | None = None) -> None:
         self.flows = list(flows)
         self.ports = [port + i for i in range(len(self.flows))]
         self.one_off = one_off
+        self.report_every_s = report_every_s
         self.procs: list[subprocess.Popen | None] = [None] * len(self.flows)  # one slot per flow
         self._logs: list = [None] * len(self.flows)
 
@@ -186,43 +195,60 @@ class Servers:
         try:
             self.start()
         except BaseException:
-            self.__exit__()
+            self.stop()
             raise
         return self
 
     def start(self) -> None:
         """Start a server for every flow whose server is not running, and wait until each listens."""
         iperf3 = check()
+        reports = ["-i", f"{self.report_every_s:g}", "--forceflush", "-f", "m"] if self.report_every_s else []
         for i, (f, port) in enumerate(zip(self.flows, self.ports, strict=True)):
             if self.procs[i] is None or self.procs[i].poll() is not None:
+                argv = [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port), *reports]
+                if reports:
+                    self.procs[i] = popen_in(f.server_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                             text=True)
+                    continue
                 # stderr to a file: each interrupted test leaves a line there, which would fill a pipe
-                self._logs[i] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in __exit__)
-                self.procs[i] = popen_in(
-                    f.server_ns, [iperf3, "-s", *(["-1"] if self.one_off else []), "-p", str(port)],
-                    stdout=subprocess.DEVNULL, stderr=self._logs[i])
-        deadline = time.monotonic() + 15
+                self._logs[i] = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in stop)
+                self.procs[i] = popen_in(f.server_ns, argv, stdout=subprocess.DEVNULL, stderr=self._logs[i])
+        deadline = waiting.Deadline(LISTEN_TIMEOUT_S, interval_s=0.02)  # (for all of them)
         for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs, strict=True):
-            while not _listening(server.pid, port):
+            for _ in deadline.polls():
+                if _listening(server.pid, port):
+                    break
                 if server.poll() is not None:
-                    log_file.seek(0)
                     raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "
-                                     f"on port {port}{_said(log_file.read().strip()[-300:])}")
-                if time.monotonic() > deadline:
-                    raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} after 15 s")
-                time.sleep(0.02)
+                                     f"on port {port}{_said(_output(server, log_file).strip()[-300:])}")
+            else:
+                raise IperfError(f"iperf3 server in {f.server_ns} not listening on port {port} "
+                                 f"after {LISTEN_TIMEOUT_S:g} s")
 
     def restart(self) -> None:
         """Stop every server and start them again (after a test failed: one may hang or be gone)."""
-        self.__exit__()
+        self.stop()
         self.start()
 
     def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Kill every server still running, and reap it."""
         _kill(self.procs)
         for log_file in self._logs:
             if log_file is not None:
                 log_file.close()
         self.procs = [None] * len(self.flows)
         self._logs = [None] * len(self.flows)
+
+
+def _output(server: subprocess.Popen, log_file) -> str:
+    """All a server that has exited said: its log file's, or its pipe's (a reporting server's)."""
+    if log_file is None:
+        return server.stdout.read()
+    log_file.seek(0)
+    return log_file.read()
 
 
 def _kill(procs: list[subprocess.Popen | None], wait: bool = True) -> None:
@@ -344,15 +370,13 @@ class Clients:
     def wait_held(self, timeout_s: float, poll_s: float = 0.05) -> bool:
         """Wait until every client is held (:meth:`held`), at most ``timeout_s``: whether all are.
         A client that exits meanwhile is an :class:`IperfError` saying why."""
-        end = time.monotonic() + timeout_s
-        while not self.held():
+        for _ in waiting.Deadline(timeout_s, interval_s=poll_s).polls():
+            if self.held():
+                return True
             ended = self.ended()
             if ended:
                 raise IperfError(f"{ended}, before its test began")
-            if time.monotonic() >= end:
-                return False
-            time.sleep(poll_s)
-        return True
+        return False
 
     def go(self) -> None:
         """Let every client connect and run its test (at normal priority)."""
@@ -367,6 +391,15 @@ class Clients:
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
+
+    def end(self, timeout_s: float) -> None:
+        """Interrupt every client (:meth:`interrupt`), give them ``timeout_s`` to exit, and kill what still
+        runs: for a test whose reports nobody reads (the web demo's traffic)."""
+        self.interrupt()
+        with contextlib.suppress(IperfError):
+            for _ in self._finished(timeout_s):
+                pass
+        self.close()
 
     def stop(self, timeout_s: float) -> tuple[list[Result], list[str]]:
         """Interrupt every client (:meth:`interrupt`) and read its own report: the reports read, and a
@@ -400,10 +433,10 @@ class Clients:
     def _finished(self, timeout_s: float, after: str = "") -> Iterator[tuple[Flow, subprocess.Popen, str, str]]:
         """Each client's flow, process, standard output and error as it exits; all within ``timeout_s``
         of now, else an :class:`IperfError` naming the first still running (``after``: since what)."""
-        end = time.monotonic() + timeout_s
+        deadline = waiting.Deadline(timeout_s)
         for f, p in zip(self.flows, self.procs, strict=True):
             try:
-                out, err = p.communicate(timeout=max(0.1, end - time.monotonic()))
+                out, err = p.communicate(timeout=max(0.1, deadline.left_s()))
             except subprocess.TimeoutExpired:
                 raise IperfError(f"iperf3 client in {f.client_ns} did not finish within {timeout_s:g} s"
                                  f"{after}") from None
@@ -424,6 +457,17 @@ class Clients:
         """Wait for the processes :meth:`close` killed without waiting."""
         _kill(self.procs)
         self.procs = []
+
+
+def ready_clients(held: Clients | None, flows: list[Flow], args: list[list[str]]) -> tuple[Clients, bool]:
+    """The clients for one test of ``flows`` with ``args``: ``held``, when they were started ahead for this
+    very test and every one still waits; else fresh :class:`Clients` (``held`` closed).  Also whether
+    they are the held ones."""
+    if held is not None and held.args == args and held.waiting():
+        return held, True
+    if held is not None:
+        held.close()
+    return Clients(flows, args), False
 
 
 def flow_args(flows: list[Flow], ports: list[int], duration_s: float = 5.0, transport: str = "tcp",
@@ -456,10 +500,8 @@ def measure_flows(flows: list[Flow], duration_s: float = 5.0, transport: str = "
                                  timeout_s, on_start, own, window, held)
     args = flow_args(flows, servers.ports, duration_s, transport, mss, length, bitrate, omit_s, window)
     timeout_s = timeout_s or duration_s + omit_s + 30
-    if held is not None and (held.args != args or not held.waiting()):
-        held.close()
-        held = None
-    with held or Clients(flows, args) as clients:
+    clients, _held = ready_clients(held, flows, args)
+    with clients:
         clients.go()
         if on_start:
             on_start()

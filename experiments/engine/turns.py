@@ -20,8 +20,9 @@ file lookup every :data:`POLL_S`, the same for both sides.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
+
+from testbed import waiting
 
 #: How often a side looks for its go-ahead, and the host for a side's state.
 POLL_S = 0.01
@@ -56,11 +57,10 @@ class Turns:
         """Say this side is at its next window, and wait for its go-ahead."""
         _touch(path(self.dir, self.label, "waiting", self.n))
         go = path(self.dir, self.label, "go", self.n)
-        deadline = time.monotonic() + timeout_s
-        while not os.path.exists(go):
-            if time.monotonic() > deadline:
-                raise TurnsError(f"no go-ahead for window {self.n} of side {self.label} in {timeout_s:g} s")
-            time.sleep(POLL_S)
+        for _ in waiting.Deadline(timeout_s, interval_s=POLL_S).polls():
+            if os.path.exists(go):
+                return
+        raise TurnsError(f"no go-ahead for window {self.n} of side {self.label} in {timeout_s:g} s")
 
     def done(self) -> None:
         """Say the window is over."""
@@ -83,15 +83,13 @@ def schedule(windows: int) -> Iterator[tuple[int, str]]:
 def _reached(turns_dir: str, label: str, state: str, n: int, alive: Callable[[str], bool],
              timeout_s: float) -> bool:
     """Wait until side ``label`` has written ``state`` for window ``n`` (True) or ended (False)."""
-    deadline = time.monotonic() + timeout_s
     file = path(turns_dir, label, state, n)
-    while not os.path.exists(file):
+    for _ in waiting.Deadline(timeout_s, interval_s=POLL_S).polls():
+        if os.path.exists(file):
+            return True
         if not alive(label):
             return os.path.exists(file)
-        if time.monotonic() > deadline:
-            raise TurnsError(f"side {label} was neither {state} at window {n} nor ended after {timeout_s:g} s")
-        time.sleep(POLL_S)
-    return True
+    raise TurnsError(f"side {label} was neither {state} at window {n} nor ended after {timeout_s:g} s")
 
 
 def take_turns(turns_dir: str, alive: Callable[[str], bool], say: Callable[[str], None] = lambda m: None,

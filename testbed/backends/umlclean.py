@@ -14,7 +14,7 @@ import signal
 import tempfile
 import time
 
-from testbed import names
+from testbed import names, waiting
 from testbed.backends.base import GUEST_ENV, Leftover
 from testbed.backends.umlmeter import CPUACCT_ROOT, cgroup_tasks, remove_cgroup
 
@@ -63,9 +63,9 @@ def _kill_all(pids: list[int], timeout_s: float = 10.0) -> None:
     for p in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
-    deadline = time.monotonic() + timeout_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for _ in waiting.Deadline(timeout_s, interval_s=0.05).polls():
+        if not any(_alive(p) for p in pids):
+            break
 
 
 def _remove_guest(uml_id: str) -> None:

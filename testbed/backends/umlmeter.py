@@ -12,6 +12,7 @@ import os
 import threading
 import time
 
+from testbed import waiting
 from testbed.backends.base import BackendError, CpuMeter, CpuSample
 from testbed.speedprobe import SpeedProbe
 
@@ -46,18 +47,16 @@ def cgroup_tasks(path: str) -> list[int]:
 
 def remove_cgroup(path: str, timeout_s: float = 5.0) -> bool:
     """Remove a guest's cgroup once its processes are gone (bounded wait); whether it is gone."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    for _ in waiting.Deadline(timeout_s, interval_s=0.02).polls():
         try:
             os.rmdir(path)
             return True
         except FileNotFoundError:
             return True
         except OSError:
-            if time.monotonic() > deadline:
-                log.warning("cgroup %s still busy after %g s; `ipsec-testbed clean` removes it", path, timeout_s)
-                return False
-            time.sleep(0.02)
+            pass
+    log.warning("cgroup %s still busy after %g s; `ipsec-testbed clean` removes it", path, timeout_s)
+    return False
 
 
 def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None) -> None:

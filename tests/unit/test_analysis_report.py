@@ -492,10 +492,10 @@ def _saturated_records():
 
 def test_cpu_saturated_follows_the_monitors_limits():
     from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
-    from experiments.engine import monitor
+    from experiments.engine import verdict
 
-    assert monitor.CPU_SATURATED * 100 == CPU_SATURATED_PCT and monitor.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
-    assert monitor.KERNEL_BUSY_PCT == KERNEL_BUSY_PCT
+    assert verdict.CPU_SATURATED * 100 == CPU_SATURATED_PCT and verdict.BUSIEST_CPU_PCT == BUSIEST_CPU_PCT
+    assert verdict.KERNEL_BUSY_PCT == KERNEL_BUSY_PCT
     by_point = {(a.rate_mbit, a.size_bytes, a.profile): a for a in aggregate(_saturated_records())}
     assert by_point[(34.0, 1400, "none")].cpu_saturated and by_point[(34.0, 1400, "aes-gcm-256")].cpu_saturated
     assert by_point[(10.0, 250, "aes-gcm-256")].cpu_saturated  # one CPU of several

@@ -20,3 +20,12 @@ def test_the_page_holds_every_figure_with_plotly_once_and_the_numbers_beside_it(
     assert page.count("plotly.js v") == 1 and 'src="http' not in page  # inline once, nothing fetched
     assert '"fig0"' in page and '"fig1"' in page and "344.2" in page
     assert json.loads((tmp_path / "run" / "results.json").read_text()) == {"rows": [{"tunnels": 1}]}
+
+
+def test_both_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    # through the run directory's one atomic write: a benchmark killed mid-write leaves the old file
+    written = []
+    monkeypatch.setattr(benchpage, "atomic_write", lambda path, text: written.append((path, text[-1])))
+    path = benchpage.write(str(tmp_path / "run"), "ike_setup", "host", [], {"rows": []})
+    assert written == [(str(tmp_path / "run" / "results.json"), "\n"), (path, "\n")]
+    assert not list((tmp_path / "run").iterdir())  # nothing written beside it

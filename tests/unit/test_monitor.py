@@ -13,24 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from experiments.engine.monitor import (
-    CPU_SATURATED,
-    LINK_FULL,
-    Evidence,
+from experiments.engine.counters import (
     FlowCounters,
-    Monitor,
     ProcStat,
     QdiscCounters,
     Reading,
     Timed,
-    classify,
-    evidence,
     parse_proc_stat,
     parse_qdiscs,
     udp_counter,
 )
-from experiments.engine.sockdiag import ESTABLISHED, TcpSocket
+from experiments.engine.monitor import Monitor
+from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, TcpSocket
+from experiments.engine.verdict import CPU_SATURATED, LINK_FULL, RECORD_NAMES, Evidence, classify, evidence
+from experiments.engine.waits import wait_all_connected, wait_for_flow, wait_servers_idle
 from testbed.backends import CpuSample
+from testbed.record import Record
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -101,6 +99,33 @@ def test_evidence_figures_from_two_readings():
     assert ev.queue_busy == 1.0 and ev.shaper_goodput_mbps == pytest.approx(0.99 * 9.5)
     assert ev.goodput_uncertainty == pytest.approx(1000 / 1e9 / 2.0)
 
+
+
+def test_the_evidence_is_recorded_by_its_fields_names():
+    ev = dataclasses.replace(window(9.4, 0.99, 0.30, spread_ns=2_000_000, proc=PROC_STAT_LATER), retransmits=7,
+                             loss_pct=None, sender_rwnd_limited=0.25, speed_probe_ns=1234.5)
+    record = Record(**ev.record_fields())  # every one a record's field
+    for name in ("window_s", "goodput_mbps", "link_utilization", "link_packets", "link_drops", "link_overlimits",
+                 "queue_busy", "queue_mean_bytes", "queue_samples", "shaper_goodput_mbps", "sender_rwnd_limited",
+                 "sender_sndbuf_limited", "retransmits", "loss_pct", "clock_skew", "cpu_s", "goodput_uncertainty",
+                 "speed_probe_ns"):
+        assert getattr(record, name) == getattr(ev, name), name
+    assert (record.cpu_kernel_busy_pct, record.cpu_system_pct, record.cpu_softirq_pct, record.cpu_busiest_pct,
+            record.reading_spread_s) == (ev.proc_busy_pct, ev.proc_system_pct, ev.proc_softirq_pct,
+                                         ev.proc_busiest_cpu_pct, ev.max_reading_spread_s) == (
+        pytest.approx(100 * 350 / 550), pytest.approx(100 * 100 / 550), pytest.approx(100 * 50 / 550), 100.0, 0.002)
+    # what follows from them: 9.4 Mbit/s for 2 s, 0.3 of one CPU busy, a packet per 1500 B at the shaper
+    assert record.bytes == 2_350_000 and record.cpu_busy_pct == pytest.approx(30.0)
+    assert record.cpu_s_per_gb == pytest.approx(0.6 / 0.00235)
+    assert record.cpu_us_per_packet == pytest.approx(0.6e6 / ev.link_packets)
+    # and the rest is left out on purpose, each for its reason (Evidence.record_fields)
+    left_out = {f.name for f in dataclasses.fields(Evidence)} - set(ev.record_fields()) - set(RECORD_NAMES)
+    assert left_out == {"cpu_busy", "utilization_uncertainty", "shaper_lost"}
+
+
+def test_no_figures_per_gb_or_packet_of_a_window_that_moved_nothing():
+    fields = dataclasses.replace(window(0.0, 0.0, 0.30), link_packets=0).record_fields()
+    assert fields["bytes"] == 0 and fields["cpu_s_per_gb"] is None and fields["cpu_us_per_packet"] is None
 
 def test_a_full_link_with_a_queue_is_link_bound():
     bound, why = classify(window(9.4, 0.99, 0.30), 9.5)
@@ -226,11 +251,11 @@ def test_the_flow_is_seen_when_the_new_tests_bytes_arrive_not_when_an_old_connec
     m = monitor_on(diag).for_test("tcp")
     # the old connection closes, then the new test's first segment arrives
     diag.then = [[tcp(1, 39_000_000, LAST_ACK)], [], [tcp(2, 1_448)]]
-    assert m.wait_for_flow(timeout_s=1.0, poll_s=0.001) > 0
+    assert wait_for_flow(m, timeout_s=1.0, poll_s=0.001) > 0
     # and without a new test's bytes nothing is seen, however the old connection goes
     diag.then = [[tcp(1, 39_000_000, LAST_ACK)], [], []]
     with pytest.raises(TimeoutError):
-        monitor_on(diag).for_test("tcp").wait_for_flow(timeout_s=0.05, poll_s=0.001)
+        wait_for_flow(monitor_on(diag).for_test("tcp"), timeout_s=0.05, poll_s=0.001)
 
 
 def test_the_window_waits_for_every_clients_data_connection_and_says_how_many_came():
@@ -245,19 +270,30 @@ def test_the_window_waits_for_every_clients_data_connection_and_says_how_many_ca
     diags["server2"].then = [[tcp(5, 300)], [tcp(5, 300), tcp(6, 0, SYN_RECV)], [tcp(5, 300), tcp(6, 0)]]
     assert m.connected() == 2  # the third has only its control connection
     assert m.connected() == 2  # ... and a data connection half open
-    assert m.wait_all_connected(timeout_s=1.0, poll_s=0.001) > 0  # up, not a byte yet: a starved flow counts
+    assert wait_all_connected(m, timeout_s=1.0, poll_s=0.001) > 0  # up, not a byte yet: a starved flow counts
     diags["server2"].now = [tcp(5, 300), tcp(9, 5_000_000)]  # a connection of an earlier test does not
     with pytest.raises(TimeoutError, match=r"^2 of 3 clients had connected after 0.05 s \(of the others, as their "
                                            r"servers saw them: 1 with the control connection only\)$"):
-        m.wait_all_connected(timeout_s=0.05, poll_s=0.001)
+        wait_all_connected(m, timeout_s=0.05, poll_s=0.001)
     diags["server1"].now = []  # a client whose control connection never came either
     with pytest.raises(TimeoutError, match=r"^1 of 3 clients had connected after 0.05 s \(of the others, as their "
                                            r"servers saw them: 1 with no connection yet, 1 with the control "
                                            r"connection only\)$"):
-        m.wait_all_connected(timeout_s=0.05, poll_s=0.001)
+        wait_all_connected(m, timeout_s=0.05, poll_s=0.001)
     with pytest.raises(TimeoutError, match="client 3 exited"):
-        m.wait_all_connected(timeout_s=1.0, poll_s=0.001, failed=lambda: "client 3 exited")
+        wait_all_connected(m, timeout_s=1.0, poll_s=0.001, failed=lambda: "client 3 exited")
 
+
+def test_the_servers_are_idle_once_none_holds_a_connection_open():
+    # after an interrupted test: the data connection closing on the server's side, then in LAST_ACK
+    diag = FakeDiag()
+    diag.then = [[tcp(1, 300), tcp(2, 5_000_000, CLOSE_WAIT)], [tcp(2, 5_000_000, CLOSE_WAIT)],
+                 [tcp(2, 5_000_000, LAST_ACK)]]
+    m = monitor_on(diag)
+    assert m.servers_busy()
+    assert wait_servers_idle(m, timeout_s=1.0, poll_s=0.001) and diag.then == []
+    diag.now = [tcp(3, 300)]  # a control connection that stays: not idle in time, and said so
+    assert not wait_servers_idle(m, timeout_s=0.05, poll_s=0.001)
 
 def test_the_speed_probes_ns_per_operation_over_the_window_is_kept():
     a, b = reading(1.0, 0, 0, 1.0), reading(3.0, 2_500_000, 2_000_000, 1.5)

@@ -85,7 +85,7 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
                       (dict(warmup_s=0.0), "warm-up must be seconds in 0.2")):
         with pytest.raises(ValueError, match=match):
             SweepSpec(**kw)
-    from experiments.engine.measure import IPERF_SPARE_S, iperf_options
+    from experiments.engine.clients import IPERF_SPARE_S, iperf_options
     options = iperf_options(plan_points(spec)[0], spec)
     assert options == {**options, "omit_s": 0, "duration_s": 2 + IPERF_SPARE_S}  # ceil(1.75) + spare
     # iperf3 (3.12) reads -t and -O as whole seconds: the arguments are checked to be whole
@@ -97,7 +97,7 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
 
 
 def test_the_wait_for_many_clients_grows_with_clients_per_mbit_up_to_the_syn_horizon():
-    from experiments.engine.measure import SYN_HORIZON_S, connect_timeout_s, iperf_options
+    from experiments.engine.clients import SYN_HORIZON_S, connect_timeout_s, iperf_options
     assert connect_timeout_s(10) == 15.0  # no rate: floor and a share per client only
     assert connect_timeout_s(10, 100.0) == pytest.approx(15.0 + SYN_HORIZON_S / 10)
     # one client per Mbit/s and more: the whole horizon, a dropped SYN's last try (100 at 10 Mbit/s failed at 60 s)
@@ -350,7 +350,7 @@ class _FakeClients:
 
 @pytest.mark.parametrize("ready", [True, False])
 def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(ready):
-    from experiments.engine.measure import Ahead
+    from experiments.engine.clients import Ahead
 
     ahead = Ahead(net=None, spec=SweepSpec(), servers=None)
     ahead.clients = fake = _FakeClients(ready)
@@ -593,7 +593,7 @@ def test_a_sweep_of_many_nodes_raises_its_open_file_limit_only_as_far_as_it_need
 
 
 def test_the_next_points_clients_are_started_ahead_only_when_all_can_load_in_the_warm_up():
-    from experiments.engine.measure import starts_ahead
+    from experiments.engine.clients import starts_ahead
     point = plan_points(SweepSpec(topology="road_warrior", clients=3))[0]
     assert starts_ahead(point, 0.3)  # three clients in the default warm-up
     assert not starts_ahead(dataclasses.replace(point, clients=200), 0.3)  # killed unloaded, dying in the window

@@ -1,4 +1,5 @@
-"""The web demo's server and protocol, over a real socket on loopback and a real channel.
+"""The web demo's server and protocol, over a real socket on loopback and a real channel; and the
+engine's traffic, on fake iperf3 servers and clients.
 
 The test plays the engine's end of the channel (the network itself is the integration test's,
 tests/integration/test_webdemo.py): it checks what reaches the engine, and what a page, another
@@ -7,10 +8,12 @@ site's page or a client without the token gets back.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import socket
 import threading
 import time
+import types
 
 import pytest
 
@@ -242,3 +245,117 @@ def test_the_channel_carries_json_lines_both_ways_and_reads_end_of_file_when_an_
     assert chan.receive() is None
     assert channels.job_env((5, 6)) == "fd:5,6" and channels.job_end("") is None
     chan.close()
+
+
+# -- the engine's traffic -----------------------------------------------------------------
+class FakeServers:
+    """experiments.engine.iperf.Servers without processes; its server says ``said``."""
+
+    def __init__(self, flows, port, one_off=False, report_every_s=None, said="") -> None:
+        self.flows, self.port, self.one_off, self.report_every_s = flows, port, one_off, report_every_s
+        self.procs = [types.SimpleNamespace(stdout=io.StringIO(said))]
+        self.done: list = []
+
+    def start(self) -> None:
+        self.done.append("start")
+
+    def stop(self) -> None:
+        self.done.append("stop")
+
+
+class FakeClients:
+    """experiments.engine.iperf.Clients without processes."""
+
+    def __init__(self, flows, args) -> None:
+        self.flows, self.args, self.running = flows, args, True
+        self.done: list = []
+
+    def waiting(self) -> bool:
+        return self.running
+
+    def go(self) -> None:
+        self.done.append("go")
+
+    def end(self, timeout_s: float) -> None:
+        self.done.append(("end", timeout_s))
+        self.running = False
+
+
+SERVER_SAYS = ("-----------\nServer listening on 5299\n[  5]   0.00-0.50   sec   580 KBytes  9.50 Mbits/sec\n"
+               "iperf3: error - the client has unexpectedly closed the connection\n")
+
+
+@pytest.fixture
+def traffic_engine(monkeypatch):
+    """The web demo's engine on a fake network, its iperf3 servers and clients fakes: (engine, what it
+    sent, the servers and clients it started)."""
+    from cli.webdemo import engine as demo
+    from experiments.engine import iperf
+
+    started: dict[str, list] = {"servers": [], "clients": []}
+
+    def servers(*args, **kw):
+        started["servers"].append(FakeServers(*args, **kw, said=SERVER_SAYS))
+        return started["servers"][-1]
+
+    def clients(*args):
+        started["clients"].append(FakeClients(*args))
+        return started["clients"][-1]
+
+    monkeypatch.setattr(iperf, "Servers", servers)
+    monkeypatch.setattr(iperf, "Clients", clients)
+    net = types.SimpleNamespace(spec=types.SimpleNamespace(flows=[("h1", "h3"), ("h2", "h3")]),
+                                ns=lambda node: f"itb-{node}", addr=lambda node: "198.18.3.1")
+    sent: list[dict] = []
+    ends = types.SimpleNamespace(send=lambda event: sent.append(event) or True)
+    return demo.Engine(net, ends, "aes-gcm-256", "tunnel", 10.0, "static", "host"), sent, started
+
+
+def test_the_demos_traffic_runs_through_the_iperf_helpers_and_charts_the_servers_reports(traffic_engine):
+    from experiments.engine import iperf
+    from testbed import waiting
+
+    engine, sent, started = traffic_engine
+    engine.traffic(True)
+    (servers,), (clients,) = started["servers"], started["clients"]
+    flow = iperf.Flow("itb-h3", "itb-h1", "198.18.3.1")  # the first client's flow
+    # a one-off server reporting every 0.5 s, started and listening before its client is
+    assert (servers.flows, servers.port, servers.one_off, servers.report_every_s) == ([flow], 5299, True, 0.5)
+    assert servers.done == ["start"] and clients.flows == [flow] and clients.done == ["go"]
+    assert clients.args == [["-c", "198.18.3.1", "-p", "5299", "-t", "86400", "-M", str(engine.size), "-i", "0",
+                             "--connect-timeout", "5000"]]
+    assert engine.traffic_on and engine.settings()["traffic"]
+    def charted() -> list[dict]:
+        return [e for e in sent if e["event"] in ("goodput", "error")]
+
+    goodput, error = waiting.until(lambda: len(charted()) >= 2 and charted(), 5, "the server's lines as events")
+    assert (goodput["mbps"], goodput["ipsec"], goodput["profile"]) == (9.5, True, "aes-gcm-256")
+    assert error["text"] == "iperf3: error - the client has unexpectedly closed the connection"
+    engine.traffic(True)  # on already: nothing more started
+    assert len(started["servers"]) == len(started["clients"]) == 1
+    engine.traffic(False)
+    assert clients.done == ["go", ("end", 5)] and servers.done == ["start", "stop"] and not engine.traffic_on
+
+
+def test_traffic_that_ended_on_its_own_is_cleared_before_it_starts_again(traffic_engine):
+    engine, _sent, started = traffic_engine
+    engine.traffic(True)
+    started["clients"][0].running = False  # its test ended (the server went, say)
+    assert not engine.traffic_on
+    engine.traffic(True)
+    assert started["clients"][0].done == ["go", ("end", 5)] and started["servers"][0].done == ["start", "stop"]
+    assert len(started["servers"]) == 2 and engine.traffic_on
+
+
+def test_traffic_that_fails_to_start_leaves_nothing_running(traffic_engine, monkeypatch):
+    from experiments.engine import iperf
+
+    engine, _sent, started = traffic_engine
+
+    def no_clients(flows, args):
+        raise iperf.IperfError("iperf3 not found: install it")
+
+    monkeypatch.setattr(iperf, "Clients", no_clients)
+    with pytest.raises(iperf.IperfError, match="not found"):
+        engine.traffic(True)
+    assert started["servers"][0].done == ["start", "stop"] and not engine.traffic_on

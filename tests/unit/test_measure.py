@@ -1,0 +1,65 @@
+"""measure.point_record: a point's record from its window's readings, the verdict and its clients' account."""
+from __future__ import annotations
+
+import dataclasses
+import platform
+import types
+
+import pytest
+
+from experiments.engine.counters import FlowCounters, QdiscCounters, Reading, Timed, parse_proc_stat
+from experiments.engine.measure import Window, point_record
+from experiments.engine.plan import SweepSpec, plan_points
+from ipsec.overhead import expected_point_goodput_mbps
+from testbed.backends import CpuSample
+from testbed.record import FIELDS
+from topologies.shaping import ShapingSpec
+
+SPEC = SweepSpec()
+POINT = dataclasses.replace(plan_points(SPEC)[0], rate_mbit=10.0, size_bytes=1460)
+PROC_STAT = "cpu  100 0 50 800 10 0 40 0 0 0\ncpu0 100 0 50 800 10 0 40 0 0 0\n"
+CLIENTS = {"iperf3_sender_mbps": 9.5, "iperf3_reports_lost": 0, "clients_ahead": True, "clients_sending_s": None}
+
+
+def reading(t_s: float, shaper_bytes: int, received: int, cpu_s: float) -> Reading:
+    ns = int(t_s * 1e9)
+    shaper = QdiscCounters(shaper_bytes, shaper_bytes // 1500, 0, 0, 0, 0)
+    return Reading(Timed(shaper, ns, ns + 1000), Timed(FlowCounters(received, 0, ns // 1000, 0, 0, 0), ns, ns + 1000),
+                   CpuSample(int(cpu_s * 1e9), ns, (ns, ns + 1000)), parse_proc_stat(PROC_STAT))
+
+
+def window(goodput_mbps: float, utilization: float, shaper_lost: int = 0) -> Window:
+    a = reading(1.0, 10_000_000, 5_000_000, 1.0)
+    b = reading(3.0, 10_000_000 + int(utilization * 10e6 * 2 / 8), 5_000_000 + int(goodput_mbps * 1e6 * 2 / 8), 1.6)
+    return Window(a, b, [3000] * 20, shaper_lost, 1_700_000_000.5)
+
+
+def record_of(win: Window, point=POINT):
+    net = types.SimpleNamespace(shaping=ShapingSpec(rate_mbit=10.0, burst_bytes=15_000), esp_slowdown=400,
+                                negotiated_sas=lambda: [])
+    monitor = types.SimpleNamespace(meter=types.SimpleNamespace(cpus=1.0))
+    return point_record(net, point, SPEC, monitor, win, types.SimpleNamespace(record_fields=lambda: CLIENTS))
+
+
+def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
+    expected = expected_point_goodput_mbps(POINT, SPEC.mtu, SPEC.pmtu)
+    record = record_of(window(0.99 * expected * 0.999, 0.99))
+    assert {f: getattr(record, f) for f in POINT.fields()} == POINT.fields()
+    assert record.goodput_mbps == pytest.approx(0.99 * expected * 0.999, rel=1e-6) and record.window_s == 2.0
+    assert record.bound == "link" and "0.990 of its rate" in record.bound_reason and not record.emulation_limited
+    assert record.theoretical_goodput_mbps == expected and record.cpu_busy_pct == pytest.approx(30.0)
+    assert {f: getattr(record, f) for f in CLIENTS} == CLIENTS
+    assert (record.duration_s, record.warmup_s, record.window_start_unix) == (2.0, 0.3, 1_700_000_000.5)
+    assert (record.keying, record.ike_sas, record.injected_instructions) == ("static", None, None)  # no arm
+    assert record.kernel_release == platform.release() and record.time and not record.failed
+    # an arm's record names the instructions its ESP path carried
+    assert record_of(window(9.0, 0.99), dataclasses.replace(POINT, arm="b")).injected_instructions == 400
+    # every field a sweep writes has a value here but those of failures, arms, IKE and the report
+    empty = {f for f in FIELDS if getattr(record, f) is None}
+    assert empty == {"injected_instructions", "ike_sas", "loss_pct", "clients_sending_s", "error", "backend",
+                     "speed_probe_ns", "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured"}
+
+
+def test_backlog_samples_that_found_no_shaper_make_the_point_an_anomaly():
+    record = record_of(window(9.0, 0.99, shaper_lost=3))
+    assert record.bound == "anomaly" and "missing in 3 of 23 samples" in record.bound_reason
