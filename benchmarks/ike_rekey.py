@@ -33,6 +33,7 @@ from experiments.engine import iperf
 from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed import backends
+from testbed.waiting import Deadline
 from topologies import build_spec
 from topologies.network import Network
 from topologies.shaping import ShapingSpec
@@ -117,12 +118,12 @@ def rekey(keying: ike.Keying, kind: str, run: Run, zero: float, gw1: str) -> Non
         if done.returncode:
             run.error = f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr.strip()}"
             return
-        deadline = time.monotonic() + 10
-        while kind == "child" and time.monotonic() < deadline:  # an IKE_SA rekey keeps the CHILD_SAs
+        if kind != "child":
+            return  # an IKE_SA rekey keeps the CHILD_SAs
+        for _ in Deadline(10, interval_s=0.01).polls():
             if esp_spis(gw1) - run.spis_before:
                 run.new_sas_s = time.monotonic() - zero
                 return
-            time.sleep(0.01)
     except Exception as e:  # noqa: BLE001 (reported by the main thread)
         run.error = f"rekey: {e}"
 

@@ -158,7 +158,7 @@ def _reproduction_report(run_dirs: Sequence[str], out: Path | None, html: bool, 
         text = reproduction_report.markdown(datas[0])
         if len(datas) > 1:
             text += "\n" + reproduction_report.markdown_compared(run_dirs, datas)
-        atomic_write(markdown, text)
+        markdown.write_text(text, encoding="utf-8")  # a path of the user's (/dev/stdout too): not renamed over
     if len(datas) > 1:
         reproduction_report.print_claims_compared(run_dirs, datas)
     if not html:

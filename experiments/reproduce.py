@@ -133,8 +133,8 @@ def _plan_transactions(part: Part) -> list:
 def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
     from experiments import transactions
+    from experiments.engine.counters import proc_stat_shares
     from experiments.engine.measure import switch_ipsec
-    from experiments.engine.monitor import proc_stat_shares
     from topologies.network import Network
 
     spec = part.spec

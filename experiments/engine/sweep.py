@@ -170,7 +170,8 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
                started_unix: float | None = None, turns: Turns | None = None) -> dict:
-    from experiments.engine.measure import Ahead, monitor_for
+    from experiments.engine.clients import Ahead
+    from experiments.engine.measure import monitor_for
     from topologies.network import Network
 
     records = rundir.load_existing(run_dir)
@@ -288,7 +289,7 @@ class _Rounds:
 
 
 def _flows(net, ip_version: int) -> list:
-    from experiments.engine.measure import flows_of
+    from experiments.engine.clients import flows_of
 
     return flows_of(net, ip_version)
 

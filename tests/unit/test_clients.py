@@ -268,12 +268,3 @@ def test_no_next_clients_are_started_when_they_could_not_load_in_the_warm_up(mad
         point.start_next(dataclasses.replace(POINT, clients=200))  # 200 loading take 20 s, not 0.3
         point.start_next(None)  # the rate's last point
     assert len(made) == 1 and ahead.take() is None
-
-
-def test_the_names_the_engines_callers_import_stay_where_they_import_them():
-    # sweep.py, calibrate.py and reproduce.py import these from measure and monitor
-    from experiments.engine import clients, counters, measure, monitor
-
-    assert measure.Ahead is clients.Ahead and measure.flows_of is clients.flows_of
-    assert all(callable(getattr(measure, name)) for name in ("monitor_for", "measure_with_retry", "switch_ipsec"))
-    assert monitor.proc_stat_shares is counters.proc_stat_shares
