@@ -133,7 +133,7 @@ def point_fields(point: Group) -> dict:
 def _measured(records: Sequence[Record], point: Group, metric: str) -> list[Record]:
     """The repetitions of ``point`` that measured ``metric`` (failed ones and anomalies did not)."""
     return [r for r in records
-            if Group.of(r) == point and getattr(r, metric) is not None and Bound.of(r) is not Bound.ANOMALY]
+            if Group.of(r) == point and getattr(r, metric) is not None and r.bound is not Bound.ANOMALY]
 
 
 def _samples(records: Sequence[Record], point: Group, metric: str) -> list[float]:

@@ -50,17 +50,14 @@ class Bound(enum.StrEnum):
         return _MEANINGS[self]
 
     @classmethod
-    def parse(cls, value: Any) -> Bound | None:
-        """The bound a record's text names; None for none, or for a name this version does not know."""
+    def named(cls, value: Any) -> Bound | None:
+        """The bound a record's text names (None for none); ValueError for a name this version does not know."""
+        if isinstance(value, cls) or not value:
+            return value or None
         try:
-            return cls(value) if value else None
+            return cls(value)
         except ValueError:
-            return None
-
-    @classmethod
-    def of(cls, record: Record | Mapping[str, Any]) -> Bound | None:
-        """A record's bound; None where it has none (a failed point, an old run)."""
-        return cls.parse(as_record(record).bound)
+            raise ValueError(f"bound {value!r}: not one of {', '.join(b.value for b in cls)}") from None
 
 
 _MEANINGS = {
@@ -70,12 +67,6 @@ _MEANINGS = {
     Bound.ANOMALY: "figures that contradict each other (counters that went backwards, more than the link can "
                    "carry): counted, never averaged",
 }
-
-def bound_label(text: str) -> str:
-    """How a record's bound reads in a table (``CPU`` for cpu); a name this version does not know, as it is."""
-    bound = Bound.parse(text)
-    return bound.label if bound else str(text)
-
 
 #: The bounds from the most cautious reading of a point to the least: a point whose repetitions
 #: disagree is reported as the first of its bounds in this order (``cpu`` before ``link``).
@@ -109,8 +100,7 @@ def usable(record: Record | Mapping[str, Any]) -> bool:
     """Whether a record counts towards its point's means: measured (not failed, with a goodput),
     and not an anomaly."""
     record = as_record(record)
-    bound = Bound.parse(record.bound)
-    return not record.failed and record.goodput_mbps is not None and (bound is None or bound.counted)
+    return not record.failed and record.goodput_mbps is not None and (record.bound is None or record.bound.counted)
 
 
 def _doc(text: str, default: Any = None) -> Any:
@@ -159,7 +149,7 @@ class Record:
     retransmits: int | None = _doc("TCP retransmissions in the window")
     goodput_uncertainty: float | None = _doc("relative uncertainty of goodput from the counters' timing")
     # -- what bounded it -------------------------------------------------------------------------
-    bound: str | None = _doc("link, cpu, other or anomaly (Bound)")
+    bound: Bound | None = _doc("link, cpu, other or anomaly (Bound)")
     bound_reason: str | None = _doc("the monitor's evidence for bound, in a sentence")
     emulation_limited: bool = _doc("bound is cpu: the figure is the emulator's", False)
     link_utilization: float | None = _doc("share of the shaped rate the shaper sent")
@@ -211,6 +201,11 @@ class Record:
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
                                            "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
                                            "cpu_us_per_packet_measured", "iperf3_reports_lost")
+
+    def __post_init__(self) -> None:
+        # a bound given as its text (a results.jsonl line, a caller's string) is held as the Bound it names
+        if not isinstance(self.bound, Bound | None):
+            object.__setattr__(self, "bound", Bound.named(self.bound))
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as

@@ -357,7 +357,7 @@ def unusable_profiles(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> 
     out = {}
     for profile, points in by_profile.items():
         measured = [[r for r in records if not r.failed] for records in points]
-        if not all(measured) or any(Bound.of(r) is not Bound.ANOMALY for records in measured for r in records):
+        if not all(measured) or any(r.bound is not Bound.ANOMALY for records in measured for r in records):
             continue
         records = [r for rs in measured for r in rs]
         ratios = sorted(r.goodput_mbps / r.shaper_goodput_mbps for r in records

@@ -25,7 +25,7 @@ def test_a_stored_run_reads_into_records_and_writes_back_the_same_line():
         # nothing dropped, no arm where there was none; added only what records have gained since
         assert {k: v for k, v in written.items() if k in line} == line
         assert {k: v for k, v in written.items() if k not in line} == {"keying": "static"}
-        assert isinstance(Bound.of(line), Bound) and rec.bound == line["bound"]
+        assert rec.bound is Bound(line["bound"]) and json.dumps(written["bound"]) == json.dumps(line["bound"])
 
 
 def test_an_unknown_field_is_refused_by_name_and_the_files_schema_is_not_a_field():
@@ -75,8 +75,17 @@ def test_bounds_are_their_own_strings_and_know_whether_they_count():
     assert json.dumps({"bound": Bound.CPU}) == '{"bound": "cpu"}' and Bound.CPU == "cpu"
     assert [b for b in Bound if not b.counted] == [Bound.ANOMALY]
     assert record.CAUTION_ORDER[0] is Bound.CPU and set(record.CAUTION_ORDER) == set(Bound)
-    assert Bound.parse("nonsense") is None and record.bound_label("nonsense") == "nonsense"
-    assert record.bound_label("cpu") == "CPU"
+    assert Bound.CPU.label == "CPU" and Bound.LINK.label == "link"
+
+
+def test_a_records_bound_is_the_bound_its_text_names_and_an_unknown_one_is_refused():
+    line = stored()[0]
+    assert Record.from_json({**line, "bound": "cpu"}).bound is Bound.CPU
+    assert Record(bound="other").bound is Bound.OTHER and Record(bound="").bound is None
+    assert dataclasses.replace(Record(), bound="anomaly").bound is Bound.ANOMALY
+    assert json.dumps(Record(bound="cpu").to_json()["bound"]) == '"cpu"'
+    with pytest.raises(ValueError, match="bound 'nonsense': not one of link, cpu, other, anomaly"):
+        Record.from_json({**line, "bound": "nonsense"})
 
 
 def test_docs_records_md_is_what_the_record_says():
