@@ -27,18 +27,17 @@ from testbed.record import (
     CPU_FIELDS,
     FIELD,
     MATCH_FIELDS,
+    PLAIN_PROFILE,
     POINT_FIELDS,
     Bound,
     Group,
     Record,
+    Tunnel,
     as_records,
     usable,
 )
 
 log = logging.getLogger(__name__)
-
-#: The ``profile`` of the plain baseline (no IPsec) in result records.
-PLAIN_PROFILE = "none"
 
 #: Repetitions beyond each point's first that a group of points (a profile at a rate) needs
 #: for an elasticity of its own; with fewer it takes the run's.
@@ -184,7 +183,7 @@ class Aggregate(_PointFields):
 
     @property
     def is_plain(self) -> bool:
-        return self.profile == PLAIN_PROFILE
+        return Tunnel.of(self.profile) is None
 
     @property
     def bound(self) -> Bound | None:

@@ -8,6 +8,7 @@ This module owns what a record is, so that the rest of the project does not spel
   :func:`point_key` / :func:`record_key`;
 - :class:`Bound`, what bounded a point, as the bottleneck monitor judged it, and which of those
   count in the means;
+- :class:`Keying`, how a point's SAs were made, and :class:`Tunnel`, what carried its traffic;
 - :func:`usable`, the one rule for a record that counts towards its point's figures.
 
 A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
@@ -67,6 +68,61 @@ _MEANINGS = {
     Bound.ANOMALY: "figures that contradict each other (counters that went backwards, more than the link can "
                    "carry): counted, never averaged",
 }
+
+class Keying(enum.StrEnum):
+    """How an IPsec point's SAs were made (``--keying``; :mod:`ipsec.ike` negotiates the IKE ones).
+
+    A member is its own string (``Keying.IKE_RSA == "ike-rsa"``), so records, specs and command
+    lines stay as they were.
+    """
+
+    STATIC = "static"
+    IKE = "ike"
+    IKE_RSA = "ike-rsa"
+
+    @property
+    def negotiated(self) -> bool:
+        """Whether IKEv2 daemons negotiate the SAs (rather than writing them over netlink)."""
+        return self is not Keying.STATIC
+
+    @property
+    def meaning(self) -> str:
+        """One line: how the SAs are made (docs/records.md)."""
+        return _KEYING_MEANINGS[self]
+
+    @classmethod
+    def named(cls, value: Keying | str) -> Keying:
+        """The keying ``value`` names; ValueError naming the choices for another."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"keying must be one of {', '.join(k.value for k in cls)}, not {value!r}") from None
+
+
+_KEYING_MEANINGS = {
+    Keying.STATIC: "written into the kernel over netlink (ipsec.plan)",
+    Keying.IKE: "negotiated by strongSwan's IKEv2 daemons, authenticated by a pre-shared key made per run",
+    Keying.IKE_RSA: "negotiated by strongSwan's IKEv2 daemons, authenticated by RSA signatures",
+}
+
+#: The profile of the plain baseline: no tunnel (``ipsec.profiles`` names it too).
+PLAIN_PROFILE = "none"
+
+
+class Tunnel(enum.StrEnum):
+    """What carries a point's traffic between its ends, as its profile says (:meth:`of`).
+
+    Records have no field for it: a profile names one kind of tunnel, and the plain baseline
+    (profile ``none``) has none.  Today every other profile is an IPsec one.
+    """
+
+    IPSEC = "ipsec"
+
+    @classmethod
+    def of(cls, profile: str | None) -> Tunnel | None:
+        """The tunnel of a point measured with ``profile``: None for the plain baseline."""
+        return None if profile == PLAIN_PROFILE else cls.IPSEC
+
 
 #: The bounds from the most cautious reading of a point to the least: a point whose repetitions
 #: disagree is reported as the first of its bounds in this order (``cpu`` before ``link``).
@@ -175,8 +231,8 @@ class Record:
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
     # -- how it was measured ---------------------------------------------------------------------
-    keying: str = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
-                       "authenticated by a pre-shared key or RSA signatures)", "static")
+    keying: Keying = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
+                          "authenticated by a pre-shared key or RSA signatures)", Keying.STATIC)
     ike_sas: list[str] | None = _doc("keyed by IKE: the SAs the daemons negotiated, as the kernel held them "
                                      "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
                                      "never keys)")
@@ -203,9 +259,17 @@ class Record:
                                            "cpu_us_per_packet_measured", "iperf3_reports_lost")
 
     def __post_init__(self) -> None:
-        # a bound given as its text (a results.jsonl line, a caller's string) is held as the Bound it names
+        # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as
+        # the member it names
         if not isinstance(self.bound, Bound | None):
             object.__setattr__(self, "bound", Bound.named(self.bound))
+        if not isinstance(self.keying, Keying):
+            object.__setattr__(self, "keying", Keying.named(self.keying))
+
+    @property
+    def tunnel(self) -> Tunnel | None:
+        """What carried the point's traffic (None: the plain baseline); its profile says it."""
+        return Tunnel.of(self.profile)
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as

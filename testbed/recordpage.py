@@ -5,7 +5,7 @@ import dataclasses
 import sys
 
 from testbed import pages
-from testbed.record import FIELDS, POINT_FIELDS, Bound, Record, TransactionRecord
+from testbed.record import FIELDS, PLAIN_PROFILE, POINT_FIELDS, Bound, Keying, Record, TransactionRecord, Tunnel
 
 PAGE = pages.REPO / "docs" / "records.md"
 
@@ -24,6 +24,12 @@ def render() -> str:
     lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(Record)]
     lines += ["", "## What bounded a point (`bound`)", "", "| bound | meaning | in the means |", "|---|---|---|"]
     lines += [f"| `{b.value}` | {b.meaning} | {'yes' if b.counted else 'no'} |" for b in Bound]
+    lines += ["", "## How the SAs were made (`keying`)", "", "| keying | meaning |", "|---|---|"]
+    lines += [f"| `{k.value}` | {k.meaning} |" for k in Keying]
+    lines += ["", "## What carried the traffic", "",
+              "A record has no field for it: its `profile` says it. The plain baseline "
+              f"(`{PLAIN_PROFILE}`) has no tunnel; every other profile is "
+              + " or ".join(f"`{t.value}`" for t in Tunnel) + " (`testbed.record.Tunnel`)."]
     own = [f for f in dataclasses.fields(TransactionRecord) if f.name not in FIELDS]
     lines += ["", "## A request and response part's record", "",
               "Seed 002's latency part times transactions instead of moving bulk data: its records have",

@@ -9,7 +9,18 @@ import pytest
 
 from experiments.engine.plan import Point
 from testbed import record, recordpage
-from testbed.record import FIELDS, KEY_FIELDS, POINT_FIELDS, Bound, Record, point_key, record_key, usable
+from testbed.record import (
+    FIELDS,
+    KEY_FIELDS,
+    POINT_FIELDS,
+    Bound,
+    Keying,
+    Record,
+    Tunnel,
+    point_key,
+    record_key,
+    usable,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rundir-schema1" / "results.jsonl"
 
@@ -93,3 +104,31 @@ def test_docs_records_md_is_what_the_record_says():
         "docs/records.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
     page = recordpage.PAGE.read_text()
     assert all(f"| `{name}` |" in page for name in FIELDS)
+
+
+def test_keyings_are_their_own_strings_and_the_command_lines_choices():
+    from ipsec import ike
+
+    assert [k.value for k in Keying] == list(ike.KEYINGS) == ["static", "ike", "ike-rsa"]
+    assert [k for k in Keying if k.negotiated] == [Keying.IKE, Keying.IKE_RSA]
+    assert all(ike.is_ike(k) is k.negotiated and ike.is_ike(k.value) is k.negotiated for k in Keying)
+    assert ike.auth_of("ike-rsa") == ike.auth_of(Keying.IKE_RSA) == "pubkey"
+    assert Keying.named("ike") is Keying.IKE and f"{Keying.IKE_RSA}" == "ike-rsa"
+    with pytest.raises(ValueError, match="keying must be one of static, ike, ike-rsa, not 'ikev1'"):
+        Keying.named("ikev1")
+
+
+def test_a_records_keying_is_a_keying_written_as_its_name():
+    line = stored()[0]
+    assert Record.from_json(line).keying is Keying.STATIC  # a run from before IKE: static
+    rec = Record.from_json({**line, "keying": "ike-rsa"})
+    assert rec.keying is Keying.IKE_RSA and json.dumps(rec.to_json()["keying"]) == '"ike-rsa"'
+    with pytest.raises(ValueError, match="keying must be one of"):
+        Record.from_json({**line, "keying": "manual"})
+
+
+def test_the_tunnel_is_the_profiles_and_the_plain_baseline_has_none():
+    assert [t.value for t in Tunnel] == ["ipsec"]
+    assert Tunnel.of(record.PLAIN_PROFILE) is None and Tunnel.of("aes-gcm-256") is Tunnel.IPSEC
+    assert Record(profile="none").tunnel is None and Record(profile="3des-cbc-sha1+ah-md5").tunnel is Tunnel.IPSEC
+    assert "tunnel" not in Record(profile="aes-gcm-256").to_json()  # results.jsonl has no such field
