@@ -48,7 +48,7 @@ from typing import Any
 
 from analysis.penalty import Penalty, penalty_of
 from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
-from testbed.record import FIELD, Bound, Group, Record, TransactionRecord
+from testbed.record import FIELD, META_FIELD, Bound, Group, Meta, MetaPart, Record, TransactionRecord, as_meta
 from testbed.rundir import load_existing, load_meta
 
 #: The seeds' reference files: package data of ``analysis`` (``reference/seedNNN.json``), read through
@@ -66,6 +66,10 @@ HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
 #: A claim whose points here were mostly bounded by something else than the seed's were.
 NOT_TESTABLE = "not testable here"
 VERDICTS = (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)
+#: What comparison.json keeps of meta.json: the machine, and when and how the run was made.
+RUN_FIELDS = (META_FIELD.backend, META_FIELD.kernel_release, META_FIELD.cpu_model, META_FIELD.host_cpu_model,
+              META_FIELD.cpu_count, META_FIELD.started, META_FIELD.finished, META_FIELD.command_line,
+              META_FIELD.versions)
 #: Metrics that are shares of the CPU at the link's rate: not the seed's at scaled rates.
 CPU_SHARE_METRICS = (FIELD.cpu_busy_pct, FIELD.cpu_system_pct)
 
@@ -121,25 +125,33 @@ class Row:
         return out
 
 
-def load_run(run_dir: str) -> tuple[dict, list[dict]]:
+@dataclasses.dataclass(frozen=True)
+class MeasuredPart:
+    """One part of a reproduction run: meta.json's entry, and its measured records (failed ones left out)."""
+
+    part: MetaPart
+    records: Sequence[Record]
+
+
+def load_run(run_dir: str) -> tuple[Meta, list[MeasuredPart]]:
     """``meta.json`` of a reproduction run and its parts, each with its measured records
     (:class:`~testbed.record.Record`; a transactions part's, :class:`~testbed.record.TransactionRecord`)."""
     meta = load_meta(run_dir)
-    if not meta.get("seed") or not meta.get("parts"):
+    if not meta.is_reproduction:
         raise ReproductionError(f"{run_dir}: not a reproduction run (meta.json names no seed and parts)")
     parts = []
-    for part in meta["parts"]:
-        part_dir = os.path.join(run_dir, part["name"])
+    for part in meta.parts:
+        part_dir = os.path.join(run_dir, str(part.name))
         records: Sequence[Record]
-        if part.get("transactions"):
+        if part.transactions:
             records = load_existing(part_dir, required=(), kind=TransactionRecord)
         else:
             records = load_existing(part_dir)
-        parts.append({**part, "records": [r for r in records if not r.failed]})
+        parts.append(MeasuredPart(part, [r for r in records if not r.failed]))
     return meta, parts
 
 
-def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
+def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
     """Every point of every part, with goodput, loss, CPU, normalized goodput and penalty.
 
     With ``scale`` (a run whose link rates were the seed's divided by it) a row's point has the
@@ -147,11 +159,11 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
     rate measured here.
     """
     rows = []
-    for part in parts:
-        place = {"part": part["name"], "reference": part.get("reference") or part["name"],
-                 "mtu": part["spec"].get("mtu", 1500)}
-        records = part["records"]
-        if part.get("transactions"):
+    for measured in parts:
+        part, records = measured.part, measured.records
+        spec = part.spec or {}
+        place = {"part": part.name, "reference": part.reference or part.name, "mtu": spec.get("mtu", 1500)}
+        if part.transactions:
             rows += _transaction_rows(records, place)
             continue
         aggs = aggregate(records)
@@ -163,7 +175,7 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
             penalty = None
             if ratio is not None:
                 metrics[NORMALIZED] = ratio.goodput
-                penalty = penalty_of(ratio, place["mtu"], part["spec"].get("pmtu", "discover"))
+                penalty = penalty_of(ratio, place["mtu"], spec.get("pmtu", "discover"))
             point, emulated = a.point, None
             if scale != 1.0 and point.rate_mbit is not None:
                 point, emulated = point.replace(rate_mbit=round(point.rate_mbit * scale, 6)), point.rate_mbit
@@ -448,21 +460,19 @@ def _label(row: Row) -> str:
     return " ".join(bits)
 
 
-def run_kernel(meta: Mapping[str, Any]) -> str:
+def run_kernel(meta: Meta | Mapping[str, Any]) -> str:
     """The kernel a run measured on, as its meta.json names it ("User-Mode Linux 6.1.176")."""
-    label = meta.get("backend_label") or f"{meta.get('backend') or 'the'} kernel"
-    release = meta.get("kernel_release")
-    return label if not release or release in label else f"{label} ({release})"
+    return as_meta(meta).kernel_label()
 
 
-def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
+def differences(meta: Meta, reference: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
     """What differs between the seed's set-up and this run, as far as the data shows (for a claim that fails)."""
     out = []
     if verdict["points"]:
         out.append(f"{verdict['points_cpu_bound']} of the {verdict['points']} points it rests on were CPU-bound "
                    "here (the emulator's CPU, not the link, limited them)")
-    out.append(f"this run: {run_kernel(meta)} on {meta.get('host_cpu_model') or meta.get('cpu_model') or '?'}"
-               f" -- {meta.get('backend_note') or 'all hosts on one machine'}")
+    out.append(f"this run: {run_kernel(meta)} on {meta.host_cpu_model or meta.cpu_model or '?'}"
+               f" -- {meta.backend_note or 'all hosts on one machine'}")
     if verdict["metric"].startswith("cpu_"):
         out.append("CPU here is the whole machine's share (every emulated host), the seed's one host's")
     if verdict["metric"] == FIELD.cpu_system_pct and verdict.get("cpu_busy_mean") is not None:
@@ -472,10 +482,9 @@ def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: 
     return "; ".join(out)
 
 
-def scale_of(meta: Mapping[str, Any]) -> float:
+def scale_of(meta: Meta) -> float:
     """The factor a run divided the seed's link rates by (1.0: the seed's rates)."""
-    scale = meta.get("scale") or {}
-    return float(scale.get("factor") or 1.0)
+    return meta.scale.divisor if meta.scale else 1.0
 
 
 def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
@@ -489,7 +498,7 @@ def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
 def evaluate(run_dir: str) -> dict:
     """Everything :func:`write_report` shows, as JSON-able data."""
     meta, parts = load_run(run_dir)
-    reference = load_reference(meta["seed"])
+    reference = load_reference(str(meta.seed))
     scale = scale_of(meta)
     rows = rows_of(parts, scale)
     claims = []
@@ -498,12 +507,11 @@ def evaluate(run_dir: str) -> dict:
         verdict["differs"] = differences(meta, reference, verdict) if verdict["verdict"] == FAILS else ""
         claims.append(verdict)
     penalties = [r.penalty.to_json() | {"part": r.part, "limited": r.limited} for r in rows if r.penalty is not None]
-    return {"seed": meta["seed"], "title": reference.get("title"), "seed_setup": reference.get("setup"),
-            "run": {k: meta.get(k) for k in ("backend", "kernel_release", "cpu_model", "host_cpu_model", "cpu_count",
-                                             "started", "finished", "command_line", "versions")},
-            "parts": [{k: p[k] for k in ("name", "title", "reference")} | {"points": len(p["records"])}
-                      for p in parts],
-            "scale": meta.get("scale") or None,
+    return {"seed": meta.seed, "title": reference.get("title"), "seed_setup": reference.get("setup"),
+            "run": meta.keep(RUN_FIELDS).to_json(),
+            "parts": [{"name": p.part.name, "title": p.part.title, "reference": p.part.reference,
+                       "points": len(p.records)} for p in parts],
+            "scale": meta.scale.to_json() if meta.scale else None,
             "bounds": _bound_counts(rows),
             "values": compare_values(reference, rows, scale), "ratios": transfer_ratios(reference, rows),
             "claims": claims, "penalties": penalties,

@@ -308,18 +308,18 @@ def _part_figures(run_dir: str) -> list:
 
     _, parts = load_run(run_dir)
     figures = []
-    for part in parts:
-        spec = part["spec"]
-        if part.get("transactions") or not part["records"]:
+    for measured in parts:
+        part, spec = measured.part, measured.part.spec or {}
+        if part.transactions or not measured.records:
             continue
         if len(spec.get("sizes", ())) < 2 and len(spec.get("rates_mbit", ())) < 2:
             continue
-        aggs = aggregate(part["records"])
+        aggs = aggregate(measured.records)
         colors = profile_colors([a.profile for a in aggs])
-        figures.append((f"{part['name']}-goodput", fig_throughput(aggs, colors)))
+        figures.append((f"{part.name}-goodput", fig_throughput(aggs, colors)))
         ratios = normalize(aggs)
         if ratios:
-            figures.append((f"{part['name']}-normalized", fig_normalized(ratios, colors)))
+            figures.append((f"{part.name}-normalized", fig_normalized(ratios, colors)))
     return figures
 
 

@@ -16,7 +16,7 @@ from experiments import catalogue
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
 from ipsec import overhead
-from testbed.record import Group, Record, TransactionRecord
+from testbed.record import Group, MetaPart, Record, TransactionRecord
 from testbed.rundir import ResultsError, load_existing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -177,7 +177,7 @@ def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
     records = [Record(topology="t", profile="none", mode="tunnel", ip_version=4, transport="tcp", rate_mbit=25.0,
                       size_bytes=1460, size_mode="mss", clients=1, repetition=r, goodput_mbps=23.5 + r * 0.1,
                       bound="link") for r in range(2)]
-    (r,) = reproduction.rows_of([{"name": "p", "spec": spec, "records": records}], scale=4.0)
+    (r,) = reproduction.rows_of([reproduction.MeasuredPart(MetaPart.of(name="p", spec=spec), records)], scale=4.0)
     assert r.point.rate_mbit == 100.0 and r.emulated_rate_mbit == 25.0 and r.bound == "link"
     ref = {"values": [{"id": "a", "source": "s", "quote": "94", "value": 94, "unit": "Mbit/s", "mbps_per_unit": 1,
                        "metric": "goodput_mbps", "where": {"part": "p", "rate_mbit": 100}}]}
