@@ -15,8 +15,8 @@ This module owns what a record is, so that the rest of the project does not spel
   the file through them, and nothing else reads its fields by name.
 
 A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
-``docs/records.md`` is generated from this module (``python -m testbed.recordpage``) and a test
-fails when the two disagree.
+``docs/records.md`` and ``docs/meta.md`` are generated from this module (``python -m
+testbed.recordpage``) and a test fails when they disagree.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """meta.json as testbed.record.Meta: real files read and written back byte for byte, a run's start and end
-as the dict-based rules wrote them, older and unknown fields kept."""
+as the dict-based rules wrote them, older and unknown fields kept, and docs/meta.md current."""
 from __future__ import annotations
 
 import copy
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import rundir
+from testbed import recordpage, rundir
 from testbed.record import (
     MACHINE_FIELDS,
     META_FIELD,
@@ -189,3 +189,24 @@ def test_a_finish_without_a_start_makes_its_runs_entry():
     assert meta.to_json() == {"runs": [{"points_measured": 1, "interrupted": "SIGTERM", "finished": NOW}],
                               "finished": NOW, "interrupted": "SIGTERM"}
 
+
+# -- the page ---------------------------------------------------------------------------------------
+
+def test_docs_meta_md_is_what_the_record_module_says():
+    assert recordpage.META_PAGE.read_text() == recordpage.render_meta(), \
+        "docs/meta.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
+    page = recordpage.META_PAGE.read_text()
+    for kind in (Meta, MetaVersions, MetaScale, MetaPart, MetaRun):
+        assert all(f"| `{f.name}` | {f.metadata['doc']} |" in page and f.metadata["doc"] for f in kind.known())
+
+
+def test_the_page_check_fails_on_a_stale_page(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "meta.md"
+    stale.write_text("# meta.json\n")
+    monkeypatch.setattr(recordpage.pages, "REPO", tmp_path)
+    monkeypatch.setattr(recordpage, "META_PAGE", stale)
+    monkeypatch.setattr(recordpage, "PAGE", tmp_path / "records.md")
+    (tmp_path / "records.md").write_text(recordpage.render())
+    assert recordpage.main(["--check"]) == 1 and "meta.md is not what" in capsys.readouterr().err
+    assert recordpage.main([]) == 0 and recordpage.main(["--check"]) == 0
+    assert stale.read_text() == recordpage.render_meta()
