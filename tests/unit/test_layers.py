@@ -280,7 +280,6 @@ NOT_RECORDS = {
     ("cli/selftest.py", "case"): "a JUnit XML test case",
     ("cli/sweep.py", "counts"): "a sweep's count of its points (experiments.engine.sweep.run_sweep)",
     ("experiments/reproduce.py", "counts"): "a part's count of its points",
-    ("analysis/reproduction_report.py", "v"): "a claim's measured values in comparison.json",
     ("benchmarks/bound_crosscheck.py", "q"): "a qdisc in tc's JSON",
     ("benchmarks/ike_rekey.py", 'data["end"]["sum_sent"]'): "iperf3's JSON: the sender's summary",
 }
