@@ -451,7 +451,7 @@ class _MetaObject:
     @classmethod
     def known(cls) -> tuple[dataclasses.Field, ...]:
         """The fields this version knows (``extra`` and ``present`` aside)."""
-        return tuple(f for f in dataclasses.fields(cls) if f.name not in ("extra", "present"))  # type: ignore[arg-type]
+        return tuple(f for f in dataclasses.fields(cls) if f.name not in ("extra", "present"))
 
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> Self:
@@ -462,13 +462,13 @@ class _MetaObject:
             raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
         kinds = {f.name: f.metadata["kind"] for f in cls.known()}
         values = {k: _read_value(kinds[k], v, f"{where}: {k}") for k, v in data.items() if k in kinds}
-        return cls(**values, extra={k: v for k, v in data.items() if k not in kinds},  # type: ignore[call-arg]
+        return cls(**values, extra={k: v for k, v in data.items() if k not in kinds},
                    present=frozenset(values))
 
     @classmethod
     def of(cls, **fields: Any) -> Self:
         """An object of ``fields``, each written (even a None)."""
-        return cls(**fields, present=frozenset(fields))  # type: ignore[call-arg]
+        return cls(**fields, present=frozenset(fields))
 
     def to_json(self) -> dict[str, Any]:
         """The object as meta.json holds it: the fields it was read with or given, those set since,
@@ -482,12 +482,12 @@ class _MetaObject:
 
     def with_(self, **changes: Any) -> Self:
         """This object with ``changes`` (each written, even a None)."""
-        return dataclasses.replace(self, **changes, present=self.present | frozenset(changes))  # type: ignore
+        return dataclasses.replace(self, **changes, present=self.present | frozenset(changes))
 
     def without(self, *names: str) -> Self:
         """This object without the fields ``names`` (not written)."""
         fields = {f.name: f for f in self.known()}
-        return dataclasses.replace(self, **{n: fields[n].default for n in names},  # type: ignore[type-var]
+        return dataclasses.replace(self, **{n: fields[n].default for n in names},
                                    present=self.present - frozenset(names))
 
     def merged(self, data: Mapping[str, Any]) -> Self:
@@ -500,11 +500,11 @@ class _MetaObject:
 
 
 def _extra() -> Any:
-    return dataclasses.field(default_factory=dict, repr=False, metadata={"doc": ""})
+    return dataclasses.field(default_factory=dict, repr=False)
 
 
 def _present() -> Any:
-    return dataclasses.field(default=frozenset(), repr=False, compare=False, metadata={"doc": ""})
+    return dataclasses.field(default=frozenset(), repr=False, compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -661,7 +661,7 @@ class Meta(_MetaObject):
         given = Meta().merged(fields)
         meta = self.merged({**machine, **fields})
         return meta.with_(schema=schema, started=meta.started or now,
-                          runs=(*meta.runs, MetaRun.of(command_line=given.command_line, started=now)))
+                          runs=(*(meta.runs or ()), MetaRun.of(command_line=given.command_line, started=now)))
 
     def finished_run(self, counts: Mapping[str, Any], *, now: str, complete: bool | None = None,
                      interrupted: str | None = None) -> Meta:

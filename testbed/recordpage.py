@@ -58,7 +58,7 @@ def render() -> str:
 
 def _fields(kind: type) -> list[str]:
     return ["| field | meaning |", "|---|---|",
-            *(f"| `{f.name}` | {f.metadata['doc']} |" for f in kind.known())]  # type: ignore[attr-defined]
+            *(f"| `{f.name}` | {f.metadata['doc']} |" for f in kind.known())]
 
 
 def _summary(kind: type) -> str:
