@@ -184,6 +184,21 @@ def test_a_run_starts_and_ends_as_the_dict_rules_wrote_it(tmp_path, monkeypatch,
         assert path.read_text() == written(old)
 
 
+def test_resumed_runs_ending_every_way_in_turn_as_the_dict_rules_wrote_them(tmp_path, monkeypatch):
+    # an interrupted run resumed and ended normally: the top's interrupted goes, the entry's stays
+    monkeypatch.setattr(rundir, "now_iso", lambda: NOW)
+    old: dict = {}
+    for i, finish in enumerate([*FINISHES, *reversed(FINISHES)]):
+        fields = STARTS[i % len(STARTS)]
+        old = old_start(old, copy.deepcopy(MACHINE), copy.deepcopy(
+            {k: (v.to_json() if isinstance(v, MetaScale) else v) for k, v in fields.items()}))
+        rundir.start_run(tmp_path, MACHINE, **fields)
+        old = old_finish(old, copy.deepcopy(finish))
+        rundir.finish_run(tmp_path, **finish)
+        assert (tmp_path / rundir.META_FILE).read_text() == written(old), (i, finish)
+    assert '"interrupted": "SIGINT"' in written(old) and "interrupted" not in old  # ended normally last
+
+
 def test_a_finish_without_a_start_makes_its_runs_entry():
     meta = Meta().finished_run({"points_measured": 1}, now=NOW, interrupted="SIGTERM")
     assert meta.to_json() == {"runs": [{"points_measured": 1, "interrupted": "SIGTERM", "finished": NOW}],
