@@ -141,7 +141,7 @@ def _cell(panels: Sequence[Panel], i: int) -> dict[str, int]:
     return {"row": row, "col": col}
 
 
-def _marker_symbols(bounds: Sequence[str | None]) -> list[str]:
+def _marker_symbols(bounds: Sequence[Bound | None]) -> list[str]:
     return [BOUND_SYMBOLS.get(b or Bound.LINK, "circle") for b in bounds]
 
 
@@ -157,7 +157,7 @@ def _theoretical_legend(fig: go.Figure) -> None:
         meta={"kind": "legend", "what": "theoretical"}, hoverinfo="skip"))
 
 
-def _bound_legends(fig: go.Figure, seen: set[str | None]) -> None:
+def _bound_legends(fig: go.Figure, seen: set[Bound | None]) -> None:
     """A legend entry for each hollow marker shape in the figure (the entries have no points)."""
     for bound, (name, what, rank) in BOUND_LEGENDS.items():
         if bound in seen:
@@ -168,9 +168,9 @@ def _bound_legends(fig: go.Figure, seen: set[str | None]) -> None:
                 meta={"kind": "legend", "what": what}, hoverinfo="skip"))
 
 
-def _bound_subtitle(bounds: set[str | None]) -> list[str]:
-    return [f"{shape}: {what}" for b, shape, what in (("cpu", "hollow", "CPU-bound"),
-                                                     ("other", "diamond", "neither link nor CPU"))
+def _bound_subtitle(bounds: set[Bound | None]) -> list[str]:
+    return [f"{shape}: {what}" for b, shape, what in ((Bound.CPU, "hollow", "CPU-bound"),
+                                                     (Bound.OTHER, "diamond", "neither link nor CPU"))
             if b in bounds]
 
 
@@ -209,7 +209,7 @@ def fig_throughput(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None =
     if not panels:
         return _no_data(fig, "no measured points")
     colors = colors or profile_colors(a.profile for a in aggs)
-    seen: set[str | None] = set()
+    seen: set[Bound | None] = set()
     any_theoretical = False
     for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
         fig.add_trace(_measured_trace(
@@ -256,7 +256,7 @@ def fig_normalized(ratios: Sequence[Ratio], colors: Mapping[Any, str] | None = N
     if not panels:
         return _no_data(fig, "no IPsec point has a plain baseline at the same point")
     colors = colors or profile_colors(r.profile for r in usable)
-    seen: set[str | None] = set()
+    seen: set[Bound | None] = set()
     top = 1.0
     for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
         bounds = [r.bound for r in series]
@@ -296,7 +296,7 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None = None) 
     if not panels:
         return _no_data(fig, "no CPU measurements in these results")
     colors = colors or profile_colors(a.profile for a in aggs)
-    seen: set[str | None] = set()
+    seen: set[Bound | None] = set()
     for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
         fig.add_trace(_measured_trace(
             series, [a.cpu_s_per_gb for a in series], profile, label, color, [a.bound for a in series], legend,

@@ -20,7 +20,7 @@ from analysis.stats import (
     RatioEstimate,
     Summary,
 )
-from testbed.record import CAUTION_ORDER, FIELD, Bound, Group, bound_label
+from testbed.record import CAUTION_ORDER, FIELD, Bound, Group
 
 
 def profile_label(profile: Any) -> str:
@@ -188,14 +188,14 @@ def varying_scenario_keys(aggs: Sequence[Aggregate]) -> list[str]:
 def bound_text(a: Aggregate) -> str:
     """What bounded the point's repetitions: "link", "CPU 2/3, link 1/3", plus anomalies left out
     and failed repetitions. Runs from before the monitor say only "CPU-bound" where flagged."""
-    counted = {b: n for b, n in a.bounds.items() if Bound.parse(b) is not Bound.ANOMALY}
+    counted = {b: n for b, n in a.bounds.items() if b is not Bound.ANOMALY}
     total = sum(counted.values())
     flags = []
     if len(counted) == 1:
-        flags.append(bound_label(next(iter(counted))))
+        flags.append(next(iter(counted)).label)
     elif counted:
-        order = sorted(counted, key=lambda b: CAUTION_ORDER.index(b) if b in CAUTION_ORDER else len(CAUTION_ORDER))
-        flags.append(", ".join(f"{bound_label(b)} {counted[b]}/{total}" for b in order))
+        order = sorted(counted, key=CAUTION_ORDER.index)
+        flags.append(", ".join(f"{b.label} {counted[b]}/{total}" for b in order))
     elif a.emulation_limited:
         flags.append("CPU-bound" if a.n_emulation_limited == a.goodput.n
                      else f"CPU-bound {a.n_emulation_limited}/{a.goodput.n}")

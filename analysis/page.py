@@ -37,7 +37,7 @@ from analysis.penalty import penalty_of
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
-from testbed.record import FIELD, Bound, Record, as_records
+from testbed.record import FIELD, Bound, Meta, Record, as_meta, as_records
 from testbed.rundir import load_meta, load_results
 
 CSS = f"""
@@ -73,7 +73,7 @@ def _esc(x: Any) -> str:
     return html.escape("" if x is None else str(x))
 
 
-def _meta_rows(meta: Mapping[str, Any], records: Sequence[Record],
+def _meta_rows(meta: Meta, records: Sequence[Record],
                aggs: Sequence[Aggregate]) -> list[tuple[str, str]]:
     def values(field: str) -> list[str]:
         return sorted({str(getattr(r, field)) for r in records if getattr(r, field) is not None})
@@ -88,35 +88,35 @@ def _meta_rows(meta: Mapping[str, Any], records: Sequence[Record],
     rows.append(("IPsec profiles", _esc(", ".join(profiles) or "none (plain only)")))
     rates = sorted({a.rate_mbit for a in aggs}, key=lambda r: (r is None, r or 0))
     rows.append(("link rates", _esc(", ".join("unshaped" if r is None else f"{r:g} Mbit/s" for r in rates))))
-    backend = meta.get("backend") or ", ".join(values(FIELD.backend)) or "–"
+    backend = meta.backend or ", ".join(values(FIELD.backend)) or "–"
     rows.append(("backend", _esc(backend)))
-    rows.append(("kernel", _esc(meta.get("kernel_release") or ", ".join(values(FIELD.kernel_release)) or "–")))
-    cpu = meta.get("cpu_model") or "–"
-    if meta.get("cpu_count"):
-        cpu = f"{cpu} × {meta['cpu_count']} CPUs"
-    if meta.get("host_cpu_model"):  # a UML guest's cpuinfo names no CPU
-        cpu = f"{cpu}, on the host's {meta['host_cpu_model']}"
+    rows.append(("kernel", _esc(meta.kernel_release or ", ".join(values(FIELD.kernel_release)) or "–")))
+    cpu = meta.cpu_model or "–"
+    if meta.cpu_count:
+        cpu = f"{cpu} × {meta.cpu_count} CPUs"
+    if meta.host_cpu_model:  # a UML guest's cpuinfo names no CPU
+        cpu = f"{cpu}, on the host's {meta.host_cpu_model}"
     rows.append(("CPU", _esc(cpu)))
-    command = meta.get("command_line")
+    command = meta.command_line
     if isinstance(command, (list, tuple)):
         command = " ".join(str(c) for c in command)
     rows.append(("command line", f'<pre class="cmd">{_esc(command or "–")}</pre>'))
-    if meta.get("started") or meta.get("finished"):
-        finished = meta.get("finished") or "not recorded"
-        rows.append(("run", _esc(f"started {meta.get('started') or '?'}, finished {finished}")))
+    if meta.started or meta.finished:
+        finished = meta.finished or "not recorded"
+        rows.append(("run", _esc(f"started {meta.started or '?'}, finished {finished}")))
     durations = values("duration_s")
     reps = sorted({a.goodput.n for a in aggs})
     rows.append(("measurements", _esc(
         f"{len(records)} records, {len(aggs)} points, "
         f"{'/'.join(str(n) for n in reps) or '0'} repetitions per point"
         + (f", {', '.join(durations)} s each" if durations else ""))))
-    versions = meta.get("versions")
-    if isinstance(versions, Mapping) and versions:
+    versions = meta.versions
+    if versions:
         rows.append(("versions", _esc(", ".join(f"{k} {v}" for k, v in versions.items()))))
     return rows
 
 
-def _warnings(meta: Mapping[str, Any], records: Sequence[Record], aggs: Sequence[Aggregate]) -> list[str]:
+def _warnings(meta: Meta, records: Sequence[Record], aggs: Sequence[Aggregate]) -> list[str]:
     out = []
     for field in (FIELD.backend, FIELD.kernel_release):
         seen = sorted({str(getattr(r, field)) for r in records if getattr(r, field) is not None})
@@ -252,7 +252,7 @@ def figure_div(fig: go.Figure, div_id: str, first: bool) -> str:
 
 
 def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mapping[str, Any]],
-                meta: Mapping[str, Any] | None = None, *, compare: Sequence[RunData] = ()) -> str:
+                meta: Meta | Mapping[str, Any] | None = None, *, compare: Sequence[RunData] = ()) -> str:
     """One self-contained HTML page: header, how to read it, figures, table of points.
 
     ``run_dir_or_records`` is a run directory (its ``results.jsonl`` and, when ``meta`` is None,
@@ -266,7 +266,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mappin
             meta = load_meta(run_dir_or_records)
     else:
         records = as_records(run_dir_or_records)
-    meta = dict(meta or {})
+    meta = as_meta(meta)
     aggs = aggregate(records)
     ratios = normalize(aggs)
 
@@ -317,7 +317,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mappin
         parts.append(f"<p>CPU s/GB or CPU ratio marked {_esc(SATURATED_MARK)}: {_esc(SATURATED_HELP)}.</p>")
     if any_at_common_speed(aggs):
         parts.append(f"<p>CPU s/GB and CPU ratio: {_esc(AT_COMMON_SPEED_HELP)}.</p>")
-    sweep = meta.get("sweep") or {}
+    sweep = meta.sweep or {}
     parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))
     if len(compare) > 1:
         parts.append("<h2>Comparison table</h2>")

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.stats import Summary, aggregate
-from testbed.record import FIELD, POINT_FIELDS, Bound, Group, Record
+from testbed.record import FIELD, POINT_FIELDS, Bound, Group, Meta, Record, as_json, as_meta
 from testbed.rundir import atomic_write
 
 BASELINE_FORMAT = "ipsec-testbed-baseline/1"
@@ -40,8 +40,6 @@ METRICS: dict[str, tuple[str, str, int]] = {
     FIELD.cpu_us_per_packet: ("CPU per packet", "µs", -1),
 }
 DEFAULT_METRICS = (FIELD.goodput_mbps,)
-#: What a baseline records of the machine; a difference in any makes the comparison suspect.
-MACHINE_FIELDS = ("backend", "kernel_release", "cpu_model", "cpu_count")
 
 
 class RegressError(ValueError):
@@ -133,7 +131,7 @@ def point_fields(point: Group) -> dict:
 def _measured(records: Sequence[Record], point: Group, metric: str) -> list[Record]:
     """The repetitions of ``point`` that measured ``metric`` (failed ones and anomalies did not)."""
     return [r for r in records
-            if Group.of(r) == point and getattr(r, metric) is not None and Bound.of(r) is not Bound.ANOMALY]
+            if Group.of(r) == point and getattr(r, metric) is not None and r.bound is not Bound.ANOMALY]
 
 
 def _samples(records: Sequence[Record], point: Group, metric: str) -> list[float]:
@@ -141,7 +139,7 @@ def _samples(records: Sequence[Record], point: Group, metric: str) -> list[float
     return [float(getattr(r, metric)) for r in _measured(records, point, metric)]
 
 
-def make_baseline(records: Sequence[Record], meta: Mapping[str, Any], source: str = "") -> dict:
+def make_baseline(records: Sequence[Record], meta: Meta | Mapping[str, Any], source: str = "") -> dict:
     """A baseline from a run's records and metadata: every point's repetitions, and the machine."""
     points = []
     for agg in aggregate(records):
@@ -153,9 +151,10 @@ def make_baseline(records: Sequence[Record], meta: Mapping[str, Any], source: st
         points.append(entry)
     if not points:
         raise RegressError("the run has no measured point to make a baseline of")
+    meta = as_meta(meta)
     return {"format": BASELINE_FORMAT, "created": datetime.datetime.now(datetime.UTC).isoformat(
-        timespec="seconds"), "source": source, "machine": {f: meta.get(f) for f in MACHINE_FIELDS},
-        "command_line": meta.get("command_line"), "points": points}
+        timespec="seconds"), "source": source,
+        **as_json({"machine": meta.machine(), "command_line": meta.command_line}), "points": points}
 
 
 def load_baseline(path: str) -> dict:
@@ -182,10 +181,10 @@ def save_baseline(baseline: dict, path: str) -> None:
     atomic_write(path, json.dumps(baseline, indent=1, sort_keys=True) + "\n")
 
 
-def machine_differences(baseline: Mapping[str, Any], meta: Mapping[str, Any]) -> list[str]:
-    """``field: baseline -> now`` for every machine field that differs."""
+def machine_differences(baseline: Mapping[str, Any], meta: Meta | Mapping[str, Any]) -> list[str]:
+    """``field: baseline -> now`` for every machine field (:data:`~testbed.record.MACHINE_FIELDS`) that differs."""
     then = baseline.get("machine") or {}
-    return [f"{f}: {then.get(f)!r} -> {meta.get(f)!r}" for f in MACHINE_FIELDS if then.get(f) != meta.get(f)]
+    return [f"{f}: {then.get(f)!r} -> {now!r}" for f, now in as_meta(meta).machine().items() if then.get(f) != now]
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -350,7 +349,7 @@ def judge_paired(pairs: Sequence[tuple[float, float]], max_drop: float, confiden
     return ratio, bound, float(n - 1), regressed, math.exp(mean - two), math.exp(mean + two)
 
 
-def compare_arms(records: Sequence[Record], meta: Mapping[str, Any], base: str = "a",
+def compare_arms(records: Sequence[Record], meta: Meta | Mapping[str, Any], base: str = "a",
                  current: str = "b", max_drop: float = 0.05, confidence: float = 0.95,
                  metrics: Sequence[str] = DEFAULT_METRICS, paired: bool = True) -> list[Verdict]:
     """Arm ``current`` of an A/B within one sweep judged against arm ``base``, point by point.

@@ -17,8 +17,10 @@ as checkable statements), and computes:
   explain and the rest (:mod:`analysis.penalty`).
 
 Nothing here is typed by hand: a verdict is a comparison of measured numbers with the
-range the reference file states.  :func:`write_report` writes ``comparison.json`` and
-``report.html``; :func:`print_summary` prints the tables.
+range the reference file states.  :func:`evaluate` returns it all as an :class:`Evaluation`
+(:class:`ValueComparison`, :class:`TransferRatio`, :class:`ClaimVerdict`, ...), whose
+``to_json()`` is ``comparison.json``; :mod:`analysis.reproduction_report` writes that file and
+``report.html`` and prints the tables.
 
 A claim's ``check`` (in the reference file)::
 
@@ -48,7 +50,18 @@ from typing import Any
 
 from analysis.penalty import Penalty, penalty_of
 from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
-from testbed.record import FIELD, Bound, Group, Record, TransactionRecord
+from testbed.record import (
+    FIELD,
+    META_FIELD,
+    Bound,
+    Group,
+    Meta,
+    MetaPart,
+    MetaScale,
+    Record,
+    TransactionRecord,
+    as_meta,
+)
 from testbed.rundir import load_existing, load_meta
 
 #: The seeds' reference files: package data of ``analysis`` (``reference/seedNNN.json``), read through
@@ -66,6 +79,10 @@ HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
 #: A claim whose points here were mostly bounded by something else than the seed's were.
 NOT_TESTABLE = "not testable here"
 VERDICTS = (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)
+#: What comparison.json keeps of meta.json: the machine, and when and how the run was made.
+RUN_FIELDS = (META_FIELD.backend, META_FIELD.kernel_release, META_FIELD.cpu_model, META_FIELD.host_cpu_model,
+              META_FIELD.cpu_count, META_FIELD.started, META_FIELD.finished, META_FIELD.command_line,
+              META_FIELD.versions)
 #: Metrics that are shares of the CPU at the link's rate: not the seed's at scaled rates.
 CPU_SHARE_METRICS = (FIELD.cpu_busy_pct, FIELD.cpu_system_pct)
 
@@ -97,10 +114,10 @@ class Row:
     emulated_rate_mbit: float | None = None  # the rate measured here, when the run's rates were scaled
     limited: bool = False
     penalty: Penalty | None = None  # for IPsec sweep points
-    bound: str | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
-    ratio_bound: str | None = None  # ... and its IPsec/plain ratio (the more cautious side)
+    bound: Bound | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
+    ratio_bound: Bound | None = None  # ... and its IPsec/plain ratio (the more cautious side)
 
-    def bound_for(self, metric: str) -> str | None:
+    def bound_for(self, metric: str) -> Bound | None:
         return self.ratio_bound if metric == NORMALIZED else self.bound
 
     def value(self, metric: str) -> tuple[float, float | None] | None:
@@ -121,25 +138,33 @@ class Row:
         return out
 
 
-def load_run(run_dir: str) -> tuple[dict, list[dict]]:
+@dataclasses.dataclass(frozen=True)
+class MeasuredPart:
+    """One part of a reproduction run: meta.json's entry, and its measured records (failed ones left out)."""
+
+    part: MetaPart
+    records: Sequence[Record]
+
+
+def load_run(run_dir: str) -> tuple[Meta, list[MeasuredPart]]:
     """``meta.json`` of a reproduction run and its parts, each with its measured records
     (:class:`~testbed.record.Record`; a transactions part's, :class:`~testbed.record.TransactionRecord`)."""
     meta = load_meta(run_dir)
-    if not meta.get("seed") or not meta.get("parts"):
+    if not meta.is_reproduction:
         raise ReproductionError(f"{run_dir}: not a reproduction run (meta.json names no seed and parts)")
     parts = []
-    for part in meta["parts"]:
-        part_dir = os.path.join(run_dir, part["name"])
+    for part in meta.parts:
+        part_dir = os.path.join(run_dir, str(part.name))
         records: Sequence[Record]
-        if part.get("transactions"):
+        if part.transactions:
             records = load_existing(part_dir, required=(), kind=TransactionRecord)
         else:
             records = load_existing(part_dir)
-        parts.append({**part, "records": [r for r in records if not r.failed]})
+        parts.append(MeasuredPart(part, [r for r in records if not r.failed]))
     return meta, parts
 
 
-def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
+def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
     """Every point of every part, with goodput, loss, CPU, normalized goodput and penalty.
 
     With ``scale`` (a run whose link rates were the seed's divided by it) a row's point has the
@@ -147,11 +172,11 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
     rate measured here.
     """
     rows = []
-    for part in parts:
-        place = {"part": part["name"], "reference": part.get("reference") or part["name"],
-                 "mtu": part["spec"].get("mtu", 1500)}
-        records = part["records"]
-        if part.get("transactions"):
+    for measured in parts:
+        part, records = measured.part, measured.records
+        spec = part.spec or {}
+        place = {"part": part.name, "reference": part.reference or part.name, "mtu": spec.get("mtu", 1500)}
+        if part.transactions:
             rows += _transaction_rows(records, place)
             continue
         aggs = aggregate(records)
@@ -163,7 +188,7 @@ def rows_of(parts: Sequence[dict], scale: float = 1.0) -> list[Row]:
             penalty = None
             if ratio is not None:
                 metrics[NORMALIZED] = ratio.goodput
-                penalty = penalty_of(ratio, place["mtu"], part["spec"].get("pmtu", "discover"))
+                penalty = penalty_of(ratio, place["mtu"], spec.get("pmtu", "discover"))
             point, emulated = a.point, None
             if scale != 1.0 and point.rate_mbit is not None:
                 point, emulated = point.replace(rate_mbit=round(point.rate_mbit * scale, 6)), point.rate_mbit
@@ -223,7 +248,32 @@ def select(rows: Sequence[Row], where: Mapping[str, Any], metric: str | None = N
 
 # -- published values next to ours ------------------------------------------------------------
 
-def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class ValueComparison:
+    """A published throughput, loss or CPU figure next to this run's at the same point (None where
+    there is none)."""
+
+    id: str
+    source: str
+    quote: str
+    metric: str
+    seed_value: float  # in the metric's unit (goodput converted to Mbit/s)
+    seed_unit: str
+    seed_quoted: float  # as the seed wrote it
+    ours: float | None = None
+    ci95: float | None = None
+    n: int | None = None
+    ours_over_seed: float | None = None
+    limited: bool | None = None
+    bound: Bound | None = None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of comparison.json's ``values``."""
+        return dataclasses.asdict(self)
+
+
+def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> list[ValueComparison]:
     """One entry per published throughput, loss or CPU figure: the seed's and ours.
 
     In a run at scaled rates our goodput is compared as ours × ``scale`` (the share of the
@@ -235,23 +285,24 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
             continue  # a value that compares two set-ups is a claim's (see "claims")
         seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == FIELD.goodput_mbps else v["value"]
         found = select(rows, v.get("where", {}), v["metric"])
-        entry = {"id": v["id"], "source": v["source"], "quote": v["quote"], "metric": v["metric"],
-                 "seed_value": seed_value, "seed_unit": v["unit"], "seed_quoted": v["value"],
-                 "ours": None, "ci95": None, "n": None, "ours_over_seed": None, "limited": None, "bound": None,
-                 "note": ""}
+        entry = ValueComparison(id=v["id"], source=v["source"], quote=v["quote"], metric=v["metric"],
+                                seed_value=seed_value, seed_unit=v["unit"], seed_quoted=v["value"])
         if len(found) == 1:
             mean, ci = found[0].value(v["metric"])
             comparable = v["metric"] != FIELD.loss_pct and not (scale != 1.0 and v["metric"] in CPU_SHARE_METRICS)
             factor = scale if v["metric"] == FIELD.goodput_mbps else 1.0
-            entry.update(ours=mean, ci95=ci, n=found[0].metrics[v["metric"]].n, limited=found[0].limited,
-                         bound=found[0].bound,
-                         ours_over_seed=mean * factor / seed_value if seed_value and comparable else None)
+            note = ""
             if scale != 1.0 and v["metric"] == FIELD.goodput_mbps:
-                entry["note"] = f"at 1/{scale:g} of the seed's rate: compared as ours × {scale:g}"
+                note = f"at 1/{scale:g} of the seed's rate: compared as ours × {scale:g}"
             elif not comparable and v["metric"] in CPU_SHARE_METRICS:
-                entry["note"] = "a CPU share at a scaled rate: not compared"
+                note = "a CPU share at a scaled rate: not compared"
+            entry = dataclasses.replace(
+                entry, ours=mean, ci95=ci, n=found[0].metrics[v["metric"]].n, limited=found[0].limited,
+                bound=found[0].bound, ours_over_seed=mean * factor / seed_value if seed_value and comparable else None,
+                note=note)
         else:
-            entry["note"] = "not measured by this run" if not found else f"{len(found)} points match; not compared"
+            entry = dataclasses.replace(
+                entry, note="not measured by this run" if not found else f"{len(found)} points match; not compared")
         out.append(entry)
     return out
 
@@ -267,7 +318,26 @@ TRANSFERS = (
 )
 
 
-def transfer_ratios(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class TransferRatio:
+    """A ratio of two of the seed's values that differ in one key (:data:`TRANSFERS`), and ours at the
+    same pair (None where this run has not both)."""
+
+    ratio: str  # its name: IPsec/plain, IPv6/IPv4, ...
+    numerator: str  # the seed's values, by id
+    denominator: str
+    where: Mapping[str, Any]  # what the two share
+    seed: float
+    ours: float | None = None
+    ci95: float | None = None
+    limited: bool | None = None  # either point CPU-bound
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of comparison.json's ``ratios``."""
+        return dataclasses.asdict(self)
+
+
+def transfer_ratios(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[TransferRatio]:
     """The seed's throughput ratios (pairs of its values differing in one key) and ours at the same pair."""
     values = [v for v in reference.get("values", []) if v.get("metric") == FIELD.goodput_mbps]
     out = []
@@ -289,10 +359,10 @@ def transfer_ratios(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[d
                 ra, rb = select(rows, wa, FIELD.goodput_mbps), select(rows, wb, FIELD.goodput_mbps)
                 ours = (ratio_of_means(ra[0].metrics[FIELD.goodput_mbps], rb[0].metrics[FIELD.goodput_mbps])
                         if len(ra) == 1 and len(rb) == 1 else None)
-                out.append({"ratio": name, "numerator": a["id"], "denominator": b["id"],
-                            "where": {k: v for k, v in wa.items() if k != key}, "seed": seed_ratio,
-                            "ours": ours.value if ours else None, "ci95": ours.ci95 if ours else None,
-                            "limited": (ra[0].limited or rb[0].limited) if ours else None})
+                out.append(TransferRatio(
+                    ratio=name, numerator=a["id"], denominator=b["id"], where={k: v for k, v in wa.items() if k != key},
+                    seed=seed_ratio, ours=ours.value if ours else None, ci95=ours.ci95 if ours else None,
+                    limited=(ra[0].limited or rb[0].limited) if ours else None))
     return out
 
 
@@ -321,7 +391,51 @@ def _combine(op: str, a: float, b: float) -> float | None:
     return a - b
 
 
-def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> dict:
+@dataclasses.dataclass(frozen=True)
+class MeasuredValue:
+    """One value a claim rests on: what it is, and whether it lies in the claim's range and was judged."""
+
+    what: str
+    value: float
+    in_range: bool
+    judged: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimVerdict:
+    """The verdict on one of the seed's claims, with the values it rests on (:func:`evaluate_claim`)."""
+
+    id: str
+    source: str  # where the seed says it
+    quote: str  # ... in its words
+    statement: str  # what is checked
+    reading: str  # how the words were read
+    metric: str
+    op: str  # value, ratio or difference
+    low: float | None  # the range (None: unbounded)
+    high: float | None
+    verdict: str  # HOLDS, FAILS, NOT_TESTABLE or UNMEASURED
+    measured: tuple[MeasuredValue, ...]
+    min: float | None  # of the values judged (all of them when none could be)
+    max: float | None
+    points_cpu_bound: int
+    points: int  # the distinct points the values rest on
+    bounds: Mapping[str, int]  # ... counted by what bounded them here ("unknown": not classified)
+    seed_bound: str | None  # what bounded the seed's own points, as the reference file says
+    in_range: bool | None  # whether every value judged lies in the range
+    not_testable: str  # why not, or ""
+    left_out: int  # values not judged (bound otherwise than the seed's)
+    note: str
+    cpu_busy_mean: float | None  # over the points involved
+    cpu_system_mean: float | None
+    differs: str = ""  # for a claim that does not hold: what differs between the seed's set-up and this run
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of comparison.json's ``claims``."""
+        return dataclasses.asdict(self)
+
+
+def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> ClaimVerdict:
     """The verdict on one claim, with the values it rests on; see the module docstring.
 
     A claim that names what bounded the seed's own points (``seed_bound``) is judged on the
@@ -387,17 +501,15 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         note = (f"the means leave out {means_left} points bound here otherwise than the seed's "
                 f"({_BOUND_WORDS.get(wanted, wanted)})")
     involved = [r for _, _, rs in entries for r in rs]
-    return {"id": claim["id"], "source": claim.get("source", ""), "quote": claim.get("quote", ""),
-            "statement": claim["statement"], "reading": claim.get("reading", ""), "metric": metric, "op": op,
-            "low": check.get("low"), "high": check.get("high"), "verdict": verdict,
-            "measured": [{"what": w, "value": v, "in_range": low <= v <= high,
-                          "judged": (w, v, rs) in judged} for w, v, rs in entries],
-            "min": min(values) if values else None, "max": max(values) if values else None,
-            "points_cpu_bound": sum(1 for r in distinct if r.limited),
-            "points": len(distinct), "bounds": bounds, "seed_bound": wanted,
-            "in_range": in_range, "not_testable": why_not, "left_out": left_out if judged else 0, "note": note,
-            "cpu_busy_mean": _mean_of(involved, FIELD.cpu_busy_pct),
-            "cpu_system_mean": _mean_of(involved, FIELD.cpu_system_pct)}
+    return ClaimVerdict(
+        id=claim["id"], source=claim.get("source", ""), quote=claim.get("quote", ""), statement=claim["statement"],
+        reading=claim.get("reading", ""), metric=metric, op=op, low=check.get("low"), high=check.get("high"),
+        verdict=verdict,
+        measured=tuple(MeasuredValue(w, v, low <= v <= high, (w, v, rs) in judged) for w, v, rs in entries),
+        min=min(values) if values else None, max=max(values) if values else None,
+        points_cpu_bound=sum(1 for r in distinct if r.limited), points=len(distinct), bounds=bounds,
+        seed_bound=wanted, in_range=in_range, not_testable=why_not, left_out=left_out if judged else 0, note=note,
+        cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct))
 
 
 def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row]) -> list[tuple[str, float, list[Row]]]:
@@ -448,34 +560,31 @@ def _label(row: Row) -> str:
     return " ".join(bits)
 
 
-def run_kernel(meta: Mapping[str, Any]) -> str:
+def run_kernel(meta: Meta | Mapping[str, Any]) -> str:
     """The kernel a run measured on, as its meta.json names it ("User-Mode Linux 6.1.176")."""
-    label = meta.get("backend_label") or f"{meta.get('backend') or 'the'} kernel"
-    release = meta.get("kernel_release")
-    return label if not release or release in label else f"{label} ({release})"
+    return as_meta(meta).kernel_label()
 
 
-def differences(meta: Mapping[str, Any], reference: Mapping[str, Any], verdict: Mapping[str, Any]) -> str:
+def differences(meta: Meta, reference: Mapping[str, Any], verdict: ClaimVerdict) -> str:
     """What differs between the seed's set-up and this run, as far as the data shows (for a claim that fails)."""
     out = []
-    if verdict["points"]:
-        out.append(f"{verdict['points_cpu_bound']} of the {verdict['points']} points it rests on were CPU-bound "
+    if verdict.points:
+        out.append(f"{verdict.points_cpu_bound} of the {verdict.points} points it rests on were CPU-bound "
                    "here (the emulator's CPU, not the link, limited them)")
-    out.append(f"this run: {run_kernel(meta)} on {meta.get('host_cpu_model') or meta.get('cpu_model') or '?'}"
-               f" -- {meta.get('backend_note') or 'all hosts on one machine'}")
-    if verdict["metric"].startswith("cpu_"):
+    out.append(f"this run: {run_kernel(meta)} on {meta.host_cpu_model or meta.cpu_model or '?'}"
+               f" -- {meta.backend_note or 'all hosts on one machine'}")
+    if verdict.metric.startswith("cpu_"):
         out.append("CPU here is the whole machine's share (every emulated host), the seed's one host's")
-    if verdict["metric"] == FIELD.cpu_system_pct and verdict.get("cpu_busy_mean") is not None:
-        out.append(f"on these points the CPU was {verdict['cpu_busy_mean']:.0f} % busy but only "
-                   f"{verdict['cpu_system_mean']:.1f} % system: this kernel's accounting does not put its "
+    if verdict.metric == FIELD.cpu_system_pct and verdict.cpu_busy_mean is not None:
+        out.append(f"on these points the CPU was {verdict.cpu_busy_mean:.0f} % busy but only "
+                   f"{verdict.cpu_system_mean:.1f} % system: this kernel's accounting does not put its "
                    "network and crypto work under system time as the seed's did")
     return "; ".join(out)
 
 
-def scale_of(meta: Mapping[str, Any]) -> float:
+def scale_of(meta: Meta) -> float:
     """The factor a run divided the seed's link rates by (1.0: the seed's rates)."""
-    scale = meta.get("scale") or {}
-    return float(scale.get("factor") or 1.0)
+    return meta.scale.divisor if meta.scale else 1.0
 
 
 def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
@@ -486,32 +595,95 @@ def _bound_counts(rows: Sequence[Row]) -> dict[str, int]:
     return counts
 
 
-def evaluate(run_dir: str) -> dict:
-    """Everything :func:`write_report` shows, as JSON-able data."""
+@dataclasses.dataclass(frozen=True)
+class PartSummary:
+    """A part of the run as comparison.json names it: meta.json's entry and how many records it measured."""
+
+    name: str | None
+    title: str | None
+    reference: str | None
+    points: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PartPenalty:
+    """An IPsec point's penalty split into wire and other (:mod:`analysis.penalty`), with its part."""
+
+    penalty: Penalty
+    part: str
+    limited: bool  # the point was CPU-bound
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry of comparison.json's ``penalties``: the penalty's fields, its part and ``limited``."""
+        return self.penalty.to_json() | {"part": self.part, "limited": self.limited}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionSummary:
+    """A request/response point: its mean time per transaction and the ratio to the plain baseline's."""
+
+    point: Mapping[str, Any]  # Row.where_values
+    mean_ms: float
+    ci95: float | None
+    ratio: float | None  # over the plain baseline's (None for the baseline itself)
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+    """A reproduction run judged against its seed: everything the report shows (:func:`evaluate`);
+    :meth:`to_json` is ``comparison.json``."""
+
+    seed: str | None
+    title: str | None  # the seed's, from its reference file
+    seed_setup: str | None  # ... and its set-up
+    run: Meta  # what comparison.json keeps of meta.json (RUN_FIELDS; the others None)
+    parts: tuple[PartSummary, ...]
+    scale: MetaScale | None  # None: the seed's rates
+    bounds: Mapping[str, int]  # the run's points by what bounded them ("unknown": not classified)
+    values: tuple[ValueComparison, ...]
+    ratios: tuple[TransferRatio, ...]
+    claims: tuple[ClaimVerdict, ...]
+    penalties: tuple[PartPenalty, ...]
+    transactions: tuple[TransactionSummary, ...]
+
+    @property
+    def scale_factor(self) -> float:
+        """What the seed's link rates were divided by (1.0: the seed's rates)."""
+        return self.scale.divisor if self.scale else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """comparison.json's object."""
+        return {"seed": self.seed, "title": self.title, "seed_setup": self.seed_setup, "run": self.run.to_json(),
+                "parts": [dataclasses.asdict(p) for p in self.parts],
+                "scale": self.scale.to_json() if self.scale else None, "bounds": dict(self.bounds),
+                "values": [v.to_json() for v in self.values], "ratios": [r.to_json() for r in self.ratios],
+                "claims": [c.to_json() for c in self.claims], "penalties": [p.to_json() for p in self.penalties],
+                "transactions": [dataclasses.asdict(t) for t in self.transactions]}
+
+
+def evaluate(run_dir: str) -> Evaluation:
+    """Everything :func:`analysis.reproduction_report.write_report` shows."""
     meta, parts = load_run(run_dir)
-    reference = load_reference(meta["seed"])
+    reference = load_reference(str(meta.seed))
     scale = scale_of(meta)
     rows = rows_of(parts, scale)
     claims = []
     for claim in reference.get("claims", []):
         verdict = evaluate_claim(claim, rows, scale)
-        verdict["differs"] = differences(meta, reference, verdict) if verdict["verdict"] == FAILS else ""
-        claims.append(verdict)
-    penalties = [r.penalty.to_json() | {"part": r.part, "limited": r.limited} for r in rows if r.penalty is not None]
-    return {"seed": meta["seed"], "title": reference.get("title"), "seed_setup": reference.get("setup"),
-            "run": {k: meta.get(k) for k in ("backend", "kernel_release", "cpu_model", "host_cpu_model", "cpu_count",
-                                             "started", "finished", "command_line", "versions")},
-            "parts": [{k: p[k] for k in ("name", "title", "reference")} | {"points": len(p["records"])}
-                      for p in parts],
-            "scale": meta.get("scale") or None,
-            "bounds": _bound_counts(rows),
-            "values": compare_values(reference, rows, scale), "ratios": transfer_ratios(reference, rows),
-            "claims": claims, "penalties": penalties,
-            "transactions": [{"point": r.where_values(), "mean_ms": r.value(TRANSACTION_MS)[0],
-                              "ci95": r.value(TRANSACTION_MS)[1],
-                              "ratio": (r.metrics["transaction_ms_ratio"].value
-                                        if r.metrics.get("transaction_ms_ratio") else None)}
-                             for r in rows if r.value(TRANSACTION_MS) is not None]}
+        claims.append(dataclasses.replace(
+            verdict, differs=differences(meta, reference, verdict) if verdict.verdict == FAILS else ""))
+    return Evaluation(
+        seed=meta.seed, title=reference.get("title"), seed_setup=reference.get("setup"), run=meta.keep(RUN_FIELDS),
+        parts=tuple(PartSummary(p.part.name, p.part.title, p.part.reference, len(p.records)) for p in parts),
+        scale=meta.scale or None, bounds=_bound_counts(rows),
+        values=tuple(compare_values(reference, rows, scale)), ratios=tuple(transfer_ratios(reference, rows)),
+        claims=tuple(claims),
+        penalties=tuple(PartPenalty(r.penalty, r.part, r.limited) for r in rows if r.penalty is not None),
+        transactions=tuple(
+            TransactionSummary(r.where_values(), r.value(TRANSACTION_MS)[0], r.value(TRANSACTION_MS)[1],
+                               r.metrics["transaction_ms_ratio"].value if r.metrics.get("transaction_ms_ratio")
+                               else None)
+            for r in rows if r.value(TRANSACTION_MS) is not None))
 
 
 # -- output -----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """A reproduction's evaluation written out: the terminal summary, Markdown for a CI summary, the HTML page.
 
-Everything here renders what :func:`analysis.reproduction.evaluate` returns; nothing is evaluated here.
+Everything here renders the :class:`~analysis.reproduction.Evaluation` that :func:`analysis.reproduction.evaluate`
+returns; nothing is evaluated here.
 """
 from __future__ import annotations
 
@@ -13,7 +14,17 @@ from typing import Any
 
 from analysis.figures import fig_normalized, fig_throughput, profile_colors
 from analysis.page import CSS, figure_div
-from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, evaluate, load_run, run_kernel
+from analysis.reproduction import (
+    FAILS,
+    HOLDS,
+    NOT_TESTABLE,
+    UNMEASURED,
+    ClaimVerdict,
+    Evaluation,
+    evaluate,
+    load_run,
+    run_kernel,
+)
 from analysis.stats import aggregate, normalize
 from testbed.record import FIELD, Bound, Group
 from testbed.rundir import atomic_write
@@ -32,20 +43,20 @@ def _pm(mean: float | None, ci: float | None) -> str:
     return "–" if mean is None else _num(mean) + (f" ± {_num(ci, 2)}" if ci is not None else "")
 
 
-def value_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def value_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
     headers = ["published value (source)", "seed", "seed (converted)", "this run", "this run / seed", ""]
     rows = []
-    for v in data["values"]:
-        unit = {FIELD.goodput_mbps: "Mbit/s", FIELD.loss_pct: "% lost", FIELD.cpu_system_pct: "% sys CPU"}[v["metric"]]
-        rows.append([v["source"], f"{v['quote']}", f"{_num(v['seed_value'])} {unit}",
-                     _pm(v["ours"], v["ci95"]) if v["ours"] is not None else v["note"],
-                     _num(v["ours_over_seed"]),
-                     "; ".join(x for x in (_bound_word(v.get("bound"), v["limited"]),
-                                           v["note"] if v["ours"] is not None else "") if x)])
+    for v in data.values:
+        unit = {FIELD.goodput_mbps: "Mbit/s", FIELD.loss_pct: "% lost", FIELD.cpu_system_pct: "% sys CPU"}[v.metric]
+        rows.append([v.source, f"{v.quote}", f"{_num(v.seed_value)} {unit}",
+                     _pm(v.ours, v.ci95) if v.ours is not None else v.note,
+                     _num(v.ours_over_seed),
+                     "; ".join(x for x in (_bound_word(v.bound, v.limited),
+                                           v.note if v.ours is not None else "") if x)])
     return headers, rows
 
 
-def _bound_word(bound: str | None, limited: bool | None = None) -> str:
+def _bound_word(bound: Bound | None, limited: bool | None = None) -> str:
     """How a point's class reads in a reproduction table: only what is not the link is worth a word."""
     if bound is None:
         return "CPU-bound" if limited else ""
@@ -61,13 +72,12 @@ def bounds_text(bounds: Mapping[str, int]) -> str:
         order.index(b) if b in order else len(order), b)))
 
 
-def scale_text(data: Mapping[str, Any]) -> str:
+def scale_text(data: Evaluation) -> str:
     """What a scaled run can and cannot show, or "" for a run at the seed's rates."""
-    scale = data.get("scale") or {}
-    if not scale or float(scale.get("factor") or 1.0) == 1.0:
+    if data.scale_factor == 1.0:
         return ""
-    f = float(scale["factor"])
-    how = scale.get("how") or ""
+    f = data.scale_factor
+    how = data.scale.how if data.scale and data.scale.how else ""
     return (f"Link rates scaled: every rate is the seed's divided by {f:g} ({how}), so that this machine's "
             "CPU stays out of the way. What carries over: the bytes IPsec adds (goodput as a share of the link, "
             "IPsec/plain ratios on link-bound points) and protocol behaviour. What does not: the seed's CPU "
@@ -75,45 +85,49 @@ def scale_text(data: Mapping[str, Any]) -> str:
             "Rates below are the seed's; the emulated ones are 1/" + f"{f:g} of them.")
 
 
-def ratio_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def ratio_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
     headers = ["ratio", "at", "seed", "this run", ""]
-    rows = [[r["ratio"], ", ".join(f"{k}={v}" for k, v in r["where"].items()), _num(r["seed"]),
-             _pm(r["ours"], r["ci95"]), "CPU-bound" if r["limited"] else ""] for r in data["ratios"]]
+    rows = [[r.ratio, ", ".join(f"{k}={v}" for k, v in r.where.items()), _num(r.seed),
+             _pm(r.ours, r.ci95), "CPU-bound" if r.limited else ""] for r in data.ratios]
     return headers, rows
 
 
-def range_text(claim: Mapping[str, Any]) -> str:
+def range_text(claim: ClaimVerdict) -> str:
     """The range a claim's values must fall in: "0.850 .. 0.950", "\u2265 1.00", "\u2264 0.999"."""
-    if claim["high"] is None:
-        return f"\u2265 {_num(claim['low'])}"
-    if claim["low"] is None:
-        return f"\u2264 {_num(claim['high'])}"
-    return f"{_num(claim['low'])} .. {_num(claim['high'])}"
+    if claim.high is None:
+        return f"\u2265 {_num(claim.low)}"
+    if claim.low is None:
+        return f"\u2264 {_num(claim.high)}"
+    return f"{_num(claim.low)} .. {_num(claim.high)}"
 
 
-def claim_rows(data: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _span(c: ClaimVerdict) -> str:
+    """A claim's values judged: "0.963", "0.91 .. 0.95"."""
+    return _num(c.min) if c.min == c.max else f"{_num(c.min)} .. {_num(c.max)}"
+
+
+def claim_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
     headers = ["claim (seed's words)", "checked as", "range", "measured here", "points here by bound", "verdict"]
     rows = []
-    for c in data["claims"]:
-        measured = "–" if c["min"] is None else (_num(c["min"]) if c["min"] == c["max"]
-                                                 else f"{_num(c['min'])} .. {_num(c['max'])}")
-        n = len(c["measured"])
-        if c.get("left_out"):
-            measured += f" ({n - c['left_out']} of {n} values judged)"
+    for c in data.claims:
+        measured = "–" if c.min is None else _span(c)
+        n = len(c.measured)
+        if c.left_out:
+            measured += f" ({n - c.left_out} of {n} values judged)"
         elif n > 1:
             measured += f" ({n} values)"
         rng = range_text(c)
-        if c.get("not_testable"):
-            measured += (" (in the range)" if c.get("in_range") else " (outside the range)")
-        seed_bound = f"; the seed's: {c['seed_bound']}" if c.get("seed_bound") else ""
-        rows.append([f"\u201c{c['quote']}\u201d ({c['source']})", c["statement"], rng, measured,
-                     (bounds_text(c.get("bounds") or {}) or "–") + seed_bound, c["verdict"]])
+        if c.not_testable:
+            measured += (" (in the range)" if c.in_range else " (outside the range)")
+        seed_bound = f"; the seed's: {c.seed_bound}" if c.seed_bound else ""
+        rows.append([f"\u201c{c.quote}\u201d ({c.source})", c.statement, rng, measured,
+                     (bounds_text(c.bounds or {}) or "–") + seed_bound, c.verdict])
     return headers, rows
 
 
-def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
+def verdict_counts(claims: Sequence[ClaimVerdict]) -> str:
     """'3 of 5 claims hold, 1 does not, 1 not testable here, 1 not measured' (pure)."""
-    n = {v: sum(1 for c in claims if c["verdict"] == v) for v in (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)}
+    n = {v: sum(1 for c in claims if c.verdict == v) for v in (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)}
     text = f"{n[HOLDS]} of {len(claims)} claim{'s' if len(claims) != 1 else ''} hold{'s' if len(claims) == 1 else ''}"
     if n[FAILS]:
         text += f", {n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not"
@@ -124,7 +138,7 @@ def verdict_counts(claims: Sequence[Mapping[str, Any]]) -> str:
     return text
 
 
-def markdown(data: Mapping[str, Any]) -> str:
+def markdown(data: Evaluation) -> str:
     """The claims, the published numbers and the ratios as Markdown tables (for a README or a CI summary)."""
     def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
         def cell(c: Any) -> str:
@@ -133,14 +147,14 @@ def markdown(data: Mapping[str, Any]) -> str:
         return ["| " + " | ".join(map(cell, headers)) + " |", "|" + "---|" * len(headers),
                 *("| " + " | ".join(map(cell, r)) + " |" for r in rows), ""]
 
-    run = data["run"]
-    where = f"{run_kernel(run)} on {run.get('host_cpu_model') or run.get('cpu_model')}"
-    out = [f"Seed {data['seed']}, measured with {where}: {verdict_counts(data['claims'])}.", ""]
+    run = data.run
+    where = f"{run_kernel(run)} on {run.host_cpu_model or run.cpu_model}"
+    out = [f"Seed {data.seed}, measured with {where}: {verdict_counts(data.claims)}.", ""]
     if scale_text(data):
         out += [f"> {scale_text(data)}", ""]
     out += table(*claim_rows(data))
-    notes = [f"- **{c['id']}** not testable here: {c['not_testable']}" if c.get("not_testable") else
-             f"- **{c['id']}** {c['note']}" for c in data["claims"] if c.get("not_testable") or c.get("note")]
+    notes = [f"- **{c.id}** not testable here: {c.not_testable}" if c.not_testable else
+             f"- **{c.id}** {c.note}" for c in data.claims if c.not_testable or c.note]
     if notes:
         out += [*notes, ""]
     headers, rows = value_rows(data)
@@ -153,7 +167,7 @@ def markdown(data: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
-def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
+def print_summary(run_dir: str, data: Evaluation | None = None) -> None:
     """The claims, values and ratios tables on the terminal."""
     from rich import box
     from rich.console import Console
@@ -167,7 +181,7 @@ def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
                                    ("Ratios that transfer", ratio_rows(data))):
         if not rows:
             continue
-        table = Table(title=f"Seed {data['seed']}: {title}", box=box.SIMPLE_HEAD, title_justify="left")
+        table = Table(title=f"Seed {data.seed}: {title}", box=box.SIMPLE_HEAD, title_justify="left")
         for h in headers:
             table.add_column(h, overflow="fold")
         for row in rows:
@@ -175,12 +189,12 @@ def print_summary(run_dir: str, data: Mapping[str, Any] | None = None) -> None:
             table.add_row(*row, style=style)
         console.print(table)
         if title == "Claims":
-            for c in data["claims"]:
-                if c.get("not_testable"):
-                    console.print(f"  [yellow]{c['id']}[/yellow] not testable here: {c['not_testable']}",
+            for c in data.claims:
+                if c.not_testable:
+                    console.print(f"  [yellow]{c.id}[/yellow] not testable here: {c.not_testable}",
                                   highlight=False)
-                elif c.get("note"):
-                    console.print(f"  {c['id']}: {c['note']}", highlight=False)
+                elif c.note:
+                    console.print(f"  {c.id}: {c.note}", highlight=False)
 
 
 def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -195,54 +209,54 @@ def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[s
     return "\n".join(out)
 
 
-def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
-                compare: Sequence[tuple[str, Mapping]] = ()) -> str:
+def render_html(run_dir: str, data: Evaluation | None = None,
+                compare: Sequence[tuple[str, Evaluation]] = ()) -> str:
     """The reproduction's page: set-ups, claims, published numbers, ratios, penalties, figures per part."""
 
     esc = html.escape
     data = data or evaluate(run_dir)
-    run = data["run"]
+    run = data.run
     where = run_kernel(run)
-    head = [f"<h1>Seed {esc(data['seed'])} reproduction</h1>",
-            f'<p class="subtitle">{esc(data.get("title") or "")}</p>',
+    head = [f"<h1>Seed {esc(data.seed)} reproduction</h1>",
+            f'<p class="subtitle">{esc(data.title or "")}</p>',
             '<dl class="meta">',
-            f"<dt>the seed</dt><dd>{esc(data.get('seed_setup') or '')}</dd>",
-            f"<dt>this run</dt><dd>{esc(where)} on {esc(str(run.get('host_cpu_model') or run.get('cpu_model')))} "
-            f"({esc(str(run.get('cpu_count')))} CPU{'s' if run.get('cpu_count') != 1 else ''} for the run); "
-            f"{esc(str(run.get('started')))} .. {esc(str(run.get('finished')))}</dd>",
-            f"<dt>command</dt><dd><code>{esc(' '.join(run.get('command_line') or []))}</code></dd>",
-            "<dt>parts</dt><dd>" + "; ".join(f"{esc(p['name'])} ({p['points']} records): {esc(p['title'])}"
-                                              for p in data["parts"]) + "</dd>",
+            f"<dt>the seed</dt><dd>{esc(data.seed_setup or '')}</dd>",
+            f"<dt>this run</dt><dd>{esc(where)} on {esc(str(run.host_cpu_model or run.cpu_model))} "
+            f"({esc(str(run.cpu_count))} CPU{'s' if run.cpu_count != 1 else ''} for the run); "
+            f"{esc(str(run.started))} .. {esc(str(run.finished))}</dd>",
+            f"<dt>command</dt><dd><code>{esc(' '.join(run.command_line or []))}</code></dd>",
+            "<dt>parts</dt><dd>" + "; ".join(f"{esc(p.name)} ({p.points} records): {esc(p.title)}"
+                                              for p in data.parts) + "</dd>",
             "</dl>"]
     body = []
-    body.append(f"<h2>Claims</h2><p>{esc(verdict_counts(data['claims']))}. "
+    body.append(f"<h2>Claims</h2><p>{esc(verdict_counts(data.claims))}. "
                 "Each verdict compares values measured in this run directory with the "
                 "range written next to the claim in the reference file; the range is how the seed's words were "
                 "read.</p>")
     if scale_text(data):
         body.insert(0, f'<p class="howto"><b>{esc(scale_text(data))}</b></p>')
     body.append(_html_table("claims", *claim_rows(data)))
-    untestable = [c for c in data["claims"] if c.get("not_testable")]
+    untestable = [c for c in data.claims if c.not_testable]
     if untestable:
         body.append("<h3>Why a claim is not testable here</h3><p>What bounded the points a claim rests on here "
                     "differs from what bounded the seed's: the comparison would measure this machine, not the "
                     "claim.</p><ul>")
-        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['not_testable'])}</li>" for c in untestable]
+        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.not_testable)}</li>" for c in untestable]
         body.append("</ul>")
-    partly = [c for c in data["claims"] if c.get("note") and not c.get("not_testable")]
+    partly = [c for c in data.claims if c.note and not c.not_testable]
     if partly:
         body.append("<h3>Claims judged on part of their values</h3><p>Values whose points were bounded here "
                     "otherwise than the seed's are shown in the table but left out of the verdict.</p><ul>")
-        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['note'])}</li>" for c in partly]
+        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.note)}</li>" for c in partly]
         body.append("</ul>")
     if len(compare) > 1:
         body.append("<h3>The same claims in the runs compared</h3>")
         body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
-    failing = [c for c in data["claims"] if c["differs"]]
+    failing = [c for c in data.claims if c.differs]
     if failing:
         body.append("<h3>What differs, where a claim does not hold</h3><p>As far as this run's data shows; "
                     "the seed's set-up is at the top of the page.</p><ul>")
-        body += [f"<li><b>{esc(c['id'])}</b>: {esc(c['differs'])}</li>" for c in failing]
+        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.differs)}</li>" for c in failing]
         body.append("</ul>")
     headers, rows = value_rows(data)
     if rows:
@@ -254,12 +268,12 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
     if rows:
         body.append("<h2>Ratios that transfer across hardware</h2>")
         body.append(_html_table("ratios", headers, rows))
-    if data["transactions"]:
+    if data.transactions:
         body.append("<h2>Request/response transactions</h2>")
         body.append(_html_table("transactions", ["profile", "mean per transaction", "IPsec/plain"],
-                                [[t["point"][FIELD.profile], _pm(t["mean_ms"], t["ci95"]) + " ms", _num(t["ratio"])]
-                                 for t in data["transactions"]]))
-    if data["penalties"]:
+                                [[t.point[FIELD.profile], _pm(t.mean_ms, t.ci95) + " ms", _num(t.ratio)]
+                                 for t in data.transactions]))
+    if data.penalties:
         body.append("<h2>Where the IPsec penalty comes from</h2><p>Penalty = 1 &minus; IPsec/plain goodput. "
                     "Wire: what the bytes IPsec adds explain on a saturated link (the overhead model); other: "
                     "the rest (encryption and packet processing time, an emulator out of CPU). "
@@ -267,10 +281,10 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
                     "expected goodput, i.e. whether the link was the bottleneck.</p>")
         body.append(_html_table("penalties", ["part", "point", "IPsec/plain", "penalty", "wire", "other",
                                               "plain link-bound", ""],
-                                [[p["part"], _point_text(Group(**p["point"])), _num(p["ratio"]), _pct(p["penalty"]),
-                                  _pct(p["wire"]), _pct(p["other"]),
-                                  {True: "yes", False: "no", None: "–"}[p["plain_link_bound"]],
-                                  "CPU-bound" if p["limited"] else ""] for p in data["penalties"]]))
+                                [[p.part, _point_text(p.penalty.point), _num(p.penalty.ratio), _pct(p.penalty.penalty),
+                                  _pct(p.penalty.wire), _pct(p.penalty.other),
+                                  {True: "yes", False: "no", None: "–"}[p.penalty.plain_link_bound],
+                                  "CPU-bound" if p.limited else ""] for p in data.penalties]))
     figures = _part_figures(run_dir)
     if figures:
         body.append("<h2>Figures</h2>")
@@ -284,7 +298,7 @@ def render_html(run_dir: str, data: Mapping[str, Any] | None = None,
                                "tr.fails td:last-child{color:#b30000;font-weight:600}"
                                "tr.untestable td:last-child{color:#8a6d00;font-weight:600}")
     return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-                      f"<title>Seed {esc(data['seed'])} reproduction</title>",
+                      f"<title>Seed {esc(data.seed)} reproduction</title>",
                       '<meta name="viewport" content="width=device-width, initial-scale=1">',
                       f"<style>{css}</style>", "</head><body><main>", *head, *body,
                       "<footer>Generated by the IPsec Testbed <code>analysis</code> package from the run directory "
@@ -308,78 +322,75 @@ def _part_figures(run_dir: str) -> list:
 
     _, parts = load_run(run_dir)
     figures = []
-    for part in parts:
-        spec = part["spec"]
-        if part.get("transactions") or not part["records"]:
+    for measured in parts:
+        part, spec = measured.part, measured.part.spec or {}
+        if part.transactions or not measured.records:
             continue
         if len(spec.get("sizes", ())) < 2 and len(spec.get("rates_mbit", ())) < 2:
             continue
-        aggs = aggregate(part["records"])
+        aggs = aggregate(measured.records)
         colors = profile_colors([a.profile for a in aggs])
-        figures.append((f"{part['name']}-goodput", fig_throughput(aggs, colors)))
+        figures.append((f"{part.name}-goodput", fig_throughput(aggs, colors)))
         ratios = normalize(aggs)
         if ratios:
-            figures.append((f"{part['name']}-normalized", fig_normalized(ratios, colors)))
+            figures.append((f"{part.name}-normalized", fig_normalized(ratios, colors)))
     return figures
 
 
-def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[str, Mapping]] = (),
-                 data: Mapping[str, Any] | None = None) -> str:
+def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[str, Evaluation]] = (),
+                 data: Evaluation | None = None) -> str:
     """Write ``comparison.json`` and ``report.html`` (or ``out``) into ``run_dir``; returns the report's path.
 
     ``compare``: (run directory, :func:`evaluate` data) of several runs of the same seed, this
     one first, whose claims the page sets side by side; ``data``: this run's :func:`evaluate`, if made already.
     """
     data = data or evaluate(run_dir)
-    atomic_write(os.path.join(run_dir, "comparison.json"), json.dumps(data, indent=2, sort_keys=True, default=str))
+    atomic_write(os.path.join(run_dir, "comparison.json"),
+                 json.dumps(data.to_json(), indent=2, sort_keys=True, default=str))
     path = out or os.path.join(run_dir, "report.html")
     atomic_write(path, render_html(run_dir, data, compare))
     return path
 
 
-def claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def claims_compared(run_dirs: Sequence[str], datas: Sequence[Evaluation]) -> tuple[list[str], list[list[str]]]:
     """One row per claim of the first run: its verdict and measured range in every run."""
     headers = ["the seed says", "read as", "the seed's points"] + [
         run_title(d, x) for d, x in zip(run_dirs, datas, strict=True)]
     rows = []
-    for claim in datas[0]["claims"]:
-        row = [f"\u201c{claim['quote']}\u201d ({claim['id']})", range_text(claim), claim.get("seed_bound") or "–"]
+    for claim in datas[0].claims:
+        row = [f"\u201c{claim.quote}\u201d ({claim.id})", range_text(claim), claim.seed_bound or "–"]
         for data in datas:
-            c = next((c for c in data["claims"] if c["id"] == claim["id"]), None)
-            if c is None or c["min"] is None:
+            c = next((c for c in data.claims if c.id == claim.id), None)
+            if c is None or c.min is None:
                 row.append(UNMEASURED)
             else:
-                span = _num(c["min"]) if c["min"] == c["max"] else f"{_num(c['min'])} .. {_num(c['max'])}"
-                bounds = bounds_text(c.get("bounds") or {})
-                judged = (f"; judged on {len(c['measured']) - c['left_out']} of {len(c['measured'])}"
-                          if c.get("left_out") else "")
-                row.append(f"**{c['verdict']}**: {span}" + (f" ({bounds}{judged})" if bounds else ""))
+                bounds = bounds_text(c.bounds or {})
+                judged = f"; judged on {len(c.measured) - c.left_out} of {len(c.measured)}" if c.left_out else ""
+                row.append(f"**{c.verdict}**: {_span(c)}" + (f" ({bounds}{judged})" if bounds else ""))
         rows.append(row)
     return headers, rows
 
 
-def run_title(run_dir: str, data: Mapping[str, Any]) -> str:
+def run_title(run_dir: str, data: Evaluation) -> str:
     """A run's column title: its directory, kernel, and its rates when they were scaled."""
-    scale = data.get("scale") or {}
-    factor = float(scale.get("factor") or 1.0)
+    factor = data.scale_factor
     rates = f"rates ÷ {factor:g}" if factor != 1.0 else "the seed's rates"
-    run_meta = data["run"]  # meta.json's, as evaluate keeps it
-    return (f"{os.path.basename(os.path.normpath(run_dir))}: {rates} ({run_meta.get('backend')} "
-            f"{run_meta.get('kernel_release')})")
+    return (f"{os.path.basename(os.path.normpath(run_dir))}: {rates} ({data.run.backend} "
+            f"{data.run.kernel_release})")
 
 
-def markdown_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> str:
+def markdown_compared(run_dirs: Sequence[str], datas: Sequence[Evaluation]) -> str:
     """The claims of several runs of one seed side by side, as Markdown (pure)."""
     headers, rows = claims_compared(run_dirs, datas)
-    out = [f"Seed {datas[0]['seed']}: " + "; ".join(
-        f"{run_title(d, x)}: {verdict_counts(x['claims'])}" for d, x in zip(run_dirs, datas, strict=True)) + ".", ""]
+    out = [f"Seed {datas[0].seed}: " + "; ".join(
+        f"{run_title(d, x)}: {verdict_counts(x.claims)}" for d, x in zip(run_dirs, datas, strict=True)) + ".", ""]
     out.append("| " + " | ".join(headers) + " |")
     out.append("|" + "---|" * len(headers))
     out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(out) + "\n"
 
 
-def print_claims_compared(run_dirs: Sequence[str], datas: Sequence[Mapping[str, Any]]) -> None:
+def print_claims_compared(run_dirs: Sequence[str], datas: Sequence[Evaluation]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table

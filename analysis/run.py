@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
-from testbed.record import Record, as_records
+from testbed.record import Meta, Record, as_meta, as_records
 from testbed.rundir import load_meta, load_results
 
 
@@ -16,16 +16,17 @@ class RunData:
     """One run directory's results, aggregated, with the label it carries in comparisons."""
 
     label: str
-    meta: Mapping[str, Any]
+    meta: Meta
     records: list[Record]
     aggregates: list[Aggregate]
     ratios: list[Ratio]
     run_dir: str | None = None
 
     @classmethod
-    def from_records(cls, records: Sequence[Record | Mapping[str, Any]], meta: Mapping[str, Any] | None = None,
-                     *, label: str | None = None, run_dir: str | None = None) -> RunData:
-        meta = dict(meta or {})
+    def from_records(cls, records: Sequence[Record | Mapping[str, Any]],
+                     meta: Meta | Mapping[str, Any] | None = None, *, label: str | None = None,
+                     run_dir: str | None = None) -> RunData:
+        meta = as_meta(meta)
         records = as_records(records)
         aggs = aggregate(records)
         return cls(label=label or run_label(meta, records), meta=meta, records=records,
@@ -36,9 +37,9 @@ class RunData:
         return cls.from_records(load_results(run_dir), load_meta(run_dir), label=label, run_dir=str(run_dir))
 
 
-def run_label(meta: Mapping[str, Any], records: Sequence[Record] = ()) -> str:
+def run_label(meta: Meta, records: Sequence[Record] = ()) -> str:
     """"uml · kernel 6.1.176" from the metadata, or from the records when the metadata lacks it."""
     first = records[0] if records else Record()
-    backend = meta.get("backend") or first.backend or "unknown backend"
-    release = meta.get("kernel_release") or first.kernel_release or "unknown"
+    backend = meta.backend or first.backend or "unknown backend"
+    release = meta.kernel_release or first.kernel_release or "unknown"
     return f"{backend} · kernel {release}"

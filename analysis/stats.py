@@ -27,18 +27,17 @@ from testbed.record import (
     CPU_FIELDS,
     FIELD,
     MATCH_FIELDS,
+    PLAIN_PROFILE,
     POINT_FIELDS,
     Bound,
     Group,
     Record,
+    Tunnel,
     as_records,
     usable,
 )
 
 log = logging.getLogger(__name__)
-
-#: The ``profile`` of the plain baseline (no IPsec) in result records.
-PLAIN_PROFILE = "none"
 
 #: Repetitions beyond each point's first that a group of points (a profile at a rate) needs
 #: for an elasticity of its own; with fewer it takes the run's.
@@ -180,18 +179,18 @@ class Aggregate(_PointFields):
     loss_pct: Summary | None
     n_emulation_limited: int = 0
     n_failed: int = 0
-    bounds: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    bounds: Mapping[Bound, int] = dataclasses.field(default_factory=dict)
 
     @property
     def is_plain(self) -> bool:
-        return self.profile == PLAIN_PROFILE
+        return Tunnel.of(self.profile) is None
 
     @property
-    def bound(self) -> str | None:
+    def bound(self) -> Bound | None:
         """What bounded most of the point's repetitions (anomalies aside); ties go to the more
         cautious class (cpu, other, link). Runs from before the monitor carry only the CPU flag:
         ``cpu`` when a repetition was flagged, else None (not known)."""
-        counted = {bound: n for b, n in self.bounds.items() if (bound := Bound.parse(b)) and bound.counted}
+        counted = {b: n for b, n in self.bounds.items() if b.counted}
         if not counted:
             return Bound.CPU if self.n_emulation_limited else None
         return max(counted, key=lambda b: (counted[b], -CAUTION_ORDER.index(b)))
@@ -273,7 +272,7 @@ def aggregate(records: Iterable[Record | Mapping[str, Any]], keys: Sequence[str]
     out = []
     for point, group in groups.items():
         with_goodput = [r for r in group if _number(r.goodput_mbps) is not None]
-        bounds: dict[str, int] = {}
+        bounds: dict[Bound, int] = {}
         for r in with_goodput:
             if r.bound:
                 bounds[r.bound] = bounds.get(r.bound, 0) + 1
@@ -292,8 +291,8 @@ def aggregate(records: Iterable[Record | Mapping[str, Any]], keys: Sequence[str]
             theoretical_goodput_mbps=theoretical.mean if theoretical else None,
             retransmits=_summary_of(measured, FIELD.retransmits),
             loss_pct=_summary_of(measured, FIELD.loss_pct),
-            n_emulation_limited=sum(1 for r in measured if Bound.of(r) is Bound.CPU
-                                    or (Bound.of(r) is None and r.emulation_limited is True)),
+            n_emulation_limited=sum(1 for r in measured if r.bound is Bound.CPU
+                                    or (r.bound is None and r.emulation_limited is True)),
             n_failed=len(group) - len(with_goodput),
             bounds=bounds,
         ))
@@ -377,7 +376,7 @@ class Ratio(_PointFields):
     cpu_s_per_gb: RatioEstimate | None
 
     @property
-    def bound(self) -> str | None:
+    def bound(self) -> Bound | None:
         """The more cautious class of the two sides: a ratio is no more a property of the link
         than its less link-bound side (cpu, then other, then link)."""
         sides = [b for b in (self.ipsec.bound, self.plain.bound) if b is not None]
@@ -455,7 +454,7 @@ def _speed_timed(records: Sequence[Record]) -> dict[Group, list[Record]]:
     points: dict[Group, list[Record]] = {}
     for r in records:
         if ((_number(r.speed_probe_ns) or 0) > 0 and (_number(r.cpu_s_per_gb) or 0) > 0
-                and Bound.of(r) is not Bound.ANOMALY):
+                and r.bound is not Bound.ANOMALY):
             points.setdefault(Group.of(r), []).append(r)
     return {key: group for key, group in points.items()
             if not saturated({f: s.mean for f, _ in SATURATION_LIMITS if (s := _summary_of(group, f))})}

@@ -27,7 +27,7 @@ from analysis.format import (
 )
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio
-from testbed.record import CAUTION_ORDER, Bound
+from testbed.record import CAUTION_ORDER
 
 
 def _rich_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -77,7 +77,7 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         sections.append(nxt is not None and group_of(nxt, varying) != group_of(a, varying))
     table = _rich_table(title or "Goodput per point (mean of repetitions, 95 % confidence intervals)",
                         headers, rows, left=("scenario", "profile", "bound"), styles=styles, sections=sections)
-    seen = {bound for a in ordered for b in a.bounds if (bound := Bound.parse(b)) and bound.counted}
+    seen = {b for a in ordered for b in a.bounds if b.counted}
     captions = []
     if seen:
         captions.append("bound: " + "; ".join(f"{b.label} = {b.meaning}" for b in CAUTION_ORDER if b in seen))

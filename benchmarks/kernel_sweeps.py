@@ -47,8 +47,9 @@ def compare(dir_a: str, dir_b: str, names: tuple[str, str]) -> int:
     points = [{(a.profile, a.rate_mbit, a.size_bytes): a for a in aggregate(rundir.load_existing(d))}
               for d in (dir_a, dir_b)]
     for name, d in zip(names, (dir_a, dir_b), strict=True):
-        meta = rundir.read_json(os.path.join(d, rundir.META_FILE))
-        kernel = {k: meta.get(k) for k in ("kernel_origin", "kernel_version", "kernel_path")}
+        meta = rundir.read_meta(d)
+        kernel = {"kernel_origin": meta.kernel_origin, "kernel_version": meta.kernel_version,
+                  "kernel_path": meta.kernel_path}
         print(f"{name}: {d} {kernel}")
     print(f"\n{'point':34s} {'class A':>8s} {'class B':>8s} {'anom':>5s}  {'goodput A (Mbit/s)':>22s}  "
           f"{'goodput B (Mbit/s)':>22s}  B/A     agree")

@@ -72,7 +72,7 @@ def describe(run_dir: str, wall: float | None, label: str, goodput_target: float
         fmt = lambda x: "–" if x is None else f"{x:.2f}"  # noqa: E731
         print(f"  {str(a.profile):<13}{a.rate_mbit:>6g}{a.size_bytes:>6}{a.goodput.n:>3}{fmt(g):>14}{fmt(c):>13}"
               f"{fmt(m):>13}  {bound_text(a)}")
-    anomalies = sum(1 for r in records if Bound.of(r) is Bound.ANOMALY)
+    anomalies = sum(1 for r in records if r.bound is Bound.ANOMALY)
     known_g = [w for w in g_widths if w is not None]
     known_c = [w for w in c_widths if w is not None]
     reps = sum(a.goodput.n for a in aggs)

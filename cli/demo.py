@@ -30,6 +30,7 @@ from experiments.engine import iperf
 from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed.backends import current
+from testbed.record import Keying
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
@@ -82,9 +83,9 @@ def ipsec_ends(spec, mode: str) -> list[str]:
     return nodes
 
 
-def keyed_sas(net, mode: str, keying: str) -> list:
+def keyed_sas(net, mode: str, keying: Keying | str) -> list:
     """The network's SAs with their keys: as installed, or as the kernel holds what IKE negotiated."""
-    if keying == "static":
+    if not Keying.named(keying).negotiated:
         return [sa for plan in net.ipsec_plans for sa in plan.sas]
     held = {}
     for node in ipsec_ends(net.spec, mode):
@@ -150,7 +151,7 @@ class DemoCLI(CLI):
     prompt = "mininet> "
 
     def __init__(self, net, profile: str, mode: str, guide: str, pcap_dir: str | None = None,
-                 keying: str = "static", **kw) -> None:
+                 keying: Keying | str = Keying.STATIC, **kw) -> None:
         self.net = net
         self.profile, self.mode, self.keying = profile, mode, keying
         self.guide = guide
@@ -257,7 +258,7 @@ class DemoCLI(CLI):
 
 
 def run_demo(topology: str, profile: str, mode: str, rate_mbit: float, clients: int,
-             pcap_dir: str | None = None, stdin=None, keying: str = "static") -> int:
+             pcap_dir: str | None = None, stdin=None, keying: Keying | str = Keying.STATIC) -> int:
     """Build the network, protect it, open the CLI; everything is removed when it ends."""
     from topologies.network import Network
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import sys
 from collections import Counter
@@ -22,7 +21,7 @@ from pathlib import Path
 
 from analysis.run import RunData
 from cli.options import Parser
-from testbed.rundir import ResultsError, atomic_write
+from testbed.rundir import ResultsError, atomic_write, read_meta
 
 log = logging.getLogger("ipsec-testbed.report")
 
@@ -130,12 +129,7 @@ def _is_reproduction(run_dir: str) -> bool:
     """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts).
 
     Quietly False otherwise."""
-    try:
-        with open(Path(run_dir) / "meta.json", encoding="utf-8") as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return False  # the sweep path says what is wrong with the directory
-    return isinstance(meta, dict) and bool(meta.get("seed") and meta.get("parts"))
+    return read_meta(run_dir).is_reproduction  # else the sweep path says what is wrong with the directory
 
 
 def _reproduction_report(run_dirs: Sequence[str], out: Path | None, html: bool, markdown: Path | None) -> int:

@@ -20,7 +20,7 @@ from experiments.engine import iperf
 from experiments.engine.plan import Point, SweepSpec
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed import backends
-from testbed.record import Group
+from testbed.record import PLAIN_PROFILE, Group, Tunnel
 from topologies import build_spec
 from topologies.shaping import MAX_RATE_MBIT, ShapingSpec
 
@@ -86,7 +86,7 @@ def heaviest_points(parts) -> list[Heaviest]:
     spec = part.spec
     size_mode = spec.size_mode if "tcp" in spec.transports else "mss"
     size = min(spec.sizes)  # the most packets (MSS) or system calls (writes) per byte: the heaviest
-    profiles = [profile for profile in spec.profiles if profile != "none"] or ["none"]
+    profiles = [profile for profile in spec.profiles if Tunnel.of(profile) is not None] or [PLAIN_PROFILE]
     return [Heaviest(part.name, Group(topology=spec.topology, profile=profile, mode=spec.mode,
                                       ip_version=spec.ip_versions[0], transport="tcp",
                                       rate_mbit=max(spec.rates_mbit), size_bytes=size, size_mode=size_mode),

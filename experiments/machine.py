@@ -57,10 +57,8 @@ def hand_to_guest() -> None:
 def machine_meta() -> dict:
     """What the results depend on: kernel, backend, CPU, tool versions, and how CPU was accounted."""
     backend = backends.current()
-    meta = {"kernel_release": platform.release(), **backend.metadata(), "cpu_model": cpu_model(),
-            "cpu_count": os.cpu_count(), "python": platform.python_version()}
     handed = handoff.current()
-    if handed.host_cpu_model:
-        meta["host_cpu_model"] = handed.host_cpu_model
-    meta["versions"] = dict(handed.versions) or tool_versions()
-    return meta
+    return {"kernel_release": platform.release(), **backend.metadata(), "cpu_model": cpu_model(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            **({"host_cpu_model": handed.host_cpu_model} if handed.host_cpu_model else {}),
+            "versions": dict(handed.versions) or tool_versions()}

@@ -147,8 +147,8 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
             bar.update(task, completed=done, description=f"{label}: {record.mean_ms:.2f} ms")
         else:
             bound, goodput = record.bound, record.goodput_mbps
-            flag = (f" [{bound}-bound]" if Bound.parse(bound) in (Bound.CPU, Bound.OTHER)
-                    else " [ANOMALY, left out of the means]" if Bound.parse(bound) is Bound.ANOMALY else "")
+            flag = (f" [{bound}-bound]" if bound in (Bound.CPU, Bound.OTHER)
+                    else " [ANOMALY, left out of the means]" if bound is Bound.ANOMALY else "")
             if goodput is None:
                 value = "no goodput"
             elif goodput < 0:  # counters that went backwards: no figure to show

@@ -194,14 +194,14 @@ def choose_scale(requested: str | float | None, parts: Sequence[Part], out_dir: 
     """
     recorded = None
     if os.path.exists(os.path.join(out_dir, rundir.META_FILE)):
-        recorded = rundir.load_meta(out_dir).get("scale")
+        recorded = rundir.load_meta(out_dir).scale
     if requested is None:
-        if recorded and float(recorded.get("factor") or 1.0) != 1.0:
-            raise ValueError(f"{out_dir} was measured with its rates divided by {recorded['factor']:g}; "
-                             f"add --scale {recorded['factor']:g} (or auto) to resume it, or use another --out")
+        if recorded and recorded.divisor != 1.0:
+            raise ValueError(f"{out_dir} was measured with its rates divided by {recorded.factor:g}; "
+                             f"add --scale {recorded.factor:g} (or auto) to resume it, or use another --out")
         return 1.0, None
     if recorded:
-        factor = float(recorded.get("factor") or 1.0)
+        factor = recorded.divisor
         if requested != "auto" and float(requested) != factor:
             raise ValueError(f"{out_dir} was measured with its rates divided by {factor:g}, not {requested:g}; "
                              "use that factor to resume it, or another --out")
@@ -252,8 +252,8 @@ def measure_parts(job: Job) -> int:
 
 def missing_line(out_dir: str) -> str | None:
     """One line on the points of each part the last run could not measure (None: it measured them all)."""
-    last = (rundir.load_meta(out_dir).get("runs") or [{}])[-1]
-    missing, failed = last.get("points_missing"), last.get("attempts_failed", 0)
+    last = rundir.load_meta(out_dir).last_run
+    missing, failed = last.points_missing, last.attempts_failed or 0
     if not missing:
         return None
     return (f"INCOMPLETE: {sum(missing.values())} points could not be measured "

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from ipsec.algorithms import get_algorithm
 from ipsec.plan import AssociationSpec
 from ipsec.profiles import Profile
-from testbed import names, waiting
+from testbed import names, record, waiting
 from testbed.errors import Refused
 
 if TYPE_CHECKING:
@@ -51,11 +51,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How an IPsec network gets its SAs: written over netlink (the default, :mod:`ipsec.plan`), or
-#: negotiated by IKEv2 daemons (this module).
-KEYINGS = ("static", "ike", "ike-rsa")
+#: How an IPsec network gets its SAs (:class:`testbed.record.Keying`'s names, ``--keying``'s choices):
+#: written over netlink (the default, :mod:`ipsec.plan`), or negotiated by IKEv2 daemons (this module).
+KEYINGS = tuple(k.value for k in record.Keying)
 #: How the IKE daemons of each keying authenticate each other (strongSwan's ``auth`` setting).
-IKE_AUTH = {"ike": "psk", "ike-rsa": "pubkey"}
+IKE_AUTH = {record.Keying.IKE: "psk", record.Keying.IKE_RSA: "pubkey"}
 #: The RSA keys of ``ike-rsa``, one pair per daemon.
 RSA_BITS = 3072
 #: What ``--keying`` offers, for the commands' help.
@@ -111,19 +111,19 @@ class IkeError(RuntimeError):
     """A daemon did not start, or a tunnel did not come up; the message names the cause in one line."""
 
 
-def is_ike(keying: str) -> bool:
+def is_ike(keying: record.Keying | str) -> bool:
     """Whether ``keying`` (one of :data:`KEYINGS`) is a negotiated one."""
     return keying in IKE_AUTH
 
 
-def describe_keying(keying: str) -> str:
+def describe_keying(keying: record.Keying | str) -> str:
     """``keyed by IKEv2 (RSA signatures)``, ``... (a pre-shared key)``, or ``keyed statically``."""
     if not is_ike(keying):
         return "keyed statically"
     return f"keyed by IKEv2 ({'RSA signatures' if auth_of(keying) == 'pubkey' else 'a pre-shared key'})"
 
 
-def auth_of(keying: str) -> str:
+def auth_of(keying: record.Keying | str) -> str:
     """The daemons' ``auth`` for ``keying`` (``psk`` or ``pubkey``); ValueError for another keying."""
     try:
         return IKE_AUTH[keying]

@@ -8,11 +8,15 @@ This module owns what a record is, so that the rest of the project does not spel
   :func:`point_key` / :func:`record_key`;
 - :class:`Bound`, what bounded a point, as the bottleneck monitor judged it, and which of those
   count in the means;
-- :func:`usable`, the one rule for a record that counts towards its point's figures.
+- :class:`Keying`, how a point's SAs were made, and :class:`Tunnel`, what carried its traffic;
+- :func:`usable`, the one rule for a record that counts towards its point's figures;
+- :class:`Meta`, a run directory's meta.json, and the objects in it (:class:`MetaRun`,
+  :class:`MetaPart`, :class:`MetaScale`, :class:`MetaVersions`): testbed.rundir reads and writes
+  the file through them, and nothing else reads its fields by name.
 
 A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
-``docs/records.md`` is generated from this module (``python -m testbed.recordpage``) and a test
-fails when the two disagree.
+``docs/records.md`` and ``docs/meta.md`` are generated from this module (``python -m
+testbed.recordpage``) and a test fails when they disagree.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import dataclasses
 import enum
 import types
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 
 class Bound(enum.StrEnum):
@@ -50,17 +54,14 @@ class Bound(enum.StrEnum):
         return _MEANINGS[self]
 
     @classmethod
-    def parse(cls, value: Any) -> Bound | None:
-        """The bound a record's text names; None for none, or for a name this version does not know."""
+    def named(cls, value: Any) -> Bound | None:
+        """The bound a record's text names (None for none); ValueError for a name this version does not know."""
+        if isinstance(value, cls) or not value:
+            return value or None
         try:
-            return cls(value) if value else None
+            return cls(value)
         except ValueError:
-            return None
-
-    @classmethod
-    def of(cls, record: Record | Mapping[str, Any]) -> Bound | None:
-        """A record's bound; None where it has none (a failed point, an old run)."""
-        return cls.parse(as_record(record).bound)
+            raise ValueError(f"bound {value!r}: not one of {', '.join(b.value for b in cls)}") from None
 
 
 _MEANINGS = {
@@ -71,10 +72,59 @@ _MEANINGS = {
                    "carry): counted, never averaged",
 }
 
-def bound_label(text: str) -> str:
-    """How a record's bound reads in a table (``CPU`` for cpu); a name this version does not know, as it is."""
-    bound = Bound.parse(text)
-    return bound.label if bound else str(text)
+class Keying(enum.StrEnum):
+    """How an IPsec point's SAs were made (``--keying``; :mod:`ipsec.ike` negotiates the IKE ones).
+
+    A member is its own string (``Keying.IKE_RSA == "ike-rsa"``), so records, specs and command
+    lines stay as they were.
+    """
+
+    STATIC = "static"
+    IKE = "ike"
+    IKE_RSA = "ike-rsa"
+
+    @property
+    def negotiated(self) -> bool:
+        """Whether IKEv2 daemons negotiate the SAs (rather than writing them over netlink)."""
+        return self is not Keying.STATIC
+
+    @property
+    def meaning(self) -> str:
+        """One line: how the SAs are made (docs/records.md)."""
+        return _KEYING_MEANINGS[self]
+
+    @classmethod
+    def named(cls, value: Keying | str) -> Keying:
+        """The keying ``value`` names; ValueError naming the choices for another."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"keying must be one of {', '.join(k.value for k in cls)}, not {value!r}") from None
+
+
+_KEYING_MEANINGS = {
+    Keying.STATIC: "written into the kernel over netlink (ipsec.plan)",
+    Keying.IKE: "negotiated by strongSwan's IKEv2 daemons, authenticated by a pre-shared key made per run",
+    Keying.IKE_RSA: "negotiated by strongSwan's IKEv2 daemons, authenticated by RSA signatures",
+}
+
+#: The profile of the plain baseline: no tunnel (``ipsec.profiles`` names it too).
+PLAIN_PROFILE = "none"
+
+
+class Tunnel(enum.StrEnum):
+    """What carries a point's traffic between its ends, as its profile says (:meth:`of`).
+
+    Records have no field for it: a profile names one kind of tunnel, and the plain baseline
+    (profile ``none``) has none.  Today every other profile is an IPsec one.
+    """
+
+    IPSEC = "ipsec"
+
+    @classmethod
+    def of(cls, profile: str | None) -> Tunnel | None:
+        """The tunnel of a point measured with ``profile``: None for the plain baseline."""
+        return None if profile == PLAIN_PROFILE else cls.IPSEC
 
 
 #: The bounds from the most cautious reading of a point to the least: a point whose repetitions
@@ -109,8 +159,7 @@ def usable(record: Record | Mapping[str, Any]) -> bool:
     """Whether a record counts towards its point's means: measured (not failed, with a goodput),
     and not an anomaly."""
     record = as_record(record)
-    bound = Bound.parse(record.bound)
-    return not record.failed and record.goodput_mbps is not None and (bound is None or bound.counted)
+    return not record.failed and record.goodput_mbps is not None and (record.bound is None or record.bound.counted)
 
 
 def _doc(text: str, default: Any = None) -> Any:
@@ -159,7 +208,7 @@ class Record:
     retransmits: int | None = _doc("TCP retransmissions in the window")
     goodput_uncertainty: float | None = _doc("relative uncertainty of goodput from the counters' timing")
     # -- what bounded it -------------------------------------------------------------------------
-    bound: str | None = _doc("link, cpu, other or anomaly (Bound)")
+    bound: Bound | None = _doc("link, cpu, other or anomaly (Bound)")
     bound_reason: str | None = _doc("the monitor's evidence for bound, in a sentence")
     emulation_limited: bool = _doc("bound is cpu: the figure is the emulator's", False)
     link_utilization: float | None = _doc("share of the shaped rate the shaper sent")
@@ -185,8 +234,8 @@ class Record:
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
     # -- how it was measured ---------------------------------------------------------------------
-    keying: str = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
-                       "authenticated by a pre-shared key or RSA signatures)", "static")
+    keying: Keying = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
+                          "authenticated by a pre-shared key or RSA signatures)", Keying.STATIC)
     ike_sas: list[str] | None = _doc("keyed by IKE: the SAs the daemons negotiated, as the kernel held them "
                                      "during the point (namespace, protocol, SPI, addresses, mode, algorithms; "
                                      "never keys)")
@@ -211,6 +260,19 @@ class Record:
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
                                            "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
                                            "cpu_us_per_packet_measured", "iperf3_reports_lost")
+
+    def __post_init__(self) -> None:
+        # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as
+        # the member it names
+        if not isinstance(self.bound, Bound | None):
+            object.__setattr__(self, "bound", Bound.named(self.bound))
+        if not isinstance(self.keying, Keying):
+            object.__setattr__(self, "keying", Keying.named(self.keying))
+
+    @property
+    def tunnel(self) -> Tunnel | None:
+        """What carried the point's traffic (None: the plain baseline); its profile says it."""
+        return Tunnel.of(self.profile)
 
     def at_speed(self, factor: float) -> Record:
         """This record with its CPU costs (:data:`SPEED_ADJUSTED`) multiplied by ``factor``, each as
@@ -328,3 +390,303 @@ class Group:
     def replace(self, **changes: Any) -> Group:
         return dataclasses.replace(self, **changes)
 
+
+
+# -- meta.json ------------------------------------------------------------------------------------
+#
+# What a run directory's results depend on and each run that wrote into it.  Each object of the file
+# is a frozen dataclass below, read by :meth:`_MetaObject.from_json` and written by
+# :meth:`_MetaObject.to_json` (testbed.rundir reads and writes the file through them, and nothing
+# else reads its fields by name).  A file is written back as it was read: a field the file holds as
+# null stays null, one it does not hold stays absent, and fields this version does not know are kept
+# as they were (``extra``), so that an older or newer file survives a resumed run.
+
+def _meta_field(text: str, kind: Any = None, default: Any = None) -> Any:
+    """A field of a meta.json object: its meaning, and what its JSON value is read into (``kind``:
+    a :class:`_MetaObject`, ``(_MetaObject,)`` for a list of them, ``tuple`` for a list kept as a
+    tuple; None: as it is)."""
+    return dataclasses.field(default=default, metadata={"doc": text, "kind": kind})
+
+
+def _read_value(kind: Any, value: Any, where: str) -> Any:
+    if value is None or kind is None:
+        return value
+    if kind is tuple:
+        return tuple(value) if isinstance(value, list) else value
+    if isinstance(kind, tuple):
+        if not isinstance(value, list):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(kind[0].from_json(v, where) for v in value)
+    return kind.from_json(value, where)
+
+
+def _write_value(value: Any) -> Any:
+    if isinstance(value, _MetaObject):
+        return value.to_json()
+    if isinstance(value, (tuple, list)):
+        return [_write_value(v) for v in value]
+    return value
+
+
+def schema_of(data: Mapping[str, Any]) -> Any:
+    """The layout a results.jsonl line or meta.json names (``testbed.rundir.SCHEMA``): 1 where it names none."""
+    return data.get("schema", 1)
+
+
+def as_json(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` with the meta.json objects among their values (and lists of them) as their JSON."""
+    return {name: _write_value(value) for name, value in fields.items()}
+
+
+class _MetaObject:
+    """What every object of meta.json is: read from its JSON and written back as it was read."""
+
+    #: What the object is, in an error's words.
+    WHAT: ClassVar[str] = "meta.json"
+    #: Fields this version does not know, kept as they were (set by every subclass).
+    extra: Mapping[str, Any]
+    #: The fields the JSON holds (or a writer set), written back even when null.
+    present: frozenset[str]
+
+    @classmethod
+    def known(cls) -> tuple[dataclasses.Field, ...]:
+        """The fields this version knows (``extra`` and ``present`` aside)."""
+        return tuple(f for f in dataclasses.fields(cls) if f.name not in ("extra", "present"))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "") -> Self:
+        """The object a JSON object of meta.json holds; ValueError when it is not one, or a field of
+        it is not what it should be."""
+        where = where or cls.WHAT
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        kinds = {f.name: f.metadata["kind"] for f in cls.known()}
+        values = {k: _read_value(kinds[k], v, f"{where}: {k}") for k, v in data.items() if k in kinds}
+        return cls(**values, extra={k: v for k, v in data.items() if k not in kinds},
+                   present=frozenset(values))
+
+    @classmethod
+    def of(cls, **fields: Any) -> Self:
+        """An object of ``fields``, each written (even a None)."""
+        return cls(**fields, present=frozenset(fields))
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as meta.json holds it: the fields it was read with or given, those set since,
+        and ``extra``."""
+        out = {}
+        for f in self.known():
+            value = getattr(self, f.name)
+            if f.name in self.present or value != f.default:
+                out[f.name] = _write_value(value)
+        return {**out, **self.extra}
+
+    def with_(self, **changes: Any) -> Self:
+        """This object with ``changes`` (each written, even a None)."""
+        return dataclasses.replace(self, **changes, present=self.present | frozenset(changes))
+
+    def without(self, *names: str) -> Self:
+        """This object without the fields ``names`` (not written)."""
+        fields = {f.name: f for f in self.known()}
+        return dataclasses.replace(self, **{n: fields[n].default for n in names},
+                                   present=self.present - frozenset(names))
+
+    def merged(self, data: Mapping[str, Any]) -> Self:
+        """This object with ``data`` (meta.json's names; values as JSON or as these objects) over it."""
+        return self.from_json({**self.to_json(), **as_json(data)})
+
+    def __bool__(self) -> bool:
+        """False when it holds nothing, as the JSON object ``{}`` is."""
+        return bool(self.to_json())
+
+
+def _extra() -> Any:
+    return dataclasses.field(default_factory=dict, repr=False)
+
+
+def _present() -> Any:
+    return dataclasses.field(default=frozenset(), repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaVersions(_MetaObject):
+    """The versions of the tools the results depend on (``experiments.machine.tool_versions``;
+    null: not installed)."""
+
+    iperf3: str | None = _meta_field("iperf3 --version")
+    mininet: str | None = _meta_field("the mininet package")
+    pyroute2: str | None = _meta_field("the pyroute2 package")
+    scapy: str | None = _meta_field("the scapy package")
+    testbed: str | None = _meta_field("the checkout (git describe --always --dirty)")
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json: versions"
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(tool, version) of every tool named, in the order of their names (as meta.json is written)."""
+        return sorted(self.to_json().items())
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaScale(_MetaObject):
+    """How a reproduction's link rates were scaled: the seed's rates divided by ``factor``."""
+
+    factor: float | None = _meta_field("what the seed's link rates were divided by")
+    how: str | None = _meta_field("how the factor was found, in a sentence (given: --scale N, or auto: ...)")
+    headroom: float | None = _meta_field("auto: the share of the calibrated capacity the fastest rate may ask")
+    calibration: tuple[Mapping[str, Any], ...] | None = _meta_field(
+        "auto: each heaviest point's calibration (experiments.calibrate.Calibration)", tuple)
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json: scale"
+
+    @property
+    def divisor(self) -> float:
+        """The factor, 1.0 where there is none."""
+        return float(self.factor or 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaPart(_MetaObject):
+    """One part of a seed's reproduction (``experiments.reproduce.Part``), measured into its own
+    sub-directory."""
+
+    name: str | None = _meta_field("the part, and its sub-directory")
+    title: str | None = _meta_field("what it measures, in the seed's words")
+    spec: Mapping[str, Any] | None = _meta_field("its sweep (experiments.engine.plan.SweepSpec.to_json)")
+    transactions: int | None = _meta_field("request/response transactions per repetition instead of a sweep "
+                                           "(0: a sweep)")
+    reference: str | None = _meta_field("the part of the seed's reference file it answers")
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json: parts"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaRun(_MetaObject):
+    """One run that wrote into the directory (a resumed run adds one)."""
+
+    command_line: tuple[str, ...] | str | None = _meta_field("the command, as typed", tuple)
+    started: str | None = _meta_field("when it started, ISO 8601 UTC")
+    finished: str | None = _meta_field("when it ended, ISO 8601 UTC (absent: it never ended by itself)")
+    interrupted: str | None = _meta_field("the signal that ended it (SIGINT, SIGTERM)")
+    points_measured: int | None = _meta_field("a sweep's points measured by this run")
+    points_failed: int | None = _meta_field("... and those every attempt failed at")
+    points_missing: Mapping[str, int] | None = _meta_field("a reproduction: the points each part could not "
+                                                           "measure")
+    attempts_failed: int | None = _meta_field("a reproduction: attempts that failed, over its parts")
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json: runs"
+
+
+@dataclasses.dataclass(frozen=True)
+class Meta(_MetaObject):
+    """A run directory's meta.json: the machine the results were measured on, what was measured, and
+    each run that wrote into it.  Every field may be absent (None): a run killed early, an older
+    version's file."""
+
+    schema: int | None = _meta_field("the file's layout (testbed.rundir.SCHEMA; absent: 1)")
+    # -- the machine -------------------------------------------------------------------------------
+    backend: str | None = _meta_field("where it ran: host or uml (testbed.backends)")
+    backend_label: str | None = _meta_field("the backend's kernel, for people (User-Mode Linux 6.1.176)")
+    backend_note: str | None = _meta_field("what measuring on this backend means for the figures, in a sentence")
+    kernel_release: str | None = _meta_field("the kernel that measured (uname -r)")
+    kernel_path: str | None = _meta_field("UML: the kernel binary booted")
+    kernel_origin: str | None = _meta_field("UML: where it came from: debian, recipe (the project's) or user "
+                                            "(--uml-kernel)")
+    kernel_version: str | None = _meta_field("UML: its version")
+    kernel_fp_bytes: int | None = _meta_field("UML: the FPU buffer it was built with, bytes")
+    kernel_recipe_key: str | None = _meta_field("UML: the recipe's cache key of a kernel the project built")
+    kernel_reason: str | None = _meta_field("UML: why this kernel was chosen")
+    host_xsave_bytes: int | None = _meta_field("UML: the host CPU's XSAVE area, bytes")
+    cpu_model: str | None = _meta_field("the CPU model the kernel reports (UML in a guest)")
+    cpu_count: int | None = _meta_field("CPUs the kernel has")
+    host_cpu_model: str | None = _meta_field("UML: the host's CPU model")
+    python: str | None = _meta_field("the Python version")
+    versions: MetaVersions | None = _meta_field("the tools' versions", MetaVersions)
+    cpu_accounting: str | None = _meta_field("how CPU time was accounted (the CPU meter)")
+    speed_probe: str | None = _meta_field("what the speed probe timed (null: no probe)")
+    # -- what was measured -------------------------------------------------------------------------
+    command_line: tuple[str, ...] | str | None = _meta_field("the latest run's command, as typed", tuple)
+    sweep: Mapping[str, Any] | None = _meta_field("a sweep: its spec (experiments.engine.plan.SweepSpec.to_json)")
+    transactions: int | None = _meta_field("a transactions part: transactions per repetition")
+    seed: str | None = _meta_field("a reproduction: the seed (000..004)")
+    script: str | None = _meta_field("a reproduction: the command that runs it")
+    parts: tuple[MetaPart, ...] = _meta_field("a reproduction: its parts", (MetaPart,), ())
+    scale: MetaScale | None = _meta_field("a reproduction: how its link rates were scaled (null: the seed's)",
+                                          MetaScale)
+    # -- the runs ----------------------------------------------------------------------------------
+    started: str | None = _meta_field("when the first run started, ISO 8601 UTC")
+    finished: str | None = _meta_field("when the latest run ended")
+    complete: bool | None = _meta_field("whether every point was measured when the latest run ended")
+    interrupted: str | None = _meta_field("the signal that ended the latest run (absent: it was not)")
+    runs: tuple[MetaRun, ...] = _meta_field("each run that wrote into the directory, the latest last",
+                                            (MetaRun,), ())
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json"
+
+    @property
+    def is_reproduction(self) -> bool:
+        """Whether it is a seed reproduction's (it names the seed and parts)."""
+        return bool(self.seed and self.parts)
+
+    @property
+    def last_run(self) -> MetaRun:
+        """The latest run (an empty one where none is recorded)."""
+        return self.runs[-1] if self.runs else MetaRun()
+
+    def kernel_label(self) -> str:
+        """The kernel the run measured on, for people ("User-Mode Linux 6.1.176", "host kernel (6.18.44)")."""
+        label = self.backend_label or f"{self.backend or 'the'} kernel"
+        release = self.kernel_release
+        return label if not release or release in label else f"{label} ({release})"
+
+    def machine(self) -> dict[str, Any]:
+        """The fields of :data:`MACHINE_FIELDS` by name (a regression baseline keeps them)."""
+        return {f: getattr(self, f) for f in MACHINE_FIELDS}
+
+    def keep(self, names: Iterable[str]) -> Meta:
+        """Only the fields ``names``, each written (null where it has none): what a report keeps of it."""
+        return Meta.of(**{n: getattr(self, n) for n in names})
+
+    def started_run(self, machine: Mapping[str, Any], fields: Mapping[str, Any], *, schema: int, now: str) -> Meta:
+        """As a run starting ``now`` leaves it: ``machine`` and ``fields`` (meta.json's names) at the
+        top, ``schema``, ``started`` unless it has one, and a new entry in ``runs`` with the command."""
+        given = Meta().merged(fields)
+        meta = self.merged({**machine, **fields})
+        return meta.with_(schema=schema, started=meta.started or now,
+                          runs=(*(meta.runs or ()), MetaRun.of(command_line=given.command_line, started=now)))
+
+    def finished_run(self, counts: Mapping[str, Any], *, now: str, complete: bool | None = None,
+                     interrupted: str | None = None) -> Meta:
+        """As the latest run ending ``now`` leaves it: ``counts`` (its runs entry's names) and
+        ``interrupted`` in its entry (``finished`` unless it has one); at the top the same
+        ``finished``, ``complete`` if given, and ``interrupted``, or none."""
+        runs = self.runs or (MetaRun(),)
+        last = runs[-1].merged({**counts, **({} if interrupted is None else {"interrupted": interrupted})})
+        if last.finished is None:
+            last = last.with_(finished=now)
+        meta = self.with_(runs=(*runs[:-1], last), finished=last.finished)
+        if complete is not None:
+            meta = meta.with_(complete=complete)
+        return meta.with_(interrupted=interrupted) if interrupted else meta.without("interrupted")
+
+
+#: The fields that say which machine measured: a regression baseline keeps them, and a difference
+#: in any makes its comparison suspect (a change of machine, not of code).
+MACHINE_FIELDS = ("backend", "kernel_release", "cpu_model", "cpu_count")
+#: Meta's fields' names as attributes, as :data:`FIELD` is the record's.
+META_FIELD = types.SimpleNamespace(**{f.name: f.name for f in Meta.known()})
+
+
+def as_meta(meta: Meta | Mapping[str, Any] | None) -> Meta:
+    """``meta`` as a :class:`Meta` (meta.json's object, or a Meta already; None: an empty one)."""
+    if isinstance(meta, Meta):
+        return meta
+    return Meta.from_json(meta or {})

@@ -1,13 +1,30 @@
-"""docs/records.md, generated from :mod:`testbed.record`: ``python -m testbed.recordpage [--check]``."""
+"""docs/records.md and docs/meta.md, generated from :mod:`testbed.record`:
+``python -m testbed.recordpage [--check]``."""
 from __future__ import annotations
 
 import dataclasses
 import sys
 
 from testbed import pages
-from testbed.record import FIELDS, POINT_FIELDS, Bound, Record, TransactionRecord
+from testbed.record import (
+    FIELDS,
+    MACHINE_FIELDS,
+    PLAIN_PROFILE,
+    POINT_FIELDS,
+    Bound,
+    Keying,
+    Meta,
+    MetaPart,
+    MetaRun,
+    MetaScale,
+    MetaVersions,
+    Record,
+    TransactionRecord,
+    Tunnel,
+)
 
 PAGE = pages.REPO / "docs" / "records.md"
+META_PAGE = pages.REPO / "docs" / "meta.md"
 
 
 def render() -> str:
@@ -24,6 +41,12 @@ def render() -> str:
     lines += [f"| `{f.name}` | {f.metadata['doc']} |" for f in dataclasses.fields(Record)]
     lines += ["", "## What bounded a point (`bound`)", "", "| bound | meaning | in the means |", "|---|---|---|"]
     lines += [f"| `{b.value}` | {b.meaning} | {'yes' if b.counted else 'no'} |" for b in Bound]
+    lines += ["", "## How the SAs were made (`keying`)", "", "| keying | meaning |", "|---|---|"]
+    lines += [f"| `{k.value}` | {k.meaning} |" for k in Keying]
+    lines += ["", "## What carried the traffic", "",
+              "A record has no field for it: its `profile` says it. The plain baseline "
+              f"(`{PLAIN_PROFILE}`) has no tunnel; every other profile is "
+              + " or ".join(f"`{t.value}`" for t in Tunnel) + " (`testbed.record.Tunnel`)."]
     own = [f for f in dataclasses.fields(TransactionRecord) if f.name not in FIELDS]
     lines += ["", "## A request and response part's record", "",
               "Seed 002's latency part times transactions instead of moving bulk data: its records have",
@@ -33,8 +56,42 @@ def render() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _fields(kind: type) -> list[str]:
+    return ["| field | meaning |", "|---|---|",
+            *(f"| `{f.name}` | {f.metadata['doc']} |" for f in kind.known())]
+
+
+def _summary(kind: type) -> str:
+    """The first paragraph of ``kind``'s docstring, on one line, in Markdown."""
+    first = (kind.__doc__ or "").split("\n\n")[0]
+    return " ".join(line.strip() for line in first.splitlines()).replace("``", "`")
+
+
+def render_meta() -> str:
+    """docs/meta.md: every field of meta.json, and of the objects in it."""
+    lines = ["# meta.json", "",
+             "What a run directory's results depend on, and each run that wrote into it: one JSON object,",
+             "rewritten (atomically) when a run starts and when it ends. Generated from `testbed/record.py`",
+             "(`Meta` and the objects in it) by `python -m testbed.recordpage` (a unit test fails when they",
+             "disagree); `testbed/rundir.py` reads and writes the file through them.", "",
+             "Every field may be absent: a run killed before it wrote one, a file from an older version.",
+             "A file is written back as it was read: a field it holds as null stays null, one it does not",
+             "hold stays absent, and fields this version does not know are kept as they were. One whose",
+             "`schema` is newer than this version's is refused.", "",
+             "A regression baseline keeps the machine of it: " + ", ".join(f"`{f}`" for f in MACHINE_FIELDS) + ".",
+             "",
+             *_fields(Meta)]
+    for title, kind in ((f"`versions` ({MetaVersions.__name__})", MetaVersions),
+                        (f"`scale` ({MetaScale.__name__})", MetaScale),
+                        (f"Each of `parts` ({MetaPart.__name__})", MetaPart),
+                        (f"Each of `runs` ({MetaRun.__name__})", MetaRun)):
+        lines += ["", f"## {title}", "", _summary(kind), "", *_fields(kind)]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    return pages.main("testbed.recordpage", PAGE, render, "testbed/record.py", argv)
+    return pages.main_pages("testbed.recordpage", [(PAGE, render), (META_PAGE, render_meta)], "testbed/record.py",
+                            argv)
 
 
 if __name__ == "__main__":

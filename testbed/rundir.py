@@ -32,12 +32,12 @@ import fcntl
 import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from testbed.errors import Refused
-from testbed.record import Record
+from testbed.record import Meta, Record, schema_of
 
 R = TypeVar("R", bound=Record)
 
@@ -193,7 +193,7 @@ def load_results(run_dir: PathLike, required: Sequence[str] = REQUIRED_FIELDS,
         record = _parse_line(path, number, line, unterminated=number == len(lines))
         if record is None:
             continue
-        _check_schema(record, f"{path}:{number}")
+        _check_schema(schema_of(record), f"{path}:{number}")
         missing = [f for f in required if f not in record]
         if missing:
             raise ResultsError(f"{path}:{number}: record lacks {', '.join(missing)} "
@@ -248,9 +248,9 @@ def _parse_line(path: Path, number: int, line: str, *, unterminated: bool) -> di
     return None
 
 
-def _check_schema(data: dict, where: str) -> None:
-    """Refuse what a newer version wrote (see the module docstring)."""
-    schema = data.get("schema", 1)
+def _check_schema(schema: Any, where: str) -> None:
+    """Refuse what a newer version wrote (see the module docstring); ``schema``: the file's (1 where it
+    names none)."""
     if not isinstance(schema, int) or schema > SCHEMA:
         raise ResultsError(f"{where}: written by a newer ipsec-testbed (schema {schema!r}; this version reads "
                            f"up to {SCHEMA}): upgrade ipsec-testbed to read it")
@@ -258,66 +258,67 @@ def _check_schema(data: dict, where: str) -> None:
 
 # -- meta.json ----------------------------------------------------------------------------------
 
-def load_meta(run_dir: PathLike) -> dict[str, Any]:
-    """``run_dir/meta.json`` as a dict; ``{}`` with a warning when it is missing or unreadable, and
-    :class:`ResultsError` when a newer version wrote it (see the module docstring).
+def load_meta(run_dir: PathLike) -> Meta:
+    """``run_dir/meta.json`` as a :class:`~testbed.record.Meta`; an empty one with a warning when it is
+    missing or unreadable, and :class:`ResultsError` when a newer version wrote it (see the module
+    docstring).
 
     The metadata labels results (kernel, backend, CPU, command line), so a run whose
     ``meta.json`` was never finished can still be analysed.
     """
     path = Path(run_dir) / META_FILE
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         log.warning("%s: missing; kernel, CPU and command line unknown", path)
-        return {}
+        return Meta()
     except json.JSONDecodeError as e:
         log.warning("%s: not valid JSON (%s); kernel, CPU and command line unknown", path, e)
-        return {}
-    if not isinstance(meta, dict):
-        log.warning("%s: expected a JSON object, got %s; ignored", path, type(meta).__name__)
-        return {}
-    _check_schema(meta, str(path))
-    return meta
+        return Meta()
+    if not isinstance(data, dict):
+        log.warning("%s: expected a JSON object, got %s; ignored", path, type(data).__name__)
+        return Meta()
+    _check_schema(schema_of(data), str(path))
+    try:
+        return Meta.from_json(data, str(path))
+    except ValueError as e:
+        log.warning("%s; kernel, CPU and command line unknown", e)
+        return Meta()
 
 
-def update_meta(run_dir: PathLike, change: Callable[[dict], None]) -> dict:
-    """Read ``meta.json``, let ``change`` edit it in place, write it back atomically; returns it."""
+def read_meta(run_dir: PathLike) -> Meta:
+    """``run_dir/meta.json`` as it is, quietly an empty :class:`~testbed.record.Meta` when it is missing
+    or unreadable, whatever version wrote it: a look at a directory, not a reading of its results."""
+    try:
+        return Meta.from_json(json.loads((Path(run_dir) / META_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return Meta()
+
+
+def update_meta(run_dir: PathLike, change: Callable[[Meta], Meta]) -> Meta:
+    """Read ``meta.json``, write back what ``change`` makes of it, atomically; returns that."""
     path = Path(run_dir) / META_FILE
-    meta = read_json(path)
-    change(meta)
-    write_json(path, meta)
+    meta = change(Meta.from_json(read_json(path), str(path)))
+    write_json(path, meta.to_json())
     return meta
 
 
-def start_run(run_dir: PathLike, machine: dict, **fields: Any) -> dict:
+def start_run(run_dir: PathLike, machine: Mapping[str, Any], **fields: Any) -> Meta:
     """Record in meta.json that a run starts writing into ``run_dir``: ``machine`` (kernel,
-    backend, CPU, versions) and ``fields`` at the top, a new entry in ``runs``."""
-    def change(meta: dict) -> None:
-        _check_schema(meta, str(Path(run_dir) / META_FILE))  # never append to what a newer version wrote
-        meta.update(machine)
-        meta.update(fields)
-        meta["schema"] = SCHEMA
-        meta.setdefault("started", now_iso())
-        meta.setdefault("runs", []).append({"command_line": fields.get("command_line"), "started": now_iso()})
+    backend, CPU, versions) and ``fields`` (:class:`~testbed.record.Meta`'s names) at the top, a new
+    entry in ``runs``."""
+    def change(meta: Meta) -> Meta:
+        # never append to what a newer version wrote
+        _check_schema(schema_of(meta.to_json()), str(Path(run_dir) / META_FILE))
+        return meta.started_run(machine, fields, schema=SCHEMA, now=now_iso())
     os.makedirs(run_dir, exist_ok=True)
     return update_meta(run_dir, change)
 
 
-def finish_run(run_dir: PathLike, **fields: Any) -> dict:
-    """Record that the latest run ended: ``fields`` go into its ``runs`` entry; ``complete``, if
-    given, also at the top, and ``interrupted`` (the signal that ended it) too: the top of
-    meta.json says how the last run ended."""
-    def change(meta: dict) -> None:
-        ended = now_iso()
-        runs = meta.setdefault("runs", [{}])
-        runs[-1].setdefault("finished", ended)
-        runs[-1].update({k: v for k, v in fields.items() if k != "complete"})
-        meta["finished"] = runs[-1]["finished"]
-        if "complete" in fields:
-            meta["complete"] = fields["complete"]
-        if fields.get("interrupted"):
-            meta["interrupted"] = fields["interrupted"]
-        else:
-            meta.pop("interrupted", None)
-    return update_meta(run_dir, change)
+def finish_run(run_dir: PathLike, *, complete: bool | None = None, interrupted: str | None = None,
+               **counts: Any) -> Meta:
+    """Record that the latest run ended: ``counts`` (:class:`~testbed.record.MetaRun`'s names) and
+    ``interrupted`` (the signal that ended it) go into its ``runs`` entry; ``complete``, if given,
+    also at the top, and ``interrupted`` too: the top of meta.json says how the last run ended."""
+    return update_meta(run_dir, lambda meta: meta.finished_run(counts, now=now_iso(), complete=complete,
+                                                               interrupted=interrupted))

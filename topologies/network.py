@@ -32,10 +32,10 @@ from mininet.topo import Topo
 from mininet.util import numCores
 
 from ipsec import ike, slowdown
-from ipsec.ike import KEYINGS
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
 from testbed import names, netns, waiting
 from testbed.errors import critical
+from testbed.record import Keying
 from topologies.shaping import apply_shaping, remove_shaping
 from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_addresses
 
@@ -373,17 +373,17 @@ class Network:
                 return i.address(family)
         return self.addr(gw, family)
 
-    def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6), keying: str = "static") -> list:
+    def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6),
+                    keying: Keying | str = Keying.STATIC) -> list:
         """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans.
 
         ``keying`` static: the SAs and policies are written over netlink (:mod:`ipsec.plan`);
         ike: an IKEv2 daemon in each endpoint's namespace negotiates them (:mod:`ipsec.ike`), and
         there are no plans (the daemons hold the keys).
         """
-        if keying not in KEYINGS:
-            raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {keying!r}")
+        keying = Keying.named(keying)
         self.remove_ipsec()
-        if ike.is_ike(keying):
+        if keying.negotiated:
             specs = [spec for family in families for spec in self.associations(profile, mode, family)]
             if self._ike is None or self._ike.auth != ike.auth_of(keying):
                 self._ike = ike.Keying(self.run_id, ike.auth_of(keying))

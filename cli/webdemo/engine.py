@@ -32,6 +32,7 @@ from experiments.engine import iperf
 from ipsec import ike
 from testbed import channel as channels
 from testbed.errors import one_line
+from testbed.record import Keying
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
@@ -48,7 +49,7 @@ SA_EVERY_S = 1.0
 class Engine:
     """One network and what the page has set on it; :meth:`serve` runs it."""
 
-    def __init__(self, net, ends: channels.Ends, profile: str, mode: str, rate_mbit: float, keying: str,
+    def __init__(self, net, ends: channels.Ends, profile: str, mode: str, rate_mbit: float, keying: Keying | str,
                  backend_label: str) -> None:
         self.net, self.ends = net, ends
         self.profile, self.mode, self.rate, self.keying = profile, mode, rate_mbit, keying
@@ -239,7 +240,7 @@ class Engine:
         return {"zip": base64.b64encode(buffer.getvalue()).decode()}
 
 
-def serve(topology: str, profile: str, mode: str, rate_mbit: float, clients: int, keying: str,
+def serve(topology: str, profile: str, mode: str, rate_mbit: float, clients: int, keying: Keying | str,
           ends: channels.Ends) -> int:
     """Build the network, protect it, and serve the page's actions over ``ends`` until the host goes."""
     from testbed.backends import current

@@ -30,7 +30,7 @@ from experiments.engine.plan import Point, SweepSpec
 from experiments.engine.verdict import classify, evidence
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed.errors import one_line
-from testbed.record import Bound, Record
+from testbed.record import Bound, Record, Tunnel
 from testbed.rundir import now_iso
 from testbed.waiting import sleep_until
 from topologies.shaping import burst_bytes, shaper_handle
@@ -58,7 +58,7 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: s
     as ``keying`` says (:data:`ipsec.ike.KEYINGS`); returns ``profile``."""
     if profile != current:
         net.remove_ipsec()
-        if profile != "none":
+        if Tunnel.of(profile) is Tunnel.IPSEC:
             net.apply_ipsec(profile, mode, families=families, keying=keying)
     return profile
 

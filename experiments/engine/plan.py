@@ -30,10 +30,10 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
-from ipsec.ike import KEYINGS, Unsupported, child_proposals, is_ike
+from ipsec.ike import Unsupported, child_proposals, is_ike
 from ipsec.profiles import parse_profile
 from ipsec.slowdown import chunks
-from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Record, usable
+from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
 from topologies import build_spec
 
 TRANSPORTS = ("tcp", "udp")
@@ -57,7 +57,7 @@ class SweepSpec:
     profiles: tuple[str, ...] = ("none", "aes-gcm-256")
     mode: str = "tunnel"
     #: how the SAs are made: static (over netlink, the default) or ike (IKEv2 daemons, ipsec.ike)
-    keying: str = "static"
+    keying: Keying = Keying.STATIC
     ip_versions: tuple[int, ...] = (4,)
     transports: tuple[str, ...] = ("tcp",)
     rates_mbit: tuple[float, ...] = (10.0, 100.0)
@@ -115,8 +115,7 @@ class SweepSpec:
         build_spec(self.topology, clients=self.clients, mtu=self.mtu, pmtu=self.pmtu)  # validates
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
-        if self.keying not in KEYINGS:
-            raise ValueError(f"keying must be one of {', '.join(KEYINGS)}, not {self.keying!r}")
+        object.__setattr__(self, "keying", Keying.named(self.keying))
         if is_ike(self.keying):
             for name in profiles:
                 if name != "none":
@@ -211,7 +210,7 @@ class SweepSpec:
             argv += ["--arms", join(self.arms)]
         if not self.plain:
             argv.append("--no-plain")
-        if self.keying != "static":
+        if self.keying is not Keying.STATIC:
             argv += ["--keying", self.keying]
         return argv
 
@@ -357,7 +356,7 @@ def unusable_profiles(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> 
     out = {}
     for profile, points in by_profile.items():
         measured = [[r for r in records if not r.failed] for records in points]
-        if not all(measured) or any(Bound.of(r) is not Bound.ANOMALY for records in measured for r in records):
+        if not all(measured) or any(r.bound is not Bound.ANOMALY for records in measured for r in records):
             continue
         records = [r for rs in measured for r in rs]
         ratios = sorted(r.goodput_mbps / r.shaper_goodput_mbps for r in records

@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import gc
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -142,13 +141,13 @@ def note_interrupted(run_dir: str, why: str) -> None:
     For a sweep that ran inside a guest: on SIGINT or SIGTERM the host kills the guest, whose
     own bookkeeping then never runs.
     """
-    meta = rundir.read_json(os.path.join(run_dir, rundir.META_FILE))
-    if not meta.get("runs"):
+    meta = rundir.read_meta(run_dir)
+    if not meta.runs:
         return
     complete = None
-    if meta.get("sweep"):
+    if meta.sweep:
         with contextlib.suppress(TypeError, ValueError):  # a sweep this version cannot read
-            complete = is_complete(run_dir, SweepSpec.from_json(meta["sweep"]))
+            complete = is_complete(run_dir, SweepSpec.from_json(meta.sweep))
     rundir.finish_run(run_dir, interrupted=why, **({} if complete is None else {"complete": complete}))
 
 

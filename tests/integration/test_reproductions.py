@@ -34,7 +34,7 @@ def records(run_dir: str, part: str) -> list[Record]:
     iperf3 client interrupted before it had connected, at a saturated CPU) is kept in results.jsonl as
     failed and measured again in a later round: that record is not one of the point's repetitions."""
     _, parts = reproduction.load_run(run_dir)
-    return next(p for p in parts if p["name"] == part)["records"]
+    return list(next(p for p in parts if p.part.name == part).records)
 
 
 def test_seed000_the_tunnel_keyed_as_the_seed_keyed_it(tmp_path):
@@ -50,9 +50,9 @@ def test_seed000_the_tunnel_keyed_as_the_seed_keyed_it(tmp_path):
     assert all(r.keying == "static" for r in records(out, "throughput_tcp"))
     data = reproduction.evaluate(out)
     for claim in ("penalty-ipv4-ikev2", "penalty-ipv6-ikev2"):
-        found = next(c for c in data["claims"] if c["id"] == claim)
-        assert found["verdict"] != reproduction.UNMEASURED and len(found["measured"]) == 1, found
-        assert 0.8 < found["measured"][0]["value"] < 1.05, found
+        found = next(c for c in data.claims if c.id == claim)
+        assert found.verdict != reproduction.UNMEASURED and len(found.measured) == 1, found
+        assert 0.8 < found.measured[0].value < 1.05, found
 
 
 def test_seed001_udp_table(tmp_path):
@@ -63,12 +63,12 @@ def test_seed001_udp_table(tmp_path):
     assert len(got) == 2 * 2 * 2 and all(r.goodput_mbps > 0 for r in got)
     assert {r.profile for r in got} == {"none", "3des-cbc-sha1+ah-md5"}
     data = reproduction.evaluate(out)
-    measured = [v for v in data["values"] if v["ours"] is not None]
+    measured = [v for v in data.values if v.ours is not None]
     # Table 2's 1 KB and 16 KB rows, with and without IPsec, have ours beside them
-    assert {v["id"] for v in measured} >= {"netio-udp-1024-none", "netio-udp-16384-ipsec"}, [v["id"] for v in measured]
-    half = next(c for c in data["claims"] if c["id"] == "half")
-    assert half["verdict"] in (reproduction.HOLDS, reproduction.FAILS) and len(half["measured"]) == 2
-    assert all(0 < m["value"] < 1.5 for m in half["measured"])
+    assert {v.id for v in measured} >= {"netio-udp-1024-none", "netio-udp-16384-ipsec"}, [v.id for v in measured]
+    half = next(c for c in data.claims if c.id == "half")
+    assert half.verdict in (reproduction.HOLDS, reproduction.FAILS) and len(half.measured) == 2
+    assert all(0 < m.value < 1.5 for m in half.measured)
 
 
 def test_seed002_latency_transactions(tmp_path):
@@ -83,8 +83,8 @@ def test_seed002_latency_transactions(tmp_path):
     assert all(len(r.ike_sas) == 4 and all("cbc(des3_ede)" in sa for sa in r.ike_sas) for r in keyed)
     data = reproduction.evaluate(out)
     for claim in ("latency", "keying"):
-        found = next(c for c in data["claims"] if c["id"] == claim)
-        assert found["verdict"] != reproduction.UNMEASURED and found["measured"][0]["value"] > 0, found
+        found = next(c for c in data.claims if c.id == claim)
+        assert found.verdict != reproduction.UNMEASURED and found.measured[0].value > 0, found
     path = reproduction_report.write_report(out)
     assert "Request/response transactions" in Path(path).read_text()
 
@@ -96,7 +96,7 @@ def test_seed004_clients_parts(tmp_path):
     assert {r.clients for r in two} == {2} and {r.ip_version for r in two} == {6}
     assert len(two) == 3 * 2 * 2  # profiles x transports x repetitions
     data = reproduction.evaluate(out)
-    verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
+    verdicts = {c.id: c.verdict for c in data.claims}
     assert verdicts["aes-superior"] != reproduction.UNMEASURED
     assert verdicts["des-udp-falls"] != reproduction.UNMEASURED
     with open(os.path.join(out, "meta.json")) as f:

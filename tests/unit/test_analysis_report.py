@@ -28,7 +28,7 @@ from analysis.run import RunData
 from analysis.stats import aggregate, normalize
 from analysis.tables import compare_table, terminal_table
 from cli import report as cli
-from testbed.record import as_records
+from testbed.record import Meta, as_records
 from testbed.rundir import ResultsError, load_meta, load_results
 
 RATES = (10.0, 34.0)
@@ -124,12 +124,12 @@ def test_missing_files(tmp_path, caplog):
     with pytest.raises(ResultsError, match="no such file"):
         load_results(tmp_path)
     with caplog.at_level(logging.WARNING, logger="testbed.rundir"):
-        assert load_meta(tmp_path) == {}
+        assert load_meta(tmp_path) == Meta() and not load_meta(tmp_path)
     assert "meta.json: missing" in caplog.text
     (tmp_path / "meta.json").write_text('{"backend": "u')
-    assert load_meta(tmp_path) == {}
+    assert load_meta(tmp_path) == Meta()
     (tmp_path / "meta.json").write_text(json.dumps(META))
-    assert load_meta(tmp_path) == META
+    assert load_meta(tmp_path).to_json() == META and load_meta(tmp_path).backend == "uml"
 
 
 # --- figures -----------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """README.md is a front page, and the pages under docs/ say only what the code does.
 
-The reference itself is generated (docs/cli.md from the parsers, docs/records.md from the
-record); here the prose around it is checked: links that resolve, commands whose options the
+The reference itself is generated (docs/cli.md from the parsers, docs/records.md and docs/meta.md
+from the record module); here the prose around it is checked: links that resolve, commands whose options the
 parsers take, and a README short enough to read in five minutes.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 #: Pages written by hand (the generated ones are checked by the tests of their generators).
-PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in ("cli.md", "records.md"))
+PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in ("cli.md", "records.md", "meta.md"))
 #: ... of which this one is a log: each entry shows the command as it was run, that day.
 LOG = REPO / "docs" / "measurements.md"
 #: A commit hash: 7 to 40 hex digits with at least one digit and one letter.

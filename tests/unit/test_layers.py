@@ -12,11 +12,12 @@ import against the layers fails here however it is written.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from testbed.record import FIELDS
+from testbed.record import FIELDS, Meta, MetaPart, MetaRun, MetaScale, MetaVersions
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
@@ -283,7 +284,6 @@ NOT_RECORDS = {
     ("cli/selftest.py", "case"): "a JUnit XML test case",
     ("experiments/runner.py", "counts"): "a sweep's count of its points (experiments.engine.sweep.run_sweep)",
     ("experiments/reproduce.py", "counts"): "a part's count of its points",
-    ("analysis/reproduction_report.py", "v"): "a claim's measured values in comparison.json",
     ("benchmarks/bound_crosscheck.py", "q"): "a qdisc in tc's JSON",
     ("benchmarks/ike_rekey.py", 'data["end"]["sum_sent"]'): "iperf3's JSON: the sender's summary",
 }
@@ -293,8 +293,9 @@ def record_key_reads(path: Path) -> list[str]:
     """Places that read a result record's field by its name written out as a string
     (``r["goodput_mbps"]``, ``r.get("bound")``, ``"speed_factor" in r``): records are read by
     attribute (``r.goodput_mbps``), and a field chosen by name is named through
-    ``testbed.record.FIELD``, so a renamed field fails where it is used.  meta.json
-    (an expression naming ``meta``) and :data:`NOT_RECORDS` are other things, not records."""
+    ``testbed.record.FIELD``, so a renamed field fails where it is used.  :data:`NOT_RECORDS` are
+    other things, not records (meta.json, whose fields share some names with a record's, is read by
+    attribute too: :func:`meta_key_reads`)."""
     source = path.read_text()
     where = str(path.relative_to(REPO))
     found = []
@@ -303,7 +304,7 @@ def record_key_reads(path: Path) -> list[str]:
         if not (isinstance(key, ast.Constant) and key.value in FIELDS):
             return
         text = ast.get_source_segment(source, read_from) or ""
-        if "meta" in text.lower() or (where, text) in NOT_RECORDS:
+        if (where, text) in NOT_RECORDS:
             return
         found.append(f"{where}:{node.lineno}: {ast.get_source_segment(source, node)[:80]}")
 
@@ -330,4 +331,137 @@ def test_the_record_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
     sample = tmp_path / "x.py"
     sample.write_text('a = r["goodput_mbps"]\nb = r.get("bound")\nc = "speed_factor" in r\n'
                       'd = meta.get("backend")\ne = r.goodput_mbps\nf = r[FIELD.bound]\ng = x["kind"]\n')
-    assert [f.split(":")[1] for f in record_key_reads(sample)] == ["1", "2", "3"]
+    assert [f.split(":")[1] for f in record_key_reads(sample)] == ["1", "2", "3", "4"]
+
+
+#: Every name meta.json's objects have (testbed.record.Meta and the objects in it).
+META_FIELDS = frozenset(f.name for kind in (Meta, MetaPart, MetaRun, MetaScale, MetaVersions) for f in kind.known())
+
+
+def _mentions_meta(text: str) -> bool:
+    """Whether an expression's source is about meta.json (``meta``, ``load_meta(d)``, ``run_meta``; not a
+    dataclass field's ``metadata``)."""
+    return "meta" in text.lower().replace("metadata", "")
+
+
+def meta_key_reads(path: Path) -> list[str]:
+    """Places that read or write a field of meta.json by its name written out as a string
+    (``meta["seed"]``, ``meta.get("backend")``, ``"parts" in meta``, ``meta["schema"] = 2``), also
+    through a name bound to something read from it (``last = meta.get("runs")[-1]``, then
+    ``last.get("points_missing")``; ``for part in meta["parts"]``, then ``part["name"]``).  meta.json
+    is read by attribute (testbed.record.Meta); a field chosen by name is named through
+    ``testbed.record.META_FIELD``."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    where = str(path.relative_to(REPO))
+
+    def text(node: ast.AST) -> str:
+        return ast.get_source_segment(source, node) or ""
+
+    bindings: list[tuple[list[str], ast.AST]] = []  # (names bound, what they are bound to)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bindings.append(([n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)], node.value))
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            bindings.append(([n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)], node.iter))
+    tainted: set[str] = set()
+
+    def meta_valued(node: ast.AST) -> bool:
+        """Whether ``node`` is meta.json or a part of it: a name about meta or bound to it, what is read
+        from one, or what a function about meta returns (``load_meta(d)``)."""
+        if isinstance(node, ast.Name):
+            return _mentions_meta(node.id) or node.id in tainted
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            return meta_valued(node.value)
+        if isinstance(node, ast.Call):
+            if isinstance(node.func, ast.Attribute) and node.func.attr in ("get", "pop", "setdefault"):
+                return meta_valued(node.func.value)
+            return _mentions_meta(node.func.attr if isinstance(node.func, ast.Attribute) else text(node.func))
+        if isinstance(node, ast.BoolOp):
+            return any(meta_valued(v) for v in node.values)
+        if isinstance(node, ast.IfExp):
+            return meta_valued(node.body) or meta_valued(node.orelse)
+        return False
+
+    grew = True
+    while grew:  # names bound to meta.json or a part of it, to a fixpoint
+        grew = False
+        for names, value in bindings:
+            if set(names) - tainted and meta_valued(value):
+                tainted |= set(names)
+                grew = True
+
+    found = []
+
+    def hit(node: ast.AST, key: ast.AST, read_from: ast.AST) -> None:
+        if isinstance(key, ast.Constant) and key.value in META_FIELDS and meta_valued(read_from):
+            found.append(f"{where}:{node.lineno}: {text(node)[:80]}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            hit(node, node.slice, node.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+              and node.func.attr in ("get", "pop", "setdefault")):
+            hit(node, node.args[0], node.func.value)
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            hit(node, node.left, node.comparators[0])
+    return sorted(found, key=lambda f: int(f.split(":")[1]))
+
+
+def test_only_the_record_module_reads_meta_json_by_key():
+    found = [f for path in modules_and_scripts()
+             if str(path.relative_to(REPO)) != RECORD_MODULE for f in meta_key_reads(path)]
+    assert not found, "read meta.json through testbed.record.Meta, by attribute:\n" + "\n".join(found)
+
+
+def test_the_meta_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text('a = meta["seed"]\n'
+                      'b = rundir.load_meta(d).get("scale")\n'
+                      'c = "parts" in run_meta\n'
+                      'meta["schema"] = 2\n'
+                      'last = (load_meta(d).get("runs") or [{}])[-1]\n'
+                      'f = last.get("points_missing")\n'
+                      'for part in meta.parts:\n'
+                      '    g = part["name"]\n'
+                      'h = meta.backend\n'
+                      'i = field.metadata["doc"]\n'
+                      'j = spec["name"]\n'
+                      'k = meta.sweep.get("mtu")\n')
+    assert [f.split(":")[1] for f in meta_key_reads(sample)] == ["1", "2", "3", "4", "5", "6", "8"]
+
+
+#: What renders a reproduction's evaluation (analysis.reproduction.evaluate), and what asks for it.
+EVALUATION_READERS = ("analysis/reproduction_report.py", "cli/report.py")
+
+
+def test_the_reproduction_report_reads_the_evaluation_by_attribute():
+    """A reproduction's verdicts are dataclasses (analysis.reproduction.Evaluation): what renders them reads
+    no value by a string key of theirs."""
+    from analysis import reproduction
+
+    names = frozenset(f.name for kind in (reproduction.Evaluation, reproduction.ClaimVerdict,
+                                          reproduction.MeasuredValue, reproduction.ValueComparison,
+                                          reproduction.TransferRatio, reproduction.PartSummary,
+                                          reproduction.PartPenalty, reproduction.TransactionSummary)
+                      for f in dataclasses.fields(kind))
+    found = [f for path in EVALUATION_READERS for f in string_key_reads(REPO / path, names)]
+    assert not found, "read the evaluation by attribute:\n" + "\n".join(found)
+
+
+def string_key_reads(path: Path, keys: frozenset[str]) -> list[str]:
+    """Subscripts and ``.get``/``.pop``/``.setdefault`` with one of ``keys`` written out as a string."""
+    source = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        key = None
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+              and node.func.attr in ("get", "pop", "setdefault")):
+            key = node.args[0]
+        if isinstance(key, ast.Constant) and key.value in keys:
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.get_source_segment(source, node)[:80]}")
+    return found

@@ -9,7 +9,18 @@ import pytest
 
 from experiments.engine.plan import Point
 from testbed import record, recordpage
-from testbed.record import FIELDS, KEY_FIELDS, POINT_FIELDS, Bound, Record, point_key, record_key, usable
+from testbed.record import (
+    FIELDS,
+    KEY_FIELDS,
+    POINT_FIELDS,
+    Bound,
+    Keying,
+    Record,
+    Tunnel,
+    point_key,
+    record_key,
+    usable,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rundir-schema1" / "results.jsonl"
 
@@ -25,7 +36,7 @@ def test_a_stored_run_reads_into_records_and_writes_back_the_same_line():
         # nothing dropped, no arm where there was none; added only what records have gained since
         assert {k: v for k, v in written.items() if k in line} == line
         assert {k: v for k, v in written.items() if k not in line} == {"keying": "static"}
-        assert isinstance(Bound.of(line), Bound) and rec.bound == line["bound"]
+        assert rec.bound is Bound(line["bound"]) and json.dumps(written["bound"]) == json.dumps(line["bound"])
 
 
 def test_an_unknown_field_is_refused_by_name_and_the_files_schema_is_not_a_field():
@@ -75,8 +86,17 @@ def test_bounds_are_their_own_strings_and_know_whether_they_count():
     assert json.dumps({"bound": Bound.CPU}) == '{"bound": "cpu"}' and Bound.CPU == "cpu"
     assert [b for b in Bound if not b.counted] == [Bound.ANOMALY]
     assert record.CAUTION_ORDER[0] is Bound.CPU and set(record.CAUTION_ORDER) == set(Bound)
-    assert Bound.parse("nonsense") is None and record.bound_label("nonsense") == "nonsense"
-    assert record.bound_label("cpu") == "CPU"
+    assert Bound.CPU.label == "CPU" and Bound.LINK.label == "link"
+
+
+def test_a_records_bound_is_the_bound_its_text_names_and_an_unknown_one_is_refused():
+    line = stored()[0]
+    assert Record.from_json({**line, "bound": "cpu"}).bound is Bound.CPU
+    assert Record(bound="other").bound is Bound.OTHER and Record(bound="").bound is None
+    assert dataclasses.replace(Record(), bound="anomaly").bound is Bound.ANOMALY
+    assert json.dumps(Record(bound="cpu").to_json()["bound"]) == '"cpu"'
+    with pytest.raises(ValueError, match="bound 'nonsense': not one of link, cpu, other, anomaly"):
+        Record.from_json({**line, "bound": "nonsense"})
 
 
 def test_docs_records_md_is_what_the_record_says():
@@ -84,3 +104,31 @@ def test_docs_records_md_is_what_the_record_says():
         "docs/records.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
     page = recordpage.PAGE.read_text()
     assert all(f"| `{name}` |" in page for name in FIELDS)
+
+
+def test_keyings_are_their_own_strings_and_the_command_lines_choices():
+    from ipsec import ike
+
+    assert [k.value for k in Keying] == list(ike.KEYINGS) == ["static", "ike", "ike-rsa"]
+    assert [k for k in Keying if k.negotiated] == [Keying.IKE, Keying.IKE_RSA]
+    assert all(ike.is_ike(k) is k.negotiated and ike.is_ike(k.value) is k.negotiated for k in Keying)
+    assert ike.auth_of("ike-rsa") == ike.auth_of(Keying.IKE_RSA) == "pubkey"
+    assert Keying.named("ike") is Keying.IKE and f"{Keying.IKE_RSA}" == "ike-rsa"
+    with pytest.raises(ValueError, match="keying must be one of static, ike, ike-rsa, not 'ikev1'"):
+        Keying.named("ikev1")
+
+
+def test_a_records_keying_is_a_keying_written_as_its_name():
+    line = stored()[0]
+    assert Record.from_json(line).keying is Keying.STATIC  # a run from before IKE: static
+    rec = Record.from_json({**line, "keying": "ike-rsa"})
+    assert rec.keying is Keying.IKE_RSA and json.dumps(rec.to_json()["keying"]) == '"ike-rsa"'
+    with pytest.raises(ValueError, match="keying must be one of"):
+        Record.from_json({**line, "keying": "manual"})
+
+
+def test_the_tunnel_is_the_profiles_and_the_plain_baseline_has_none():
+    assert [t.value for t in Tunnel] == ["ipsec"]
+    assert Tunnel.of(record.PLAIN_PROFILE) is None and Tunnel.of("aes-gcm-256") is Tunnel.IPSEC
+    assert Record(profile="none").tunnel is None and Record(profile="3des-cbc-sha1+ah-md5").tunnel is Tunnel.IPSEC
+    assert "tunnel" not in Record(profile="aes-gcm-256").to_json()  # results.jsonl has no such field

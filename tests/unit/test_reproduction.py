@@ -16,7 +16,7 @@ from experiments import catalogue
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
 from ipsec import overhead
-from testbed.record import Group, Record, TransactionRecord
+from testbed.record import Group, MetaPart, Record, TransactionRecord
 from testbed.rundir import ResultsError, load_existing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,30 +117,35 @@ def claim(**check):
     return {"id": "c", "statement": "s", "check": check}
 
 
+def verdict(which: str) -> reproduction.ClaimVerdict:
+    """A claim's verdict that is ``which`` (a claim on no data, relabelled)."""
+    return dataclasses.replace(evaluate_claim(claim(metric="goodput_mbps", op="value", low=1), []), verdict=which)
+
+
 def test_a_claim_is_judged_on_points_bound_as_the_seeds_were_and_otherwise_not_testable():
     # the seed's ratio was link-bound; here every point was CPU-bound: nothing to judge
     rows = [row(profile="x", size=s, bound="cpu", normalized_goodput=v) for s, v in ((800, 0.6), (1000, 0.62))]
     c = {**claim(metric="normalized_goodput", op="value", low=0.85, high=0.95),
          "seed_bound": "link", "seed_bound_reason": "tbf below the gateways' capacity"}
     got = evaluate_claim(c, rows)
-    assert got["verdict"] == NOT_TESTABLE and got["in_range"] is False
-    assert got["bounds"] == {"cpu": 2}
-    assert "2 of the 2 points it rests on were bound here 2 by the emulator's CPU" in got["not_testable"]
-    assert "tbf below the gateways' capacity" in got["not_testable"]
+    assert got.verdict == NOT_TESTABLE and got.in_range is False
+    assert got.bounds == {"cpu": 2}
+    assert "2 of the 2 points it rests on were bound here 2 by the emulator's CPU" in got.not_testable
+    assert "tbf below the gateways' capacity" in got.not_testable
     # one link-bound point among them: the verdict rests on it alone, the others are shown and counted
     rows.append(row(profile="x", size=1400, bound="link", normalized_goodput=0.9))
     got = evaluate_claim(c, rows)
-    assert got["verdict"] == HOLDS and (got["min"], got["max"]) == (0.9, 0.9) and got["left_out"] == 2
-    assert [m["judged"] for m in got["measured"]] == [False, False, True]
-    assert "judged on 1 of 3 values" in got["note"] and "the emulator's CPU" in got["note"]
+    assert got.verdict == HOLDS and (got.min, got.max) == (0.9, 0.9) and got.left_out == 2
+    assert [m.judged for m in got.measured] == [False, False, True]
+    assert "judged on 1 of 3 values" in got.note and "the emulator's CPU" in got.note
     # ... and fails on it when it is out of range, whatever the CPU-bound points say
     rows[-1] = row(profile="x", size=1400, bound="link", normalized_goodput=0.97)
-    assert evaluate_claim(c, rows)["verdict"] == FAILS
+    assert evaluate_claim(c, rows).verdict == FAILS
     # a claim that names no seed bound, or points without a class (old runs), is judged on every value
     got = evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.5), rows)
-    assert got["verdict"] == HOLDS and got["left_out"] == 0 and got["min"] == 0.6
+    assert got.verdict == HOLDS and got.left_out == 0 and got.min == 0.6
     old = [row(profile="x", normalized_goodput=0.6)]
-    assert evaluate_claim(c, old)["verdict"] == FAILS
+    assert evaluate_claim(c, old).verdict == FAILS
 
 
 def test_a_mean_over_points_keeps_those_bound_as_the_seeds_were():
@@ -150,16 +155,16 @@ def test_a_mean_over_points_keeps_those_bound_as_the_seeds_were():
                  num={"size_bytes": [100, 250]}, den={"size_bytes": [1000, 1460]}, high=0.999),
          "seed_bound": "link"}
     got = evaluate_claim(c, rows)
-    assert got["verdict"] == HOLDS and got["min"] == pytest.approx(0.8 / 0.955)
-    assert "leave out 1 points" in got["note"]
+    assert got.verdict == HOLDS and got.min == pytest.approx(0.8 / 0.955)
+    assert "leave out 1 points" in got.note
 
 
 def test_a_cpu_claim_on_link_bound_points_is_not_testable_even_in_range():
     rows = [row(profile="x", bound="link", normalized_goodput=0.5)]
     c = {**claim(metric="normalized_goodput", op="value", low=0.4, high=0.6), "seed_bound": "cpu"}
     got = evaluate_claim(c, rows)
-    assert got["verdict"] == NOT_TESTABLE and got["in_range"] is True
-    assert reproduction_report.verdict_counts([got, {"verdict": HOLDS}]) == \
+    assert got.verdict == NOT_TESTABLE and got.in_range is True
+    assert reproduction_report.verdict_counts([got, verdict(HOLDS)]) == \
         "1 of 2 claims hold, 1 not testable here"
 
 
@@ -167,9 +172,9 @@ def test_cpu_shares_at_scaled_rates_are_not_testable():
     rows = [row(profile="none", bound="link", cpu_system_pct=2.0), row(profile="x", bound="link", cpu_system_pct=9.0)]
     c = {**claim(metric="cpu_system_pct", op="difference", num={"profile": "x"}, den={"profile": "none"}, low=5),
          "seed_bound": "link"}
-    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+    assert evaluate_claim(c, rows).verdict == HOLDS
     got = evaluate_claim(c, rows, scale=4.0)
-    assert got["verdict"] == NOT_TESTABLE and "divided by 4" in got["not_testable"]
+    assert got.verdict == NOT_TESTABLE and "divided by 4" in got.not_testable
 
 
 def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
@@ -177,22 +182,22 @@ def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
     records = [Record(topology="t", profile="none", mode="tunnel", ip_version=4, transport="tcp", rate_mbit=25.0,
                       size_bytes=1460, size_mode="mss", clients=1, repetition=r, goodput_mbps=23.5 + r * 0.1,
                       bound="link") for r in range(2)]
-    (r,) = reproduction.rows_of([{"name": "p", "spec": spec, "records": records}], scale=4.0)
+    (r,) = reproduction.rows_of([reproduction.MeasuredPart(MetaPart.of(name="p", spec=spec), records)], scale=4.0)
     assert r.point.rate_mbit == 100.0 and r.emulated_rate_mbit == 25.0 and r.bound == "link"
     ref = {"values": [{"id": "a", "source": "s", "quote": "94", "value": 94, "unit": "Mbit/s", "mbps_per_unit": 1,
                        "metric": "goodput_mbps", "where": {"part": "p", "rate_mbit": 100}}]}
     (v,) = reproduction.compare_values(ref, [r], scale=4.0)
-    assert v["ours"] == pytest.approx(23.55) and v["ours_over_seed"] == pytest.approx(23.55 * 4 / 94)
-    assert "compared as ours × 4" in v["note"]
+    assert v.ours == pytest.approx(23.55) and v.ours_over_seed == pytest.approx(23.55 * 4 / 94)
+    assert "compared as ours × 4" in v.note
 
 
 def test_value_claim_holds_only_when_every_point_is_in_range():
     rows = [row(profile="x", size=s, normalized_goodput=v) for s, v in ((800, 0.9), (1000, 0.88), (500, 0.5))]
     c = claim(metric="normalized_goodput", op="value", select={"size_bytes": {"min": 751}}, low=0.85, high=0.95)
     got = evaluate_claim(c, rows)
-    assert got["verdict"] == HOLDS and got["min"] == pytest.approx(0.88) and len(got["measured"]) == 2
+    assert got.verdict == HOLDS and got.min == pytest.approx(0.88) and len(got.measured) == 2
     c["check"]["select"] = {}
-    assert evaluate_claim(c, rows)["verdict"] == FAILS
+    assert evaluate_claim(c, rows).verdict == FAILS
 
 
 def test_ratio_claim_pairs_points_equal_in_every_other_key():
@@ -200,38 +205,38 @@ def test_ratio_claim_pairs_points_equal_in_every_other_key():
             row(ip=4, size=500, goodput_mbps=50.0), row(ip=6, size=500, goodput_mbps=40.0)]
     c = claim(metric="goodput_mbps", op="ratio", num={"ip_version": 6}, den={"ip_version": 4}, low=0.97, high=1.0)
     got = evaluate_claim(c, rows)
-    assert sorted(m["value"] for m in got["measured"]) == pytest.approx([0.8, 0.98])
-    assert got["verdict"] == FAILS
+    assert sorted(m.value for m in got.measured) == pytest.approx([0.8, 0.98])
+    assert got.verdict == FAILS
     c["check"]["select"] = {"size_bytes": 1000}
-    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+    assert evaluate_claim(c, rows).verdict == HOLDS
 
 
 def test_difference_and_means_claims():
     rows = [row(profile="none", cpu_system_pct=2.0), row(profile="x", cpu_system_pct=12.5)]
     c = claim(metric="cpu_system_pct", op="difference", num={"profile": "x"}, den={"profile": "none"}, low=5, high=15)
-    assert evaluate_claim(c, rows)["measured"][0]["value"] == pytest.approx(10.5)
+    assert evaluate_claim(c, rows).measured[0].value == pytest.approx(10.5)
     rows = [row(clients=n, goodput_mbps=g) for n, g in ((1, 90.0), (2, 30.0), (3, 20.0))]
     c = claim(metric="goodput_mbps", op="ratio", means=True, num={"clients": {"min": 2}}, den={"clients": 1},
               high=0.75)
     got = evaluate_claim(c, rows)
-    assert got["measured"][0]["value"] == pytest.approx(25 / 90) and got["verdict"] == HOLDS
+    assert got.measured[0].value == pytest.approx(25 / 90) and got.verdict == HOLDS
 
 
 def test_pairs_across_parts_ignore_the_keys_named():
     rows = [row(part="mtu3000", size=2960, goodput_mbps=99.0), row(part="throughput", size=1460, goodput_mbps=100.0)]
     c = claim(metric="goodput_mbps", op="ratio", num={"part": "mtu3000"}, den={"part": "throughput"}, low=0.97,
               high=1.03)
-    assert evaluate_claim(c, rows)["verdict"] == UNMEASURED  # sizes differ: no pair
+    assert evaluate_claim(c, rows).verdict == UNMEASURED  # sizes differ: no pair
     c["check"]["ignore"] = ["size_bytes"]
-    assert evaluate_claim(c, rows)["verdict"] == HOLDS
+    assert evaluate_claim(c, rows).verdict == HOLDS
 
 
 def test_a_claim_without_data_is_not_measured_and_counts_cpu_bound_points():
-    assert evaluate_claim(claim(metric="goodput_mbps", op="value", select={"part": "nope"}, low=1), [row()])[
-        "verdict"] == UNMEASURED
+    assert evaluate_claim(claim(metric="goodput_mbps", op="value", select={"part": "nope"}, low=1),
+                          [row()]).verdict == UNMEASURED
     rows = [row(profile="x", limited=True, normalized_goodput=0.5)]
     got = evaluate_claim(claim(metric="normalized_goodput", op="value", low=0.9), rows)
-    assert got["verdict"] == FAILS and got["points_cpu_bound"] == 1
+    assert got.verdict == FAILS and got.points_cpu_bound == 1
 
 
 def test_published_values_and_transfer_ratios():
@@ -243,12 +248,12 @@ def test_published_values_and_transfer_ratios():
         {"id": "c", "source": "s", "quote": "9", "value": 9, "unit": "%", "metric": "penalty_pct", "where": {}}]}
     rows = [row(profile="none", goodput_mbps=80.0), row(profile="x", goodput_mbps=20.0)]
     values = reproduction.compare_values(ref, rows)
-    assert [v["id"] for v in values] == ["a", "b"]  # penalty_pct is a claim's, not a table's
-    assert values[1]["seed_value"] == pytest.approx(40.96)
-    assert values[1]["ours_over_seed"] == pytest.approx(20 / 40.96)
+    assert [v.id for v in values] == ["a", "b"]  # penalty_pct is a claim's, not a table's
+    assert values[1].seed_value == pytest.approx(40.96)
+    assert values[1].ours_over_seed == pytest.approx(20 / 40.96)
     (ratio,) = reproduction.transfer_ratios(ref, rows)
-    assert ratio["ratio"] == "IPsec/plain" and ratio["seed"] == pytest.approx(0.4096)
-    assert ratio["ours"] == pytest.approx(0.25)
+    assert ratio.ratio == "IPsec/plain" and ratio.seed == pytest.approx(0.4096)
+    assert ratio.ours == pytest.approx(0.25)
 
 
 # -- a run directory end to end ------------------------------------------------------------------
@@ -276,7 +281,10 @@ def test_report_of_a_synthetic_run(tmp_path):
                               "emulation_limited": False, "failed": False})
     (part / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     path = reproduction_report.write_report(str(tmp_path))
-    data = json.loads((tmp_path / "comparison.json").read_text())
+    data = json.loads((tmp_path / "comparison.json").read_text())  # the file, as JSON
+    evaluated = reproduction.evaluate(str(tmp_path))
+    assert data == json.loads(json.dumps(evaluated.to_json(), default=str))
+    assert {c.id: c.verdict for c in evaluated.claims} == {c["id"]: c["verdict"] for c in data["claims"]}
     verdicts = {c["id"]: c["verdict"] for c in data["claims"]}
     assert verdicts["ninety-percent"] == HOLDS  # 0.9 at 1000 bytes, 10 Mbit/s
     assert verdicts["small-less-efficient"] == HOLDS  # 0.6 at 500 against 0.9
@@ -293,9 +301,9 @@ def test_report_of_a_synthetic_run(tmp_path):
     (scaled / "gateway" / "results.jsonl").write_text((part / "results.jsonl").read_text())
     (scaled / "meta.json").write_text(json.dumps({**meta, "scale": {"factor": 4.0, "how": "given: --scale 4"}}))
     data_scaled = reproduction.evaluate(str(scaled))
-    assert data_scaled["scale"]["factor"] == 4.0
+    assert data_scaled.scale.factor == 4.0 and data_scaled.scale_factor == 4.0
     assert "Link rates scaled: every rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
-    md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [data, data_scaled])
+    md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [evaluated, data_scaled])
     assert "the seed's rates" in md and "rates ÷ 4" in md and "(ninety-percent) | 0.850 .. 0.950 | link |" in md
 
 
@@ -387,6 +395,6 @@ def test_transaction_records_are_read_back_as_written(tmp_path):
 
 
 def test_verdict_counts_reads_as_a_sentence():
-    claims = [{"verdict": HOLDS}, {"verdict": FAILS}, {"verdict": UNMEASURED}, {"verdict": HOLDS}]
+    claims = [verdict(HOLDS), verdict(FAILS), verdict(UNMEASURED), verdict(HOLDS)]
     assert reproduction_report.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"
-    assert reproduction_report.verdict_counts([{"verdict": HOLDS}]) == "1 of 1 claim holds"
+    assert reproduction_report.verdict_counts([verdict(HOLDS)]) == "1 of 1 claim holds"

@@ -51,12 +51,14 @@ def test_runs_are_recorded_and_the_top_says_how_the_last_ended(tmp_path):
     rundir.start_run(tmp_path, {"kernel_release": "6.1"}, command_line=["sweep"])
     rundir.finish_run(tmp_path, interrupted="SIGTERM", complete=False)
     meta = rundir.load_meta(tmp_path)
-    assert meta["interrupted"] == "SIGTERM" and meta["complete"] is False
-    assert meta["runs"][-1]["interrupted"] == "SIGTERM" and meta["runs"][-1]["finished"]
+    assert meta.interrupted == "SIGTERM" and meta.complete is False
+    assert meta.last_run.interrupted == "SIGTERM" and meta.last_run.finished == meta.finished
     rundir.start_run(tmp_path, {"kernel_release": "6.1"}, command_line=["sweep"])
     rundir.finish_run(tmp_path, complete=True)
     meta = rundir.load_meta(tmp_path)
-    assert len(meta["runs"]) == 2 and "interrupted" not in meta and meta["complete"] is True
+    assert len(meta.runs) == 2 and meta.interrupted is None and meta.complete is True
+    text = (tmp_path / rundir.META_FILE).read_text()
+    assert '"interrupted"' not in text.split('"runs"')[0] and text.count('"interrupted": "SIGTERM"') == 1
 
 
 def test_atomic_write_leaves_the_old_file_or_the_new_one(tmp_path, monkeypatch):
@@ -96,7 +98,7 @@ SCHEMA1 = Path(__file__).parent / "fixtures" / "rundir-schema1"  # a real sweep'
 def test_a_run_directory_from_before_schema_versions_is_read_as_schema_1(tmp_path):
     records = load_results(SCHEMA1)
     assert len(records) == 8 and all(r.goodput_mbps > 0 and r.bound == "link" for r in records)
-    assert load_meta(SCHEMA1)["backend"] == "uml"
+    assert load_meta(SCHEMA1).backend == "uml" and load_meta(SCHEMA1).schema is None
     # resumed, it gains records of the current schema beside the old ones, and meta.json says so
     run = tmp_path / "run"
     shutil.copytree(SCHEMA1, run)
@@ -106,7 +108,7 @@ def test_a_run_directory_from_before_schema_versions_is_read_as_schema_1(tmp_pat
     lines = [json.loads(line) for line in (run / rundir.RESULTS_FILE).read_text().splitlines()]
     assert [line.get("schema", 1) for line in lines] == [1] * 8 + [rundir.SCHEMA]
     assert load_results(run)[-1] == dataclasses.replace(records[0], repetition=99)
-    assert load_meta(run)["schema"] == rundir.SCHEMA
+    assert load_meta(run).schema == rundir.SCHEMA
 
 
 @pytest.mark.parametrize("what", ["record", "meta"])
