@@ -1,7 +1,7 @@
 """docs/cli.md: every command's ``--help``, generated from their parsers.
 
-    .venv/bin/python -m cli.reference            # write docs/cli.md
-    .venv/bin/python -m cli.reference --check    # exit 1 if docs/cli.md is not what the parsers say
+    .venv/bin/python -m cli.pages            # write docs/cli.md (and the other generated pages)
+    .venv/bin/python -m cli.pages --check    # exit 1 if one is not what the code says
 
 The reference is the parsers' own help, so it cannot say what they do not accept;
 ``tests/unit/test_cli_reference.py`` fails when a parser changed and the page was not
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from cli.report import build_parser as report_parser
 from cli.reproduce import build_parser as seed_parser
 from cli.sweep import build_parser as sweep_parser
 from experiments.catalogue import reproductions
-from testbed import pages
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "cli.md"
@@ -63,13 +61,17 @@ def sections() -> list[tuple[str, str]]:
                 else:
                     sub.prog = f"ipsec-testbed {name}"
                     out.append((f"ipsec-testbed {name}", sub.format_help()))
+                    for verbs in (sub._subparsers._group_actions if sub._subparsers else ()):
+                        for verb, parser in verbs.choices.items():  # `ipsec-testbed kernel build` ...
+                            parser.prog = f"ipsec-testbed {name} {verb}"
+                            out.append((parser.prog, parser.format_help()))
     return out
 
 
 def render() -> str:
     helps = sections()
     parts = ["# Command reference", "",
-             "Every command's `--help`, generated from their parsers by `python -m cli.reference` (a unit test",
+             "Every command's `--help`, generated from their parsers by `python -m cli.pages` (a unit test",
              "fails when this page and the parsers disagree). The scripts `experiments/packet_size_sweep.py` and",
              "`experiments/seed00N_*.py` are the same as `ipsec-testbed sweep` and `ipsec-testbed reproduce N`.", ""]
     parts += [f"- [`{title}`](#{_anchor(title)})" for title, _ in helps]
@@ -80,11 +82,3 @@ def render() -> str:
 
 def _anchor(title: str) -> str:
     return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
-
-
-def main(argv: list[str] | None = None) -> int:
-    return pages.main("cli.reference", PAGE, render, "the parsers", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

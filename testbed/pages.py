@@ -1,46 +1,23 @@
-"""The documentation pages generated from the code (``docs/cli.md``, ``docs/records.md``, ``docs/meta.md``):
-written, or checked.
+"""The documentation pages generated from the code (``docs/cli.md``, ``docs/records.md``, ``docs/meta.md``).
 
-Each generator is a module with a ``render()`` per page and a ``main`` that hands them to :func:`main`
-(or :func:`main_pages`); a unit test of each compares its pages with their ``render()``, so a page cannot
-drift from the code.
+Each page has a ``render()`` beside what it describes (:mod:`cli.reference`, :mod:`testbed.recordpage`);
+``python -m cli.pages`` writes them all, ``--check`` says which are stale, and a unit test of each
+compares its page with its ``render()``, so a page cannot drift from the code.
 """
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from testbed.rundir import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
+#: How the pages are written again, for the messages that say a page is stale.
+COMMAND = "python -m cli.pages"
 
 
-def main(module: str, page: Path, render: Callable[[], str], source: str, argv: Sequence[str] | None = None) -> int:
-    """``python -m MODULE [--check]``: write ``page`` from ``render()``, or say whether it is current
-    (exit 1 when not); ``source`` names what the page is generated from."""
-    return main_pages(module, [(page, render)], source, argv)
+def is_current(page: Path, text: str) -> bool:
+    return page.exists() and page.read_text() == text
 
 
-def main_pages(module: str, renders: Sequence[tuple[Path, Callable[[], str]]], source: str,
-               argv: Sequence[str] | None = None) -> int:
-    """:func:`main` for a generator of several pages: each ``(page, render)`` written, or checked
-    (exit 1 when one is not current)."""
-    names = " and ".join(str(page.relative_to(REPO)) for page, _ in renders)
-    p = argparse.ArgumentParser(prog=f"python -m {module}", description=f"Write {names} from {source}.")
-    verb = "is" if len(renders) == 1 else "are"
-    p.add_argument("--check", action="store_true", help=f"only check that {names} {verb} current")
-    args = p.parse_args(argv)
-    stale = 0
-    for page, render in renders:
-        text = render()
-        if args.check:
-            if not page.exists() or page.read_text() != text:
-                print(f"{page.relative_to(REPO)} is not what {source} says: run `python -m {module}`",
-                      file=sys.stderr)
-                stale = 1
-            continue
-        atomic_write(page, text)
-        print(f"wrote {page.relative_to(REPO)}")
-    return stale
+def write(page: Path, text: str) -> None:
+    atomic_write(page, text)

@@ -16,7 +16,7 @@ This module owns what a record is, so that the rest of the project does not spel
 
 A run directory's records and meta.json carry the schema version (``testbed.rundir.SCHEMA``).
 ``docs/records.md`` and ``docs/meta.md`` are generated from this module (``python -m
-testbed.recordpage``) and a test fails when they disagree.
+cli.pages``) and a test fails when they disagree.
 """
 from __future__ import annotations
 

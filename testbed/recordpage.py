@@ -1,9 +1,8 @@
 """docs/records.md and docs/meta.md, generated from :mod:`testbed.record`:
-``python -m testbed.recordpage [--check]``."""
+``python -m cli.pages`` writes them."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from testbed import pages
 from testbed.record import (
@@ -31,7 +30,7 @@ def render() -> str:
     """docs/records.md: every field of a record, the bounds, and a transactions record's own fields."""
     lines = ["# The result record", "",
              "One line of a run directory's `results.jsonl` per repetition of a point, generated from",
-             "`testbed/record.py` by `python -m testbed.recordpage` (a unit test fails when they disagree).",
+             "`testbed/record.py` by `python -m cli.pages` (a unit test fails when they disagree).",
              "The report adjusts CPU costs to the run's common machine speed: each keeps its measured",
              "value as `<name>_measured`, and `speed_factor` says by what it was multiplied.", "",
              f"A point is identified by {', '.join(f'`{f}`' for f in POINT_FIELDS)};",
@@ -72,7 +71,7 @@ def render_meta() -> str:
     lines = ["# meta.json", "",
              "What a run directory's results depend on, and each run that wrote into it: one JSON object,",
              "rewritten (atomically) when a run starts and when it ends. Generated from `testbed/record.py`",
-             "(`Meta` and the objects in it) by `python -m testbed.recordpage` (a unit test fails when they",
+             "(`Meta` and the objects in it) by `python -m cli.pages` (a unit test fails when they",
              "disagree); `testbed/rundir.py` reads and writes the file through them.", "",
              "Every field may be absent: a run killed before it wrote one, a file from an older version.",
              "A file is written back as it was read: a field it holds as null stays null, one it does not",
@@ -87,12 +86,3 @@ def render_meta() -> str:
                         (f"Each of `runs` ({MetaRun.__name__})", MetaRun)):
         lines += ["", f"## {title}", "", _summary(kind), "", *_fields(kind)]
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    return pages.main_pages("testbed.recordpage", [(PAGE, render), (META_PAGE, render_meta)], "testbed/record.py",
-                            argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

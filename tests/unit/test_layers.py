@@ -151,7 +151,8 @@ def test_one_atomic_write():
                         and node.func.attr in ("replace", "rename") and isinstance(node.func.value, ast.Name) \
                         and node.func.value.id == "os":
                     found.append((str(path.relative_to(REPO)), getattr(function, "name", "<module>")))
-    assert {f for f in found if f[1] != "<module>"} == {("testbed/rundir.py", "atomic_write")}, found
+    assert {f for f in found if f[1] != "<module>"} == {("testbed/rundir.py", "atomic_write"),
+                                                        ("testbed/rundir.py", "publish_directory")}, found
 
 
 def test_the_shims_only_hand_their_arguments_to_the_front_door():
@@ -465,3 +466,42 @@ def string_key_reads(path: Path, keys: frozenset[str]) -> list[str]:
         if isinstance(key, ast.Constant) and key.value in keys:
             found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.get_source_segment(source, node)[:80]}")
     return found
+
+
+def command_line_below_cli(path: Path) -> list[str]:
+    """Where a module imports argparse, calls a ``main(...)`` (someone's command line, run as a function)
+    or has a ``__main__`` block: what only the command line (cli/) and the programs on top may do."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names) or \
+                isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: imports argparse")
+        elif isinstance(node, ast.Call) and (isinstance(node.func, ast.Name) and node.func.id == "main"
+                                             or isinstance(node.func, ast.Attribute) and node.func.attr == "main"):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: calls main(...)")
+        elif isinstance(node, ast.If) and "__main__" in ast.dump(node.test):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: a __main__ block")
+    return found
+
+
+#: The processes the testbed starts of its own, which are programs without being commands: the speed
+#: probe runs as a file of its own (``python -S``, no site-packages), pinned to a spare CPU.
+OWN_PROCESSES = {"testbed/speedprobe.py"}
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if p.parts[len(REPO.parts)] != "cli"
+                                  and str(p.relative_to(REPO)) not in OWN_PROCESSES],
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_no_module_below_the_command_line_parses_arguments_or_runs_a_main(path):
+    found = command_line_below_cli(path)
+    assert not found, "the command line makes a Job; below it, code takes typed arguments:\n" + "\n".join(found)
+
+
+def test_the_command_line_check_finds_what_it_is_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
+    sample = tmp_path / "x.py"
+    sample.write_text("import argparse\nfrom cli.sweep import main\nmain(['--rates', '10'])\nsweep.main([])\n"
+                      "if __name__ == '__main__':\n    pass\n")
+    assert sorted(f.split(": ", 1)[1] for f in command_line_below_cli(sample)) == [
+        "a __main__ block", "calls main(...)", "calls main(...)", "imports argparse"]

@@ -209,19 +209,21 @@ def test_a_finish_without_a_start_makes_its_runs_entry():
 
 def test_docs_meta_md_is_what_the_record_module_says():
     assert recordpage.META_PAGE.read_text() == recordpage.render_meta(), \
-        "docs/meta.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
+        "docs/meta.md is out of date: run `.venv/bin/python -m cli.pages` and commit it"
     page = recordpage.META_PAGE.read_text()
     for kind in (Meta, MetaVersions, MetaScale, MetaPart, MetaRun):
         assert all(f"| `{f.name}` | {f.metadata['doc']} |" in page and f.metadata["doc"] for f in kind.known())
 
 
 def test_the_page_check_fails_on_a_stale_page(tmp_path, monkeypatch, capsys):
+    from cli import pages as cli_pages
+
     stale = tmp_path / "meta.md"
     stale.write_text("# meta.json\n")
     monkeypatch.setattr(recordpage.pages, "REPO", tmp_path)
-    monkeypatch.setattr(recordpage, "META_PAGE", stale)
-    monkeypatch.setattr(recordpage, "PAGE", tmp_path / "records.md")
+    monkeypatch.setattr(cli_pages, "generated", lambda: [(tmp_path / "records.md", recordpage.render, "record.py"),
+                                                         (stale, recordpage.render_meta, "record.py")])
     (tmp_path / "records.md").write_text(recordpage.render())
-    assert recordpage.main(["--check"]) == 1 and "meta.md is not what" in capsys.readouterr().err
-    assert recordpage.main([]) == 0 and recordpage.main(["--check"]) == 0
+    assert cli_pages.main(["--check"]) == 1 and "meta.md is not what" in capsys.readouterr().err
+    assert cli_pages.main([]) == 0 and cli_pages.main(["--check"]) == 0
     assert stale.read_text() == recordpage.render_meta()

@@ -101,7 +101,7 @@ def test_a_records_bound_is_the_bound_its_text_names_and_an_unknown_one_is_refus
 
 def test_docs_records_md_is_what_the_record_says():
     assert recordpage.PAGE.read_text() == recordpage.render(), \
-        "docs/records.md is out of date: run `.venv/bin/python -m testbed.recordpage` and commit it"
+        "docs/records.md is out of date: run `.venv/bin/python -m cli.pages` and commit it"
     page = recordpage.PAGE.read_text()
     assert all(f"| `{name}` |" in page for name in FIELDS)
 
