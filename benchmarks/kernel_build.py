@@ -1,11 +1,12 @@
-"""How long the project's UML kernel takes to build from scratch, and what it differs in from Debian's.
+"""How long a UML kernel takes to build from scratch by the recipe, and what it differs in from Debian's.
 
-    sudo ipsec-testbed bench kernel_build [--tiny] [--fp-bytes N] [--keep]
+    sudo ipsec-testbed bench kernel_build [NAME] [--tiny] [--fp-bytes N] [--keep DIR]
 
-Runs scripts/build-uml-kernel.sh with an empty cache of its own (a temporary directory, so the
-user's cached kernel is neither used nor replaced), and prints the wall time of each stage as the
-script reports it (unpacking, configuring, building), the total, the machine's CPUs and the
-kernel's size.  Then the configuration's differences from Debian's UML kernel's
+Builds NAME (default: recipe, Debian's linux-source-6.1; any kernel name, e.g. 6.12) with an empty
+cache of its own (a temporary directory, so the user's cached kernels and kept trees are neither
+used nor replaced), and prints the wall time of each stage as the recipe reports it (unpacking,
+configuring, building), the total, the machine's CPUs and the kernel's size.  Then the configuration's
+differences from Debian's UML kernel's
 (/usr/share/doc/user-mode-linux/config.gz), counted and listed by kind: options built in that
 Debian has as modules, options off that Debian has (as modules or built in), and the rest.
 """
@@ -16,12 +17,11 @@ import gzip
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-from testbed import umlkernel
+from testbed import kernelbuild, kernelsource
 
 DEBIAN_CONFIG = "/usr/share/doc/user-mode-linux/config.gz"
 _OPTION = re.compile(r"^(CONFIG_[A-Z0-9_]+)=(.*)$|^# (CONFIG_[A-Z0-9_]+) is not set$")
@@ -60,6 +60,8 @@ def differences(debian: dict[str, str], ours: dict[str, str]) -> dict[str, list[
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("name", nargs="?", default=kernelsource.RECIPE, metavar="NAME",
+                   help="the kernel to build (default: recipe)")
     p.add_argument("--tiny", action="store_true", help="the tests' tiny kernel instead of the project's")
     p.add_argument("--fp-bytes", type=int, help="the FPU buffer (default: the recipe's)")
     p.add_argument("--keep", metavar="DIR", help="keep the build under DIR instead of a temporary directory")
@@ -67,35 +69,36 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     cache = args.keep or tempfile.mkdtemp(prefix="itb-kernel-build-")
-    cmd = [umlkernel.RECIPE, *(["--tiny"] if args.tiny else []),
-           *(["--fp-bytes", str(args.fp_bytes)] if args.fp_bytes else [])]
-    env = {**os.environ, "IPSEC_TESTBED_CACHE": cache}
-    print(f"building {'the tiny test kernel' if args.tiny else 'the project UML kernel'} on {os.cpu_count()} CPUs "
+    saved = os.environ.get("IPSEC_TESTBED_CACHE")
+    os.environ["IPSEC_TESTBED_CACHE"] = cache
+    print(f"building {'the tiny test kernel' if args.tiny else args.name} on {os.cpu_count()} CPUs "
           f"({os.uname().release} host), cache {cache}", flush=True)
     started = time.monotonic()
     stages: list[tuple[str, float]] = []
+
+    def say(line: str) -> None:
+        print(f"  {time.monotonic() - started:6.1f} s  {line}", flush=True)
+        for stage in ("unpacking", "cloning", "configuring", "building", "built"):
+            if line.startswith(stage):
+                stages.append((stage, time.monotonic() - started))
+
     try:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL)
-        for line in proc.stderr:
-            line = line.rstrip()
-            print(f"  {time.monotonic() - started:6.1f} s  {line}", flush=True)
-            for stage in ("unpacking", "configuring", "building", "built"):
-                if line.startswith(f"build-uml-kernel: {stage}"):
-                    stages.append((stage, time.monotonic() - started))
-        image = proc.stdout.read().strip().splitlines()
-        if proc.wait() != 0 or not image:
-            print("the build failed (see above)", file=sys.stderr)
+        try:
+            built = kernelbuild.build(args.name, variant="tiny" if args.tiny else "testbed", fp_bytes=args.fp_bytes,
+                                      say=say)
+        except (kernelbuild.BuildError, kernelsource.KernelNameError) as e:
+            print(f"kernel_build: {e}", file=sys.stderr)
             return 1
         total = time.monotonic() - started
-        image = image[-1]
+        image = built.path
         print()
         ends = [t for _, t in stages[1:]] + [total]
         for (stage, t0), t1 in zip(stages, ends, strict=False):
             if stage != "built":
                 print(f"{stage:12s} {t1 - t0:6.1f} s")
         print(f"{'total':12s} {total:6.1f} s  ({total / 60:.1f} min on {os.cpu_count()} CPUs); "
-              f"kernel {os.path.getsize(image) / 1e6:.1f} MB")
+              f"kernel {os.path.getsize(image) / 1e6:.1f} MB, linux {built.info.get('version')}, "
+              f"key {built.info.get('key')}")
         if not args.tiny and os.path.exists(DEBIAN_CONFIG):
             with gzip.open(DEBIAN_CONFIG, "rt") as f:
                 debian = read_config(f.read())
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {len(options):4d} {kind}{listed}")
         return 0
     finally:
+        if saved is None:
+            os.environ.pop("IPSEC_TESTBED_CACHE", None)
+        else:
+            os.environ["IPSEC_TESTBED_CACHE"] = saved
         if not args.keep:
             shutil.rmtree(cache, ignore_errors=True)
-

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from experiments.job import INCOMPLETE, KernelChoice
-from testbed import backends, umlkernel
+from testbed import backends, kernelsource, umlkernel
 from testbed.backends import uml
 
 
@@ -68,14 +68,15 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def _uml_kernel(path: str) -> str:
+def _uml_kernel(text: str) -> str:
+    """``--uml-kernel``: a kernel name (:mod:`testbed.kernelsource`), checked now, built (if it must be)
+    when the job runs; every path in it made absolute."""
     if os.environ.get(backends.GUEST_ENV):  # a guest runs on the kernel the host chose and checked
-        return path
+        return text
     try:
-        uml.find_kernel(path)
-    except uml.UmlError as e:
+        return kernelsource.parse(text).canonical
+    except kernelsource.KernelNameError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    return path
 
 
 def _uml_modules(path: str) -> str:
@@ -116,9 +117,11 @@ def add_speed_probe_option(p: argparse.ArgumentParser) -> None:
 
 
 def add_uml_options(g) -> None:
-    g.add_argument("--uml-kernel", metavar="PATH", type=_uml_kernel,
-                   help="UML kernel to boot: a path (your tree's ./linux after `make ARCH=um`), `debian` "
-                        "(Debian's linux.uml) or `recipe` (the project's, from scripts/build-uml-kernel.sh); "
+    g.add_argument("--uml-kernel", metavar="NAME", type=_uml_kernel,
+                   help="UML kernel to boot: debian (Debian's linux.uml), recipe (the project's build of Debian's "
+                        "linux-source-6.1), a version (6.12: Debian's linux-source-6.12), a source tarball, a git "
+                        "tree PATH@REF, each with +patch:FILE and +config:FRAGMENT, built by the recipe on first "
+                        "use (`ipsec-testbed kernel --help`); or a UML kernel image PATH; "
                         f"default: ${umlkernel.KERNEL_ENV} if set, else Debian's where it can boot on this CPU, "
                         "else the project's (`ipsec-testbed doctor` says which and why)")
     g.add_argument("--uml-modules", metavar="DIR", type=_uml_modules,

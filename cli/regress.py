@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import sys
+import time
 
 from cli.options import add_kernel_options, add_speed_probe_option, kernel_choice, percent
 from cli.output import console
@@ -61,18 +62,32 @@ def add_parser(sub) -> None:
         "  (a GitHub Actions workflow to copy: examples/github-actions/ipsec-regress.yml)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
-    what.add_argument("--suite", choices=tuple(SUITES), default="smoke", help="suite to run (default: %(default)s)")
+    what.add_argument("--suite", choices=tuple(SUITES), default=None,
+                      help="suite to run (default: smoke; detect with --bisect)")
     what.add_argument("--run", metavar="RUN_DIR", help="compare this run directory instead of running a suite")
     p.add_argument("--ab", nargs=2, metavar=("KERNEL_A", "KERNEL_B"),
-                   help="A/B: run the suite on two kernels (host; uml: the UML kernel chosen by default; debian: "
-                        "Debian's linux.uml; recipe: the project's, from scripts/build-uml-kernel.sh; or the path "
-                        "of a UML kernel built with `make ARCH=um`) and judge B against A. Both kernels are up at "
+                   help="A/B: run the suite on two kernels (host; uml: the UML kernel chosen by default; or a kernel "
+                        "name: debian, recipe, 6.1, 6.12, a tarball, PATH@REF of a git tree, +patch:FILE, "
+                        "+config:FRAGMENT, a built image; see `ipsec-testbed kernel --help`: each is built on first "
+                        "use) and judge B against A. Both kernels are up at "
                         "once, in two guests on one host CPU (2 x --uml-mem of memory), taking turns window by "
                         "window (ABBA), and B/A is judged pair by pair; where two guests do not fit in memory they "
                         "are booted in turn and compared unpaired (--rounds). With --inject-slowdown (A and B the "
                         "same kernel): B's ESP path made slower, the paired A/B's power")
-    p.add_argument("--repetitions", type=int, metavar="N", help="with --ab: repetitions (windows) per kernel "
-                   "(default: the suite's)")
+    p.add_argument("--bisect", nargs=2, metavar=("GOOD", "BAD"),
+                   help="find the commit of --tree between GOOD and BAD (refs: tags, branches, commits; GOOD an "
+                        "ancestor of BAD) that made kernel IPsec worse: first a paired A/B confirms BAD is worse than "
+                        "GOOD beyond the tolerance at the confidence (else: no regression, exit 0); then each step "
+                        "builds the commit halfway between the last good and the first bad one (a kept tree: only "
+                        "what changed is compiled) and pairs it with GOOD; a step whose interval lies on GOOD's side "
+                        "of halfway to BAD's ratio is good, on BAD's side bad, across it unclear (measured again, "
+                        "then skipped). Ends naming the first bad commit with its ratio (exit 1); the same command "
+                        "on the same --out goes on where it stopped")
+    p.add_argument("--tree", metavar="PATH",
+                   help="with --bisect: the kernel's git work tree (with +patch:FILE and +config:FRAGMENT suffixes "
+                        "for every step's build)")
+    p.add_argument("--repetitions", type=int, metavar="N", help="with --ab or --bisect: repetitions (windows) per "
+                   "kernel (default: the suite's)")
     p.add_argument("--rounds", type=int, metavar="N", help="with --ab where two guests do not fit: boots of each "
                    "kernel, ABBA, each measuring its share of the repetitions (default: one per repetition, at "
                    "most 4)")
@@ -134,11 +149,22 @@ def run(args: argparse.Namespace) -> int:
     from testbed.rundir import ResultsError, load_meta, load_results
 
     prog = PROG
+    if args.suite is None:
+        args.suite = "detect" if args.bisect else "smoke"
+    if args.bisect and (args.ab or args.run or args.baseline or args.save_baseline or args.inject_slowdown is not None):
+        print(f"{prog}: --bisect measures GOOD and each step itself: no --ab, --run, --baseline, --save-baseline or "
+              "--inject-slowdown with it", file=sys.stderr)
+        return 2
+    if bool(args.bisect) != bool(args.tree):
+        print(f"{prog}: --bisect GOOD BAD and --tree PATH go together", file=sys.stderr)
+        return 2
     defaults = gate_defaults(None if args.run else args.suite)
     if args.max_drop is None and not args.ab:  # --ab: its tolerance depends on whether it is paired
         args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
+    if args.bisect:
+        return _regress_bisect(args, prog)
     if args.ab:
         if args.run or args.baseline or args.save_baseline:
             print(f"{prog}: --ab measures both kernels itself: no --run, --baseline or --save-baseline with it",
@@ -307,6 +333,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     kernels = tuple(args.ab)
     pct = args.inject_slowdown
     try:
+        for kernel in kernels:
+            build_named(kernel)
         out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
         job = suite_job(args, out)
         reps = args.repetitions or job.work.spec.repetitions
@@ -373,6 +401,115 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                                                 "measured_pct": effect.pct, "ratio": effect.ratio, "low": effect.low,
                                                 "high": effect.high, "paired": True, "run_dir": out})
     return 0 if right else 1
+
+
+def build_named(kernel: str) -> None:
+    """Build the kernel ``kernel`` names, if it is built by the recipe and not yet in the cache (one line on
+    a bad name or a failed step, as a ValueError or a RuntimeError)."""
+    from testbed import backends, kernelbuild, kernelsource
+
+    if kernel in backends.names():
+        return
+    name = kernelsource.parse(kernel)
+    if name.built and kernelbuild.cached(kernelbuild.plan(name)) is None:
+        print(f"regress: building kernel {kernel} (once; cached afterwards)", file=sys.stderr, flush=True)
+        kernelbuild.build(name)
+
+
+def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
+    """``--bisect GOOD BAD --tree PATH``: see :mod:`experiments.bisect`.  Exit 0 no regression, 1 the first
+    bad commit found (or a range skips left), 2 an error."""
+    from analysis import regress
+    from experiments import ab, bisect
+    from experiments.catalogue.suites import gate_defaults
+    from testbed import kernelbuild, kernelsource
+    from testbed.backends.uml import guest_cpu
+    from testbed.rundir import ResultsError, atomic_write, load_meta, load_results
+
+    def say(m: str) -> None:
+        print(f"regress: {m}", file=sys.stderr, flush=True)
+
+    good, bad = args.bisect
+    try:
+        tree = kernelsource.parse(args.tree)
+        if tree.kind != "git":
+            raise ValueError(f"--tree {args.tree}: a git work tree of a kernel, not a {tree.kind}")
+        cramped = two_guests_fit(args.uml_mem)
+        if cramped:
+            raise ValueError(f"a bisect pairs each step with GOOD in two guests at once: {cramped}")
+        if args.max_drop is None:
+            args.max_drop = gate_defaults(args.suite)["arms_max_drop"]
+        out = _out_dir(args, "bisect")
+        job = suite_job(args, out)
+        reps = args.repetitions or job.work.spec.repetitions
+        metric = FIELD.cpu_us_per_packet if FIELD.cpu_us_per_packet in args.metrics else args.metrics[0]
+        good_sha = kernelsource.resolve_ref(tree.base, good)
+        good_name = tree.with_ref(good_sha).canonical
+        cpu = guest_cpu()
+        flagged: list[bool] = []
+
+        def build(commit: str) -> str:
+            name = tree.with_ref(commit)
+            kernelbuild.build(name, say=lambda m: say(f"build {commit[:12]}: {m}"))
+            return name.canonical
+
+        def measure(name: str) -> bisect.Ratio:
+            commit = kernelsource.parse(name).ref or ""
+            step_dir = os.path.join(out, f"ab-{time.strftime('%H%M%S')}-{commit[:12]}")
+            jobs = ab.paired_jobs(job.with_(out_dir=step_dir), (good_name, name), reps, cpu)
+            dir_a, dir_b = ab.run_paired(jobs, step_dir, say)
+            records = ab.as_arms(load_results(dir_a), load_results(dir_b))
+            verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
+                                            args.confidence / 100, args.metrics)
+            v = next(v for v in verdicts if v.metric == metric)
+            flagged.append(any(x.regressed for x in verdicts))
+            return bisect.Ratio(v.ratio, v.low2, v.high2)
+
+        build(good_sha)  # GOOD is every step's other side: built first, once
+        run = bisect.Bisect(tree.base, good, bad, out, build, measure, say=lambda m: print(m, flush=True))
+        run.load()
+        say(f"bisecting {len(run.commits)} commits of {tree.base} between {good} and {bad} on suite {args.suite} "
+            f"({reps} windows per kernel, paired; judged on {metric}, tolerance {args.max_drop:g} %) into {out}")
+        outcome = run.run(lambda r: flagged[-1] if flagged else False)
+        atomic_write(os.path.join(out, "bisect.md"), bisect_markdown(run, outcome, args))
+    except (bisect.BisectError, regress.RegressError, ResultsError, ValueError, RuntimeError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    confirm = run.confirmed()
+    if outcome is None:
+        print(f"no regression: {bad} against {good}, B/A {confirm.ratio:.3f} ({confirm.low:.3f}..{confirm.high:.3f}), "
+              f"within the tolerance of {args.max_drop:g} % ({os.path.join(out, 'bisect.md')})")
+        return 0
+    first, suspects = outcome
+    if first:
+        step = next((s for s in reversed(run.steps) if s.commit == first and s.ratio is not None), confirm)
+        print(f"first bad commit: {first} {bisect.subject(tree.base, first)}\n  B/A {step.ratio:.3f} "
+              f"({step.low:.3f}..{step.high:.3f}) against {good}; {bad} measured {confirm.ratio:.3f} "
+              f"({os.path.join(out, 'bisect.md')})")
+    else:
+        print(f"the first bad commit is one of {len(suspects)} (the others were skipped): "
+              + ", ".join(c[:12] for c in suspects))
+    return 1
+
+
+def bisect_markdown(run, outcome, args: argparse.Namespace) -> str:
+    """The bisect's report: every step as a row, then the outcome."""
+    lines = [f"# Bisect of {run.tree}: {run.good} (good) .. {run.bad} (bad)", "",
+             f"Suite {args.suite}, paired A/B against {run.good} at each step, tolerance {args.max_drop:g} %.", "",
+             "| step | commit | subject | B/A | 95 % interval | verdict | build s | measure s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in run.steps:
+        ratio = f"{s.ratio:.3f}" if s.ratio is not None else "-"
+        interval = f"{s.low:.3f}..{s.high:.3f}" if s.low is not None else "-"
+        lines.append(f"| {s.kind} | `{s.commit[:12]}` | {s.subject.replace('|', '/')} | {ratio} | {interval} | "
+                     f"{s.verdict}{f' ({s.note})' if s.note else ''} | {s.build_s:.0f} | {s.measure_s:.0f} |")
+    if outcome is None:
+        lines += ["", "No regression: the bad end is not worse than the good one beyond the tolerance."]
+    elif outcome[0]:
+        lines += ["", f"First bad commit: `{outcome[0]}`."]
+    else:
+        lines += ["", "The first bad commit is one of: " + ", ".join(f"`{c[:12]}`" for c in outcome[1]) + "."]
+    return "\n".join(lines) + "\n"
 
 
 def _report_verdicts(args: argparse.Namespace, verdicts, notes: list[str], labels: tuple[str, str]) -> int:

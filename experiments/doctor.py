@@ -23,7 +23,7 @@ from ipsec.algorithms import ALGORITHMS
 from ipsec.algorithms import kernel_modules as ipsec_modules
 from ipsec.profiles import parse_profile
 from ipsec.sa import probe_spec
-from testbed import backends, names, netns, xsave
+from testbed import backends, kernelbuild, names, netns, xsave
 from testbed.capabilities import BASE_NEEDS, ESP_NEEDS, Check, Needs, Probe
 from topologies import KERNEL_MODULES
 
@@ -167,6 +167,12 @@ def _tool_checks(options: backends.Options = backends.DEFAULT_OPTIONS) -> list[C
         why = backend.unavailable()
         detail = getattr(backend, "describe_kernel", backend.label)() if why is None else why
         checks.append(Check("backend", name, why is None, detail))
+    if here.runs_here:
+        built = kernelbuild.builds()
+        names = ", ".join(f"{b.info.get('name') or b.info.get('variant', '?')} ({b.info.get('version', '?')}, key "
+                          f"{b.info.get('key', '?')})" for b in built)
+        checks.append(Check("backend", "kernels built", True,
+                            f"{len(built)}: {names}" if built else "none yet (`ipsec-testbed kernel build NAME`)"))
     return checks
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from experiments.engine.plan import SweepSpec, estimate_seconds, plan_points
-from testbed import backends, umlkernel
+from testbed import backends, kernelsource
 
 #: The exit status of a job that ended but could not measure every point (without ``allow_failures``).
 INCOMPLETE = 3
@@ -59,14 +59,15 @@ class KernelChoice:
 
     @classmethod
     def named(cls, kernel: str, **options: Any) -> KernelChoice:
-        """The choice of a kernel named as ``regress --ab`` takes it: a backend's name (``host``,
-        ``uml``), a UML kernel by its origin (``debian``, ``recipe``: :mod:`testbed.umlkernel`), or the
-        path of a kernel image a backend boots (a UML kernel built with ``make ARCH=um``)."""
+        """The choice of a kernel named as ``regress --ab`` takes it: a backend's name (``host``, ``uml``),
+        or a kernel name of :mod:`testbed.kernelsource` (``debian``, ``recipe``, ``6.12``, a tarball,
+        ``PATH@REF``, an image; a path of a kernel image another backend boots goes to that backend)."""
         if kernel in backends.names():
             return cls(kernel=kernel, **options)
-        if kernel in umlkernel.NAMED:
-            return cls(kernel=backends.UmlBackend.name, uml_kernel=kernel, **options)
-        return cls(kernel=backends.booting(kernel).name, uml_kernel=os.path.abspath(kernel), **options)
+        name = kernelsource.parse(kernel)
+        if name.kind == "image":
+            return cls(kernel=backends.booting(name.base).name, uml_kernel=name.base, **options)
+        return cls(kernel=backends.UmlBackend.name, uml_kernel=name.canonical, **options)
 
 
 @dataclasses.dataclass(frozen=True)

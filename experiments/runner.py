@@ -34,7 +34,7 @@ from experiments.engine.turns import Turns
 from experiments.job import INCOMPLETE, BenchWork, Job, ReproductionWork, SweepWork
 from experiments.machine import hand_to_guest
 from experiments.progress import progress_bar, progress_callback
-from testbed import backends, handoff, rundir
+from testbed import backends, handoff, kernelbuild, kernelsource, rundir, umlkernel
 from testbed.capabilities import Needs
 from testbed.errors import Refused, Terminated
 from testbed.record import Bound
@@ -61,6 +61,22 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"--out {path}: exists and is not a directory")
     return path
+
+
+def prepare_kernel(job: Job) -> None:
+    """Build the UML kernel the job names (``--uml-kernel`` or ``$IPSEC_TESTBED_UML_KERNEL``) on first use;
+    at once when it is in the cache.  A bad name or a step of the recipe that fails is one line."""
+    requested = job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+    if not requested:
+        return
+    try:
+        name = kernelsource.parse(requested)
+        if name.built and kernelbuild.cached(kernelbuild.plan(name)) is None:
+            print(f"kernel {requested} is not built yet: building it now (once; cached afterwards)",
+                  file=sys.stderr, flush=True)
+            kernelbuild.build(name)
+    except (kernelsource.KernelNameError, kernelbuild.BuildError) as e:
+        raise Refused(str(e)) from None
 
 
 def check_tools() -> None:
@@ -270,6 +286,7 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
     check_tools()
     on_host = backends.current().runs_here
     if on_host:
+        prepare_kernel(job)
         report_leftovers(prog)
         hand_to_guest()  # meta.json's versions and CPU model, found here once
     # The host holds the lock for the whole run, guest included (a guest's flock on hostfs

@@ -38,7 +38,8 @@ if [[ ${1:-} == --check ]]; then
     ((${#missing[@]})) && { say "missing packages: ${missing[*]}"; rc=1; }
     [[ -f $stamp && $stamp -nt $here/setup.py && $stamp -nt $here/pyproject.toml ]] ||
         { say "virtualenv .venv missing or stale"; rc=1; }
-    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -m testbed.umlkernel needs-build; then
+    if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import sys; from testbed import umlkernel
+sys.exit(0 if umlkernel.needs_build() else 1)'; then
         say "Debian's linux.uml cannot boot on this CPU, and the project's UML kernel is not built"; rc=1
     fi
     exit $rc
@@ -97,9 +98,8 @@ if [[ ! -f $stamp || $here/setup.py -nt $stamp || $here/pyproject.toml -nt $stam
 fi
 
 # A UML kernel that boots on this CPU: Debian's where its FPU buffer holds this CPU's XSAVE area,
-# else the project's (scripts/build-uml-kernel.sh: built once, then cached by its recipe).
-if "$venv/bin/python" -m testbed.umlkernel needs-build; then
-    say "$("$venv/bin/python" -m testbed.xsave --describe)"
-    say "building the project's UML kernel, which boots on every x86-64 CPU (once; about 10 minutes on 2 CPUs)"
-    "$here/scripts/build-uml-kernel.sh" >/dev/null
+# else the project's (`ipsec-testbed kernel build`: the recipe, built once, then cached by its key).
+if ! "$venv/bin/ipsec-testbed" kernel build >/dev/null; then
+    say "could not build the project's UML kernel (above); \`sudo $venv/bin/ipsec-testbed kernel build\` tries again"
+    exit 1
 fi

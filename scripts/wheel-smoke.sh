@@ -37,10 +37,15 @@ main() {
 
     step "the kernel recipe installed: the same recipe, the same kernel"
     local key
-    key=$("$venv/bin/python" -c 'from testbed import umlkernel as u
-assert u.RECIPE.startswith(u.sysconfig.get_path("data")), u.RECIPE
-print(u.recipe_key())')
-    [[ $key == "$(bash "$here/scripts/build-uml-kernel.sh" --key)" ]] || { say "recipe key $key differs"; false; }
+    local recipe='from testbed import kernelbuild as k, kernelsource as s
+print(k.RECIPE_DIR, k.plan(s.parse("recipe")).key)'
+    key=$("$venv/bin/python" -c "$recipe")
+    [[ ${key%% *} == "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("data"))')"/* ]] ||
+        { say "the installed recipe is not the wheel's: $key"; false; }
+    [[ ${key##* } == "$(cd "$here" && .venv/bin/python -c "$recipe" | cut -d" " -f2)" ]] ||
+        { say "recipe key ${key##* } differs from the checkout's"; false; }
+    step "ipsec-testbed kernel list"
+    "$venv/bin/ipsec-testbed" kernel list >/dev/null
 
     step "ipsec-testbed doctor"
     "$venv/bin/ipsec-testbed" doctor >/dev/null

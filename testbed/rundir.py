@@ -32,6 +32,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -88,12 +89,26 @@ def atomic_write(path: PathLike, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    _sync_directory(path.parent)
+
+
+def _sync_directory(path: PathLike) -> None:
     with contextlib.suppress(OSError):
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def publish_directory(staging: PathLike, path: PathLike) -> None:
+    """Put the directory ``staging`` (whole, its files written) in place as ``path``, replacing what was
+    there: a crash leaves the old one, or none, or the new one, never half of one."""
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    os.rename(staging, path)
+    _sync_directory(path.parent)
 
 
 def read_json(path: PathLike) -> dict:

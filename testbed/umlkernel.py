@@ -6,17 +6,18 @@ Three kinds of kernel can boot a guest:
     ``linux.uml`` from Debian's ``user-mode-linux`` package, with its modules under
     ``/usr/lib/uml/modules``.  The default wherever it can boot.
 ``recipe``
-    the project's own, built by ``scripts/build-uml-kernel.sh`` from Debian's
-    ``linux-source-6.1`` with Debian's configuration and an FPU buffer large enough for
-    every x86-64 CPU (:mod:`testbed.xsave` says why Debian's is not).  Cached under
-    ``~/.cache/ipsec-testbed/kernels/`` with a ``build.json`` that records how it was built.
+    built by the project's recipe (:mod:`testbed.kernelbuild`) from any source: Debian's
+    ``linux-source-6.1`` by default (the name ``recipe``), another version (``6.12``), a tarball,
+    a git tree at a ref, with patches and configuration on top (:mod:`testbed.kernelsource`), with
+    Debian's configuration and an FPU buffer large enough for every x86-64 CPU (:mod:`testbed.xsave`
+    says why Debian's is not).  Cached under ``~/.cache/ipsec-testbed/kernels/`` with a
+    ``build.json`` that records how it was built.
 ``user``
     any other image given with ``--uml-kernel PATH`` (``make ARCH=um``'s ``./linux``).
 
-:func:`select` decides.  ``--uml-kernel`` wins (``PATH``, or the words ``debian`` /
-``recipe``); then :data:`KERNEL_ENV` in the environment, read the same way; then the
-automatic rule: Debian's kernel where this CPU's XSAVE area fits its buffer, else the
-project's kernel, which ``./run install`` builds on such a host.  :func:`boot_failure`
+:func:`select` decides.  ``--uml-kernel`` wins (any kernel name); then :data:`KERNEL_ENV` in the
+environment, read the same way; then the automatic rule: Debian's kernel where this CPU's XSAVE area
+fits its buffer, else the project's kernel, which ``./run install`` builds on such a host.  :func:`boot_failure`
 turns a dead guest's console into the one line that says why and how to fix it.
 """
 from __future__ import annotations
@@ -27,31 +28,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sysconfig
-from collections.abc import Iterable
 
-from testbed import names, xsave
+from testbed import kernelbuild, kernelsource, xsave
 
-#: The project's kernel recipe in a checkout ...
-_CHECKOUT_RECIPE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                                "build-uml-kernel.sh")
-#: ... and as an installed wheel puts it (pyproject.toml's data-files)
-_INSTALLED_RECIPE = os.path.join(sysconfig.get_path("data"), "share", "ipsec-testbed", "scripts",
-                                 "build-uml-kernel.sh")
-#: Where the project's kernel recipe is: the checkout's, else the installed copy.
-RECIPE = _CHECKOUT_RECIPE if os.path.isfile(_CHECKOUT_RECIPE) else _INSTALLED_RECIPE
-_IN_CHECKOUT = RECIPE == _CHECKOUT_RECIPE
-#: How a person runs it.
-RECIPE_COMMAND = "scripts/build-uml-kernel.sh" if _IN_CHECKOUT else f"bash {RECIPE}"
+#: How a person builds the project's kernel.
+RECIPE_COMMAND = "ipsec-testbed kernel build"
 #: A default for ``--uml-kernel`` (a path, ``debian`` or ``recipe``): how a whole test suite or CI
 #: job runs on one kernel without passing the option to every command.
 KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
 DEBIAN_KERNEL = "/usr/bin/linux.uml"
 DEBIAN_MODULES_ROOT = "/usr/lib/uml/modules"
 ORIGINS = ("debian", "recipe", "user")
-#: The words ``--uml-kernel`` takes besides a path.
-NAMED = ("debian", "recipe")
+#: Names of kernels that need no source: Debian's, and the recipe's default build.
+NAMED = (kernelsource.DEBIAN, kernelsource.RECIPE)
 
 
 class KernelUnavailableError(RuntimeError):
@@ -68,6 +57,8 @@ class UmlKernel:
     version: str | None = None       # "6.1.176", "6.1.192"
     fp_bytes: int | None = None      # the FPU buffer it hands the host (None: not known)
     key: str | None = None           # the recipe's cache key (recipe kernels)
+    name: str | None = None          # the name it was built under (recipe kernels: 6.12, PATH@REF ...)
+    source: str | None = None        # what it was built from, for people
 
     @property
     def fits_host(self) -> bool | None:
@@ -86,6 +77,8 @@ class UmlKernel:
     def describe(self) -> str:
         what = {"debian": "Debian's linux.uml", "recipe": "the project's UML kernel",
                 "user": "the UML kernel"}[self.origin]
+        if self.origin == "recipe" and self.name and self.name != kernelsource.RECIPE:
+            what = f"the UML kernel built from {self.source or self.name}"
         version = f" {self.version}" if self.version else ""
         return f"{what}{version} ({self.path})"
 
@@ -93,13 +86,11 @@ class UmlKernel:
         """For meta.json: which kernel ran, where it came from and why it was chosen."""
         return {"kernel_path": self.path, "kernel_origin": self.origin, "kernel_version": self.version,
                 "kernel_fp_bytes": self.fp_bytes, "kernel_recipe_key": self.key, "kernel_reason": self.reason,
-                "host_xsave_bytes": xsave.host_bytes()}
+                "kernel_name": self.name, "kernel_source": self.source, "host_xsave_bytes": xsave.host_bytes()}
 
 
-_FIX = ("Use the project's kernel, which boots on every x86-64 CPU: "
-        + ("`sudo ./run install` builds it (scripts/build-uml-kernel.sh" if _IN_CHECKOUT
-           else f"`sudo {RECIPE_COMMAND}` builds it (the recipe this package installed")
-        + ", about 10 minutes on 2 CPUs), then it is chosen by itself.")
+_FIX = ("Use the project's kernel, which boots on every x86-64 CPU: `sudo ./run install` (or `sudo "
+        f"{RECIPE_COMMAND}`) builds it, about 5 minutes on 2 CPUs, then it is chosen by itself.")
 
 
 def debian() -> UmlKernel | None:
@@ -117,19 +108,11 @@ def debian() -> UmlKernel | None:
 
 @functools.cache
 def recipe_key() -> str | None:
-    """The cache key of the kernel the recipe builds now (None: the recipe is not here)."""
-    if not os.path.isfile(RECIPE):
-        return None
+    """The cache key of the kernel the recipe builds now by default (None: it cannot be planned here)."""
     try:
-        out = subprocess.run(["bash", RECIPE, "--key"], capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError):
+        return kernelbuild.plan(kernelsource.parse(kernelsource.RECIPE)).key
+    except (kernelbuild.BuildError, kernelsource.KernelNameError, OSError):
         return None
-    return out.stdout.strip() or None
-
-
-def cache_dir() -> str:
-    """Where the recipe caches its kernels."""
-    return os.path.join(names.cache_dir(), "kernels")
 
 
 def from_image(path: str, reason: str) -> UmlKernel:
@@ -142,7 +125,8 @@ def from_image(path: str, reason: str) -> UmlKernel:
     build = _build_info(path)
     if build:
         return UmlKernel(path, "recipe", reason, version=build.get("version"), fp_bytes=build.get("fp_bytes"),
-                         key=build.get("key"))
+                         key=build.get("key"), name=build.get("name") or kernelsource.RECIPE,
+                         source=build.get("source"))
     return UmlKernel(path, "user", reason)
 
 
@@ -157,21 +141,17 @@ def _build_info(path: str) -> dict | None:
 
 def recipe(reason: str = "") -> UmlKernel | None:
     """The project's kernel for the recipe as it is now, if it has been built."""
-    key = recipe_key()
-    if key is None:
+    return built(kernelsource.RECIPE, reason)
+
+
+def built(word: str, reason: str = "") -> UmlKernel | None:
+    """The kernel the recipe builds for the name ``word``, if it is in the cache (None: not built yet)."""
+    try:
+        key = recipe_key() if word == kernelsource.RECIPE else kernelbuild.plan(kernelsource.parse(word)).key
+    except (kernelbuild.BuildError, kernelsource.KernelNameError, OSError):
         return None
-    for directory in sorted(_glob_builds(key)):
-        image = os.path.join(directory, "linux")
-        if os.access(image, os.X_OK) and (built := from_image(image, reason)).origin == "recipe":
-            return built
-    return None
-
-
-def _glob_builds(key: str) -> Iterable[str]:
-    root = cache_dir()
-    if not os.path.isdir(root):
-        return []
-    return [os.path.join(root, d) for d in os.listdir(root) if re.fullmatch(rf"linux-.+-um-{re.escape(key)}", d)]
+    found = kernelbuild.find(key) if key else None
+    return from_image(found.path, reason) if found else None
 
 
 def select(requested: str | None = None) -> UmlKernel:
@@ -185,22 +165,23 @@ def select(requested: str | None = None) -> UmlKernel:
 
 
 def _named(word: str, why: str) -> UmlKernel:
-    if word == "debian":
+    try:
+        name = kernelsource.parse(word)
+    except kernelsource.KernelNameError as e:
+        raise KernelUnavailableError(f"{why}: {e}") from None
+    if name.kind == "debian":
         found = debian()
         if not found:
             raise KernelUnavailableError(f"{why} (debian), but Debian's linux.uml is not installed: "
                                          "apt-get install user-mode-linux, or scripts/install.sh")
         return dataclasses.replace(found, reason=f"{why} (debian)")
-    if word == "recipe":
-        found = recipe(f"{why} (recipe)")
-        if not found:
-            raise KernelUnavailableError(f"{why} (recipe), but the project's kernel is not built yet: "
-                                         f"run {RECIPE_COMMAND} (about 10 minutes on 2 CPUs)")
-        return found
-    if not (os.path.isfile(word) and os.access(word, os.X_OK)):
-        raise KernelUnavailableError(f"UML kernel {word!r} is not an executable file "
-                                     "(give a path, or `debian` or `recipe`)")
-    return from_image(word, why)
+    if name.kind == "image":
+        return from_image(name.base, why)
+    found = built(word, f"{why} ({word})")
+    if not found:
+        raise KernelUnavailableError(f"{why} ({word}), but that kernel is not built yet: `sudo {RECIPE_COMMAND} "
+                                     f"{word}` builds it (a sweep builds it on first use)")
+    return found
 
 
 def automatic() -> UmlKernel:
@@ -216,7 +197,7 @@ def automatic() -> UmlKernel:
                f"was built for {xsave.DEBIAN_FP_BYTES})")
     else:
         why = "Debian's linux.uml is not installed"
-    own = recipe(f"{why}: the project's kernel, built by scripts/build-uml-kernel.sh")
+    own = recipe(f"{why}: the project's kernel, built by the recipe (ipsec-testbed kernel build)")
     if own and own.fits_host is not False:
         return own
     if found:
@@ -273,16 +254,3 @@ def boot_failure(console: str, kernel: UmlKernel | None = None) -> tuple[str | N
             why = [line for line in telling if pattern.search(line) or "panic" in line.lower()]
             return message.format(**sizes), why[-8:]
     return None, telling[-8:] or lines[-15:]
-
-
-if __name__ == "__main__":  # `python -m testbed.umlkernel`: the choice, for scripts
-    import sys
-
-    if sys.argv[1:] == ["needs-build"]:
-        sys.exit(0 if needs_build() else 1)
-    try:
-        chosen = select(sys.argv[1] if len(sys.argv) > 1 else None)
-    except KernelUnavailableError as e:
-        print(e, file=sys.stderr)
-        sys.exit(1)
-    print(json.dumps(chosen.metadata(), indent=1))

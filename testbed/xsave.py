@@ -10,8 +10,8 @@ clamped to it, a smaller one fails with EFAULT (``xstateregs_set`` in the host's
 dies at its first FP restore and the kernel panics: ``ptrace set fp regs failed, errno = 14``.
 
 :func:`host_bytes` asks the host: a GETREGSET with a large buffer on a stopped child returns
-the area's size in ``iov_len``.  ``python3 -m testbed.xsave`` prints it.  Standard library only:
-the kernel recipe (``scripts/build-uml-kernel.sh``) runs it before any virtualenv exists.
+the area's size in ``iov_len``; the recipe (:mod:`testbed.kernelbuild`) sizes its buffer from it, and
+``ipsec-testbed doctor`` and ``kernel build`` say it.  Standard library only.
 """
 from __future__ import annotations
 
@@ -80,12 +80,3 @@ def describe(host: int | None = None) -> str:
     verdict = ("fits Debian's UML kernel" if fits(DEBIAN_FP_BYTES, host) else
                f"larger than the {DEBIAN_FP_BYTES} bytes Debian's UML kernel was built for: it cannot boot here")
     return f"this CPU's user XSAVE area is {host} bytes ({verdict})"
-
-
-if __name__ == "__main__":
-    size = host_bytes()
-    if "--describe" in sys.argv[1:]:
-        print(describe(size))
-    else:
-        print(size if size is not None else "unknown")
-    sys.exit(0 if size is not None else 1)

@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO, run_cli
 
-from testbed import umlkernel, xsave
+from testbed import kernelbuild, kernelsource, xsave
 from testbed.backends import uml
 
 SMALL_FP_BYTES = 832
@@ -25,10 +25,7 @@ def small_kernel() -> str:
         pytest.skip(f"this CPU's XSAVE area ({host} bytes) fits an {SMALL_FP_BYTES}-byte buffer: "
                     "no kernel can be built too small for it")
     # built once per machine (about 4 minutes on 2 CPUs), then taken from the cache
-    out = subprocess.run([umlkernel.RECIPE, "--tiny", "--fp-bytes", str(SMALL_FP_BYTES)],
-                         capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip().splitlines()[-1]
+    return kernelbuild.build(kernelsource.RECIPE, variant="tiny", fp_bytes=SMALL_FP_BYTES).path
 
 
 def test_doctor_says_before_any_boot_that_it_cannot_boot_here(small_kernel):

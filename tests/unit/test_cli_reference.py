@@ -4,7 +4,7 @@ from cli import reference
 
 def test_the_command_reference_is_what_the_parsers_say():
     assert reference.PAGE.read_text() == reference.render(), \
-        "docs/cli.md is out of date: run `.venv/bin/python -m cli.reference` and commit it"
+        "docs/cli.md is out of date: run `.venv/bin/python -m cli.pages` and commit it"
 
 
 def test_every_command_and_script_has_its_section_with_its_options():
@@ -16,7 +16,7 @@ def test_every_command_and_script_has_its_section_with_its_options():
     assert [t for t in titles if t.startswith("ipsec-testbed reproduce ")] == [
         f"ipsec-testbed reproduce {seed}" for seed in ("000", "001", "002", "003", "004")]
     # options that the help once promised and the parser refused are documented as the parser takes them
-    assert "--uml-kernel PATH" in page and "--inject-slowdown PERCENT" in page and "--no-speed-probe" in page
+    assert "--uml-kernel NAME" in page and "--inject-slowdown PERCENT" in page and "--no-speed-probe" in page
 
 
 def test_the_page_does_not_depend_on_the_terminal(monkeypatch):

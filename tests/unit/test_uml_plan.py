@@ -124,7 +124,7 @@ def test_guest_env_marks_the_guest_and_drops_host_session_variables():
 
 
 def test_missing_kernel_is_a_one_line_error(tmp_path):
-    with pytest.raises(uml.UmlError, match="not an executable file"):
+    with pytest.raises(uml.UmlError, match="does not exist"):
         uml.find_kernel(str(tmp_path / "linux"))
 
 

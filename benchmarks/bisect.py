@@ -1,0 +1,157 @@
+"""Proof of the bisect: a kernel history with one commit that makes ESP costlier, found by `regress --bisect`.
+
+    sudo ipsec-testbed bench bisect                         # 16 commits, the slow one at 11; then none slow
+    sudo ipsec-testbed bench bisect --slow-commit 5 --extra-iterations 3000
+
+Makes a git history on Debian's linux-source-6.1 (the recipe's source): a first commit of the whole
+tree, then ``--commits`` commits that each change one file of net/ (a comment: one object to compile
+again, as a kernel developer's commits do), of which commit ``--slow-commit`` also adds
+``--extra-iterations`` iterations of a small loop to every ESP packet's way out (``esp_output`` in
+net/ipv4/esp4.c: about 5 % more CPU per packet with the default).  Then runs
+``ipsec-testbed regress --bisect FIRST LAST --tree HISTORY`` (the detect suite, paired, 12 windows
+per kernel) and prints what it named, in how many steps and minutes, builds included, against the
+targets (the slow commit, at most 5 steps, at most 20 minutes on 2 CPUs).  Then the same history
+without the slow commit's loop, bisected again: it must end "no regression".
+
+The history and the bisects' run directories are kept under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from benchmarks import _common
+from testbed import kernelbuild
+
+#: The files the commits touch, one each, in turn: net/ files a build compiles for the testbed's kernel.
+FILES = ("net/ipv4/ip_output.c", "net/ipv4/tcp_output.c", "net/core/dev.c", "net/ipv4/route.c",
+         "net/xfrm/xfrm_output.c", "net/ipv4/udp.c", "net/ipv6/ip6_output.c", "net/core/skbuff.c",
+         "net/ipv4/tcp_input.c", "net/xfrm/xfrm_state.c", "net/ipv4/ip_input.c", "net/ipv6/route.c",
+         "net/core/sock.c", "net/xfrm/xfrm_policy.c", "net/ipv4/tcp_ipv4.c", "net/ipv6/tcp_ipv6.c")
+ESP = "net/ipv4/esp4.c"
+#: Where the loop goes: the first statement of esp_output() after its declarations.
+ESP_ANCHOR = re.compile(r"(int esp_output\(struct xfrm_state \*x, struct sk_buff \*skb\)\n\{\n(?:\t[^\n]*;\n)+)")
+GIT_ENV = {"GIT_AUTHOR_NAME": "ipsec-testbed", "GIT_AUTHOR_EMAIL": "bench@localhost",
+           "GIT_COMMITTER_NAME": "ipsec-testbed", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
+def git(tree: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", tree, *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV}).stdout.strip()
+
+
+def slow_loop(iterations: int) -> str:
+    return ("\t{\t/* ipsec-testbed bench bisect: extra work on every ESP packet's way out */\n"
+            "\t\tvolatile u32 itb_sum = 0;\n\t\tint itb_i;\n\n"
+            f"\t\tfor (itb_i = 0; itb_i < {iterations}; itb_i++)\n"
+            "\t\t\titb_sum += itb_i * 2654435761u;\n\t}\n")
+
+
+def make_history(out: str, commits: int, slow: int | None, iterations: int) -> tuple[str, list[str]]:
+    """The history under ``out/NAME``; returns (tree, [first, c1, ..., cN])."""
+    tree = os.path.join(out, "linux-slow" if slow else "linux-none")
+    shutil.rmtree(tree, ignore_errors=True)
+    os.makedirs(tree)
+    tarball = "/usr/src/linux-source-6.1.tar.xz"
+    if not os.path.exists(tarball):
+        kernelbuild.build("recipe")  # installs linux-source-6.1 (and builds the recipe's kernel)
+    t0 = time.monotonic()
+    subprocess.run(["tar", "-xf", tarball, "-C", tree, "--strip-components=1"], check=True)
+    git(tree, "init", "-q")
+    git(tree, "add", "-A")
+    git(tree, "commit", "-q", "-m", "linux 6.1.192 (Debian's linux-source-6.1)")
+    shas = [git(tree, "rev-parse", "HEAD")]
+    for i in range(1, commits + 1):
+        path = os.path.join(tree, FILES[(i - 1) % len(FILES)])
+        with open(path, "a") as f:
+            f.write(f"/* ipsec-testbed bench bisect: commit {i} */\n")
+        subject = f"commit {i}: a comment in {FILES[(i - 1) % len(FILES)]}"
+        if i == slow:
+            with open(os.path.join(tree, ESP)) as f:
+                text = f.read()
+            text, n = ESP_ANCHOR.subn(lambda m: m.group(1) + slow_loop(iterations), text, count=1)
+            if n != 1:
+                raise SystemExit(f"bisect: cannot find esp_output()'s declarations in {ESP}")
+            with open(os.path.join(tree, ESP), "w") as f:
+                f.write(text)
+            subject += f", and {iterations} loop iterations in esp_output (the slow commit)"
+        git(tree, "commit", "-q", "-a", "-m", subject)
+        shas.append(git(tree, "rev-parse", "HEAD"))
+    print(f"history {tree}: {len(shas)} commits in {time.monotonic() - t0:.0f} s", flush=True)
+    return tree, shas
+
+
+def bisect(tree: str, shas: list[str], out: str, repetitions: int) -> tuple[int, float, dict]:
+    run_dir = os.path.join(out, f"bisect-{os.path.basename(tree)}")
+    shutil.rmtree(run_dir, ignore_errors=True)
+    cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", "detect",
+           "--repetitions", str(repetitions), "--out", run_dir]
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - t0
+    steps = []
+    with open(os.path.join(run_dir, "bisect.jsonl")) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    return rc, seconds, {"steps": steps, "run_dir": run_dir}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--commits", type=int, default=16, help="commits after the first (default: %(default)s)")
+    p.add_argument("--slow-commit", type=int, default=11, metavar="K",
+                   help="the commit that makes ESP costlier (default: %(default)s)")
+    p.add_argument("--extra-iterations", type=int, default=2000, metavar="N",
+                   help="the slow commit's loop iterations per ESP packet (default: %(default)s)")
+    p.add_argument("--repetitions", type=int, default=12, metavar="N",
+                   help="windows per kernel of every paired A/B (default: %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="where the histories and the bisects go (default: runs/<date>-bench-bisect)")
+    p.add_argument("--only", choices=("slow", "none"), help="run one of the two bisects")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bisect: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
+        return 1
+    if not 1 <= args.slow_commit <= args.commits <= len(FILES):
+        p.error(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}")
+    out = _common.out_dir(args.out, "bisect")
+    os.makedirs(out, exist_ok=True)
+    results = {}
+    for kind in ("slow", "none"):
+        if args.only and kind != args.only:
+            continue
+        tree, shas = make_history(out, args.commits, args.slow_commit if kind == "slow" else None,
+                                  args.extra_iterations)
+        rc, seconds, data = bisect(tree, shas, out, args.repetitions)
+        steps = [s for s in data["steps"] if s["kind"] == "step"]
+        confirm = next((s for s in data["steps"] if s["kind"] == "confirm"), None)
+        builds = sum(s["build_s"] for s in data["steps"])
+        results[kind] = {"rc": rc, "seconds": seconds, "steps": len(steps), "builds_s": builds,
+                         "confirm": confirm, "run_dir": data["run_dir"]}
+        if kind == "slow":
+            found = [s["commit"] for s in steps if s["verdict"] == "bad"]
+            first = min(found, key=shas.index) if found else None
+            right = rc == 1 and first == shas[args.slow_commit]
+            print(f"\nslow commit {args.slow_commit} ({shas[args.slow_commit][:12]}): bisect exit {rc}, named "
+                  f"{first[:12] if first else 'nothing'} ({'right' if right else 'WRONG'}); confirm B/A "
+                  f"{confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {len(steps)} steps "
+                  f"(target <= 5 with the confirm: {len(steps) + 1}); {seconds / 60:.1f} min (target <= 20), builds "
+                  f"{builds / 60:.1f} min of it", flush=True)
+            for s in steps:
+                print(f"  step {s['commit'][:12]} {s['verdict']:8s} B/A {s['ratio']:.3f} ({s['low']:.3f}.."
+                      f"{s['high']:.3f}) build {s['build_s']:.0f} s measure {s['measure_s']:.0f} s", flush=True)
+        else:
+            print(f"\nno slow commit: bisect exit {rc} ({'no regression, right' if rc == 0 else 'WRONG'}); confirm "
+                  f"B/A {confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {seconds / 60:.1f} min",
+                  flush=True)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    ok = (results.get("slow", {}).get("rc", 1) == 1) and (results.get("none", {}).get("rc", 0) == 0)
+    return 0 if ok else 1
