@@ -33,6 +33,7 @@ from experiments.engine import iperf
 from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed import backends
+from testbed.record import Keying
 from testbed.waiting import Deadline
 from topologies import build_spec
 from topologies.network import Network
@@ -189,7 +190,7 @@ def body(args) -> int:
     with Network(build_spec("vpn_gateway"), shaping=ShapingSpec(rate_mbit=args.rate)) as net:
         runs = []
         for kind in KINDS:  # every run on fresh daemons and SAs
-            net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying="ike")
+            net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying=Keying.IKE)
             runs.append(transfer(net, net.ike_keying, kind, args.seconds, args.at))
             net.remove_ipsec()
     report(runs, args.at)

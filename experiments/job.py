@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 from experiments.engine.plan import SweepSpec, estimate_seconds, plan_points
 from testbed import backends, kernelsource
+from testbed.record import Keying
 
 #: The exit status of a job that ended but could not measure every point (without ``allow_failures``).
 INCOMPLETE = 3
@@ -178,7 +179,7 @@ class DemoWork:
     topology: str
     profile: str = "aes-gcm-256"
     mode: str = "tunnel"
-    keying: str = "static"
+    keying: Keying = Keying.STATIC
     rate_mbit: float = 10.0
     clients: int = 2
     pcap: str | None = None

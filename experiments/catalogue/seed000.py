@@ -19,6 +19,7 @@ from __future__ import annotations
 from experiments.engine.plan import SweepSpec
 from experiments.job import Part
 from experiments.reproduce import Reproduction, SeedOption
+from testbed.record import Keying
 
 EPILOG = """\
 examples:
@@ -57,7 +58,7 @@ def parts(args) -> list[Part]:
         Part("throughput_udp", "4.2 iperf3 UDP -b 0, IPv4 and IPv6, no VPN vs AES-GCM-256 tunnel",
              spec(profiles=gcm, ip_versions=(4, 6), **udp), reference="throughput"),
         Part("ikev2", "3 the tunnel keyed as the seed keyed it: IKEv2 with RSA signatures, TCP, IPv4 and IPv6",
-             spec(profiles=("aes-gcm-256",), plain=False, keying="ike-rsa", ip_versions=(4, 6), **tcp),
+             spec(profiles=("aes-gcm-256",), plain=False, keying=Keying.IKE_RSA, ip_versions=(4, 6), **tcp),
              keying_fixed=True),
         Part("bulk", f"4.3 bulk TCP transfer ({args.bulk_seconds} s for the seed's 8 GiB) with system CPU",
              spec(profiles=gcm, ip_versions=(4, 6), repetitions=2, duration_s=args.bulk_seconds, **tcp)),

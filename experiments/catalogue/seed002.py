@@ -20,6 +20,7 @@ from __future__ import annotations
 from experiments.engine.plan import SweepSpec
 from experiments.job import Part
 from experiments.reproduce import Reproduction, SeedOption
+from testbed.record import Keying
 
 EPILOG = """\
 examples:
@@ -61,7 +62,7 @@ def parts(args) -> list[Part]:
     # the seed keyed its latency test both by hand and with isakmpd: 3DES keyed by IKEv2 here,
     # against the latency part's (keyed statically)
     out.append(Part("latency_ike", "Figure 13: the same transactions with 3DES keyed by IKE (isakmpd there)",
-                    SweepSpec(topology="host_to_host", mode="transport", keying="ike", profiles=("3des-cbc-sha1",),
+                    SweepSpec(topology="host_to_host", mode="transport", keying=Keying.IKE, profiles=("3des-cbc-sha1",),
                               plain=False, rates_mbit=(args.rate,), sizes=(100,), repetitions=3),
                     transactions=args.transactions, keying_fixed=True))
     return out

@@ -30,7 +30,7 @@ from experiments.engine.plan import Point, SweepSpec
 from experiments.engine.verdict import classify, evidence
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed.errors import one_line
-from testbed.record import Bound, Record, Tunnel
+from testbed.record import Bound, Keying, Record, Tunnel
 from testbed.rundir import now_iso
 from testbed.waiting import sleep_until
 from topologies.shaping import burst_bytes, shaper_handle
@@ -53,7 +53,7 @@ def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
     return Monitor(shaper, receivers, [net.ns(c) for c, _s in net.spec.flows], meter)
 
 
-def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: str = "static") -> str:
+def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: Keying = Keying.STATIC) -> str:
     """Put ``net`` from profile ``current`` to ``profile`` (a no-op when they are the same), keyed
     as ``keying`` says (:data:`ipsec.ike.KEYINGS`); returns ``profile``."""
     if profile != current:
