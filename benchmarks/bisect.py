@@ -4,14 +4,14 @@
     sudo ipsec-testbed bench bisect --slow-commit 5 --extra-iterations 3000
 
 Makes a git history on Debian's linux-source-6.1 (the recipe's source): a first commit of the whole
-tree, then ``--commits`` commits that each change one file of net/ (a comment: one object to compile
-again, as a kernel developer's commits do), of which commit ``--slow-commit`` also adds
+tree, then, on two branches, ``--commits`` commits that each change one file of net/ (a comment: one
+object to compile again, as a kernel developer's commits do); on branch ``slow`` commit ``--slow-commit`` also adds
 ``--extra-iterations`` iterations of a small loop to every ESP packet's way out (``esp_output`` in
 net/ipv4/esp4.c: about 5 % more CPU per packet with the default).  Then runs
 ``ipsec-testbed regress --bisect FIRST LAST --tree HISTORY`` (the detect suite, paired, 12 windows
 per kernel) and prints what it named, in how many steps and minutes, builds included, against the
-targets (the slow commit, at most 5 steps, at most 20 minutes on 2 CPUs).  Then the same history
-without the slow commit's loop, bisected again: it must end "no regression".
+targets (the slow commit, at most 5 steps, at most 20 minutes on 2 CPUs).  Then branch ``none``, the
+same commits without the loop, bisected again: it must end "no regression".
 
 The history and the bisects' run directories are kept under --out.
 """
@@ -53,9 +53,11 @@ def slow_loop(iterations: int) -> str:
             "\t\t\titb_sum += itb_i * 2654435761u;\n\t}\n")
 
 
-def make_history(out: str, commits: int, slow: int | None, iterations: int) -> tuple[str, list[str]]:
-    """The history under ``out/NAME``; returns (tree, [first, c1, ..., cN])."""
-    tree = os.path.join(out, "linux-slow" if slow else "linux-none")
+def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[str, dict[str, list[str]]]:
+    """One repository under ``out/linux`` with two branches from the same first commit: ``slow`` (commit
+    ``slow`` adds the loop) and ``none`` (the same commits without it).  Returns (tree, {branch: [first,
+    c1, ..., cN]}): both bisects build in one kept tree, the second only what its commits change."""
+    tree = os.path.join(out, "linux")
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
     tarball = "/usr/src/linux-source-6.1.tar.xz"
@@ -66,29 +68,35 @@ def make_history(out: str, commits: int, slow: int | None, iterations: int) -> t
     git(tree, "init", "-q")
     git(tree, "add", "-A")
     git(tree, "commit", "-q", "-m", "linux 6.1.192 (Debian's linux-source-6.1)")
-    shas = [git(tree, "rev-parse", "HEAD")]
-    for i in range(1, commits + 1):
-        path = os.path.join(tree, FILES[(i - 1) % len(FILES)])
-        with open(path, "a") as f:
-            f.write(f"/* ipsec-testbed bench bisect: commit {i} */\n")
-        subject = f"commit {i}: a comment in {FILES[(i - 1) % len(FILES)]}"
-        if i == slow:
-            with open(os.path.join(tree, ESP)) as f:
-                text = f.read()
-            text, n = ESP_ANCHOR.subn(lambda m: m.group(1) + slow_loop(iterations), text, count=1)
-            if n != 1:
-                raise SystemExit(f"bisect: cannot find esp_output()'s declarations in {ESP}")
-            with open(os.path.join(tree, ESP), "w") as f:
-                f.write(text)
-            subject += f", and {iterations} loop iterations in esp_output (the slow commit)"
-        git(tree, "commit", "-q", "-a", "-m", subject)
-        shas.append(git(tree, "rev-parse", "HEAD"))
-    print(f"history {tree}: {len(shas)} commits in {time.monotonic() - t0:.0f} s", flush=True)
-    return tree, shas
+    first = git(tree, "rev-parse", "HEAD")
+    branches = {}
+    for branch in ("slow", "none"):
+        git(tree, "checkout", "-q", "-b", branch, first)
+        shas = [first]
+        for i in range(1, commits + 1):
+            path = os.path.join(tree, FILES[(i - 1) % len(FILES)])
+            with open(path, "a") as f:
+                f.write(f"/* ipsec-testbed bench bisect: commit {i} */\n")
+            subject = f"commit {i}: a comment in {FILES[(i - 1) % len(FILES)]}"
+            if branch == "slow" and i == slow:
+                with open(os.path.join(tree, ESP)) as f:
+                    text = f.read()
+                text, n = ESP_ANCHOR.subn(lambda m: m.group(1) + slow_loop(iterations), text, count=1)
+                if n != 1:
+                    raise SystemExit(f"bisect: cannot find esp_output()'s declarations in {ESP}")
+                with open(os.path.join(tree, ESP), "w") as f:
+                    f.write(text)
+                subject += f", and {iterations} loop iterations in esp_output (the slow commit)"
+            git(tree, "commit", "-q", "-a", "-m", subject)
+            shas.append(git(tree, "rev-parse", "HEAD"))
+        branches[branch] = shas
+    print(f"history {tree}: branches slow and none of {commits} commits each on one first commit, "
+          f"{time.monotonic() - t0:.0f} s", flush=True)
+    return tree, branches
 
 
-def bisect(tree: str, shas: list[str], out: str, repetitions: int) -> tuple[int, float, dict]:
-    run_dir = os.path.join(out, f"bisect-{os.path.basename(tree)}")
+def bisect(tree: str, shas: list[str], out: str, repetitions: int, label: str) -> tuple[int, float, dict]:
+    run_dir = os.path.join(out, f"bisect-{label}")
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", "detect",
            "--repetitions", str(repetitions), "--out", run_dir]
@@ -108,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commits", type=int, default=16, help="commits after the first (default: %(default)s)")
     p.add_argument("--slow-commit", type=int, default=11, metavar="K",
                    help="the commit that makes ESP costlier (default: %(default)s)")
-    p.add_argument("--extra-iterations", type=int, default=2000, metavar="N",
+    p.add_argument("--extra-iterations", type=int, default=2700, metavar="N",
                    help="the slow commit's loop iterations per ESP packet (default: %(default)s)")
     p.add_argument("--repetitions", type=int, default=12, metavar="N",
                    help="windows per kernel of every paired A/B (default: %(default)s)")
@@ -124,12 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     out = _common.out_dir(args.out, "bisect")
     os.makedirs(out, exist_ok=True)
     results = {}
+    tree, branches = make_history(out, args.commits, args.slow_commit, args.extra_iterations)
     for kind in ("slow", "none"):
         if args.only and kind != args.only:
             continue
-        tree, shas = make_history(out, args.commits, args.slow_commit if kind == "slow" else None,
-                                  args.extra_iterations)
-        rc, seconds, data = bisect(tree, shas, out, args.repetitions)
+        shas = branches[kind]
+        rc, seconds, data = bisect(tree, shas, out, args.repetitions, kind)
         steps = [s for s in data["steps"] if s["kind"] == "step"]
         confirm = next((s for s in data["steps"] if s["kind"] == "confirm"), None)
         builds = sum(s["build_s"] for s in data["steps"])
