@@ -66,7 +66,7 @@ def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[st
     t0 = time.monotonic()
     subprocess.run(["tar", "-xf", tarball, "-C", tree, "--strip-components=1"], check=True)
     git(tree, "init", "-q")
-    git(tree, "add", "-A")
+    git(tree, "add", "-A", "-f")  # Debian's source ignores everything (.gitignore: /*): every file, regardless
     git(tree, "commit", "-q", "-m", "linux 6.1.192 (Debian's linux-source-6.1)")
     first = git(tree, "rev-parse", "HEAD")
     branches = {}
