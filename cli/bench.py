@@ -12,7 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from testbed.errors import fail
+from testbed import measuring
+from testbed.errors import Refused, fail
 
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
@@ -34,7 +35,9 @@ def usage() -> str:
              "were measured on. `ipsec-testbed bench NAME --help` says what NAME measures and how long it takes.",
              "Most need root. Dated results: docs/measurements.md.", "", "benchmarks:"]
     lines += [f"  {n:22s} {summary(n)}" for n in names()]
-    lines += ["", "examples:", "  sudo ipsec-testbed bench shaping_accuracy --kernel uml",
+    lines += ["", "Every benchmark also takes --allow-concurrent: measure even while another testbed run measures on",
+              "this machine (refused otherwise, naming it).", "",
+              "examples:", "  sudo ipsec-testbed bench shaping_accuracy --kernel uml",
               "  sudo ipsec-testbed bench sweep_precision"]
     return "\n".join(lines) + "\n"
 
@@ -54,9 +57,17 @@ def main(argv: Sequence[str]) -> int:
     if name not in names():
         return fail("ipsec-testbed bench", f"error: unknown benchmark {name!r}; benchmarks: {', '.join(names())}", 2)
     module = load(name)
+    rest = argv[1:]
+    concurrent = "--allow-concurrent" in rest  # every benchmark takes it: measured beside another run
+    rest = [a for a in rest if a != "--allow-concurrent"]
     saved = sys.argv[0]
     sys.argv[0] = f"ipsec-testbed bench {name}"  # what the benchmark's --help and errors call it
     try:
-        return module.main(argv[1:]) or 0
+        if "-h" in rest or "--help" in rest:
+            return module.main(rest) or 0
+        with measuring.exclusive(("ipsec-testbed", "bench", *argv), None, concurrent):
+            return module.main(rest) or 0
+    except Refused as e:
+        return fail(f"ipsec-testbed bench {name}", str(e), 1)
     finally:
         sys.argv[0] = saved

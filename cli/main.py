@@ -32,6 +32,7 @@ from cli import kernel as kernel_command
 from cli import regress as regress_command
 from cli.options import (
     Parser,
+    add_concurrent_option,
     add_debug_option,
     add_kernel_options,
     add_uml_options,
@@ -209,7 +210,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     job = Job(DemoWork(args.topology, profile=args.profile, mode=args.mode, keying=args.keying, rate_mbit=args.rate,
                        clients=args.clients, pcap=os.path.abspath(args.pcap) if args.pcap else None, web=args.web),
               kernel=kernel_choice(args).with_(speed_probe=False),  # nothing here accounts CPU per window
-              command=("ipsec-testbed", "demo", *sys.argv[2:]), verbose=args.verbose)
+              command=("ipsec-testbed", "demo", *sys.argv[2:]), verbose=args.verbose,
+              allow_concurrent=args.allow_concurrent)
     if args.web:
         from cli.webdemo import run_web
 
@@ -326,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the demo as a page on 127.0.0.1 (the address printed, with its token) instead "
                    "of a command line; Ctrl-C ends it")
     p.add_argument("--port", type=int, default=0, help="the page's port with --web (default: any free port)")
+    add_concurrent_option(p)
     add_kernel_options(p)
     p.set_defaults(func=cmd_demo)
 

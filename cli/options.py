@@ -155,10 +155,18 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
                    help=f"exit 0 when some points could not be measured (every attempt failed); without it such "
                         f"a run exits {INCOMPLETE}, its last line saying how many and why")
     o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
+    add_concurrent_option(o)
     o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
     add_debug_option(o)
     add_kernel_options(p)
     add_speed_probe_option(p)
+
+
+def add_concurrent_option(p) -> None:
+    """--allow-concurrent, for every command that measures (testbed/measuring.py)."""
+    p.add_argument("--allow-concurrent", action="store_true",
+                   help="measure even while another testbed run measures on this machine (refused otherwise, "
+                        "naming it): its load is then in every figure, and every record and the summary say so")
 
 
 def add_bench_out(p: argparse.ArgumentParser, name: str) -> None:

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from cli.options import add_kernel_options, add_speed_probe_option, kernel_choice, percent
+from cli.options import add_concurrent_option, add_kernel_options, add_speed_probe_option, kernel_choice, percent
 from cli.output import console
 from experiments.job import INCOMPLETE, Job, SweepWork
 from testbed.record import FIELD
@@ -119,6 +119,7 @@ def add_parser(sub) -> None:
     p.add_argument("--recalibrate", action="store_true", help="with --inject-slowdown: measure the calibration "
                    "again instead of using the cached one")
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
+    add_concurrent_option(p)
     add_kernel_options(p)
     add_speed_probe_option(p)
     p.set_defaults(func=run)
@@ -132,7 +133,8 @@ def suite_job(args: argparse.Namespace, out_dir: str) -> Job:
     from experiments.catalogue.suites import suite_spec
 
     return Job(SweepWork(suite_spec(args.suite)), out_dir=os.path.abspath(out_dir), kernel=kernel_choice(args),
-               report=False, command=("ipsec-testbed", *sys.argv[1:]), verbose=args.verbose)
+               report=False, command=("ipsec-testbed", *sys.argv[1:]), verbose=args.verbose,
+               allow_concurrent=args.allow_concurrent)
 
 
 def sweep(job: Job) -> int:
@@ -144,9 +146,7 @@ def sweep(job: Job) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from analysis import regress
     from experiments.catalogue.suites import gate_defaults
-    from testbed.rundir import ResultsError, load_meta, load_results
 
     prog = PROG
     if args.suite is None:
@@ -163,6 +163,27 @@ def run(args: argparse.Namespace) -> int:
         args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
+    if args.allow_concurrent and (args.ab or args.bisect):
+        print(f"{prog}: --allow-concurrent cannot go with --ab or --bisect: the paired A/B's turns need the CPU to "
+              "themselves", file=sys.stderr)
+        return 2
+    if args.run and not (args.ab or args.bisect or args.inject_slowdown is not None):
+        return _regress(args, prog, defaults)  # judges a run directory: measures nothing
+    from testbed import measuring
+    from testbed.errors import Refused
+
+    try:
+        with measuring.exclusive(("ipsec-testbed", *sys.argv[1:]), args.out, args.allow_concurrent):
+            return _regress(args, prog, defaults)
+    except Refused as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+
+
+def _regress(args: argparse.Namespace, prog: str, defaults: dict) -> int:
+    from analysis import regress
+    from testbed.rundir import ResultsError, load_meta, load_results
+
     if args.bisect:
         return _regress_bisect(args, prog)
     if args.ab:

@@ -92,7 +92,7 @@ def job_from(repro: Reproduction, args: argparse.Namespace, argv: Sequence[str])
                out_dir=runner.out_dir_of(args.out, REPO, f"seed{repro.seed}"), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,
                command=("ipsec-testbed", "reproduce", repro.seed, *argv), started_unix=time.time(),
-               verbose=args.verbose)
+               verbose=args.verbose, allow_concurrent=args.allow_concurrent)
 
 
 def main(argv: Sequence[str]) -> int:

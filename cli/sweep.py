@@ -173,7 +173,8 @@ def job_from(args: argparse.Namespace, argv: list[str]) -> Job:
     spec = spec_from(args)
     return Job(SweepWork(spec), out_dir=runner.out_dir_of(args.out, REPO, spec.topology), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,
-               command=("ipsec-testbed", "sweep", *argv), started_unix=time.time(), verbose=args.verbose)
+               command=("ipsec-testbed", "sweep", *argv), started_unix=time.time(), verbose=args.verbose,
+               allow_concurrent=args.allow_concurrent)
 
 
 def finish(job: Job, prog: str, rc: int) -> int:

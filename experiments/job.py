@@ -234,7 +234,9 @@ class Job:
     ``allow_failures``: a run that could not measure every point still exits 0; ``report``: render
     report.html and the tables after measuring (a suite's sweep inside ``regress`` does not);
     ``command``: the command line as the person typed it and ``started_unix``: when, for meta.json and
-    the time budget (a guest's boot counts); ``verbose``: the log level (0 warnings, 1 info, 2 debug).
+    the time budget (a guest's boot counts); ``verbose``: the log level (0 warnings, 1 info, 2 debug);
+    ``allow_concurrent``: measure even while another testbed run measures on this machine, which
+    ``beside`` then names in every record (:mod:`testbed.measuring`).
     """
 
     work: Work
@@ -245,6 +247,8 @@ class Job:
     command: tuple[str, ...] = ()
     started_unix: float | None = None
     verbose: int = 0
+    allow_concurrent: bool = False
+    beside: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", tuple(self.command))
@@ -262,7 +266,8 @@ class Job:
         return {"kind": self.kind, "work": self.work.to_json(), "out_dir": self.out_dir,
                 "kernel": dataclasses.asdict(self.kernel), "allow_failures": self.allow_failures,
                 "report": self.report, "command": list(self.command), "started_unix": self.started_unix,
-                "verbose": self.verbose}
+                "verbose": self.verbose, "allow_concurrent": self.allow_concurrent,
+                "beside": self.beside}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Job:
@@ -272,7 +277,8 @@ class Job:
             return cls(work=work, out_dir=data.get("out_dir"), kernel=KernelChoice(**data.get("kernel") or {}),
                        allow_failures=bool(data.get("allow_failures")), report=bool(data.get("report", True)),
                        command=tuple(data.get("command") or ()), started_unix=data.get("started_unix"),
-                       verbose=int(data.get("verbose") or 0))
+                       verbose=int(data.get("verbose") or 0), allow_concurrent=bool(data.get("allow_concurrent")),
+                       beside=data.get("beside"))
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a job this version reads: {e!r}") from None
 

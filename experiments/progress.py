@@ -134,9 +134,7 @@ def progress_callback(bar, task, prefix: str = "") -> Callable:
     a transactions part's (:mod:`experiments.reproduce`) a
     :class:`~testbed.record.TransactionRecord`."""
     def progress(point, record, done, total):
-        label = (f"{prefix}{point.profile} {point.rate_mbit:g} Mbit/s {point.size_bytes} B IPv{point.ip_version} "
-                 f"{point.transport}{f' x{point.clients}' if point.clients > 1 else ''}"
-                 f"{f' arm {point.arm}' if point.arm else ''} rep {point.repetition + 1}")
+        label = f"{prefix}{point.describe()}"
         if record is None:
             bar.update(task, total=total, completed=done, description=label)
             return

@@ -34,7 +34,7 @@ from experiments.engine.turns import Turns
 from experiments.job import INCOMPLETE, BenchWork, Job, ReproductionWork, SweepWork
 from experiments.machine import hand_to_guest
 from experiments.progress import progress_bar, progress_callback
-from testbed import backends, handoff, kernelbuild, kernelsource, rundir, umlkernel
+from testbed import backends, handoff, kernelbuild, kernelsource, measuring, rundir, umlkernel
 from testbed.capabilities import Needs
 from testbed.errors import Refused, Terminated
 from testbed.record import Bound
@@ -133,13 +133,17 @@ def _measure_sweep(job: Job) -> int:
         progress = progress_callback(bar, bar.add_task("sweep", total=None))
         # the caller holds the run directory's lock (taken on the host, before any guest boots)
         counts = run_sweep(spec, out_dir, progress, command_line=list(job.command) or None, lock=False,
-                           started_unix=job.started_unix, turns=Turns(turns) if turns else None)
+                           started_unix=job.started_unix, turns=Turns(turns) if turns else None,
+                           concurrent_with=job.beside)
     failed = f"; {counts['failed']} FAILED (run the same command again to retry them)" if counts["failed"] else ""
     bounds = summary(out_dir)
     classes = ", ".join(f"{bounds.get(b, 0)} {b}" for b in Bound)
     print(f"measured {counts['measured']} points ({counts['already']} were already there) into {out_dir}{failed}",
           file=sys.stderr)
     print(f"what bounded them: {classes} (anomalies are left out of the means)", file=sys.stderr)
+    if job.beside:
+        print(f"WARNING: measured beside another testbed run, {job.beside}: its load is in every figure "
+              "(each record's concurrent_with says so)", file=sys.stderr)
     groups = by_point(load_existing(out_dir))
     for line in unusable_profiles(spec, groups).values():
         print(line, file=sys.stderr)
@@ -285,14 +289,25 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
         job = job.with_(started_unix=time.time())
     check_tools()
     on_host = backends.current().runs_here
-    if on_host:
-        prepare_kernel(job)
-        report_leftovers(prog)
-        hand_to_guest()  # meta.json's versions and CPU model, found here once
+    with measuring.exclusive(job.command, job.out_dir, job.allow_concurrent) if on_host else \
+            contextlib.nullcontext(measuring.Hold()) as hold:
+        if hold.concurrent is not None:
+            job = job.with_(beside=f"{hold.concurrent.command} (pid {hold.concurrent.pid})")
+            print(f"{prog}: WARNING: measuring beside another testbed run, {hold.concurrent.describe()} "
+                  "(--allow-concurrent): every record says so", file=sys.stderr)
+        if on_host:
+            prepare_kernel(job)
+            report_leftovers(prog)
+            hand_to_guest()  # meta.json's versions and CPU model, found here once
+        return _run_held(job, prog, here, on_host, interactive, channel_fds)
+
+
+def _run_held(job: Job, prog: str, here: Callable[[Job], int], on_host: bool, interactive: bool,
+              channel_fds: tuple[int, int] | None) -> int:
     # The host holds the lock for the whole run, guest included (a guest's flock on hostfs
     # is its own kernel's and would not keep a second run on the host out).
-    measuring = isinstance(job.work, (SweepWork, ReproductionWork))
-    lock = rundir.locked(job.out_dir) if on_host and measuring else contextlib.nullcontext()
+    measuring_work = isinstance(job.work, (SweepWork, ReproductionWork))
+    lock = rundir.locked(job.out_dir) if on_host and measuring_work else contextlib.nullcontext()
     with lock:
         try:
             # In a guest the work measures and the host renders: importing plotly in a guest is slow.
@@ -302,7 +317,7 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
         except (KeyboardInterrupt, Terminated) as e:
             signum = e.signum if isinstance(e, Terminated) else signal.SIGINT  # SIGTERM, or SIGHUP
             why = signal.Signals(signum).name
-            if not measuring:
+            if not measuring_work:
                 raise  # no run directory to mark: the caller's unwinding says the rest
             note_interrupted(job, why)
             print(f"\n{prog}: stopped by {why}; the points measured so far are in {job.out_dir}; run the same "

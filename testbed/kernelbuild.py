@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -560,16 +561,35 @@ def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: f
     thread.start()
     try:
         with open(log_path, "w") as log:
-            done = subprocess.run(["make", "-C", src, f"O={objects}", "ARCH=um", f"-j{jobs}", "linux"],
-                                  stdout=log, stderr=subprocess.STDOUT)
+            # a session of its own: an interrupted build ends make and every compiler it started, not make alone
+            proc = subprocess.Popen(["make", "-C", src, f"O={objects}", "ARCH=um", f"-j{jobs}", "linux"],
+                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait()
+            except BaseException:
+                _end_group(proc)
+                raise
     finally:
         stop.set()
         thread.join()
-    if done.returncode:
+    if returncode:
         with open(log_path, errors="replace") as f:
             tail = [line.rstrip() for line in f.readlines()[-200:]]
         error = next((line for line in reversed(tail) if re.search("error", line, re.I)), tail[-1] if tail else "?")
         raise BuildError(f"step build: make failed ({error.strip()[:160]}); the log: {log_path}")
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """End ``proc``'s process group (make and its compilers): SIGTERM, then SIGKILL after a few seconds."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _objects(root: str) -> Iterator[str]:

@@ -244,6 +244,8 @@ class Record:
                                            "connection up (TCP, more than one client: the window opens no sooner)")
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
+    concurrent_with: str | None = _doc("another testbed run measuring on this machine at the same time "
+                                       "(--allow-concurrent): its command and pid; its load is in this figure")
     attempts: int = _doc("tries the point took (a failed iperf3 test is tried again)", 1)
     failed: bool = _doc("no figure: every attempt failed", False)
     error: str | None = _doc("with failed: why, one line per attempt")
@@ -259,7 +261,7 @@ class Record:
     #: Fields written only when they have a value (a run without arms has no arm).
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
                                            "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
-                                           "cpu_us_per_packet_measured", "iperf3_reports_lost")
+                                           "cpu_us_per_packet_measured", "iperf3_reports_lost", "concurrent_with")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

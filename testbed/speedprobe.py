@@ -119,6 +119,9 @@ def operation(to_partner: int, from_partner: int) -> None:
 
 
 def _main(cpu: int, path: str) -> int:
+    # Ctrl-C reaches the whole foreground process group: the probe (and its partner) are ended by the process
+    # that started them (SIGTERM, or SIGKILL with it), never by the terminal's interrupt, and print nothing then
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.sched_setaffinity(0, {cpu})
     partner_in, to_partner = os.pipe()
     from_partner, partner_out = os.pipe()

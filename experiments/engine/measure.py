@@ -164,6 +164,6 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
             return dataclasses.replace(record, attempts=attempt)
         except iperf.IperfError as e:
             reasons.append(one_line(e))
-            log.warning("%s, attempt %d of %d: %s", point, attempt, ATTEMPTS, reasons[-1])
+            log.warning("%s, attempt %d of %d: %s", point.describe(), attempt, ATTEMPTS, reasons[-1])
     return Record.failure(point.fields(), ATTEMPTS, "; ".join(reasons), duration_s=spec.duration_s,
                           warmup_s=spec.warmup_s, time=now_iso())

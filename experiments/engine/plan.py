@@ -251,6 +251,13 @@ class Point:
         """The key without the repetition: what its repetitions share."""
         return tuple(getattr(self, f) for f in POINT_FIELDS)
 
+    def describe(self) -> str:
+        """The point in words, as the progress bar and the warnings name it: profile, rate, size, IP version,
+        transport, clients, arm and repetition (counted from 1)."""
+        return (f"{self.profile} {self.rate_mbit:g} Mbit/s {self.size_bytes} B IPv{self.ip_version} {self.transport}"
+                f"{f' x{self.clients}' if self.clients > 1 else ''}{f' arm {self.arm}' if self.arm else ''} "
+                f"rep {self.repetition + 1}")
+
     def fields(self) -> dict:
         """The point's fields as a record's JSON has them (``arm`` only when it has one)."""
         return {f: getattr(self, f) for f in KEY_FIELDS if f != FIELD.arm or self.arm}

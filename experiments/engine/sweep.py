@@ -153,7 +153,7 @@ def note_interrupted(run_dir: str, why: str) -> None:
 
 def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
               command_line: list[str] | None = None, lock: bool = True, started_unix: float | None = None,
-              turns: Turns | None = None) -> dict:
+              turns: Turns | None = None, concurrent_with: str | None = None) -> dict:
     """Measure every point of ``spec`` that ``run_dir`` still needs; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after each
@@ -161,14 +161,16 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
     profiles, a kernel with ESP.  With ``lock`` the run directory is locked for the sweep;
     pass False when the caller holds the lock already.  The spec's time budget counts from
     ``started_unix`` (Unix time: the command's start, before a guest booted) or from now.
-    With ``turns`` every measurement window waits for its turn (:mod:`experiments.engine.turns`).
+    With ``turns`` every measurement window waits for its turn (:mod:`experiments.engine.turns`);
+    ``concurrent_with`` names another testbed run measuring beside this one, in every record.
     """
     with rundir.locked(run_dir, "sweep") if lock else contextlib.nullcontext():
-        return _run_sweep(spec, run_dir, progress, command_line, started_unix, turns)
+        return _run_sweep(spec, run_dir, progress, command_line, started_unix, turns, concurrent_with)
 
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
-               started_unix: float | None = None, turns: Turns | None = None) -> dict:
+               started_unix: float | None = None, turns: Turns | None = None,
+               concurrent_with: str | None = None) -> dict:
     from experiments.engine.clients import Ahead
     from experiments.engine.measure import monitor_for
     from topologies.network import Network
@@ -187,7 +189,8 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
                      cpu_accounting=meter.method, speed_probe=meter.speed_probe or None)
     budget = _Budget(spec, started_unix)
-    rounds = _Rounds(spec, groups, budget, rates, progress, already, total, turns=turns)
+    rounds = _Rounds(spec, groups, budget, rates, progress, already, total, turns=turns,
+                     concurrent_with=concurrent_with)
     try:
         if rates:
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
@@ -248,6 +251,7 @@ class _Rounds:
     ahead: object = None
     out: object = None
     turns: Turns | None = None  # each window waits for its turn (regress --ab, paired)
+    concurrent_with: str | None = None  # another run measuring beside this one (--allow-concurrent)
 
     def measure(self, rate: float, todo: list[Point]) -> None:
         """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
@@ -275,7 +279,7 @@ class _Rounds:
                 self.turns.wait()
             record = dataclasses.replace(
                 measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following),
-                backend=backends.current().name)
+                backend=backends.current().name, concurrent_with=self.concurrent_with)
             if self.turns:
                 self.turns.done()
             rundir.append(self.out, record.to_json())

@@ -3,9 +3,9 @@ kernel has no ESP): stopped with SIGINT or SIGTERM, run twice at once.
 
 - a signal ends the run with 130 or 143, the guest and everything in it are gone, every
   point written before the signal is still there, and meta.json says how the run ended;
-- two sweeps into the same run directory: the second is refused at once with one line,
-  the first goes on undisturbed;
-- two sweeps into different directories run side by side and both complete.
+- a second sweep while one measures is refused at once with one line naming the first (the machine is
+  one run's at a time); with --allow-concurrent, into the same run directory it is refused all the same
+  (one line), and into another both complete, the second's records saying whom they ran beside.
 """
 import json
 import os
@@ -60,14 +60,21 @@ def test_signal_stops_the_sweep_and_keeps_its_points(tmp_path, sig, status):
     assert leftovers() <= before, leftovers() - before
 
 
-def test_two_sweeps_on_one_directory_the_second_is_refused(tmp_path):
+def test_a_second_sweep_is_refused_naming_the_first_and_never_shares_its_directory(tmp_path):
     out = tmp_path / "run"
     first = start(out)
     wait_for_points(first, str(out / "results.jsonl"), 1)
-    second = subprocess.run([sys.executable, SCRIPT, *SMALL, "--out", str(out)], capture_output=True, text=True,
-                            timeout=60)
+    second = subprocess.run([sys.executable, SCRIPT, *SMALL, "--out", str(tmp_path / "other")],
+                            capture_output=True, text=True, timeout=60)
     assert second.returncode == 1
     err = [line for line in second.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and "another testbed run is measuring on this machine" in err[0], second.stderr
+    assert f"(pid {first.pid}, run directory {out}, since " in err[0] and "--allow-concurrent" in err[0]
+    assert not (tmp_path / "other").exists()  # refused before anything was made
+    second = subprocess.run([sys.executable, SCRIPT, *SMALL, "--out", str(out), "--allow-concurrent"],
+                            capture_output=True, text=True, timeout=60)
+    assert second.returncode == 1
+    err = [line for line in second.stderr.splitlines() if line.strip() and "WARNING" not in line]
     assert len(err) == 1 and f"being written by another run (pid {first.pid})" in err[0], second.stderr
     _, first_err = first.communicate(timeout=300)
     assert first.returncode == 0, first_err[-2000:]
@@ -75,14 +82,19 @@ def test_two_sweeps_on_one_directory_the_second_is_refused(tmp_path):
     assert len(got) == len(set(got)) == 8
 
 
-def test_two_sweeps_side_by_side_both_complete(tmp_path):
+def test_two_sweeps_side_by_side_with_allow_concurrent_both_complete_marked(tmp_path):
     before = leftovers()
-    runs = [start(tmp_path / name) for name in ("a", "b")]
-    for proc in runs:
+    first = start(tmp_path / "a")
+    wait_for_points(first, str(tmp_path / "a" / "results.jsonl"), 1)
+    second = start(tmp_path / "b", (*SMALL, "--allow-concurrent"))
+    for proc in (first, second):
         _, err = proc.communicate(timeout=400)
         assert proc.returncode == 0, err[-2000:]
+    assert "WARNING: measured beside another testbed run" in err and f"(pid {first.pid})" in err
     for name in ("a", "b"):
         got = keys(str(tmp_path / name / "results.jsonl"))
         assert len(got) == len(set(got)) == 8
         assert json.loads((tmp_path / name / "meta.json").read_text())["complete"] is True
+    marks = {json.loads(line).get("concurrent_with") for line in (tmp_path / "b" / "results.jsonl").open()}
+    assert len(marks) == 1 and f"(pid {first.pid})" in marks.pop()
     assert leftovers() <= before
