@@ -147,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             found = [s["commit"] for s in steps if s["verdict"] == "bad"]
             first = min(found, key=shas.index) if found else None
             right = rc == 1 and first == shas[args.slow_commit]
+            commits = len({s["commit"] for s in steps})
             print(f"\nslow commit {args.slow_commit} ({shas[args.slow_commit][:12]}): bisect exit {rc}, named "
                   f"{first[:12] if first else 'nothing'} ({'right' if right else 'WRONG'}); confirm B/A "
-                  f"{confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {len(steps)} steps "
-                  f"(target <= 5 with the confirm: {len(steps) + 1}); {seconds / 60:.1f} min (target <= 20), builds "
+                  f"{confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {commits} commits stepped "
+                  f"on, {len(steps)} paired A/Bs for them (an unclear one is measured again), with the confirm "
+                  f"{commits + 1} (target <= 5); {seconds / 60:.1f} min (target <= 20), the steps' builds "
                   f"{builds / 60:.1f} min of it", flush=True)
             for s in steps:
                 print(f"  step {s['commit'][:12]} {s['verdict']:8s} B/A {s['ratio']:.3f} ({s['low']:.3f}.."

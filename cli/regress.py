@@ -160,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     defaults = gate_defaults(None if args.run else args.suite)
     if args.max_drop is None and not args.ab:  # --ab: its tolerance depends on whether it is paired
-        args.max_drop = defaults["arms_max_drop" if args.inject_slowdown is not None else "max_drop"]
+        paired = args.inject_slowdown is not None or args.bisect  # arms of one run, or steps paired with GOOD
+        args.max_drop = defaults["arms_max_drop" if paired else "max_drop"]
     if args.metrics is None:
         args.metrics = defaults["metrics"]
     if args.allow_concurrent and (args.ab or args.bisect):

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 
 from testbed import names
 from testbed.errors import Refused
+from testbed.rundir import try_lock
 
 #: The processes a measuring run starts carry this (the holder's pid): they measure under its hold.
 ENV = "IPSEC_TESTBED_MEASURING"
@@ -94,11 +95,7 @@ def exclusive(command: Sequence[str], run_dir: str | None = None, allow_concurre
     os.makedirs(names.STATE_DIR, exist_ok=True)
     fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
+        if not try_lock(fd):
             other = _read(fd)
             if not allow_concurrent:
                 raise Refused(f"another testbed run is measuring on this machine: {other.describe()}; its figures and "

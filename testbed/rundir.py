@@ -127,6 +127,17 @@ def write_json(path: PathLike, data: Any, indent: int = 2) -> None:
 
 # -- the lock -------------------------------------------------------------------------------
 
+def try_lock(fd: int) -> bool:
+    """An exclusive ``flock`` on ``fd`` if no one else holds one (False: someone does)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def locked(run_dir: PathLike, what: str = "run") -> Iterator[None]:
     """Hold ``run_dir``'s lock for the block, or raise :class:`RunDirBusy` at once.
@@ -142,11 +153,7 @@ def locked(run_dir: PathLike, what: str = "run") -> Iterator[None]:
     path = os.path.join(run_dir, LOCK_FILE)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
+        if not try_lock(fd):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             raise RunDirBusy(f"{run_dir} is being written by another {what} (pid {holder}): wait for it "
                              "to finish, or give this one another --out") from None
