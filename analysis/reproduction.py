@@ -522,6 +522,8 @@ def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row])
 
 
 _BOUND_WORDS = {Bound.LINK: "the shaped link", Bound.CPU: "the emulator's CPU", Bound.OTHER: "neither link nor CPU"}
+#: The same classes said of the seed's own points: its CPU is the seed's machine's, not this emulator's.
+_SEED_BOUND_WORDS = {Bound.LINK: "their link", Bound.CPU: "the seed's own CPU", Bound.OTHER: "neither link nor CPU"}
 
 
 def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str, int], scale: float,
@@ -540,7 +542,7 @@ def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str
     other = {b: n for b, n in known.items() if b != wanted}
     here = ", ".join(f"{n} by {_BOUND_WORDS.get(b, b)}" for b, n in sorted(other.items(), key=lambda kv: -kv[1]))
     return (f"{sum(other.values())} of the {sum(known.values())} points it rests on were bound here {here}; "
-            f"the seed's were bound by {_BOUND_WORDS.get(wanted, wanted)}: "
+            f"the seed's were bound by {_SEED_BOUND_WORDS.get(wanted, wanted)}: "
             f"{claim.get('seed_bound_reason') or 'see the reference file'}")
 
 

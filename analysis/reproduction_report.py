@@ -177,7 +177,8 @@ def print_summary(run_dir: str, data: Evaluation | None = None) -> None:
     console = Console()
     if scale_text(data):
         console.print(f"[bold]{scale_text(data)}[/bold]", highlight=False)
-    for title, (headers, rows) in (("Claims", claim_rows(data)), ("Published numbers", value_rows(data)),
+    print_claims(console, data)
+    for title, (headers, rows) in (("Published numbers", value_rows(data)),
                                    ("Ratios that transfer", ratio_rows(data))):
         if not rows:
             continue
@@ -188,13 +189,44 @@ def print_summary(run_dir: str, data: Evaluation | None = None) -> None:
             style = {HOLDS: "green", FAILS: "red", NOT_TESTABLE: "yellow"}.get(row[-1])
             table.add_row(*row, style=style)
         console.print(table)
-        if title == "Claims":
-            for c in data.claims:
-                if c.not_testable:
-                    console.print(f"  [yellow]{c.id}[/yellow] not testable here: {c.not_testable}",
-                                  highlight=False)
-                elif c.note:
-                    console.print(f"  {c.id}: {c.note}", highlight=False)
+
+
+def claim_blocks(data: Evaluation) -> list[tuple[str, str, list[str]]]:
+    """Each claim for a terminal of any width (pure): (verdict, its line of numbers, the lines below it: the
+    seed's words, how it was checked, a note).  The verdict and its numbers stay on one line; the words
+    fold beneath."""
+    _headers, rows = claim_rows(data)
+    out = []
+    for c, (quote, statement, rng, measured, bounds, verdict) in zip(data.claims, rows, strict=True):
+        head = f"{c.id}: measured {measured}, range {rng}; points here by bound: {bounds}"
+        below = [quote, f"checked as: {statement}"]
+        if c.not_testable:
+            below.append(f"not testable here: {c.not_testable}")
+        elif c.note:
+            below.append(c.note)
+        out.append((verdict, head, below))
+    return out
+
+
+def print_claims(console, data: Evaluation) -> None:
+    """The claims as short blocks: the verdict and the numbers on one line, the seed's words folded below."""
+    from rich.table import Table
+    from rich.text import Text
+
+    blocks = claim_blocks(data)
+    if not blocks:
+        return
+    console.print(Text(f"Seed {data.seed}: Claims ({verdict_counts(data.claims)})", style="bold"))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    for verdict, head, below in blocks:
+        style = {HOLDS: "green", FAILS: "red", NOT_TESTABLE: "yellow"}.get(verdict, "")
+        grid.add_row(Text(verdict.upper(), style=style), Text(head))
+        for line in below:
+            grid.add_row("", Text(line, style="dim" if line.startswith("\u201c") else ""))
+        grid.add_row("", "")
+    console.print(grid)
 
 
 def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

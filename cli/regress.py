@@ -439,10 +439,11 @@ def build_named(kernel: str) -> None:
 
 
 def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
-    """``--bisect GOOD BAD --tree PATH``: see :mod:`experiments.bisect`.  Exit 0 no regression, 1 the first
+    """``--bisect GOOD BAD --tree PATH``: see :mod:`experiments.bisection`.  Exit 0 no regression, 1 the first
     bad commit found (or a range skips left), 2 an error."""
     from analysis import regress
-    from experiments import ab, bisect
+    from experiments import ab
+    from experiments import bisection as bisect
     from experiments.catalogue.suites import gate_defaults
     from testbed import kernelbuild, kernelsource
     from testbed.backends.uml import guest_cpu

@@ -294,7 +294,8 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
     try:
         objects = _configure(p, tree, say)
         say(f"building {p.describe_source()} (linux {p.version}) with {jobs} jobs; log: {log}")
-        _make(tree, objects, jobs, log, say, started)
+        _make(tree, objects, jobs, log, say, started, p.fp_bytes)
+        _check_fp_buffer(objects, p)
         shutil.move(log, os.path.join(partial, "build.log"))
         subprocess.run(["strip", "-o", os.path.join(partial, "linux"), os.path.join(objects, "linux")], check=True)
         shutil.copy(os.path.join(objects, ".config"), os.path.join(partial, "config"))
@@ -490,7 +491,7 @@ def merged_lines(paths) -> list[str]:
 def _configure(p: Plan, src: str, say: Say) -> str:
     """The object directory for ``p``'s configuration (kept: a second build with it rebuilds what changed),
     with its .config written; :class:`BuildError` when an option of the recipe did not survive."""
-    conf_key = hashlib.sha256(json.dumps([p.variant, p.stack_order, [d for _, d in p.fragments],
+    conf_key = hashlib.sha256(json.dumps([p.variant, p.fp_bytes, p.stack_order, [d for _, d in p.fragments],
                                           p.debian_config]).encode()).hexdigest()[:12]
     objects = os.path.join(os.path.dirname(src), f"obj-{conf_key}")
     os.makedirs(objects, exist_ok=True)
@@ -549,7 +550,7 @@ def _same_text(path: str, text: str) -> bool:
         return False
 
 
-def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: float) -> None:
+def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: float, fp_bytes: int) -> None:
     stop = threading.Event()
 
     def ticker() -> None:
@@ -562,7 +563,9 @@ def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: f
     try:
         with open(log_path, "w") as log:
             # a session of its own: an interrupted build ends make and every compiler it started, not make alone
-            proc = subprocess.Popen(["make", "-C", src, f"O={objects}", "ARCH=um", f"-j{jobs}", "linux"],
+            # the FPU buffer's size reaches arch/x86/um/user-offsets.c as the patch's UML_HOST_FP_BYTES
+            proc = subprocess.Popen(["make", "-C", src, f"O={objects}", "ARCH=um", f"-j{jobs}",
+                                     f"KCFLAGS=-DUML_HOST_FP_BYTES={fp_bytes}", "linux"],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
             try:
@@ -578,6 +581,22 @@ def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: f
             tail = [line.rstrip() for line in f.readlines()[-200:]]
         error = next((line for line in reversed(tail) if re.search("error", line, re.I)), tail[-1] if tail else "?")
         raise BuildError(f"step build: make failed ({error.strip()[:160]}); the log: {log_path}")
+
+
+def _check_fp_buffer(objects: str, p: Plan) -> None:
+    """The built kernel hands the host the FPU buffer the plan asked for (``HOST_FP_SIZE``, in longs, in the
+    constants the build generated): a kernel with another buffer is a different kernel, never cached."""
+    path = os.path.join(objects, "include", "generated", "user_constants.h")
+    try:
+        with open(path) as f:
+            m = re.search(r"#define HOST_FP_SIZE (\d+)", f.read())
+    except OSError:
+        m = None
+    built = int(m.group(1)) * 8 if m else None
+    if built != p.fp_bytes:
+        raise BuildError(f"step fp buffer: linux {p.version} ({p.describe_source()}) was built with an FPU buffer of "
+                         f"{built if built is not None else 'unknown'} bytes, not {p.fp_bytes}: the recipe's patch did "
+                         "not reach arch/x86/um/user-offsets.c; not caching a different kernel")
 
 
 def _end_group(proc: subprocess.Popen) -> None:

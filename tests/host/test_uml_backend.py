@@ -56,7 +56,7 @@ def test_missing_kernel_is_one_clear_line(tmp_path):
     out = run_cli("uml", "--uml-kernel", str(tmp_path / "linux"), "--", "true")
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0
-    assert "not an executable file" in out.stderr
+    assert "does not exist" in out.stderr
 
 
 def test_a_kernel_that_does_not_boot_is_reported(tmp_path):

@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from experiments import bisect
-from experiments.bisect import BAD, FAILED, GOOD, UNCLEAR, Bisect, BisectError, Ratio, Step, classify
+from experiments import bisection as bisect
+from experiments.bisection import BAD, FAILED, GOOD, UNCLEAR, Bisect, BisectError, Ratio, Step, classify
 
 
 def history(tmp_path, n: int = 16):

@@ -505,3 +505,12 @@ def test_the_command_line_check_finds_what_it_is_for(tmp_path, monkeypatch):
                       "if __name__ == '__main__':\n    pass\n")
     assert sorted(f.split(": ", 1)[1] for f in command_line_below_cli(sample)) == [
         "a __main__ block", "calls main(...)", "calls main(...)", "imports argparse"]
+
+
+def test_no_module_beside_the_shims_has_a_standard_librarys_name():
+    """``python experiments/packet_size_sweep.py`` puts experiments/ first on sys.path: a module there named as
+    one of the standard library's (bisect, for one) would stand in for it in every import, a library's too."""
+    import sys
+
+    clash = sorted(p.name for p in (REPO / "experiments").glob("*.py") if p.stem in sys.stdlib_module_names)
+    assert not clash, f"rename (the shims' directory is on sys.path when they run): {clash}"

@@ -398,3 +398,31 @@ def test_verdict_counts_reads_as_a_sentence():
     claims = [verdict(HOLDS), verdict(FAILS), verdict(UNMEASURED), verdict(HOLDS)]
     assert reproduction_report.verdict_counts(claims) == "2 of 4 claims hold, 1 does not, 1 not measured by this run"
     assert reproduction_report.verdict_counts([verdict(HOLDS)]) == "1 of 1 claim holds"
+
+
+def test_the_seeds_own_cpu_is_not_called_the_emulators():
+    rows = [row(profile="x", size=s, bound="link", normalized_goodput=v) for s, v in ((800, 0.6), (1000, 0.62))]
+    c = {**claim(metric="normalized_goodput", op="value", low=0.85, high=0.95), "seed_bound": "cpu",
+         "seed_bound_reason": "a 2002 Pentium III"}
+    text = evaluate_claim(c, rows).not_testable
+    assert "2 by the shaped link" in text and "the seed's were bound by the seed's own CPU" in text
+    assert "emulator" not in text
+
+
+def test_claims_print_as_blocks_with_the_verdict_and_numbers_on_one_line_at_80_columns(tmp_path):
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    run = tmp_path / "seed002"
+    shutil.copytree(os.path.join(REPO, "examples", "runs", "seed002"), run)
+    data = reproduction.evaluate(str(run))
+    out = io.StringIO()
+    reproduction_report.print_claims(Console(file=out, width=80), data)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Seed 002: Claims (") and all(len(line) <= 80 for line in lines)
+    for c in data.claims:  # each claim's verdict, id and measured value start one line
+        head = next(line for line in lines if f"{c.id}: measured" in line)
+        assert head.startswith(c.verdict.upper())
+    assert any(line.strip().startswith("\u201c") for line in lines)  # the seed's words, folded below
