@@ -12,6 +12,7 @@ import hashlib
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from cli import report
@@ -22,7 +23,9 @@ SCRIPT = re.compile(r"<script>.*?</script>", re.S)
 
 
 def _render(tmp_path: Path, monkeypatch, capsys) -> tuple[str, str]:
-    run = tmp_path / "run"
+    # the table's title holds the run directory, and its length decides where the title wraps: a path of one
+    # length wherever pytest keeps its temporary files (/tmp/itb-golden-XXXXXXXX/run)
+    run = Path(tempfile.mkdtemp(prefix="itb-golden-", dir="/tmp")) / "run"
     run.mkdir(parents=True)
     for name in ("results.jsonl", "meta.json"):
         shutil.copy(FIXTURE / name, run / name)
@@ -34,6 +37,7 @@ def _render(tmp_path: Path, monkeypatch, capsys) -> tuple[str, str]:
     bundles = [m for m in SCRIPT.finditer(html) if m.end() - m.start() > 1_000_000]
     assert len(bundles) == 1, "the page inlines plotly.js once"
     stripped = html[:bundles[0].start()] + "<script>PLOTLY</script>" + html[bundles[0].end():]
+    shutil.rmtree(run.parent)
     return text, hashlib.sha256(stripped.encode()).hexdigest()
 
 
