@@ -74,7 +74,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.name is None:
         if not umlkernel.needs_build():
             chosen = umlkernel.automatic()
-            print(f"kernel: nothing to build: {chosen.reason}", file=sys.stderr)
+            print(f"kernel: nothing to build: a guest boots {chosen.describe()} here", file=sys.stderr)
             print(chosen.path)
             return 0
         print(f"kernel: {xsave.describe(xsave.host_bytes())}", file=sys.stderr)
