@@ -62,7 +62,7 @@ import tty
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
-from testbed import channel, handoff, names, umlkernel
+from testbed import channel, handoff, kernelbuild, names, umlkernel
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
     GUEST_ENV,
@@ -573,6 +573,8 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
     is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
     chosen = choose_kernel(kernel)
+    if chosen.origin == "recipe":  # a kernel of the cache: `ipsec-testbed kernel list` says when it last booted
+        kernelbuild.touch_used(chosen.path)
     handed = handoff.outgoing().with_(kernel=chosen.metadata(), cpu_meter_tty=METER_TTY if cpu_meter else "")
     env = {**dict(guest_env(os.environ)), handoff.ENV: handed.to_env()}  # this job's, never one inherited
     env.pop(channel.ENV, None)

@@ -162,3 +162,18 @@ def test_a_channel_is_tty4_on_two_pipes_raw_and_named_in_the_guests_environment(
     # the descriptors and the spec go together: one without the other is a mistake, caught before a boot
     with pytest.raises(ValueError, match="channel"):
         uml.run(with_channel, channel_fds=None)
+
+
+def test_booting_a_kernel_of_the_cache_notes_when_it_was_last_used(monkeypatch, tmp_path):
+    from testbed import kernelbuild
+
+    for origin in ("recipe", "user"):
+        d = tmp_path / origin
+        d.mkdir()
+        (d / "linux").write_text("")
+        chosen = umlkernel.UmlKernel(str(d / "linux"), origin, "")
+        monkeypatch.setattr(uml, "choose_kernel", lambda k, chosen=chosen: chosen)
+        monkeypatch.setattr(uml, "find_modules_dir", lambda kernel, modules: None)
+        uml.build_spec(["true"], cpu_meter=False)
+        built = kernelbuild.Built(str(d / "linux"), {})
+        assert (kernelbuild.last_used(built) is not None) == (origin == "recipe")  # an image of the user's: untouched
