@@ -428,14 +428,10 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
 def build_named(kernel: str) -> None:
     """Build the kernel ``kernel`` names, if it is built by the recipe and not yet in the cache (one line on
     a bad name or a failed step, as a ValueError or a RuntimeError)."""
-    from testbed import backends, kernelbuild, kernelsource
+    from testbed import backends, kernelbuild
 
-    if kernel in backends.names():
-        return
-    name = kernelsource.parse(kernel)
-    if name.built and kernelbuild.cached(kernelbuild.plan(name)) is None:
-        print(f"regress: building kernel {kernel} (once; cached afterwards)", file=sys.stderr, flush=True)
-        kernelbuild.build(name)
+    if kernel not in backends.names():
+        kernelbuild.ensure(kernel)
 
 
 def _regress_bisect(args: argparse.Namespace, prog: str) -> int:

@@ -70,11 +70,7 @@ def prepare_kernel(job: Job) -> None:
     if not requested:
         return
     try:
-        name = kernelsource.parse(requested)
-        if name.built and kernelbuild.cached(kernelbuild.plan(name)) is None:
-            print(f"kernel {requested} is not built yet: building it now (once; cached afterwards)",
-                  file=sys.stderr, flush=True)
-            kernelbuild.build(name)
+        kernelbuild.ensure(requested)
     except (kernelsource.KernelNameError, kernelbuild.BuildError) as e:
         raise Refused(str(e)) from None
 

@@ -282,6 +282,7 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
     found = cached(p)
     if found:
         return found
+    say(f"{name.text} is not built yet: building it now (once; cached afterwards)")
     _check_space()
     jobs = jobs or os.cpu_count() or 1
     _install(p)
@@ -304,8 +305,8 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
         info = {"origin": ORIGIN, "name": name.text, "variant": p.variant, "key": p.key, "recipe": RECIPE_REVISION,
                 "version": p.version, "source": p.describe_source(), "source_kind": p.source_kind,
                 "source_id": p.source_id, "package_version": p.source_id if p.source_kind == "package" else None,
-                "patches": [os.path.basename(x) for x, _ in p.patches[1:]],
-                "configs": [os.path.basename(x) for x, _ in p.fragments[1:]], "release": release,
+                "patches": [os.path.basename(x) for x in name.patches],
+                "configs": [os.path.basename(x) for x in name.configs], "release": release,
                 "fp_bytes": p.fp_bytes, "kernel_stack_order": p.stack_order,
                 "build_s": round(time.monotonic() - started), "jobs": jobs,
                 "built": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -316,6 +317,13 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
         raise
     say(f"built {p.directory}/linux in {info['build_s']} s")
     return Built(os.path.join(p.directory, "linux"), info)
+
+
+def ensure(text: str, say: Say = _say_stderr) -> Built | None:
+    """The kernel ``text`` names, built first when the recipe builds it and it is not in the cache; None for a
+    kernel the recipe does not build (Debian's, an image).  One line on a bad name or a failed step."""
+    name = kernelsource.parse(text)
+    return build(name, say=say) if name.built else None
 
 
 def _check_space() -> None:

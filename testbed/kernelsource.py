@@ -184,11 +184,6 @@ def resolve_ref(tree: str, ref: str, text: str | None = None) -> str:
     return sha
 
 
-def subject(tree: str, sha: str) -> str:
-    """A commit's subject line."""
-    return _git(tree, "log", "-1", "--format=%s", sha) or ""
-
-
 def file_digest(path: str) -> str:
     """SHA-256 of a file's bytes (a tarball's identity, a patch's, a fragment's)."""
     h = hashlib.sha256()

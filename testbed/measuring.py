@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import errno
 import fcntl
 import json
 import os
@@ -62,12 +61,8 @@ def holder() -> Holder | None:
     except FileNotFoundError:
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return _read(fd)
-            raise
+        if not try_lock(fd, shared=True):
+            return _read(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:

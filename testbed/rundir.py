@@ -127,10 +127,11 @@ def write_json(path: PathLike, data: Any, indent: int = 2) -> None:
 
 # -- the lock -------------------------------------------------------------------------------
 
-def try_lock(fd: int) -> bool:
-    """An exclusive ``flock`` on ``fd`` if no one else holds one (False: someone does)."""
+def try_lock(fd: int, shared: bool = False) -> bool:
+    """An exclusive (or ``shared``) ``flock`` on ``fd`` if no one holds one that excludes it (False: someone
+    does)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise
