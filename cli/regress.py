@@ -465,7 +465,6 @@ def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
         good_sha = kernelsource.resolve_ref(tree.base, good)
         good_name = tree.with_ref(good_sha).canonical
         cpu = guest_cpu()
-        flagged: list[bool] = []
 
         def build(commit: str) -> str:
             name = tree.with_ref(commit)
@@ -481,15 +480,14 @@ def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
             verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
                                             args.confidence / 100, args.metrics)
             v = next(v for v in verdicts if v.metric == metric)
-            flagged.append(any(x.regressed for x in verdicts))
-            return bisect.Ratio(v.ratio, v.low2, v.high2)
+            return bisect.Ratio(v.ratio, v.low2, v.high2, regressed=any(x.regressed for x in verdicts))
 
         build(good_sha)  # GOOD is every step's other side: built first, once
         run = bisect.Bisect(tree.base, good, bad, out, build, measure, say=lambda m: print(m, flush=True))
         run.load()
         say(f"bisecting {len(run.commits)} commits of {tree.base} between {good} and {bad} on suite {args.suite} "
             f"({reps} windows per kernel, paired; judged on {metric}, tolerance {args.max_drop:g} %) into {out}")
-        outcome = run.run(lambda r: flagged[-1] if flagged else False)
+        outcome = run.run()
         atomic_write(os.path.join(out, "bisect.md"), bisect_markdown(run, outcome, args))
     except (bisect.BisectError, regress.RegressError, ResultsError, ValueError, RuntimeError, OSError) as e:
         print(f"{prog}: {e}", file=sys.stderr)

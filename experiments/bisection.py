@@ -40,11 +40,13 @@ class BisectError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Ratio:
-    """A step's measurement: the metric of the step's kernel over GOOD's, with its two-sided 95 % interval."""
+    """A step's measurement: the metric of the step's kernel over GOOD's, with its two-sided 95 % interval, and
+    whether the regression gate flagged the pair (what decides the confirming A/B)."""
 
     ratio: float
     low: float
     high: float
+    regressed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,9 +222,9 @@ class Bisect:
     def confirmed(self) -> Step | None:
         return next((s for s in self.steps if s.kind == "confirm"), None)
 
-    def run(self, regressed: Callable[[Ratio], bool]) -> tuple[str | None, list[str]] | None:
+    def run(self) -> tuple[str | None, list[str]] | None:
         """Confirm, then step until one commit is left (or skips leave a range); None when BAD is not worse
-        than GOOD (``regressed(ratio)`` says whether the confirming A/B flagged it)."""
+        than GOOD (the confirming A/B did not flag it)."""
         confirm = self.confirmed()
         if confirm is None:
             self.say(f"confirming: {self.bad} against {self.good}, paired ({len(self.commits)} commits between)")
@@ -231,7 +233,7 @@ class Bisect:
             built = time.monotonic()
             r = self.measure(name)
             confirm = self._log(Step("confirm", self.commits[-1], subject(self.tree, self.commits[-1]),
-                                     BAD if regressed(r) else GOOD, r.ratio, r.low, r.high, built - t0,
+                                     BAD if r.regressed else GOOD, r.ratio, r.low, r.high, built - t0,
                                      time.monotonic() - built))
         if confirm.verdict != BAD:
             return None
