@@ -343,7 +343,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     pair; in turn, unpaired, where two guests do not fit.  With ``--inject-slowdown`` B's guest (on the
     same kernel) has its ESP path slowed: the paired A/B's power."""
     from analysis import regress
-    from experiments import ab, injection
+    from experiments import ab, doctor, injection, runner
     from experiments.catalogue.suites import gate_defaults
     from experiments.job import KernelChoice
     from testbed.backends.uml import guest_cpu
@@ -359,6 +359,11 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
             build_named(kernel)
         out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
         job = suite_job(args, out)
+        for kernel in kernels:  # each side would refuse a kernel that cannot run here: say so before any boot
+            side = KernelChoice.named(kernel, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules)
+            choice = doctor.choose(side.kernel, runner.needs(job), side.options())
+            if choice.backend is None:
+                raise ValueError(f"kernel {kernel} cannot run the suite here: {choice.reason}")
         reps = args.repetitions or job.work.spec.repetitions
         cramped = two_guests_fit(args.uml_mem)
         if cramped:

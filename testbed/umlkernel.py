@@ -90,7 +90,7 @@ class UmlKernel:
 
 
 _FIX = ("Use the project's kernel, which boots on every x86-64 CPU: `sudo ./run install` (or `sudo "
-        f"{RECIPE_COMMAND}`) builds it, about 5 minutes on 2 CPUs, then it is chosen by itself.")
+        f"{RECIPE_COMMAND}`) builds it, 4 to 6 minutes on 2 CPUs, then it is chosen by itself.")
 
 
 def debian() -> UmlKernel | None:
