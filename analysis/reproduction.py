@@ -10,9 +10,11 @@ as checkable statements), and computes:
 * **ratios that transfer** -- IPsec/plain, IPv6/IPv4, IPComp/none, tunnel/transport, N
   clients/1 client: the same ratio from the seed's numbers and from ours (absolute
   figures depend on the hardware; these less so);
-* **claims** -- each of the seed's claims judged on this run's data: ``holds``, ``does
-  not hold`` or ``not measured``, with the measured values, and for one that does not
-  hold what differs between the seed's set-up and this run, as far as the data shows;
+* **claims** -- each of the seed's claims judged on this run's data, every value with its 95 %
+  interval: ``holds`` when every interval lies inside the claim's range, ``does not hold`` when
+  one lies wholly outside it, ``undecided`` when one straddles a bound (with how many
+  repetitions would decide it), ``not testable here`` or ``not measured``; for one that does
+  not hold, what differs between the seed's set-up and this run, as far as the data shows;
 * **penalties** -- every IPsec point's penalty split into what the extra bytes on the wire
   explain and the rest (:mod:`analysis.penalty`).
 
@@ -49,7 +51,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from analysis.penalty import Penalty, penalty_of
-from analysis.stats import PLAIN_PROFILE, RatioEstimate, Summary, aggregate, normalize, ratio_of_means
+from analysis.stats import (
+    PLAIN_PROFILE,
+    Estimate,
+    RatioEstimate,
+    Summary,
+    aggregate,
+    combine,
+    mean_of,
+    normalize,
+    ratio_of_means,
+)
 from testbed.record import (
     FIELD,
     META_FIELD,
@@ -76,9 +88,13 @@ COMPARED_METRICS = (FIELD.goodput_mbps, FIELD.loss_pct, FIELD.cpu_system_pct)
 #: The ``size_mode`` of a transactions part's records (what makes their keys unique).
 TRANSACTION_MODE = "transaction"
 HOLDS, FAILS, UNMEASURED = "holds", "does not hold", "not measured"
+#: A claim one of whose values' 95 % interval straddles a bound of its range: more repetitions decide it.
+UNDECIDED = "undecided"
 #: A claim whose points here were mostly bounded by something else than the seed's were.
 NOT_TESTABLE = "not testable here"
-VERDICTS = (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)
+VERDICTS = (HOLDS, FAILS, UNDECIDED, NOT_TESTABLE, UNMEASURED)
+#: Where a value's 95 % interval lies against a claim's range.
+INSIDE, OUTSIDE, STRADDLES = "inside", "outside", "straddles"
 #: What comparison.json keeps of meta.json: the machine, and when and how the run was made.
 RUN_FIELDS = (META_FIELD.backend, META_FIELD.kernel_release, META_FIELD.cpu_model, META_FIELD.host_cpu_model,
               META_FIELD.cpu_count, META_FIELD.started, META_FIELD.finished, META_FIELD.command_line,
@@ -119,6 +135,12 @@ class Row:
 
     def bound_for(self, metric: str) -> Bound | None:
         return self.ratio_bound if metric == NORMALIZED else self.bound
+
+    @property
+    def repetitions(self) -> int | None:
+        """The fewest repetitions behind any of the point's summaries (None: none)."""
+        counts = [m.n for m in self.metrics.values() if isinstance(m, Summary)]
+        return min(counts) if counts else None
 
     def value(self, metric: str) -> tuple[float, float | None] | None:
         """(mean, 95 % CI half-width) of ``metric``, or None."""
@@ -385,20 +407,43 @@ def _pairs(rows: Sequence[Row], check: Mapping[str, Any]) -> list[tuple[Row, Row
     return pairs
 
 
-def _combine(op: str, a: float, b: float) -> float | None:
-    if op == "ratio":
-        return a / b if b else None
-    return a - b
-
-
 @dataclasses.dataclass(frozen=True)
 class MeasuredValue:
-    """One value a claim rests on: what it is, and whether it lies in the claim's range and was judged."""
+    """One value a claim rests on: what it is, its 95 % interval, and where that lies against the
+    claim's range (:data:`INSIDE`, :data:`OUTSIDE`, :data:`STRADDLES`); whether it was judged."""
 
     what: str
     value: float
-    in_range: bool
+    in_range: bool  # the value itself (its interval aside)
     judged: bool
+    ci95: float | None = None  # None: no interval (a point of one repetition)
+    position: str = STRADDLES
+    repetitions: int | None = None  # the fewest behind it
+
+
+def position(value: float, ci95: float | None, low: float, high: float) -> str:
+    """Where ``value ± ci95`` lies against ``[low, high]`` (pure): wholly inside, wholly outside, or
+    straddling a bound (also when there is no interval: one value says nothing of its spread)."""
+    if ci95 is None:
+        return STRADDLES
+    lo, hi = value - ci95, value + ci95
+    if low <= lo and hi <= high:
+        return INSIDE
+    if hi < low or lo > high:
+        return OUTSIDE
+    return STRADDLES
+
+
+def repetitions_to_decide(value: float, ci95: float | None, n: int | None, low: float, high: float) -> int | None:
+    """About how many repetitions per point would bring ``value``'s interval off the nearer bound of
+    ``[low, high]`` (pure): the half-width shrinks as 1/sqrt(n), so ``n (ci95 / distance)^2``, at
+    least one more.  None when it cannot be said: no interval, or the value on the bound itself."""
+    if ci95 is None or not n:
+        return None
+    distance = min(abs(value - b) for b in (low, high) if math.isfinite(b))
+    if distance <= 1e-9 * max(1.0, abs(value)):
+        return None
+    return max(n + 1, math.ceil(n * (ci95 / distance) ** 2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,7 +459,7 @@ class ClaimVerdict:
     op: str  # value, ratio or difference
     low: float | None  # the range (None: unbounded)
     high: float | None
-    verdict: str  # HOLDS, FAILS, NOT_TESTABLE or UNMEASURED
+    verdict: str  # HOLDS, FAILS, UNDECIDED, NOT_TESTABLE or UNMEASURED
     measured: tuple[MeasuredValue, ...]
     min: float | None  # of the values judged (all of them when none could be)
     max: float | None
@@ -429,6 +474,15 @@ class ClaimVerdict:
     cpu_busy_mean: float | None  # over the points involved
     cpu_system_mean: float | None
     differs: str = ""  # for a claim that does not hold: what differs between the seed's set-up and this run
+    undecided: str = ""  # for an undecided claim: which value straddles which bound, and what would decide it
+    decide_repetitions: int | None = None  # ... about this many repetitions per point (None: cannot be said)
+    deciding: tuple[Mapping[str, Any], ...] = ()  # ... of these points (Row.where_values)
+
+    @property
+    def ci95(self) -> float | None:
+        """The interval of a claim judged on one value (None otherwise)."""
+        judged = [m for m in self.measured if m.judged]
+        return judged[0].ci95 if len(judged) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         """The entry of comparison.json's ``claims``."""
@@ -437,6 +491,11 @@ class ClaimVerdict:
 
 def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> ClaimVerdict:
     """The verdict on one claim, with the values it rests on; see the module docstring.
+
+    Every value carries its 95 % interval (a point's from its repetitions; a ratio's or a
+    difference's through :func:`analysis.stats.combine`): the claim holds when every judged
+    value's interval lies inside the range, does not hold when one lies wholly outside, and is
+    undecided otherwise, with the points that would decide it and about how many repetitions.
 
     A claim that names what bounded the seed's own points (``seed_bound``) is judged on the
     values whose points were bounded the same way here; the others are kept and shown, but
@@ -455,11 +514,12 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
     def like_seed(r: Row) -> bool:
         return not wanted or (r.bound_for(metric) or "unknown") in (wanted, "unknown")
 
-    entries: list[tuple[str, float, list[Row]]] = []  # (what, value, the rows behind it)
+    entries: list[tuple[str, Estimate, list[Row]]] = []  # (what, value, the rows behind it)
     means_left = 0  # points left out of a mean, bound otherwise than the seed's
     if op == "value":
         for r in select(rows, check.get("select", {}), metric):
-            entries.append((_label(r), r.value(metric)[0], [r]))
+            m = r.metrics[metric]
+            entries.append((_label(r), m if isinstance(m, RatioEstimate) else Estimate(m.mean, m.ci95, None), [r]))
     elif check.get("means"):
         base = check.get("select", {})
         nums = select(rows, {**base, **check.get("num", {})}, metric)
@@ -474,7 +534,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
                 entries += _means_entry(op, metric, nums, dens)
     else:
         for n, d in _pairs(rows, check):
-            value = _combine(op, n.value(metric)[0], d.value(metric)[0])
+            value = combine(op, n.metrics[metric], d.metrics[metric])
             if value is not None:
                 entries.append((f"{_label(n)} vs {_label(d)}", value, [n, d]))
     distinct = list({id(r): r for _, _, rs in entries for r in rs}.values())
@@ -486,9 +546,16 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
     left_out = len(entries) - len(judged)
     why_not = _why_not_testable(claim, metric, bounds, scale, judged=bool(judged)) if entries else ""
     basis = judged if judged and not why_not else entries
-    values = [v for _, v, _ in basis]
+    values = [e.value for _, e, _ in basis]
     in_range = all(low <= v <= high for v in values) if values else None
-    verdict = UNMEASURED if not entries else NOT_TESTABLE if why_not else HOLDS if in_range else FAILS
+    where = {id(e): position(e.value, e.ci95, low, high) for _, e, _ in entries}
+    if not entries:
+        verdict = UNMEASURED
+    elif why_not:
+        verdict = NOT_TESTABLE
+    else:
+        places = {where[id(e)] for _, e, _ in basis}
+        verdict = FAILS if OUTSIDE in places else HOLDS if places == {INSIDE} else UNDECIDED
     note = ""
     if why_not:
         left_out = 0  # nothing was judged
@@ -501,21 +568,61 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         note = (f"the means leave out {means_left} points bound here otherwise than the seed's "
                 f"({_BOUND_WORDS.get(wanted, wanted)})")
     involved = [r for _, _, rs in entries for r in rs]
+
+    def reps(rs: Sequence[Row]) -> int | None:
+        counts = [r.repetitions for r in rs if r.repetitions is not None]
+        return min(counts) if counts else None
+
+    measured = tuple(MeasuredValue(w, e.value, low <= e.value <= high, (w, e, rs) in judged, e.ci95, where[id(e)],
+                                   reps(rs)) for w, e, rs in entries)
+    undecided, decide, deciding = "", None, ()
+    if verdict == UNDECIDED:
+        undecided, decide, deciding = _undecided(
+            [(m, rs) for m, (_, _, rs) in zip(measured, entries, strict=True)
+             if m.position == STRADDLES and (not judged or m.judged)], low, high)
     return ClaimVerdict(
         id=claim["id"], source=claim.get("source", ""), quote=claim.get("quote", ""), statement=claim["statement"],
         reading=claim.get("reading", ""), metric=metric, op=op, low=check.get("low"), high=check.get("high"),
-        verdict=verdict,
-        measured=tuple(MeasuredValue(w, v, low <= v <= high, (w, v, rs) in judged) for w, v, rs in entries),
+        verdict=verdict, measured=measured,
         min=min(values) if values else None, max=max(values) if values else None,
         points_cpu_bound=sum(1 for r in distinct if r.limited), points=len(distinct), bounds=bounds,
         seed_bound=wanted, in_range=in_range, not_testable=why_not, left_out=left_out if judged else 0, note=note,
-        cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct))
+        cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct),
+        undecided=undecided, decide_repetitions=decide, deciding=deciding)
 
 
-def _means_entry(op: str, metric: str, nums: Sequence[Row], dens: Sequence[Row]) -> list[tuple[str, float, list[Row]]]:
-    a = sum(r.value(metric)[0] for r in nums) / len(nums)
-    b = sum(r.value(metric)[0] for r in dens) / len(dens)
-    value = _combine(op, a, b)
+def _undecided(straddling: Sequence[tuple[MeasuredValue, Sequence[Row]]], low: float,
+               high: float) -> tuple[str, int | None, tuple[Mapping[str, Any], ...]]:
+    """For an undecided claim: the words, the repetitions per point that would decide it (None: cannot
+    be said), and the points behind its straddling values (their plain baselines too)."""
+    words, needs = [], []
+    points: dict[tuple, Mapping[str, Any]] = {}
+    for m, rs in straddling:
+        needs.append(repetitions_to_decide(m.value, m.ci95, m.repetitions, low, high))
+        if m.ci95 is None:
+            words.append(f"{m.what}: {_fmt(m.value)} from one repetition, no interval")
+        else:
+            crossed = [b for b in (low, high) if m.value - m.ci95 <= b <= m.value + m.ci95]
+            words.append(f"{m.what}: {_fmt(m.value)} ± {_fmt(m.ci95)} straddles "
+                         f"{' and '.join(_fmt(b) for b in crossed)}")
+        for r in rs:
+            points[tuple(sorted((k, str(v)) for k, v in r.where_values().items()))] = r.where_values()
+    decide = None if not needs or None in needs else max(needs)
+    if decide is not None:
+        now = min(m.repetitions or 0 for m, _ in straddling)
+        words.append(f"about {decide} repetitions per point would decide it ({now} now)")
+    else:
+        words.append("a value on the bound itself, or without an interval: more repetitions may not decide it")
+    return "; ".join(words), decide, tuple(points.values())
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+
+
+def _means_entry(op: str, metric: str, nums: Sequence[Row],
+                 dens: Sequence[Row]) -> list[tuple[str, Estimate, list[Row]]]:
+    value = combine(op, mean_of([r.metrics[metric] for r in nums]), mean_of([r.metrics[metric] for r in dens]))
     if value is None:
         return []
     return [(f"mean of {len(nums)} / mean of {len(dens)} points", value, [*nums, *dens])]

@@ -18,6 +18,7 @@ from analysis.reproduction import (
     FAILS,
     HOLDS,
     NOT_TESTABLE,
+    UNDECIDED,
     UNMEASURED,
     ClaimVerdict,
     Evaluation,
@@ -28,6 +29,12 @@ from analysis.reproduction import (
 from analysis.stats import aggregate, normalize
 from testbed.record import FIELD, Bound, Group
 from testbed.rundir import atomic_write
+
+#: A verdict's colour on the terminal.
+VERDICT_STYLE = {HOLDS: "green", FAILS: "red", UNDECIDED: "magenta", NOT_TESTABLE: "yellow"}
+#: ... and its row's class on the page.
+VERDICT_CLASS = {HOLDS: "holds", FAILS: "fails", UNDECIDED: "undecided", NOT_TESTABLE: "untestable",
+                 UNMEASURED: "unmeasured"}
 
 
 def _num(x: float | None, digits: int = 3) -> str:
@@ -102,8 +109,10 @@ def range_text(claim: ClaimVerdict) -> str:
 
 
 def _span(c: ClaimVerdict) -> str:
-    """A claim's values judged: "0.963", "0.91 .. 0.95"."""
-    return _num(c.min) if c.min == c.max else f"{_num(c.min)} .. {_num(c.max)}"
+    """A claim's values judged: "0.963 ± 0.004" (one value, with its 95 % interval), "0.91 .. 0.95"."""
+    if c.min == c.max:
+        return _pm(c.min, c.ci95)
+    return f"{_num(c.min)} .. {_num(c.max)}"
 
 
 def claim_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
@@ -126,11 +135,13 @@ def claim_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
 
 
 def verdict_counts(claims: Sequence[ClaimVerdict]) -> str:
-    """'3 of 5 claims hold, 1 does not, 1 not testable here, 1 not measured' (pure)."""
-    n = {v: sum(1 for c in claims if c.verdict == v) for v in (HOLDS, FAILS, NOT_TESTABLE, UNMEASURED)}
+    """'3 of 6 claims hold, 1 does not, 1 undecided, 1 not testable here' (pure)."""
+    n = {v: sum(1 for c in claims if c.verdict == v) for v in (HOLDS, FAILS, UNDECIDED, NOT_TESTABLE, UNMEASURED)}
     text = f"{n[HOLDS]} of {len(claims)} claim{'s' if len(claims) != 1 else ''} hold{'s' if len(claims) == 1 else ''}"
     if n[FAILS]:
         text += f", {n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not"
+    if n[UNDECIDED]:
+        text += f", {n[UNDECIDED]} undecided"
     if n[NOT_TESTABLE]:
         text += f", {n[NOT_TESTABLE]} not testable here"
     if n[UNMEASURED]:
@@ -154,7 +165,8 @@ def markdown(data: Evaluation) -> str:
         out += [f"> {scale_text(data)}", ""]
     out += table(*claim_rows(data))
     notes = [f"- **{c.id}** not testable here: {c.not_testable}" if c.not_testable else
-             f"- **{c.id}** {c.note}" for c in data.claims if c.not_testable or c.note]
+             f"- **{c.id}** undecided: {c.undecided}" if c.undecided else
+             f"- **{c.id}** {c.note}" for c in data.claims if c.not_testable or c.undecided or c.note]
     if notes:
         out += [*notes, ""]
     headers, rows = value_rows(data)
@@ -186,7 +198,7 @@ def print_summary(run_dir: str, data: Evaluation | None = None) -> None:
         for h in headers:
             table.add_column(h, overflow="fold")
         for row in rows:
-            style = {HOLDS: "green", FAILS: "red", NOT_TESTABLE: "yellow"}.get(row[-1])
+            style = VERDICT_STYLE.get(row[-1])
             table.add_row(*row, style=style)
         console.print(table)
 
@@ -202,8 +214,8 @@ def claim_blocks(data: Evaluation) -> list[tuple[str, str, list[str]]]:
         below = [quote, f"checked as: {statement}"]
         if c.not_testable:
             below.append(f"not testable here: {c.not_testable}")
-        elif c.note:
-            below.append(c.note)
+        else:
+            below += [line for line in (c.undecided, c.note) if line]
         out.append((verdict, head, below))
     return out
 
@@ -221,7 +233,7 @@ def print_claims(console, data: Evaluation) -> None:
     grid.add_column(no_wrap=True)
     grid.add_column(ratio=1, overflow="fold")
     for verdict, head, below in blocks:
-        style = {HOLDS: "green", FAILS: "red", NOT_TESTABLE: "yellow"}.get(verdict, "")
+        style = VERDICT_STYLE.get(verdict, "")
         grid.add_row(Text(verdict.upper(), style=style), Text(head))
         for line in below:
             grid.add_row("", Text(line, style="dim" if line.startswith("\u201c") else ""))
@@ -235,7 +247,7 @@ def _html_table(table_id: str, headers: Sequence[str], rows: Sequence[Sequence[s
     out += [f"<th>{esc(h)}</th>" for h in headers]
     out.append("</tr></thead><tbody>")
     for row in rows:
-        cls = {HOLDS: "holds", FAILS: "fails", NOT_TESTABLE: "untestable", UNMEASURED: "unmeasured"}.get(row[-1], "")
+        cls = VERDICT_CLASS.get(row[-1], "")
         out.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
@@ -262,9 +274,10 @@ def render_html(run_dir: str, data: Evaluation | None = None,
             "</dl>"]
     body = []
     body.append(f"<h2>Claims</h2><p>{esc(verdict_counts(data.claims))}. "
-                "Each verdict compares values measured in this run directory with the "
-                "range written next to the claim in the reference file; the range is how the seed's words were "
-                "read.</p>")
+                "Each verdict compares values measured in this run directory, with their 95 % intervals, with the "
+                "range written next to the claim in the reference file (the range is how the seed's words were "
+                "read): a claim holds when every interval lies inside the range, does not hold when one lies "
+                "wholly outside it, and is undecided when one straddles a bound.</p>")
     if scale_text(data):
         body.insert(0, f'<p class="howto"><b>{esc(scale_text(data))}</b></p>')
     body.append(_html_table("claims", *claim_rows(data)))
@@ -274,6 +287,13 @@ def render_html(run_dir: str, data: Evaluation | None = None,
                     "differs from what bounded the seed's: the comparison would measure this machine, not the "
                     "claim.</p><ul>")
         body += [f"<li><b>{esc(c.id)}</b>: {esc(c.not_testable)}</li>" for c in untestable]
+        body.append("</ul>")
+    undecided = [c for c in data.claims if c.undecided]
+    if undecided:
+        body.append("<h3>Undecided claims</h3><p>A value's 95 % interval straddles a bound of the claim's range: "
+                    "this run cannot tell on which side the value lies. More repetitions of the points named "
+                    "narrow the interval (as 1/&radic;n).</p><ul>")
+        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.undecided)}</li>" for c in undecided]
         body.append("</ul>")
     partly = [c for c in data.claims if c.note and not c.not_testable]
     if partly:
@@ -328,7 +348,8 @@ def render_html(run_dir: str, data: Evaluation | None = None,
                                "table.points.wrap td:last-child{white-space:nowrap}"
                                "tr.holds td:last-child{color:#006d2c;font-weight:600}"
                                "tr.fails td:last-child{color:#b30000;font-weight:600}"
-                               "tr.untestable td:last-child{color:#8a6d00;font-weight:600}")
+                               "tr.untestable td:last-child{color:#8a6d00;font-weight:600}"
+                               "tr.undecided td:last-child{color:#7a1fa2;font-weight:600}")
     return "\n".join(["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
                       f"<title>Seed {esc(data.seed)} reproduction</title>",
                       '<meta name="viewport" content="width=device-width, initial-scale=1">',

@@ -8,7 +8,8 @@ is not needed, the standard library's arithmetic is exact enough for a few dozen
   1..30 degrees of freedom, the Cornish-Fisher expansion beyond.
 * :func:`aggregate` -- mean, sample standard deviation, n, 95 % CI half-width, min and max of the
   goodput and of each CPU field, per point (the point key without the repetition).
-* :func:`normalize` -- IPsec/plain ratios at the same point, with a delta-method interval.
+* :func:`normalize` -- IPsec/plain ratios at the same point, with a delta-method interval;
+  :func:`combine` and :func:`mean_of` -- ratios, differences and means of any two estimates, likewise.
 * :func:`at_common_speed` -- CPU costs set to one machine speed, where a speed probe timed each
   window (:mod:`testbed.speedprobe`); :func:`aggregate` summarises those.
 """
@@ -359,6 +360,59 @@ def ratio_of_means(num: Summary, den: Summary) -> RatioEstimate | None:
         return RatioEstimate(r, 0.0, None)
     df = (u + v) ** 2 / (u ** 2 / (num.n - 1) + v ** 2 / (den.n - 1))
     return RatioEstimate(r, t_critical_95(df) * math.sqrt(u + v), df)
+
+
+#: An estimate with the half-width of its 95 % interval, whatever it estimates (a ratio, a difference).
+Estimate = RatioEstimate
+
+
+def difference_of_means(num: Summary, den: Summary) -> Estimate:
+    """``num.mean - den.mean`` with Welch's 95 % interval (``ci95`` None when either side has a
+    single repetition): the two samples are independent, ``se^2 = s_x^2 / n_x + s_y^2 / n_y``."""
+    d = num.mean - den.mean
+    if num.std is None or den.std is None:
+        return Estimate(d, None, None)
+    u, v = num.std ** 2 / num.n, den.std ** 2 / den.n
+    if u + v == 0:
+        return Estimate(d, 0.0, None)
+    df = (u + v) ** 2 / (u ** 2 / (num.n - 1) + v ** 2 / (den.n - 1))
+    return Estimate(d, t_critical_95(df) * math.sqrt(u + v), df)
+
+
+def combine(op: str, num: Summary | Estimate, den: Summary | Estimate) -> Estimate | None:
+    """``num / den`` (``op`` "ratio") or ``num - den`` ("difference") with a 95 % interval; None for a
+    ratio over 0.  Two summaries take :func:`ratio_of_means` / :func:`difference_of_means`; an
+    estimate on either side (itself a ratio, or a mean of means) adds its interval in quadrature,
+    relative for a ratio, absolute for a difference: first order, as the delta method."""
+    if op not in ("ratio", "difference"):
+        raise ValueError(f"op must be ratio or difference, not {op!r}")
+    if isinstance(num, Summary) and isinstance(den, Summary):
+        return ratio_of_means(num, den) if op == "ratio" else difference_of_means(num, den)
+    a, ca = _value_ci(num)
+    b, cb = _value_ci(den)
+    if op == "difference":
+        return Estimate(a - b, None if ca is None or cb is None else math.hypot(ca, cb), None)
+    if b == 0:
+        return None
+    r = a / b
+    if ca is None or cb is None or a == 0:
+        return Estimate(r, None, None)
+    return Estimate(r, abs(r) * math.hypot(ca / a, cb / b), None)
+
+
+def mean_of(estimates: Sequence[Summary | Estimate]) -> Estimate:
+    """The mean of several points' values, with ``sqrt(sum ci_i^2) / k`` as its interval (the points
+    are measured independently; None when any has none)."""
+    if not estimates:
+        raise ValueError("a mean needs at least one value")
+    pairs = [_value_ci(e) for e in estimates]
+    k = len(pairs)
+    ci = None if any(c is None for _, c in pairs) else math.sqrt(math.fsum(c * c for _, c in pairs)) / k
+    return Estimate(math.fsum(v for v, _ in pairs) / k, ci, None)
+
+
+def _value_ci(x: Summary | Estimate) -> tuple[float, float | None]:
+    return (x.mean, x.ci95) if isinstance(x, Summary) else (x.value, x.ci95)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -26,7 +26,8 @@ from testbed.errors import Refused, fail, run_main
 def usage() -> str:
     lines = ["usage: ipsec-testbed reproduce SEED [OPTIONS]", "",
              "Reproduce a seed's published experiment: measure its parts into one run directory, then judge",
-             "the seed's claims against the measurement (holds / fails / not testable here) in report.html.",
+             "the seed's claims against the measurement (holds / does not hold / undecided / not testable here)",
+             "in report.html.",
              "Each seed has options of its own: `ipsec-testbed reproduce SEED --help`.", "", "seeds:"]
     for r in reproductions():
         lines.append(f"  {r.seed}  {r.doc.strip().splitlines()[0].removeprefix(f'Seed {r.seed}: ')}")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from analysis import penalty, reproduction, reproduction_report
-from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNMEASURED, Row, evaluate_claim
-from analysis.stats import RatioEstimate, Summary, aggregate, normalize
+from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, UNMEASURED, Row, evaluate_claim
+from analysis.stats import RatioEstimate, Summary, aggregate, combine, mean_of, normalize, t_critical_95
 from experiments import catalogue
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
@@ -105,11 +105,21 @@ def test_penalty_of_a_link_bound_point_is_all_wire():
 
 # -- claims on synthetic rows ------------------------------------------------------------------
 
-def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, bound=None, **metrics) -> Row:
+def row(part="p", profile="none", ip=4, size=1000, rate=10.0, clients=1, limited=False, bound=None, spread=1e-4,
+        n=5, **metrics) -> Row:
+    """A point whose metrics have ``n`` repetitions, each with a 95 % half-width of ``spread`` of its value
+    (None: one repetition, no interval)."""
     point = Group(topology="t", profile=profile, mode="tunnel", ip_version=ip, transport="tcp", rate_mbit=rate,
                   size_bytes=size, size_mode="mss", clients=clients)
-    wrapped = {k: RatioEstimate(v, None, None) if k == "normalized_goodput" else Summary.of([v])
-               for k, v in metrics.items()}
+
+    def summary(v: float) -> Summary:
+        if spread is None:
+            return Summary.of([v])
+        ci = abs(v) * spread
+        return Summary(n, v, ci * math.sqrt(n) / t_critical_95(n - 1), ci, v - ci, v + ci)
+
+    wrapped = {k: RatioEstimate(v, None if spread is None else abs(v) * spread, None) if k == "normalized_goodput"
+               else summary(v) for k, v in metrics.items()}
     return Row(point, wrapped, part=part, reference=part, mtu=1500, limited=limited, bound=bound, ratio_bound=bound)
 
 
@@ -426,3 +436,64 @@ def test_claims_print_as_blocks_with_the_verdict_and_numbers_on_one_line_at_80_c
         head = next(line for line in lines if f"{c.id}: measured" in line)
         assert head.startswith(c.verdict.upper())
     assert any(line.strip().startswith("\u201c") for line in lines)  # the seed's words, folded below
+
+
+# -- verdicts with confidence ------------------------------------------------------------------
+
+def test_combine_gives_welch_intervals_for_two_summaries_and_adds_estimates_in_quadrature():
+    a, b = Summary.of([10.0, 12.0, 11.0]), Summary.of([5.0, 5.5, 4.5, 5.0])
+    d = combine("difference", a, b)
+    se = math.sqrt(a.std ** 2 / 3 + b.std ** 2 / 4)
+    df = se ** 4 / ((a.std ** 2 / 3) ** 2 / 2 + (b.std ** 2 / 4) ** 2 / 3)
+    assert d.value == pytest.approx(6.0) and d.ci95 == pytest.approx(t_critical_95(df) * se)
+    assert combine("ratio", a, b) == reproduction.ratio_of_means(a, b)
+    r = combine("ratio", RatioEstimate(0.9, 0.009, None), RatioEstimate(0.5, 0.005, None))
+    assert r.value == pytest.approx(1.8) and r.ci95 == pytest.approx(1.8 * math.hypot(0.01, 0.01))
+    assert combine("difference", RatioEstimate(1.0, 0.3, None), Summary.of([0.5, 0.5])).ci95 == pytest.approx(0.3)
+    assert combine("ratio", RatioEstimate(1.0, None, None), RatioEstimate(2.0, 0.1, None)).ci95 is None
+    m = mean_of([RatioEstimate(1.0, 0.3, None), RatioEstimate(2.0, 0.4, None)])
+    assert (m.value, m.ci95) == (pytest.approx(1.5), pytest.approx(0.25))
+    with pytest.raises(ValueError):
+        combine("sum", a, b)
+
+
+def test_position_and_the_repetitions_that_would_decide_a_value():
+    assert reproduction.position(0.95, 0.005, 0.94, 0.97) == reproduction.INSIDE
+    assert reproduction.position(0.95, 0.02, 0.94, 0.97) == reproduction.STRADDLES
+    assert reproduction.position(0.90, 0.02, 0.94, 0.97) == reproduction.OUTSIDE
+    assert reproduction.position(1.2, 0.1, 1.0, math.inf) == reproduction.INSIDE
+    assert reproduction.position(0.95, None, 0.0, 1.0) == reproduction.STRADDLES  # one repetition: no interval
+    # the half-width shrinks as 1/sqrt(n): 0.02 at n=3, 0.01 from the bound -> 3 * 2^2 = 12
+    assert reproduction.repetitions_to_decide(0.95, 0.02, 3, 0.94, 0.97) == 12
+    assert reproduction.repetitions_to_decide(0.95, 0.0101, 3, 0.94, 0.97) == 4  # at least one more
+    assert reproduction.repetitions_to_decide(0.94, 0.02, 3, 0.94, 0.97) is None  # on the bound
+    assert reproduction.repetitions_to_decide(0.95, None, 1, 0.94, 0.97) is None
+
+
+def test_a_claim_holds_only_when_every_interval_lies_in_its_range_and_is_undecided_when_one_straddles():
+    c = claim(metric="normalized_goodput", op="value", low=0.94, high=0.97)
+    assert evaluate_claim(c, [row(profile="x", normalized_goodput=0.955, spread=0.005)]).verdict == HOLDS
+    # the same mean, a wider interval: neither holds nor fails (the flip between two runs the verdict made before)
+    rows = [row(profile="x", normalized_goodput=0.955, goodput_mbps=8.6, spread=0.03, n=3),
+            row(profile="none", goodput_mbps=9.0)]
+    got = evaluate_claim(c, rows)
+    assert got.verdict == UNDECIDED and got.in_range is True
+    assert got.measured[0].position == reproduction.STRADDLES and got.measured[0].repetitions == 3
+    assert got.decide_repetitions == math.ceil(3 * (0.955 * 0.03 / 0.015) ** 2)
+    assert "0.955 ± 0.0286 straddles 0.94 and 0.97" in got.undecided
+    assert f"about {got.decide_repetitions} repetitions" in got.undecided
+    assert [d["profile"] for d in got.deciding] == ["x"]
+    # one value wholly outside decides it, whatever another straddles
+    rows.append(row(profile="x", size=500, normalized_goodput=0.80, spread=0.01))
+    assert evaluate_claim(c, rows).verdict == FAILS
+    # one repetition: no interval, undecided, and it says so
+    got = evaluate_claim(c, [row(profile="x", normalized_goodput=0.955, spread=None)])
+    assert got.verdict == UNDECIDED and got.decide_repetitions is None and "no interval" in got.undecided
+
+
+def test_an_undecided_ratio_names_both_points_it_rests_on():
+    rows = [row(ip=4, goodput_mbps=100.0, spread=0.02, n=3), row(ip=6, goodput_mbps=98.5, spread=0.02, n=3)]
+    c = claim(metric="goodput_mbps", op="ratio", num={"ip_version": 6}, den={"ip_version": 4}, low=0.97, high=1.0)
+    got = evaluate_claim(c, rows)
+    assert got.verdict == UNDECIDED and sorted(d["ip_version"] for d in got.deciding) == [4, 6]
+    assert reproduction_report.verdict_counts([got, verdict(HOLDS)]) == "1 of 2 claims hold, 1 undecided"
