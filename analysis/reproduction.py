@@ -61,6 +61,8 @@ from analysis.stats import (
     mean_of,
     normalize,
     ratio_of_means,
+    repetitions_for,
+    t_critical_95,
 )
 from testbed.record import (
     FIELD,
@@ -434,16 +436,24 @@ def position(value: float, ci95: float | None, low: float, high: float) -> str:
     return STRADDLES
 
 
+#: The most repetitions per point :func:`repetitions_to_decide` counts up to.
+MOST_TO_DECIDE = 1000
+
+
 def repetitions_to_decide(value: float, ci95: float | None, n: int | None, low: float, high: float) -> int | None:
-    """About how many repetitions per point would bring ``value``'s interval off the nearer bound of
-    ``[low, high]`` (pure): the half-width shrinks as 1/sqrt(n), so ``n (ci95 / distance)^2``, at
-    least one more.  None when it cannot be said: no interval, or the value on the bound itself."""
-    if ci95 is None or not n:
+    """About how many repetitions per point would bring ``value``'s 95 % interval off the nearer bound of
+    ``[low, high]`` (pure): the spread behind the interval (``ci95 sqrt(n) / t(n-1)``) is taken to stay
+    as it is, and the fewest repetitions whose ``t(n'-1) spread / sqrt(n')`` is within the distance to
+    the bound are counted, at least one more.  None when it cannot be said: no interval, the value on the
+    bound itself, or more than :data:`MOST_TO_DECIDE`."""
+    if ci95 is None or not n or n < 2:
         return None
     distance = min(abs(value - b) for b in (low, high) if math.isfinite(b))
     if distance <= 1e-9 * max(1.0, abs(value)):
         return None
-    return max(n + 1, math.ceil(n * (ci95 / distance) ** 2))
+    spread = ci95 * math.sqrt(n) / t_critical_95(n - 1)
+    needed = repetitions_for(spread, distance, most=MOST_TO_DECIDE)
+    return None if needed is None else max(n + 1, needed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -612,7 +622,8 @@ def _undecided(straddling: Sequence[tuple[MeasuredValue, Sequence[Row]]], low: f
         now = min(m.repetitions or 0 for m, _ in straddling)
         words.append(f"about {decide} repetitions per point would decide it ({now} now)")
     else:
-        words.append("a value on the bound itself, or without an interval: more repetitions may not decide it")
+        words.append(f"more than {MOST_TO_DECIDE} repetitions per point, or a value on the bound itself or without "
+                     "an interval: the number cannot be said")
     return "; ".join(words), decide, tuple(points.values())
 
 

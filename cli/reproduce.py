@@ -50,6 +50,17 @@ def scale_arg(text: str) -> str | float:
     return factor
 
 
+def minutes_arg(text: str) -> float:
+    """``--budget``: minutes, 0 or more."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"minutes (a number), not {text!r}") from None
+    if not 0.0 <= minutes <= 7 * 24 * 60:
+        raise argparse.ArgumentTypeError(f"minutes in 0..{7 * 24 * 60}, not {text}")
+    return minutes
+
+
 def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
     p = Parser(prog=repro.prog, description=repro.doc, epilog=repro.epilog,
                formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,6 +73,11 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                    help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
                         "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
                         "(default: each part's own)")
+    g.add_argument("--budget", type=minutes_arg, default=10.0, metavar="MINUTES",
+                   help="time from the command's start (a guest's boot included) within which claims left "
+                        "undecided (a value's 95%% interval astride a bound of the claim's range) get more "
+                        "repetitions of the points they rest on; a claim the budget cannot decide is named with "
+                        "what it would take; 0 adds none (default: %(default)g)")
     g.add_argument("--parts", default=None, metavar="NAME,...",
                    help="measure only these parts (default: all; --dry-run lists them)")
     g.add_argument("--scale", type=scale_arg, default=None, metavar="auto|FACTOR",
@@ -89,7 +105,7 @@ def job_from(repro: Reproduction, args: argparse.Namespace, argv: Sequence[str])
                          parts=[w.strip() for w in (args.parts or "").split(",") if w.strip()],
                          repetitions=args.repetitions, duration_s=args.duration, udp_bitrate=args.udp_bitrate,
                          keying=args.keying)
-    return Job(ReproductionWork(repro.seed, tuple(parts), args.scale),
+    return Job(ReproductionWork(repro.seed, tuple(parts), args.scale, budget_s=args.budget * 60.0),
                out_dir=runner.out_dir_of(args.out, REPO, f"seed{repro.seed}"), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,
                command=("ipsec-testbed", "reproduce", repro.seed, *argv), started_unix=time.time(),

@@ -147,27 +147,34 @@ class SweepWork:
 class ReproductionWork:
     """A seed's experiment (``ipsec-testbed reproduce SEED``): its parts, each into a directory of
     the run directory named after it.  ``scale``: the seed's rates as they are (None), divided by a
-    factor, or by the factor a calibration finds (``"auto"``)."""
+    factor, or by the factor a calibration finds (``"auto"``).  ``budget_s``: seconds from the
+    command's start within which undecided claims get more repetitions (0: none)."""
 
     kind: ClassVar[str] = "reproduce"
     seed: str
     parts: tuple[Part, ...]
     scale: float | str | None = None
+    budget_s: float = 600.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parts", tuple(self.parts))
         if not self.parts:
             raise ValueError("a reproduction needs at least one part")
+        if isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float)) \
+                or not 0 <= self.budget_s <= 7 * 86400:
+            raise ValueError(f"the time budget must be seconds in 0..{7 * 86400}, not {self.budget_s!r}")
         if not (self.scale is None or self.scale == "auto" or isinstance(self.scale, (int, float))
                 and not isinstance(self.scale, bool) and 1.0 <= self.scale <= 1000.0):
             raise ValueError(f"scale must be auto or a factor in 1..1000, not {self.scale!r}")
 
     def to_json(self) -> dict:
-        return {"seed": self.seed, "parts": [p.to_json() for p in self.parts], "scale": self.scale}
+        return {"seed": self.seed, "parts": [p.to_json() for p in self.parts], "scale": self.scale,
+                "budget_s": self.budget_s}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ReproductionWork:
-        return cls(seed=data["seed"], parts=tuple(Part.from_json(p) for p in data["parts"]), scale=data.get("scale"))
+        return cls(seed=data["seed"], parts=tuple(Part.from_json(p) for p in data["parts"]), scale=data.get("scale"),
+                   budget_s=data.get("budget_s", 600.0))
 
 
 @dataclasses.dataclass(frozen=True)

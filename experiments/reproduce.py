@@ -15,6 +15,12 @@ them::
 All parts run in one process (one User-Mode Linux boot when the host kernel has no
 ESP); running the script again on the same directory measures only what is missing.
 
+When every part is measured, claims whose values' 95 % intervals straddle a bound of their
+range (``undecided``, :mod:`analysis.reproduction`) get more repetitions of the points they rest on,
+one round at a time, while the job's time budget (``--budget``, 10 minutes from the command's start
+by default) allows what each would take; what it would take where the budget ran out is printed,
+and the report says it per claim.
+
 ``--scale`` divides every link rate of the seed by a factor (given, or ``auto``: found by a
 short calibration of this machine's capacity for the seed's heaviest point,
 :mod:`experiments.calibrate`), so that the shaped link, not the emulator's CPU, bounds the
@@ -23,26 +29,28 @@ can show (bytes on the wire, protocol behaviour) and what it cannot (the seed's 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from analysis.reproduction import TRANSACTION_MODE
+from analysis.reproduction import NORMALIZED, STRADDLES, TRANSACTION_MODE, UNDECIDED, ClaimVerdict, evaluate
 from experiments.calibrate import scale_for, scaled_rates
-from experiments.engine.plan import Point, unmeasured
-from experiments.engine.sweep import by_point, run_sweep
+from experiments.engine.plan import MAX_REPETITIONS, Point, unmeasured
+from experiments.engine.sweep import by_point, needs_focus, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
 from experiments.job import INCOMPLETE, Job, Part
 from experiments.machine import machine_meta
 from experiments.progress import progress_bar, progress_callback
 from ipsec import ike
 from testbed import backends, rundir
-from testbed.record import TransactionRecord
+from testbed.record import FIELD, PLAIN_PROFILE, Record, TransactionRecord
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
 
@@ -240,6 +248,8 @@ def measure_parts(job: Job) -> int:
             note = f", {counts['failed']} FAILED" if counts["failed"] else ""
             bar.update(task, completed=counts["planned"],
                        description=f"{part.name}: {counts['measured']} measured{note}")
+    if work.budget_s:
+        decide(parts, out_dir, job.started_unix or time.time(), work.budget_s, command_line)
     missing = {part.name: len(unmeasured(part.spec, by_point(rundir.load_existing(os.path.join(out_dir, part.name)))))
                for part in parts if not part.transactions}
     missing = {name: n for name, n in missing.items() if n}
@@ -248,6 +258,166 @@ def measure_parts(job: Job) -> int:
         print(missing_line(out_dir), file=sys.stderr)
         return 0 if job.allow_failures else INCOMPLETE
     return 0
+
+
+# -- deciding the undecided claims ---------------------------------------------------------
+
+#: Seconds a point's repetition costs beyond its window and warm-up (switching IPsec, iperf3's start).
+POINT_OVERHEAD_S = 1.5
+#: Repetitions from which the spread that "what deciding would take" rests on is taken as known: below
+#: them an undecided claim gets its round while the budget allows one, whatever the estimate says
+#: (the spread of two or three values is itself a guess).
+SPREAD_KNOWN = 5
+
+
+def decide(parts: Sequence[Part], out_dir: str, started_unix: float, budget_s: float,
+           command_line: Sequence[str] = ()) -> dict[str, int]:
+    """Add repetitions to the points of undecided claims, a round at a time (one more of each point a
+    claim that can be decided within the budget rests on), until none is left undecided, none can be
+    decided within ``budget_s`` from ``started_unix``, or the points have their most repetitions.
+    Prints a line a round and, at the end, what each claim still undecided would take; returns counts."""
+    rounds = measured = 0
+    say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    while True:
+        undecided = [c for c in evaluate(out_dir).claims if c.verdict == UNDECIDED]
+        if not undecided:
+            if rounds:
+                say(f"deciding: every claim decided after {rounds} round{'s' if rounds != 1 else ''} "
+                    f"({measured} repetitions)")
+            break
+        left = budget_s - (time.time() - started_unix)
+        plans = {c.id: plan_round_for(c, parts, out_dir) for c in undecided}
+        pursued = [c for c in undecided if plans[c.id] and (cost_to_decide(c, plans[c.id], parts) <= left
+                                                            or fewest_repetitions(c) < SPREAD_KNOWN)]
+        focus = merge_plans([plans[c.id] for c in pursued])
+        round_s = round_seconds(focus, parts)
+        if not pursued or round_s > left:
+            for c in undecided:
+                say(f"undecided: {c.id}: {what_it_would_take(c, plans[c.id], parts, left)}")
+            break
+        rounds += 1
+        say(f"deciding round {rounds}: {len(pursued)} undecided claim{'s' if len(pursued) != 1 else ''} "
+            f"({', '.join(c.id for c in pursued)}): one more repetition of {sum(map(len, focus.values()))} points, "
+            f"~{round_s:.0f} s of {left:.0f} s left")
+        measured += measure_focus(focus, parts, out_dir, command_line)
+    return {"rounds": rounds, "measured": measured}
+
+
+def plan_round_for(claim: ClaimVerdict, parts: Sequence[Part], out_dir: str) -> dict[str, dict[tuple, int]]:
+    """The points of ``claim``'s straddling values, by part: point key -> one usable repetition more than
+    it has (its plain baseline too for an IPsec/plain claim); empty when they have their most."""
+    plan: dict[str, dict[tuple, int]] = {}
+    for part in parts:
+        wanted = [d for d in claim.deciding if d.get("part") == part.name]
+        if not wanted:
+            continue
+        part_dir = os.path.join(out_dir, part.name)
+        if part.transactions:  # a transactions part is repeated whole: its profiles side by side
+            done = collections.Counter(r.profile for r in rundir.load_existing(
+                part_dir, required=(), kind=TransactionRecord) if not r.failed)
+            most = max(done.values(), default=0)
+            if most < MAX_REPETITIONS:
+                plan[part.name] = {(part.name,): most + 1}
+            continue
+        for key, records in by_point(rundir.load_existing(part_dir)).items():
+            first = records[0]
+            if any(_same_point(first, d) or (claim.metric == NORMALIZED and _plain_twin(first, d)) for d in wanted):
+                want = sum(1 for r in records if not r.failed) + 1
+                if needs_focus(records, want):
+                    plan.setdefault(part.name, {})[key] = want
+    return plan
+
+
+def _same_point(record: Record, where: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is of the point ``where`` (a claim's ``deciding`` entry) names, at the rate
+    measured here."""
+    rate = where.get("emulated_rate_mbit", where.get(FIELD.rate_mbit))
+    fields = (FIELD.topology, FIELD.profile, FIELD.mode, FIELD.ip_version, FIELD.transport, FIELD.size_bytes,
+              FIELD.size_mode, FIELD.clients)
+    return all(getattr(record, f, None) == where[f] for f in fields if f in where) \
+        and rate is not None and abs(float(record.rate_mbit) - float(rate)) < 1e-6
+
+
+def _plain_twin(record: Record, where: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is the plain baseline of the IPsec point ``where`` names."""
+    return record.profile == PLAIN_PROFILE and where.get(FIELD.profile) != PLAIN_PROFILE and \
+        _same_point(record, {k: v for k, v in where.items() if k not in (FIELD.profile, FIELD.mode)})
+
+
+def merge_plans(plans: Sequence[Mapping[str, Mapping[tuple, int]]]) -> dict[str, dict[tuple, int]]:
+    out: dict[str, dict[tuple, int]] = {}
+    for plan in plans:
+        for part, points in plan.items():
+            for key, n in points.items():
+                out.setdefault(part, {})[key] = max(n, out.get(part, {}).get(key, 0))
+    return out
+
+
+def _part(parts: Sequence[Part], name: str) -> Part:
+    return next(p for p in parts if p.name == name)
+
+
+def point_seconds(part: Part) -> float:
+    """About what one repetition of one of ``part``'s points costs."""
+    if part.transactions:
+        return part.estimate_seconds() / max(1, part.points())
+    return part.spec.duration_s + part.spec.warmup_s + POINT_OVERHEAD_S
+
+
+def round_seconds(focus: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part]) -> float:
+    """About what one round of ``focus`` costs: its points' repetitions, and a network per part."""
+    total = 0.0
+    for name, points in focus.items():
+        part = _part(parts, name)
+        total += (len(part.spec.profiles) if part.transactions else len(points)) * point_seconds(part) + 5.0
+    return total
+
+
+def fewest_repetitions(claim: ClaimVerdict) -> int:
+    """The fewest repetitions behind any of ``claim``'s straddling values."""
+    straddling = [m for m in claim.measured if m.position == STRADDLES and (m.judged or not claim.left_out)]
+    return min((m.repetitions or 1) for m in straddling) if straddling else 1
+
+
+def cost_to_decide(claim: ClaimVerdict, plan: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part]) -> float:
+    """About the seconds of rounds that would decide ``claim`` (:attr:`ClaimVerdict.decide_repetitions`;
+    one round for a value with no interval yet; infinite when it cannot be said)."""
+    straddling = [m for m in claim.measured if m.position == STRADDLES and (m.judged or not claim.left_out)]
+    now = fewest_repetitions(claim)
+    if claim.decide_repetitions is not None:
+        rounds = claim.decide_repetitions - now
+    elif any(m.ci95 is None for m in straddling):
+        rounds = 1
+    else:
+        return float("inf")
+    return max(1, rounds) * round_seconds(plan, parts)
+
+
+def what_it_would_take(claim: ClaimVerdict, plan: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part],
+                       left_s: float) -> str:
+    """One line on what deciding ``claim`` would take, for the budget that ran out."""
+    if not plan:
+        return "its points have their most repetitions"
+    cost = cost_to_decide(claim, plan, parts)
+    if cost == float("inf"):
+        return "a value on the bound itself: no number of repetitions can be said to decide it"
+    return (f"about {claim.decide_repetitions or '?'} repetitions per point, ~{cost / 60:.1f} min more; "
+            f"{max(0.0, left_s) / 60:.1f} min of the time budget left (--budget)")
+
+
+def measure_focus(focus: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part], out_dir: str,
+                  command_line: Sequence[str]) -> int:
+    """One round of ``focus``: each part's points to the repetitions asked; returns how many were measured."""
+    measured = 0
+    for name, points in focus.items():
+        part, part_dir = _part(parts, name), os.path.join(out_dir, name)
+        if part.transactions:
+            more = dataclasses.replace(part, spec=dataclasses.replace(part.spec, repetitions=max(points.values())))
+            counts = run_transactions(more, part_dir)
+        else:
+            counts = run_sweep(part.spec, part_dir, command_line=list(command_line), lock=False, focus=points)
+        measured += counts["measured"]
+    return measured
 
 
 def missing_line(out_dir: str) -> str | None:
@@ -271,7 +441,7 @@ def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
         rundir.finish_run(out_dir, interrupted=why)
 
 
-def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None) -> int:
+def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None, budget_s: float = 0.0) -> int:
     if scale == "auto":
         print("rates: the seed's, divided by the factor a calibration finds at the start of the run "
               "(a few seconds per IPsec profile); shown here unscaled")
@@ -298,4 +468,7 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
     sys.stdout.flush()
     print(f"{len(parts)} parts into {out_dir}; estimated {total / 60:.1f} min plus a UML boot if the host kernel "
           "has no ESP", file=sys.stderr)
+    if budget_s:
+        print(f"then more repetitions for claims left undecided, until {budget_s / 60:g} min from the start "
+              "(--budget)", file=sys.stderr)
     return 0

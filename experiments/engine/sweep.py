@@ -40,9 +40,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from experiments.engine import iperf
 from experiments.engine.plan import (
     EXTRA_ROUNDS,
+    FAILED_IN_A_ROW,
+    MAX_REPETITIONS,
     Point,
     SweepSpec,
     at_common_speed_by_point,
+    attempts,
     needs_minimum,
     needs_more,
     plan_points,
@@ -72,21 +75,36 @@ def by_point(records: Iterable[Record]) -> dict[tuple, list[Record]]:
 
 
 def _next_round(spec: SweepSpec, rate: float, groups: Mapping[tuple, list[Record]],
-                extras: bool = True) -> list[Point]:
+                extras: bool = True, focus: Mapping[tuple, int] | None = None) -> list[Point]:
     """The points at ``rate`` that need another repetition (without ``extras``: to reach their
-    minimum), each with its next repetition number, in measuring order."""
+    minimum), each with its next repetition number, in measuring order.  With ``focus`` (point key ->
+    usable repetitions wanted) only those points, until they have that many."""
     groups = at_common_speed_by_point(groups)
     given_up = unusable_profiles(spec, groups)
     rounds = collections.Counter()
     for p in plan_round(spec, rate, 0, lambda p: p.profile not in given_up):
         records = groups.get(p.point_key(), [])
-        if needs_more(spec, records, extras):
+        if focus is None:
+            wanted = needs_more(spec, records, extras)
+        else:
+            wanted = p.point_key() in focus and needs_focus(records, focus[p.point_key()])
+        if wanted:
             rounds[p.point_key()] = sum(1 for r in records if not r.failed)
     if not rounds:
         return []
     rep = min(rounds.values())
     return [Point(*p.point_key(), rounds[p.point_key()])
             for p in plan_round(spec, rate, rep, lambda p: p.point_key() in rounds)]
+
+
+def needs_focus(records: Sequence[Record], wanted: int) -> bool:
+    """Whether a point asked for ``wanted`` usable repetitions needs another (pure): fewer than that,
+    at most :data:`~experiments.engine.plan.MAX_REPETITIONS` in all, and not failing every time."""
+    if attempts(records) >= MAX_REPETITIONS:
+        return False
+    if len(records) >= FAILED_IN_A_ROW and all(r.failed for r in records[-FAILED_IN_A_ROW:]):
+        return False
+    return sum(1 for r in records if usable(r)) < wanted
 
 
 def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: Mapping[tuple, list[Record]]) -> int:
@@ -153,7 +171,8 @@ def note_interrupted(run_dir: str, why: str) -> None:
 
 def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
               command_line: list[str] | None = None, lock: bool = True, started_unix: float | None = None,
-              turns: Turns | None = None, concurrent_with: str | None = None) -> dict:
+              turns: Turns | None = None, concurrent_with: str | None = None,
+              focus: Mapping[tuple, int] | None = None) -> dict:
     """Measure every point of ``spec`` that ``run_dir`` still needs; returns counts.
 
     ``progress(point, record, done, total)`` is called before (record None) and after each
@@ -163,14 +182,17 @@ def run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None = None,
     ``started_unix`` (Unix time: the command's start, before a guest booted) or from now.
     With ``turns`` every measurement window waits for its turn (:mod:`experiments.engine.turns`);
     ``concurrent_with`` names another testbed run measuring beside this one, in every record.
+    With ``focus`` (point key -> usable repetitions wanted) only those points are measured, until
+    they have that many (a reproduction deciding its undecided claims); the spec's minimum and
+    precision rule are not applied then.
     """
     with rundir.locked(run_dir, "sweep") if lock else contextlib.nullcontext():
-        return _run_sweep(spec, run_dir, progress, command_line, started_unix, turns, concurrent_with)
+        return _run_sweep(spec, run_dir, progress, command_line, started_unix, turns, concurrent_with, focus)
 
 
 def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command_line,
                started_unix: float | None = None, turns: Turns | None = None,
-               concurrent_with: str | None = None) -> dict:
+               concurrent_with: str | None = None, focus: Mapping[tuple, int] | None = None) -> dict:
     from experiments.engine.clients import Ahead
     from experiments.engine.measure import monitor_for
     from topologies.network import Network
@@ -181,10 +203,12 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
         raise Refused(f"{run_dir} holds points keyed {' and '.join(other)}; measure keyed {spec.keying} "
                       f"into another run directory (--out)")
     groups = by_point(records)
-    rates = [r for r in spec.rates_mbit if _next_round(spec, r, groups)]
+    rates = [r for r in spec.rates_mbit if _next_round(spec, r, groups, focus=focus)]
     already = len(records)
     # the plan's minimum, grown by what the precision asks for as the rounds go
-    total = max(already + sum(len(_next_round(spec, r, groups)) for r in rates), len(plan_points(spec)))
+    total = already + sum(len(_next_round(spec, r, groups, focus=focus)) for r in rates)
+    if focus is None:
+        total = max(total, len(plan_points(spec)))
     meter = backends.current().cpu_meter()
     rundir.start_run(run_dir, machine_meta(), command_line=command_line or sys.argv, sweep=spec.to_json(),
                      cpu_accounting=meter.method, speed_probe=meter.speed_probe or None)
@@ -206,12 +230,13 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
                     # rates, so that a time budget cuts every rate's extras alike
                     for rate in rates:
                         for _round in range(spec.repetitions + EXTRA_ROUNDS):
-                            todo = _next_round(spec, rate, groups, extras=False)
+                            todo = _next_round(spec, rate, groups, extras=False, focus=focus)
                             if not todo:
                                 break
                             rounds.measure(rate, todo)
                     for _round in range(spec.most_repetitions + EXTRA_ROUNDS):
-                        todos = [(rate, _next_round(spec, rate, groups, extras=not budget.over)) for rate in rates]
+                        todos = [(rate, _next_round(spec, rate, groups, extras=not budget.over, focus=focus))
+                                 for rate in rates]
                         if not any(todo for _, todo in todos):
                             break
                         for rate, todo in todos:

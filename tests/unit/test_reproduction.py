@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -463,9 +464,12 @@ def test_position_and_the_repetitions_that_would_decide_a_value():
     assert reproduction.position(0.90, 0.02, 0.94, 0.97) == reproduction.OUTSIDE
     assert reproduction.position(1.2, 0.1, 1.0, math.inf) == reproduction.INSIDE
     assert reproduction.position(0.95, None, 0.0, 1.0) == reproduction.STRADDLES  # one repetition: no interval
-    # the half-width shrinks as 1/sqrt(n): 0.02 at n=3, 0.01 from the bound -> 3 * 2^2 = 12
-    assert reproduction.repetitions_to_decide(0.95, 0.02, 3, 0.94, 0.97) == 12
+    # 0.02 at n=3 is a spread of 0.02 sqrt(3) / t(2) = 0.00805; 0.01 from the bound: t(n-1) 0.00805 / sqrt(n)
+    # is 0.0128 at n=4 and 0.00999 at n=5
+    assert reproduction.repetitions_to_decide(0.95, 0.02, 3, 0.94, 0.97) == 5
     assert reproduction.repetitions_to_decide(0.95, 0.0101, 3, 0.94, 0.97) == 4  # at least one more
+    assert reproduction.repetitions_to_decide(0.95, 0.02, 1, 0.94, 0.97) is None
+    assert reproduction.repetitions_to_decide(0.9401, 0.5, 3, 0.94, 0.97) is None  # beyond MOST_TO_DECIDE
     assert reproduction.repetitions_to_decide(0.94, 0.02, 3, 0.94, 0.97) is None  # on the bound
     assert reproduction.repetitions_to_decide(0.95, None, 1, 0.94, 0.97) is None
 
@@ -479,7 +483,9 @@ def test_a_claim_holds_only_when_every_interval_lies_in_its_range_and_is_undecid
     got = evaluate_claim(c, rows)
     assert got.verdict == UNDECIDED and got.in_range is True
     assert got.measured[0].position == reproduction.STRADDLES and got.measured[0].repetitions == 3
-    assert got.decide_repetitions == math.ceil(3 * (0.955 * 0.03 / 0.015) ** 2)
+    spread = 0.955 * 0.03 * math.sqrt(3) / t_critical_95(2)
+    assert got.decide_repetitions == min(n for n in range(2, 100) if t_critical_95(n - 1) * spread / math.sqrt(n)
+                                         <= 0.015)
     assert "0.955 ± 0.0286 straddles 0.94 and 0.97" in got.undecided
     assert f"about {got.decide_repetitions} repetitions" in got.undecided
     assert [d["profile"] for d in got.deciding] == ["x"]
@@ -497,3 +503,88 @@ def test_an_undecided_ratio_names_both_points_it_rests_on():
     got = evaluate_claim(c, rows)
     assert got.verdict == UNDECIDED and sorted(d["ip_version"] for d in got.deciding) == [4, 6]
     assert reproduction_report.verdict_counts([got, verdict(HOLDS)]) == "1 of 2 claims hold, 1 undecided"
+
+
+def _seed003_run(tmp_path, shares):
+    """A seed-003 run directory: the gateway part at 10 Mbit/s, 500 and 1000 B, two repetitions; the
+    IPsec point at 1000 B with the goodput shares ``shares`` (one per repetition)."""
+    from experiments.engine.sweep import SweepSpec
+    from experiments.job import Part
+
+    spec = SweepSpec(topology="vpn_gateway", profiles=("none", "aes-cbc-128-md5"), rates_mbit=(10.0,),
+                     sizes=(500, 1000), repetitions=2)
+    part = Part("gateway", "t", spec, reference="gateway")
+    meta = {"seed": "003", "backend": "uml", "kernel_release": "6.1.0", "cpu_model": "test CPU", "cpu_count": 1,
+            "parts": [part.to_json()]}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    (tmp_path / "gateway").mkdir()
+    lines = []
+    for size in (500, 1000):
+        plain = overhead.expected_goodput_mbps(10, size)
+        for rep, share in enumerate(shares):
+            for profile, s in (("none", 1.0), ("aes-cbc-128-md5", share if size == 1000 else 0.6)):
+                lines.append(_record(profile, size, rep, plain * s + rep * 0.001))
+    (tmp_path / "gateway" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return [part]
+
+
+def _record(profile, size, rep, goodput):
+    return {"topology": "vpn_gateway", "profile": profile, "mode": "tunnel", "ip_version": 4, "transport": "tcp",
+            "rate_mbit": 10.0, "size_bytes": size, "size_mode": "mss", "clients": 1, "repetition": rep,
+            "goodput_mbps": goodput, "cpu_busy_pct": 50.0, "bound": "link", "failed": False}
+
+
+def test_an_undecided_claims_points_get_one_more_repetition_a_round_until_it_is_decided(tmp_path, monkeypatch, capsys):
+    from experiments import reproduce
+
+    parts = _seed003_run(tmp_path, (0.93, 0.96))  # ninety-percent: 0.945 ± 0.19, astride 0.95
+    (c,) = [c for c in reproduction.evaluate(str(tmp_path)).claims if c.id == "ninety-percent"]
+    assert c.verdict == UNDECIDED
+    plan = reproduce.plan_round_for(c, parts, str(tmp_path))
+    # the IPsec point at 1000 B and its plain baseline, each to a third repetition; nothing at 500 B
+    assert sorted((k[1], k[6], n) for k, n in plan["gateway"].items()) == [("aes-cbc-128-md5", 1000, 3),
+                                                                           ("none", 1000, 3)]
+    plain = overhead.expected_goodput_mbps(10, 1000)
+    rounds = []
+
+    def measure(focus, parts, out_dir, command_line):  # stands in for the network: quiet repetitions at 0.92
+        rounds.append(focus)
+        with open(tmp_path / "gateway" / "results.jsonl", "a") as f:
+            for key, n in focus["gateway"].items():
+                share = 1.0 if key[1] == "none" else 0.92
+                f.write(json.dumps(_record(key[1], key[6], n - 1, plain * share)) + "\n")
+        return len(focus["gateway"])
+
+    monkeypatch.setattr(reproduce, "measure_focus", measure)
+    got = reproduce.decide(parts, str(tmp_path), started_unix=time.time(), budget_s=600)
+    assert got["rounds"] == len(rounds) >= 1 and got["measured"] == 2 * got["rounds"]
+    (c,) = [c for c in reproduction.evaluate(str(tmp_path)).claims if c.id == "ninety-percent"]
+    assert c.verdict in (HOLDS, FAILS)
+    assert "every claim decided" in capsys.readouterr().err
+
+    # a budget that cannot pay for what deciding would take: nothing measured, what it would take said
+    other = tmp_path / "other"
+    other.mkdir()
+    parts = _seed003_run(other, (0.93, 0.96))
+    rounds.clear()
+    got = reproduce.decide(parts, str(other), started_unix=time.time(), budget_s=5)
+    assert got == {"rounds": 0, "measured": 0} and not rounds
+    err = capsys.readouterr().err
+    assert "undecided: ninety-percent: about" in err and "min of the time budget left (--budget)" in err
+
+
+def test_a_sweep_focus_measures_only_the_points_named_up_to_their_repetitions():
+    from experiments.engine import sweep
+    from experiments.engine.sweep import SweepSpec
+
+    spec = SweepSpec(topology="vpn_gateway", profiles=("none", "aes-gcm-256"), rates_mbit=(10.0,), sizes=(500, 1000),
+                     repetitions=2)
+    records = [Record(**{k: v for k, v in _record(p, s, r, 9.0).items()}) for p in ("none", "aes-gcm-256")
+               for s in (500, 1000) for r in range(2)]
+    groups = sweep.by_point(records)
+    assert sweep._next_round(spec, 10.0, groups) == []  # the spec's own rule: nothing more
+    key = next(k for k in groups if k[1] == "aes-gcm-256" and k[6] == 1000)
+    todo = sweep._next_round(spec, 10.0, groups, focus={key: 3})
+    assert [(p.point_key(), p.repetition) for p in todo] == [(key, 2)]
+    assert sweep._next_round(spec, 10.0, groups, focus={key: 2}) == []
+    assert sweep.needs_focus(groups[key], 3) and not sweep.needs_focus(groups[key], 2)
