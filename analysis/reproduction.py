@@ -101,6 +101,8 @@ INSIDE, OUTSIDE, STRADDLES = "inside", "outside", "straddles"
 RUN_FIELDS = (META_FIELD.backend, META_FIELD.kernel_release, META_FIELD.cpu_model, META_FIELD.host_cpu_model,
               META_FIELD.cpu_count, META_FIELD.started, META_FIELD.finished, META_FIELD.command_line,
               META_FIELD.versions)
+#: The regime of a part measured unshaped, so that this machine's CPU bounds its points (experiments.job.REGIMES).
+CPU_REGIME = "cpu"
 #: Metrics that are shares of the CPU at the link's rate: not the seed's at scaled rates.
 CPU_SHARE_METRICS = (FIELD.cpu_busy_pct, FIELD.cpu_system_pct)
 
@@ -134,6 +136,7 @@ class Row:
     penalty: Penalty | None = None  # for IPsec sweep points
     bound: Bound | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
     ratio_bound: Bound | None = None  # ... and its IPsec/plain ratio (the more cautious side)
+    regime: str = ""  # its part's regime (experiments.job.REGIMES): "cpu" for a point measured unshaped
 
     def bound_for(self, metric: str) -> Bound | None:
         return self.ratio_bound if metric == NORMALIZED else self.bound
@@ -155,11 +158,19 @@ class Row:
 
     def where_values(self) -> dict[str, Any]:
         """What a reference file's WHERE can name, by name: the fields the point is identified by,
-        ``part``, ``reference`` and ``mtu`` (and ``emulated_rate_mbit`` in a scaled run)."""
+        ``part``, ``reference`` and ``mtu`` (and ``emulated_rate_mbit`` in a scaled run, ``regime`` for a
+        part planned in one)."""
         out = {**self.point.to_json(), "part": self.part, "reference": self.reference, "mtu": self.mtu}
         if self.emulated_rate_mbit is not None:
             out["emulated_rate_mbit"] = self.emulated_rate_mbit
+        if self.regime:
+            out["regime"] = self.regime
         return out
+
+    @property
+    def unshaped(self) -> bool:
+        """Measured in the cpu regime: unshaped, this machine's CPU the limit, standing for the seed's rate."""
+        return self.regime == CPU_REGIME
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,7 +204,8 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
 
     With ``scale`` (a run whose link rates were the seed's divided by it) a row's point has the
     seed's rate, which the reference file's WHEREs name, and its ``emulated_rate_mbit`` is the
-    rate measured here.
+    rate measured here; so has a point of a part in the cpu regime (measured unshaped, standing for
+    the part's ``seed_rate_mbit``).
     """
     rows = []
     for measured in parts:
@@ -214,10 +226,13 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
                 metrics[NORMALIZED] = ratio.goodput
                 penalty = penalty_of(ratio, place["mtu"], spec.get("pmtu", "discover"))
             point, emulated = a.point, None
-            if scale != 1.0 and point.rate_mbit is not None:
+            if part.regime == CPU_REGIME and part.seed_rate_mbit is not None and point.rate_mbit is not None:
+                point, emulated = point.replace(rate_mbit=float(part.seed_rate_mbit)), point.rate_mbit
+            elif scale != 1.0 and point.rate_mbit is not None:
                 point, emulated = point.replace(rate_mbit=round(point.rate_mbit * scale, 6)), point.rate_mbit
             rows.append(Row(point, metrics, **place, emulated_rate_mbit=emulated, limited=a.bound == Bound.CPU,
-                            penalty=penalty, bound=a.bound, ratio_bound=ratio.bound if ratio is not None else None))
+                            penalty=penalty, bound=a.bound, ratio_bound=ratio.bound if ratio is not None else None,
+                            regime=part.regime or ""))
     return rows
 
 
@@ -309,14 +324,19 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
             continue  # a value that compares two set-ups is a claim's (see "claims")
         seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == FIELD.goodput_mbps else v["value"]
         found = select(rows, v.get("where", {}), v["metric"])
+        if len(found) > 1:  # a part measured in two regimes: the published figure beside the shaped one
+            found = [r for r in found if not r.unshaped] or found
         entry = ValueComparison(id=v["id"], source=v["source"], quote=v["quote"], metric=v["metric"],
                                 seed_value=seed_value, seed_unit=v["unit"], seed_quoted=v["value"])
         if len(found) == 1:
             mean, ci = found[0].value(v["metric"])
-            comparable = v["metric"] != FIELD.loss_pct and not (scale != 1.0 and v["metric"] in CPU_SHARE_METRICS)
-            factor = scale if v["metric"] == FIELD.goodput_mbps else 1.0
+            scaled = scale != 1.0 and not found[0].unshaped
+            comparable = v["metric"] != FIELD.loss_pct and not (scaled and v["metric"] in CPU_SHARE_METRICS)
+            factor = scale if v["metric"] == FIELD.goodput_mbps and scaled else 1.0
             note = ""
-            if scale != 1.0 and v["metric"] == FIELD.goodput_mbps:
+            if found[0].unshaped:
+                note = "measured unshaped here: this machine's CPU against the seed's"
+            elif scaled and v["metric"] == FIELD.goodput_mbps:
                 note = f"at 1/{scale:g} of the seed's rate: compared as ours × {scale:g}"
             elif not comparable and v["metric"] in CPU_SHARE_METRICS:
                 note = "a CPU share at a scaled rate: not compared"
@@ -487,6 +507,7 @@ class ClaimVerdict:
     undecided: str = ""  # for an undecided claim: which value straddles which bound, and what would decide it
     decide_repetitions: int | None = None  # ... about this many repetitions per point (None: cannot be said)
     deciding: tuple[Mapping[str, Any], ...] = ()  # ... of these points (Row.where_values)
+    regime: str = ""  # the regime(s) and rates of the points it was judged on
 
     @property
     def ci95(self) -> float | None:
@@ -520,8 +541,11 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         raise ReproductionError(f"claim {claim.get('id')}: unknown metric {metric!r}")
     low, high = check.get("low", -math.inf), check.get("high", math.inf)
     wanted = claim.get("seed_bound")
+    share_scaled = scale != 1.0 and metric in CPU_SHARE_METRICS  # only an unshaped point's share is the seed's
 
     def like_seed(r: Row) -> bool:
+        if share_scaled and not r.unshaped:
+            return False
         return not wanted or (r.bound_for(metric) or "unknown") in (wanted, "unknown")
 
     entries: list[tuple[str, Estimate, list[Row]]] = []  # (what, value, the rows behind it)
@@ -598,7 +622,24 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         points_cpu_bound=sum(1 for r in distinct if r.limited), points=len(distinct), bounds=bounds,
         seed_bound=wanted, in_range=in_range, not_testable=why_not, left_out=left_out if judged else 0, note=note,
         cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct),
-        undecided=undecided, decide_repetitions=decide, deciding=deciding)
+        undecided=undecided, decide_repetitions=decide, deciding=deciding,
+        regime=_regime_words([r for _, _, rs in basis for r in rs], scale) if basis else "")
+
+
+def _regime_words(rows: Sequence[Row], scale: float) -> str:
+    """The regimes and rates ``rows`` were measured at, in words (pure): "unshaped (10000 Mbit/s here):
+    this machine's CPU the limit; the seed's rates ÷ 8 (12.5 Mbit/s here)"."""
+    words = []
+    unshaped = sorted({r.emulated_rate_mbit for r in rows if r.unshaped and r.emulated_rate_mbit})
+    shaped = [r for r in rows if not r.unshaped and r.point.rate_mbit is not None]
+    if unshaped:
+        words.append(f"unshaped ({', '.join(f'{x:g}' for x in unshaped)} Mbit/s here): this machine's CPU the limit")
+    if shaped:
+        here = sorted({r.emulated_rate_mbit or r.point.rate_mbit for r in shaped})
+        rates = ", ".join(f"{x:g}" for x in here)
+        words.append(f"the seed's rates ÷ {scale:g} ({rates} Mbit/s here)" if scale != 1.0 else
+                     f"the seed's rates ({rates} Mbit/s)")
+    return "; ".join(words)
 
 
 def _undecided(straddling: Sequence[tuple[MeasuredValue, Sequence[Row]]], low: float,
@@ -650,7 +691,7 @@ def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str
 
     ``judged``: some of its values rest only on points bound as the seed's were.
     """
-    if scale != 1.0 and metric in CPU_SHARE_METRICS:
+    if scale != 1.0 and metric in CPU_SHARE_METRICS and not judged:
         return (f"the link rates were the seed's divided by {scale:g}: a CPU share at that rate is not the "
                 "seed's share at its own")
     wanted = claim.get("seed_bound")
@@ -723,6 +764,7 @@ class PartSummary:
     title: str | None
     reference: str | None
     points: int
+    regime: str = ""  # experiments.job.REGIMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -794,7 +836,8 @@ def evaluate(run_dir: str) -> Evaluation:
             verdict, differs=differences(meta, reference, verdict) if verdict.verdict == FAILS else ""))
     return Evaluation(
         seed=meta.seed, title=reference.get("title"), seed_setup=reference.get("setup"), run=meta.keep(RUN_FIELDS),
-        parts=tuple(PartSummary(p.part.name, p.part.title, p.part.reference, len(p.records)) for p in parts),
+        parts=tuple(PartSummary(p.part.name, p.part.title, p.part.reference, len(p.records), p.part.regime or "")
+                    for p in parts),
         scale=meta.scale or None, bounds=_bound_counts(rows),
         values=tuple(compare_values(reference, rows, scale)), ratios=tuple(transfer_ratios(reference, rows)),
         claims=tuple(claims),

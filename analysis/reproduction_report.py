@@ -81,14 +81,22 @@ def bounds_text(bounds: Mapping[str, int]) -> str:
 
 def scale_text(data: Evaluation) -> str:
     """What a scaled run can and cannot show, or "" for a run at the seed's rates."""
+    unshaped = [p.name for p in data.parts if p.regime == "cpu"]
+    cpu = (f" Parts {', '.join(unshaped)} ran unshaped instead, so that this machine's CPU bounds their points as "
+           "the seed's own CPU bounded the seed's: the claims that rested on the seed's CPU are judged on them."
+           if unshaped else "")
     if data.scale_factor == 1.0:
-        return ""
+        return cpu.strip()
     f = data.scale_factor
     how = data.scale.how if data.scale and data.scale.how else ""
-    return (f"Link rates scaled: every rate is the seed's divided by {f:g} ({how}), so that this machine's "
+    if unshaped:
+        what_not = ("What does not: a CPU share at a scaled rate (it is judged on the unshaped parts only).")
+    else:
+        what_not = ("What does not: the seed's CPU costs (its shares of a CPU, and ratios the seed measured on "
+                    "CPU-bound points, are not testable here).")
+    return (f"Link rates scaled: every shaped rate is the seed's divided by {f:g} ({how}), so that this machine's "
             "CPU stays out of the way. What carries over: the bytes IPsec adds (goodput as a share of the link, "
-            "IPsec/plain ratios on link-bound points) and protocol behaviour. What does not: the seed's CPU "
-            "costs (its shares of a CPU, and ratios the seed measured on CPU-bound points, are not testable here). "
+            f"IPsec/plain ratios on link-bound points) and protocol behaviour. {what_not}{cpu} "
             "Rates below are the seed's; the emulated ones are 1/" + f"{f:g} of them.")
 
 
@@ -129,8 +137,9 @@ def claim_rows(data: Evaluation) -> tuple[list[str], list[list[str]]]:
         if c.not_testable:
             measured += (" (in the range)" if c.in_range else " (outside the range)")
         seed_bound = f"; the seed's: {c.seed_bound}" if c.seed_bound else ""
+        regime = f"; judged at {c.regime}" if c.regime else ""
         rows.append([f"\u201c{c.quote}\u201d ({c.source})", c.statement, rng, measured,
-                     (bounds_text(c.bounds or {}) or "–") + seed_bound, c.verdict])
+                     (bounds_text(c.bounds or {}) or "–") + seed_bound + regime, c.verdict])
     return headers, rows
 
 

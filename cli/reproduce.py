@@ -80,12 +80,13 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                         "what it would take; 0 adds none (default: %(default)g)")
     g.add_argument("--parts", default=None, metavar="NAME,...",
                    help="measure only these parts (default: all; --dry-run lists them)")
-    g.add_argument("--scale", type=scale_arg, default=None, metavar="auto|FACTOR",
-                   help="divide every link rate of the seed by FACTOR, or by the factor a short calibration "
-                        "finds (auto: the heaviest point then asks at most 60%% of what this machine can "
-                        "emulate), so that the links, not the emulator's CPU, bound the points; the report "
-                        "says what that can show (bytes on the wire, protocol behaviour) and what it cannot "
-                        "(the seed's CPU costs) (default: the seed's rates)")
+    g.add_argument("--scale", type=scale_arg, default="auto", metavar="auto|FACTOR",
+                   help="auto: each part in the regime its claims need: where the seed's link bound its points, "
+                        "the seed's rates divided by the factor a short calibration finds (the heaviest point "
+                        "then asks at most 60%% of what this machine can emulate), so that links bound them here "
+                        "too; where the seed's own CPU did, unshaped (parts named *_cpu), so that this "
+                        "machine's CPU does; a part serving both in both. FACTOR: every rate divided by it, "
+                        "nothing unshaped; 1 keeps the seed's rates exactly (default: %(default)s)")
     g = p.add_argument_group("how the SAs are made")
     g.add_argument("--keying", choices=KEYINGS, default=None,
                    help=f"how the SAs are made: {KEYING_HELP}; parts that compare keyings keep theirs "

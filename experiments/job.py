@@ -71,6 +71,11 @@ class KernelChoice:
         return cls(kernel=backends.UmlBackend.name, uml_kernel=name.canonical, **options)
 
 
+#: The regimes a part is planned in: "" (the seed's rates, or as --scale divided them), "link" (rates this
+#: machine carries, so that the shaped link bounds the points), "cpu" (unshaped, so that its CPU does).
+REGIMES = ("", "link", "cpu")
+
+
 @dataclasses.dataclass(frozen=True)
 class Part:
     """One measured part of a seed's experiment.
@@ -81,7 +86,10 @@ class Part:
     sweep but ``transactions`` request/response transactions from the first flow's
     client to its server, per profile and repetition, on the spec's network (its first
     rate and IP version).  A part with ``keying_fixed`` keeps its spec's keying whatever
-    ``--keying`` says (it is there to compare the keyings).
+    ``--keying`` says (it is there to compare the keyings).  ``regime`` names the regime a part
+    was planned in for the claims it serves (:data:`REGIMES`; "" as the seed's rates, or as scaled):
+    a ``cpu`` part runs its spec's points unshaped so that this machine's CPU bounds them, and
+    stands for the seed's ``seed_rate_mbit``.
     """
 
     name: str
@@ -90,12 +98,17 @@ class Part:
     transactions: int = 0
     reference: str = ""
     keying_fixed: bool = False
+    regime: str = ""
+    seed_rate_mbit: float | None = None
 
     def __post_init__(self) -> None:
         if not self.reference:
             object.__setattr__(self, "reference", self.name)
         if not self.name.replace("_", "").isalnum():
             raise ValueError(f"part name {self.name!r}: letters, digits and _ only (it is a directory)")
+        if self.regime not in REGIMES:
+            raise ValueError(f"part {self.name}: regime must be one of {', '.join(map(repr, REGIMES))}, "
+                             f"not {self.regime!r}")
 
     def points(self) -> int:
         if self.transactions:
@@ -114,13 +127,16 @@ class Part:
                "transactions": self.transactions, "reference": self.reference}
         if self.keying_fixed:
             out["keying_fixed"] = True
+        if self.regime:
+            out |= {"regime": self.regime, "seed_rate_mbit": self.seed_rate_mbit}
         return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> Part:
         return cls(name=data["name"], title=data["title"], spec=SweepSpec.from_json(data["spec"]),
                    transactions=int(data.get("transactions") or 0), reference=data.get("reference") or "",
-                   keying_fixed=bool(data.get("keying_fixed")))
+                   keying_fixed=bool(data.get("keying_fixed")), regime=data.get("regime") or "",
+                   seed_rate_mbit=data.get("seed_rate_mbit"))
 
 
 @dataclasses.dataclass(frozen=True)

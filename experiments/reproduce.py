@@ -26,6 +26,12 @@ short calibration of this machine's capacity for the seed's heaviest point,
 :mod:`experiments.calibrate`), so that the shaped link, not the emulator's CPU, bounds the
 points. meta.json records the factor and how it was found; the report says what a scaled run
 can show (bytes on the wire, protocol behaviour) and what it cannot (the seed's CPU costs).
+
+With ``auto`` (the default) each part is planned in the regime its claims need
+(:func:`plan_regimes`): the parts of claims whose seed's points were bound by its link at the
+calibrated rates; the parts of claims whose seed's points were bound by its own CPU unshaped
+(``<part>_cpu``, :data:`CPU_REGIME_MBIT`), so that this machine's CPU bounds them as the seed's
+did; a part serving both kinds in both.
 """
 from __future__ import annotations
 
@@ -40,7 +46,15 @@ from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from analysis.reproduction import NORMALIZED, STRADDLES, TRANSACTION_MODE, UNDECIDED, ClaimVerdict, evaluate
+from analysis.reproduction import (
+    NORMALIZED,
+    STRADDLES,
+    TRANSACTION_MODE,
+    UNDECIDED,
+    ClaimVerdict,
+    evaluate,
+    load_reference,
+)
 from experiments.calibrate import scale_for, scaled_rates
 from experiments.engine.plan import MAX_REPETITIONS, Point, unmeasured
 from experiments.engine.sweep import by_point, needs_focus, run_sweep
@@ -186,6 +200,50 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
     return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
 
 
+#: The link rate of a part in the cpu regime: above what an emulated host here carries, so that the CPU,
+#: not the link, bounds its points (the bound monitor says whether it did, point by point).
+CPU_REGIME_MBIT = 10000.0
+
+
+def claim_kinds(parts: Sequence[Part], reference: Mapping[str, Any]) -> dict[str, set[str]]:
+    """For each part, what bounded the seed's own points in the claims that rest on it (pure): "link",
+    "cpu", or "" for a claim that names neither.  A claim that names no part rests on every part."""
+    kinds: dict[str, set[str]] = {p.name: set() for p in parts}
+    for claim in reference.get("claims", []):
+        check = claim["check"]
+        named: set[str] = set()
+        for key in ("select", "num", "den"):
+            value = check.get(key, {}).get("part")
+            if value is not None:
+                named |= set(value if isinstance(value, list) else [value])
+        for p in parts:
+            if not named or p.name in named or p.reference in named:
+                kinds[p.name].add(claim.get("seed_bound") or "")
+    return kinds
+
+
+def plan_regimes(parts: Sequence[Part], factor: float, reference: Mapping[str, Any]) -> list[Part]:
+    """``parts`` planned in the regimes their claims need (pure): a sweep part whose claims rest on the
+    seed's CPU is measured unshaped as ``<name>_cpu`` (its rates collapse into one, standing for the
+    seed's fastest), and at the rates divided by ``factor`` too when other claims, or none, rest on it;
+    a transactions part at the divided rates."""
+    kinds = claim_kinds(parts, reference)
+    out = []
+    for part in parts:
+        shaped = dataclasses.replace(part, regime="link", spec=dataclasses.replace(
+            part.spec, rates_mbit=scaled_rates(part.spec.rates_mbit, factor)))
+        if part.transactions or "cpu" not in kinds[part.name]:
+            out.append(shaped)
+            continue
+        if kinds[part.name] - {"cpu"}:
+            out.append(shaped)
+        out.append(dataclasses.replace(part, name=f"{part.name}_cpu", regime="cpu",
+                                       seed_rate_mbit=max(part.spec.rates_mbit),
+                                       title=f"{part.title} (unshaped: this machine's CPU the limit)",
+                                       spec=dataclasses.replace(part.spec, rates_mbit=(CPU_REGIME_MBIT,))))
+    return out
+
+
 def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
     """``parts`` with every link rate divided by ``factor``."""
     if factor == 1.0:
@@ -230,7 +288,10 @@ def measure_parts(job: Job) -> int:
     not all be measured (0 with ``allow_failures``)."""
     work, out_dir = job.work, job.out_dir
     factor, scale_entry = choose_scale(work.scale, work.parts, out_dir)
-    parts = scale_parts(work.parts, factor)
+    if work.scale == "auto":
+        parts = plan_regimes(work.parts, factor, load_reference(work.seed))
+    else:
+        parts = scale_parts(work.parts, factor)
     command_line = list(job.command) or sys.argv
     rundir.start_run(out_dir, machine_meta(), seed=work.seed, script=f"ipsec-testbed reproduce {work.seed}",
                      command_line=command_line, parts=[p.to_json() for p in parts], scale=scale_entry)
@@ -441,10 +502,15 @@ def note_interrupted(out_dir: str, parts: Sequence[Part], why: str) -> None:
         rundir.finish_run(out_dir, interrupted=why)
 
 
-def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None, budget_s: float = 0.0) -> int:
+def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = None, budget_s: float = 0.0,
+            seed: str | None = None) -> int:
     if scale == "auto":
-        print("rates: the seed's, divided by the factor a calibration finds at the start of the run "
-              "(a few seconds per IPsec profile); shown here unscaled")
+        if seed is not None:
+            parts = plan_regimes(parts, 1.0, load_reference(seed))
+        print("rates: each part in the regime its claims need: the seed's rates divided by the factor a "
+              "calibration finds at the start of the run (a few seconds per IPsec profile; shown here "
+              f"unscaled) where the seed's link bound its points, unshaped ({CPU_REGIME_MBIT:g} Mbit/s, parts "
+              "named *_cpu) where its own CPU did")
     elif scale is not None:
         parts = scale_parts(parts, float(scale))
         print(f"rates: the seed's divided by {float(scale):g}")
@@ -466,8 +532,8 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
               f"{what}, MTU {s.mtu}; {', '.join(s.profiles)}; {s.repetitions} x {s.duration_s} s: "
               f"{part.points()} points, ~{seconds / 60:.1f} min")
     sys.stdout.flush()
-    print(f"{len(parts)} parts into {out_dir}; estimated {total / 60:.1f} min plus a UML boot if the host kernel "
-          "has no ESP", file=sys.stderr)
+    print(f"{len(parts)} part{'s' if len(parts) != 1 else ''} into {out_dir}; estimated {total / 60:.1f} min "
+          "plus a UML boot if the host kernel has no ESP", file=sys.stderr)
     if budget_s:
         print(f"then more repetitions for claims left undecided, until {budget_s / 60:g} min from the start "
               "(--budget)", file=sys.stderr)

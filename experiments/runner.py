@@ -204,7 +204,7 @@ def note_interrupted(job: Job, why: str) -> None:
 def dry_run(job: Job) -> int:
     """Print what ``job`` would measure, into where, and how long it would take; measure nothing."""
     if isinstance(job.work, ReproductionWork):
-        return reproduce.dry_run(job.work.parts, job.out_dir, job.work.scale, job.work.budget_s)
+        return reproduce.dry_run(job.work.parts, job.out_dir, job.work.scale, job.work.budget_s, job.work.seed)
     spec, out_dir = job.work.spec, job.out_dir
     done = by_point(load_existing(out_dir))
     points = plan_points(spec)

@@ -560,6 +560,10 @@ class MetaPart(_MetaObject):
     transactions: int | None = _meta_field("request/response transactions per repetition instead of a sweep "
                                            "(0: a sweep)")
     reference: str | None = _meta_field("the part of the seed's reference file it answers")
+    regime: str | None = _meta_field("the regime it was planned in for its claims: link (rates this machine "
+                                     "carries) or cpu (unshaped: this machine's CPU the limit); absent: the "
+                                     "seed's rates, or as --scale divided them")
+    seed_rate_mbit: float | None = _meta_field("a cpu part: the seed's rate its points stand for")
     extra: Mapping[str, Any] = _extra()
     present: frozenset[str] = _present()
 

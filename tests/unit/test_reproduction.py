@@ -13,7 +13,7 @@ import pytest
 from analysis import penalty, reproduction, reproduction_report
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, UNMEASURED, Row, evaluate_claim
 from analysis.stats import RatioEstimate, Summary, aggregate, combine, mean_of, normalize, t_critical_95
-from experiments import catalogue
+from experiments import catalogue, reproduce
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
 from ipsec import overhead
@@ -313,7 +313,7 @@ def test_report_of_a_synthetic_run(tmp_path):
     (scaled / "meta.json").write_text(json.dumps({**meta, "scale": {"factor": 4.0, "how": "given: --scale 4"}}))
     data_scaled = reproduction.evaluate(str(scaled))
     assert data_scaled.scale.factor == 4.0 and data_scaled.scale_factor == 4.0
-    assert "Link rates scaled: every rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
+    assert "every shaped rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
     md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [evaluated, data_scaled])
     assert "the seed's rates" in md and "rates ÷ 4" in md and "(ninety-percent) | 0.850 .. 0.950 | link |" in md
 
@@ -325,8 +325,10 @@ def test_script_defaults_plan_valid_parts_within_ten_minutes(seed):
     repro = catalogue.reproduction(seed)
     parts = repro.select()
     assert parts and len({p.name for p in parts}) == len(parts)
-    # the plan's own estimate (UML figures); the measured times are in the README
-    assert sum(p.estimate_seconds() for p in parts) < 9 * 60
+    # the plan's own estimate (UML figures) in the regimes the default plans; the measured times are in docs
+    planned = reproduce.plan_regimes(parts, 1.0, reproduction.load_reference(seed))
+    assert len({p.name for p in planned}) == len(planned)
+    assert sum(p.estimate_seconds() for p in planned) < 8 * 60
     assert all(p.spec.repetitions >= 2 for p in parts), "a confidence interval needs 2 repetitions"
 
 
@@ -588,3 +590,55 @@ def test_a_sweep_focus_measures_only_the_points_named_up_to_their_repetitions():
     assert [(p.point_key(), p.repetition) for p in todo] == [(key, 2)]
     assert sweep._next_round(spec, 10.0, groups, focus={key: 2}) == []
     assert sweep.needs_focus(groups[key], 3) and not sweep.needs_focus(groups[key], 2)
+
+
+# -- the seed's regime, per claim --------------------------------------------------------------
+
+def test_parts_are_planned_in_the_regimes_their_claims_rest_on():
+    from experiments.engine.sweep import SweepSpec
+    from experiments.job import Part
+
+    spec = SweepSpec(topology="host_to_host", mode="transport", rates_mbit=(100.0, 10.0), sizes=(1000,))
+    parts = [Part("a", "A", spec), Part("b", "B", spec), Part("c", "C", spec), Part("t", "T", spec, transactions=10)]
+    ref = {"claims": [
+        {"seed_bound": "cpu", "check": {"select": {"part": "a"}}},
+        {"seed_bound": "cpu", "check": {"num": {"part": "b"}, "den": {"part": ["c"]}}},
+        {"seed_bound": "link", "check": {"select": {"part": "c"}}},
+        {"check": {"select": {"part": "t"}}}]}
+    assert reproduce.claim_kinds(parts, ref) == {"a": {"cpu"}, "b": {"cpu"}, "c": {"cpu", "link"}, "t": {""}}
+    planned = {p.name: p for p in reproduce.plan_regimes(parts, 4.0, ref)}
+    # a part of CPU claims only runs unshaped; one of both kinds in both; a transactions part scaled
+    assert sorted(planned) == ["a_cpu", "b_cpu", "c", "c_cpu", "t"]
+    cpu = planned["a_cpu"]
+    assert (cpu.regime, cpu.reference, cpu.seed_rate_mbit) == ("cpu", "a", 100.0)
+    assert cpu.spec.rates_mbit == (reproduce.CPU_REGIME_MBIT,)
+    assert planned["c"].regime == "link" and planned["c"].spec.rates_mbit == (25.0, 2.5)
+    assert planned["t"].spec.rates_mbit == (25.0, 2.5)
+    # a claim that names no part rests on every part
+    assert reproduce.claim_kinds(parts[:2], {"claims": [{"seed_bound": "cpu", "check": {}}]}) == \
+        {"a": {"cpu"}, "b": {"cpu"}}
+    again = Part.from_json(json.loads(json.dumps(cpu.to_json())))
+    assert again == cpu
+
+
+def test_unshaped_rows_stand_for_the_seeds_rate_and_carry_cpu_shares_at_scaled_runs():
+    records = [Record(topology="t", profile=p, mode="tunnel", ip_version=4, transport="tcp",
+                      rate_mbit=10000.0, size_bytes=1000, size_mode="mss", clients=1, repetition=r,
+                      goodput_mbps=g + r * 0.5, cpu_busy_pct=94.0 + r * 0.5, bound="cpu")
+               for p, g in (("none", 900.0), ("x", 300.0)) for r in range(3)]
+    part = MetaPart.of(name="p_cpu", reference="p", spec={"mtu": 1500}, regime="cpu", seed_rate_mbit=100.0)
+    rows = reproduction.rows_of([reproduction.MeasuredPart(part, records)], scale=8.0)
+    assert {(r.point.rate_mbit, r.emulated_rate_mbit, r.regime) for r in rows} == {(100.0, 10000.0, "cpu")}
+    assert all(r.unshaped for r in rows) and rows[0].where_values()["regime"] == "cpu"
+    # a CPU share in a run at scaled rates: judged on the unshaped points (the seed's CPU-bound regime)
+    c = {**claim(metric="cpu_busy_pct", op="value", select={"part": "p", "profile": "x"}, low=90, high=100),
+         "seed_bound": "cpu"}
+    got = evaluate_claim(c, rows, scale=8.0)
+    assert got.verdict == HOLDS and "unshaped (10000 Mbit/s here)" in got.regime
+    shaped = [dataclasses.replace(r, regime="") for r in rows]
+    assert evaluate_claim(c, shaped, scale=8.0).verdict == NOT_TESTABLE
+    # a ratio pairs points of one regime only
+    both = rows + [dataclasses.replace(r, regime="link", emulated_rate_mbit=12.5) for r in rows]
+    ratio = claim(metric="goodput_mbps", op="ratio", num={"profile": "x"}, den={"profile": "none"}, high=0.5)
+    assert len(evaluate_claim(ratio, both, scale=8.0).measured) == 2
+
