@@ -84,7 +84,7 @@ def render(run_dirs: Sequence[str], out: Path | None = None, html: bool = True, 
     from analysis.tables import compare_table, terminal_table
 
     console = Console()
-    if _is_reproduction(run_dirs[0]):
+    if is_reproduction(run_dirs[0]):
         return _reproduction_report(run_dirs, out, html, markdown)
     runs = []
     for run_dir in run_dirs:
@@ -125,7 +125,7 @@ def render(run_dirs: Sequence[str], out: Path | None = None, html: bool = True, 
     return 0
 
 
-def _is_reproduction(run_dir: str) -> bool:
+def is_reproduction(run_dir: str) -> bool:
     """Whether ``run_dir`` is a seed reproduction's (its meta.json names the seed and parts).
 
     Quietly False otherwise."""
@@ -138,7 +138,7 @@ def _reproduction_report(run_dirs: Sequence[str], out: Path | None, html: bool, 
 
     datas = []
     for run_dir in run_dirs:
-        if not _is_reproduction(run_dir):
+        if not is_reproduction(run_dir):
             print(f"ipsec-testbed report: {run_dir}: not a seed reproduction run (cannot compare it with "
                   f"{run_dirs[0]})", file=sys.stderr)
             return 1

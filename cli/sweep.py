@@ -31,7 +31,7 @@ import sys
 import time
 
 from cli.options import Parser, add_output_options, csv, kernel_choice
-from cli.report import render
+from cli.report import is_reproduction, render
 from experiments import runner
 from experiments.engine.plan import SweepSpec
 from experiments.job import INCOMPLETE, Job, SweepWork
@@ -181,7 +181,7 @@ def finish(job: Job, prog: str, rc: int) -> int:
     """After a job that measured into its run directory: on the host, its report and tables (a partial
     run's too: it says which points are missing), and the line on what is still missing, last."""
     if rc in (0, INCOMPLETE) and job.report:
-        if os.path.exists(os.path.join(job.out_dir, "results.jsonl")):
+        if os.path.exists(os.path.join(job.out_dir, "results.jsonl")) or is_reproduction(job.out_dir):
             render([job.out_dir])
         line = runner.missing_line(job)
         if line:

@@ -642,3 +642,13 @@ def test_unshaped_rows_stand_for_the_seeds_rate_and_carry_cpu_shares_at_scaled_r
     ratio = claim(metric="goodput_mbps", op="ratio", num={"profile": "x"}, den={"profile": "none"}, high=0.5)
     assert len(evaluate_claim(ratio, both, scale=8.0).measured) == 2
 
+
+def test_a_finished_reproduction_writes_its_report_and_prints_its_claims(tmp_path, capsys):
+    from cli.sweep import finish
+    from experiments.job import Job, ReproductionWork
+
+    parts = _seed003_run(tmp_path, (0.90, 0.901))
+    job = Job(ReproductionWork("003", tuple(parts), None), out_dir=str(tmp_path))
+    assert finish(job, "ipsec-testbed reproduce 003", 0) == 0
+    assert (tmp_path / "comparison.json").exists() and (tmp_path / "report.html").exists()
+    assert "Seed 003: Claims" in capsys.readouterr().out
