@@ -692,8 +692,9 @@ def _why_not_testable(claim: Mapping[str, Any], metric: str, bounds: Mapping[str
     ``judged``: some of its values rest only on points bound as the seed's were.
     """
     if scale != 1.0 and metric in CPU_SHARE_METRICS and not judged:
-        return (f"the link rates were the seed's divided by {scale:g}: a CPU share at that rate is not the "
-                "seed's share at its own")
+        return (f"this machine keeps the link the limit only at the seed's rates divided by {scale:g} (the "
+                "calibration), and a CPU share at that rate is not the seed's share at its own; at the seed's own "
+                "rate this machine's CPU, not the link, is the limit")
     wanted = claim.get("seed_bound")
     known = {b: n for b, n in bounds.items() if b != "unknown"}
     if not wanted or not known or judged:
