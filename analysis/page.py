@@ -37,6 +37,7 @@ from analysis.penalty import penalty_of
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
+from testbed.hostload import FOREIGN_PCT
 from testbed.record import FIELD, Bound, Meta, Record, as_meta, as_records
 from testbed.rundir import load_meta, load_results
 
@@ -142,7 +143,22 @@ def _warnings(meta: Meta, records: Sequence[Record], aggs: Sequence[Aggregate]) 
     failed = sum(a.n_failed for a in aggs)
     if failed:
         out.append(f"{failed} repetitions have no goodput (the measurement failed); they are left out of the means.")
+    foreign = foreign_load_text(records)
+    if foreign:
+        out.append(foreign)
     return out
+
+
+def foreign_load_text(records: Sequence[Record]) -> str:
+    """A sentence on the windows the host's CPUs spent on other work during (testbed.hostload), or ""
+    when none did beyond :data:`~testbed.hostload.FOREIGN_PCT` of a CPU (pure)."""
+    timed = [r.foreign_cpu_pct for r in records if r.foreign_cpu_pct is not None]
+    loaded = [x for x in timed if x > FOREIGN_PCT]
+    if not loaded:
+        return ""
+    return (f"{len(loaded)} of {len(timed)} windows ran while the host's CPUs did other work, beyond "
+            f"{FOREIGN_PCT:g} % of a CPU (at most {max(loaded):.0f} %): their figures are not a quiet machine's, "
+            "and CPU-bound ones least of all; each record's foreign_cpu_pct says how much.")
 
 
 _HOWTO = """

@@ -80,7 +80,7 @@ def render(run_dirs: Sequence[str], out: Path | None = None, html: bool = True, 
     from rich.console import Console
     from rich.measure import Measurement
 
-    from analysis.page import render_html
+    from analysis.page import foreign_load_text, render_html
     from analysis.tables import compare_table, terminal_table
 
     console = Console()
@@ -112,6 +112,9 @@ def render(run_dirs: Sequence[str], out: Path | None = None, html: bool = True, 
         # never crop a column: on a narrow terminal (or a pipe, 80 columns) let the lines run long
         needed = Measurement.get(console, console.options, table).minimum
         console.print(table, width=max(console.width, needed), crop=False)
+    foreign = foreign_load_text(first.records)
+    if foreign:
+        print(f"warning: {foreign}", file=sys.stderr)
     if not html:
         return 0
     out = out or Path(first.run_dir) / "report.html"

@@ -233,6 +233,10 @@ class Record:
     cpu_softirq_pct: float | None = _doc("... of it in softirq, percent")
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
+    foreign_cpu_pct: float | None = _doc("the host's CPU time on work that was not the testbed's over the window "
+                                         "(all CPUs' busy time less the guest's, this run's own processes' and the "
+                                         "speed probe's), percent of one CPU; above 5 the window is marked "
+                                         "(testbed.hostload)")
     # -- how it was measured ---------------------------------------------------------------------
     keying: Keying = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
                           "authenticated by a pre-shared key or RSA signatures)", Keying.STATIC)

@@ -83,6 +83,11 @@ class SpeedProbe:
     def method(self) -> str:
         return METHOD.format(cpu=self.cpu)
 
+    @property
+    def pid(self) -> int | None:
+        """The probe process's pid (its partner is its child); None once closed."""
+        return self._proc.pid if self._proc is not None else None
+
     def close(self) -> None:
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -21,6 +21,7 @@ from typing import Any
 
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.engine.counters import Reading
+from testbed import hostload
 from testbed.record import FIELDS, Bound
 
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
@@ -72,6 +73,7 @@ class Evidence:
     utilization_uncertainty: float = 0.0  # ... and the link's utilization (shares of the value)
     shaper_lost: int = 0            # backlog samples that found no shaper (its qdisc was replaced)
     speed_probe_ns: float | None = None  # the speed probe's ns per operation over the window (how slow the machine ran)
+    foreign_cpu_pct: float | None = None  # the host's CPU time on work not the testbed's, in % of one CPU (hostload)
 
     def record_fields(self) -> dict[str, Any]:
         """The evidence as a :class:`~testbed.record.Record`'s fields: every figure the record has, by its
@@ -123,6 +125,10 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
     speed = None
     if a.cpu.probe and b.cpu.probe and b.cpu.probe[0] > a.cpu.probe[0]:
         speed = (b.cpu.probe[1] - a.cpu.probe[1]) / (b.cpu.probe[0] - a.cpu.probe[0])
+    foreign = None
+    if a.cpu.host and b.cpu.host:
+        foreign = hostload.foreign_pct(a.cpu.host[0], b.cpu.host[0], a.cpu.host[1], b.cpu.host[1],
+                                       b.cpu.clock_ns - a.cpu.clock_ns)
     spreads = [r.spread_ns for r in (a.shaper, a.flows, b.shaper, b.flows)]
     spreads += [x.local_ns[1] - x.local_ns[0] for x in (a.cpu, b.cpu)]
     return Evidence(
@@ -141,7 +147,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         # a reading placed at the middle of its bracket is off by at most half of it, at each end
         goodput_uncertainty=(a.flows.spread_ns + b.flows.spread_ns) / 2 / _NS / t_recv,
         utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper,
-        speed_probe_ns=speed)
+        speed_probe_ns=speed, foreign_cpu_pct=foreign)
 
 
 def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[Bound, str]:

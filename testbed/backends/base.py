@@ -56,13 +56,15 @@ class CpuSample:
     meter's own clock (the host's monotonic clock for a guest); ``local_ns``: this process's
     monotonic clock just before and just after the reading, which bound when it was taken;
     ``probe``: a speed probe's (operations, ns) so far, where one runs beside the kernel
-    (:mod:`testbed.speedprobe`).
+    (:mod:`testbed.speedprobe`); ``host``: the host's CPUs' busy ns and the testbed's own CPU ns so
+    far (:mod:`testbed.hostload`), where the meter reads them.
     """
 
     cpu_ns: int
     clock_ns: int
     local_ns: tuple[int, int]
     probe: tuple[int, int] | None = None
+    host: tuple[int, int] | None = None
 
 
 class CpuMeter(abc.ABC):

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from testbed import channel
+from testbed import channel, hostload
 from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
 from testbed.capabilities import Needs, Probe
 
@@ -25,13 +25,9 @@ class ProcStatMeter(CpuMeter):
 
     def __init__(self) -> None:
         self.cpus = float(os.cpu_count() or 1)
-        self._tick_ns = 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
     def read(self) -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-        busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-        return busy * self._tick_ns, time.monotonic_ns()
+        return hostload.busy_ns(), time.monotonic_ns()
 
 
 class CgroupMeter(CpuMeter):

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from testbed import waiting
+from testbed import hostload, waiting
 from testbed.backends.base import BackendError, CpuMeter, CpuSample
 from testbed.speedprobe import SpeedProbe
 
@@ -61,9 +61,13 @@ def remove_cgroup(path: str, timeout_s: float = 5.0) -> bool:
 
 def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None) -> None:
     """The host's end of the CPU meter: each line the guest sends is answered at once with
-    ``<guest CPU ns> <host monotonic ns>``, followed by ``<probe operations> <probe ns>``
-    when a speed ``probe`` runs and has its first totals.  Ends when the guest's end closes."""
+    ``<guest CPU ns> <host monotonic ns> <host CPUs busy ns> <testbed's own CPU ns>`` (the guest's,
+    this process's and the probe's: :mod:`testbed.hostload`), followed by ``<probe operations>
+    <probe ns>`` when a speed ``probe`` runs and has its first totals.  Ends when the guest's end
+    closes."""
     usage = os.open(os.path.join(cgroup, "cpuacct.usage"), os.O_RDONLY | os.O_CLOEXEC)
+    # this process alone (its children are the guest's, already in the cgroup), the probe with its partner
+    probes = [probe.pid] if probe is not None and probe.pid else []
     try:
         while True:
             try:
@@ -74,10 +78,12 @@ def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | No
                 return
             for _ in range(chunk.count(b"\n")):
                 cpu_ns = int(os.pread(usage, 64, 0))
+                busy = hostload.busy_ns()
+                mine = cpu_ns + hostload.process_ns(os.getpid()) + hostload.processes_ns(probes)
                 speed = probe.read() if probe is not None else None
                 tail = f" {speed[0]} {speed[1]}" if speed else ""
                 try:
-                    os.write(replies, f"{cpu_ns} {time.monotonic_ns()}{tail}\n".encode())
+                    os.write(replies, f"{cpu_ns} {time.monotonic_ns()} {busy} {mine}{tail}\n".encode())
                 except OSError:
                     return
     finally:
@@ -108,11 +114,13 @@ class GuestMeter(CpuMeter):
 
     def sample(self) -> CpuSample:
         before = time.monotonic_ns()
-        cpu_ns, clock_ns, *probe = self._read()
-        return CpuSample(cpu_ns, clock_ns, (before, time.monotonic_ns()), probe=tuple(probe) if probe else None)
+        cpu_ns, clock_ns, busy, own, *probe = self._read()
+        return CpuSample(cpu_ns, clock_ns, (before, time.monotonic_ns()), probe=tuple(probe) if probe else None,
+                         host=(busy, own))
 
     def _read(self) -> tuple[int, ...]:
-        """The host's reply: CPU ns and clock ns, then the probe's operations and ns when it has them."""
+        """The host's reply: CPU ns, clock ns, the host's busy ns and the testbed's own ns, then the probe's
+        operations and ns when it has them."""
         with self._lock:
             os.write(self._fd, b"?\n")
             while b"\n" not in self._buffer:

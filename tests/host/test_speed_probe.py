@@ -65,3 +65,49 @@ def test_every_record_of_a_sweep_in_uml_says_how_fast_the_machine_ran(needs_uml,
         assert all(r.speed_probe_ns is None for r in records)
         assert meta.get("speed_probe") is None
         assert at_common_speed(records) == records
+
+
+GUEST_TIMES_TWO_WINDOWS = """
+import os, sys, time
+from testbed.backends.uml import UmlBackend
+meter = UmlBackend().cpu_meter()
+q0 = meter.sample(); time.sleep(1.5); q1 = meter.sample()
+with open(sys.argv[1], "w") as f:
+    f.write("go")
+time.sleep(0.5)
+a = meter.sample(); time.sleep(1.5); b = meter.sample()
+for s in (q0, q1, a, b):
+    print(s.clock_ns, *s.host)
+"""
+
+
+def test_the_meter_tells_a_window_beside_other_work_from_a_quiet_one(needs_uml, tmp_path):
+    """A busy loop on the host, not the testbed's, during the guest's second window: that window's
+    foreign load is about a CPU, the first's near nothing (testbed.hostload)."""
+    import threading
+
+    from testbed.hostload import FOREIGN_PCT, foreign_pct
+
+    flag = tmp_path / "go"
+
+    def hog() -> None:
+        for _ in range(600):  # until the guest says go (its boot takes seconds)
+            if flag.exists():
+                break
+            threading.Event().wait(0.1)
+        subprocess.run([sys.executable, "-c", "import time\nt = time.time() + 2.5\nwhile time.time() < t: pass"],
+                       check=True)
+
+    helper = threading.Thread(target=hog)
+    helper.start()
+    out, err = io.BytesIO(), io.BytesIO()
+    spec = uml.build_spec([sys.executable, "-c", GUEST_TIMES_TWO_WINDOWS, str(flag)], mem="512M", cwd=str(REPO))
+    try:
+        assert uml.run(spec, stdout=out, stderr=err) == 0, err.getvalue().decode()
+    finally:
+        flag.touch()
+        helper.join(30)
+    q0, q1, a, b = [tuple(map(int, line.split())) for line in out.getvalue().decode().strip().splitlines()[-4:]]
+    quiet = foreign_pct(q0[1], q1[1], q0[2], q1[2], q1[0] - q0[0])
+    loaded = foreign_pct(a[1], b[1], a[2], b[2], b[0] - a[0])
+    assert quiet < FOREIGN_PCT < 60 < loaded, (quiet, loaded)

@@ -36,7 +36,8 @@ def test_the_probe_runs_pinned_counts_operations_and_leaves_nothing_behind():
         os.kill(pid, 0)
 
 
-@pytest.mark.parametrize("reply,probe", [(b"5000 7000\n", None), (b"5000 7000 40 9000000\n", (40, 9000000))])
+@pytest.mark.parametrize("reply,probe", [(b"5000 7000 80000 60000\n", None),
+                                         (b"5000 7000 80000 60000 40 9000000\n", (40, 9000000))])
 def test_the_guests_meter_reads_the_probes_totals_when_the_host_sends_them(reply, probe):
     host, guest = os.openpty()
     tty.setraw(guest)
@@ -55,4 +56,4 @@ def test_the_guests_meter_reads_the_probes_totals_when_the_host_sends_them(reply
         t.join(5)
         os.close(host)
         os.close(guest)
-    assert (sample.cpu_ns, sample.clock_ns, sample.probe) == (5000, 7000, probe)
+    assert (sample.cpu_ns, sample.clock_ns, sample.probe, sample.host) == (5000, 7000, probe, (80000, 60000))
