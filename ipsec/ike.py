@@ -99,8 +99,6 @@ INITIATE_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
 #: Catalog names -> strongSwan's proposal keywords.
-_AUTH = {"hmac-sha1-96": "sha1", "hmac-sha256-128": "sha256", "hmac-md5-96": "md5"}
-_CRYPT = {"aes-cbc": "aes{bits}", "3des-cbc": "3des", "des-cbc": "des", "null": "null"}
 
 
 class Unsupported(Refused):
@@ -145,16 +143,25 @@ def child_proposals(profile: Profile) -> dict[str, str]:
     out: dict[str, str] = {}
     if profile.aead:
         alg = get_algorithm(profile.aead)
-        out["esp_proposals"] = f"aes{alg.key_bits - alg.salt_bits}gcm{(profile.aead_icv_bits or alg.icv_bits) // 8}"
+        out["esp_proposals"] = _keyword(alg, alg.key_bits, profile.aead_icv_bits or alg.icv_bits)
     elif profile.crypt:
         crypt = get_algorithm(profile.crypt)
         bits = profile.crypt_key_bits or crypt.key_bits
-        out["esp_proposals"] = f"{_CRYPT[crypt.name].format(bits=bits)}-{_AUTH[profile.esp_auth]}"
+        out["esp_proposals"] = f"{_keyword(crypt, bits)}-{_keyword(get_algorithm(profile.esp_auth))}"
     else:
-        out["ah_proposals"] = _AUTH[profile.ah_auth]
+        out["ah_proposals"] = _keyword(get_algorithm(profile.ah_auth))
     if profile.ipcomp:
         out["ipcomp"] = "yes"
     return out
+
+
+def _keyword(alg, key_bits: int | None = None, icv_bits: int | None = None) -> str:
+    """strongSwan's proposal keyword for ``alg`` (:attr:`ipsec.algorithms.Algorithm.ike_name`) with a key of
+    ``key_bits`` (its salt included) and an ICV of ``icv_bits``."""
+    if not alg.ike_name:
+        raise Unsupported(f"{alg.name}: no IKEv2 proposal keyword for it here; key it statically")
+    bits = (key_bits or alg.key_bits) - alg.salt_bits
+    return alg.ike_name.format(bits=bits, icv_bytes=(icv_bits or alg.icv_bits) // 8)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,12 @@ A profile name is built from parts joined with ``+``::
     none                                no IPsec (the baseline every sweep includes)
     aes-gcm-256                         ESP, AES-GCM (RFC 4106), 16-byte ICV
     aes-gcm-128-icv8                    ... with an 8-byte ICV (icv8, icv12, icv16)
-    aes-cbc-128-sha1                    ESP, AES-CBC + HMAC-SHA1-96  (also -sha256 = HMAC-SHA256-128, -md5)
+    aes-ccm-128, aes-ccm-256-icv8       ESP, AES-CCM (RFC 4309), ICV as AES-GCM's
+    chacha20-poly1305                   ESP, ChaCha20-Poly1305 (RFC 7634)
+    aes-gmac-128, aes-gmac-256          ESP, integrity only: AES-GMAC (RFC 4543), payload in the clear
+    aes-cbc-128-sha1                    ESP, AES-CBC + HMAC-SHA1-96  (also -sha256 = HMAC-SHA256-128,
+                                        -sha384, -sha512 (RFC 4868), -md5)
+    aes-ctr-128-sha256                  ESP, AES-CTR (RFC 3686) + HMAC; 128, 192 or 256
     3des-cbc-sha1, des-cbc-md5, ...     ESP, 3DES/DES-CBC + HMAC
     null-sha1                           ESP, no encryption, HMAC-SHA1-96 (seed 000 annex)
     ah-sha1                             AH alone (also ah-md5, ah-sha256)
@@ -19,22 +24,22 @@ mode on top of it, as the kernel's policy templates expect.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 
-from ipsec.algorithms import ALGORITHMS
+from ipsec.algorithms import ALGORITHMS, get_algorithm
 
 #: Profile words of the integrity algorithms -> catalog names ("sha1" -> "hmac-sha1-96").
 AUTHS: dict[str, str] = {a.profile_name: a.name for a in ALGORITHMS if a.kind == "auth" and a.profile_name}
 
 
 def _ciphers() -> dict[str, tuple[str, int | None]]:
-    """Profile words of the ESP ciphers -> (catalog name, key bits or None for the only size)."""
+    """Profile words of the ESP ciphers -> (catalog name, key bits or None for the only size); the word
+    names the cipher's key without its salt (``aes-ctr-128``: 160 bits with AES-CTR's nonce)."""
     out: dict[str, tuple[str, int | None]] = {}
     for a in ALGORITHMS:
         if a.kind == "crypt" and a.profile_name:
             if len(a.key_bits_allowed) > 1:
-                out.update({f"{a.profile_name}-{bits}": (a.name, bits) for bits in a.key_bits_allowed})
+                out.update({f"{a.profile_name}-{bits - a.salt_bits}": (a.name, bits) for bits in a.key_bits_allowed})
             else:
                 out[a.profile_name] = (a.name, None)
     return out
@@ -48,10 +53,11 @@ _GCM = re.compile(rf"^({'|'.join(map(re.escape, (a.name for a in _AEADS)))})"
 _CBC = re.compile(rf"^({'|'.join(map(re.escape, CIPHERS))})-({'|'.join(AUTHS)})$")
 _AH = re.compile(rf"^ah-({'|'.join(AUTHS)})$")
 
-_AEAD_STEM = os.path.commonprefix([a.name for a in _AEADS])  # "aes-gcm-"
-GRAMMAR = ("none | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is "
-           f"{_AEAD_STEM}{{{','.join(a.name[len(_AEAD_STEM):] for a in _AEADS)}}}"
-           f"[-icv{{{','.join(map(str, _ICVS))}}}] or CIPHER-AUTH with "
+_SHORT_ICVS = [a.name for a in _AEADS if len(a.icv_bits_allowed) > 1]
+GRAMMAR = ("none | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is an AEAD "
+           f"({', '.join(a.name for a in _AEADS)}; "
+           f"{', '.join(sorted({n.rsplit('-', 1)[0] for n in _SHORT_ICVS}))} take "
+           f"-icv{{{','.join(map(str, _ICVS))}}}) or CIPHER-AUTH with "
            f"CIPHER in {', '.join(CIPHERS)} and AUTH in {', '.join(AUTHS)}")
 
 
@@ -95,7 +101,8 @@ class Profile:
             icv = f", {self.aead_icv_bits // 8}-byte ICV" if self.aead_icv_bits else ""
             parts.append(f"ESP {self.aead.upper()}{icv}")
         elif self.crypt:
-            bits = f"-{self.crypt_key_bits}" if self.crypt_key_bits else ""
+            salt = get_algorithm(self.crypt).salt_bits
+            bits = f"-{self.crypt_key_bits - salt}" if self.crypt_key_bits else ""
             parts.append(f"ESP {self.crypt.upper()}{bits} + {self.esp_auth.upper()}")
         if self.ah_auth:
             parts.append(f"AH {self.ah_auth.upper()}")
@@ -126,6 +133,10 @@ def _part(part: str, whole: str) -> tuple[str, dict]:
     m = _GCM.match(part)
     if m:
         icv = int(m.group(2)) * 8 if m.group(2) else None
+        allowed = get_algorithm(m.group(1)).icv_bits_allowed
+        if icv is not None and icv not in allowed:
+            raise ValueError(f"profile part {part!r} in {whole!r}: {m.group(1)}'s ICV is "
+                             f"{' or '.join(f'{b // 8}' for b in allowed)} bytes, not {icv // 8}")
         return "ESP", {"aead": m.group(1), "aead_icv_bits": icv}
     m = _CBC.match(part)
     if m:
@@ -137,8 +148,12 @@ def _part(part: str, whole: str) -> tuple[str, dict]:
     hint = ""
     if part.startswith("aes-gcm"):
         hint = " (AES-GCM key sizes are 128, 192, 256 and ICVs icv8, icv12, icv16)"
-    elif part.startswith(("aes-cbc", "3des", "des", "null")):
-        hint = f" (an ESP cipher needs an integrity algorithm: {', '.join(AUTHS)}, e.g. {part.split('-sha')[0]}-sha1)"
+    elif part.startswith(("aes-ccm", "aes-gmac")):
+        hint = " (AES-CCM and AES-GMAC key sizes are 128 and 256)"
+    elif part.startswith(("aes-cbc", "aes-ctr", "3des", "des", "null")):
+        cipher = next((c for c in sorted(CIPHERS, key=len, reverse=True) if part.startswith(c)), None)
+        hint = (f" (an ESP cipher needs an integrity algorithm: {', '.join(AUTHS)}, e.g. {cipher}-sha256)" if cipher
+                else f" (the ESP ciphers are {', '.join(CIPHERS)})")
     raise ValueError(f"unknown profile part {part!r} in {whole!r}{hint}; profiles are {GRAMMAR}")
 
 
@@ -176,6 +191,14 @@ CATALOG: tuple[Named, ...] = (
     Named("3des-cbc-sha1+ah-md5", "seed 001 (ESP 3DES/HMAC-SHA1 and AH HMAC-MD5, transport)"),
     Named("null-sha1+ipcomp", "seed 000 annex (compress=yes)"),
     Named("aes-gcm-256+ipcomp", "AES-GCM-256 with IPComp"),
+    Named("chacha20-poly1305", "RFC 7634 (ChaCha20-Poly1305, WireGuard's cipher, in ESP)"),
+    Named("aes-ccm-128", "RFC 4309 (AES-CCM, 16-byte ICV)"),
+    Named("aes-ccm-256-icv8", "RFC 4309 with an 8-byte ICV"),
+    Named("aes-gmac-128", "RFC 4543 (integrity only: the payload travels in the clear)"),
+    Named("aes-gmac-256", "RFC 4543"),
+    Named("aes-ctr-128-sha256", "RFC 3686 (AES-CTR) + RFC 4868 HMAC-SHA256-128"),
+    Named("aes-cbc-256-sha384", "RFC 4868 HMAC-SHA384-192"),
+    Named("aes-cbc-256-sha512", "RFC 4868 HMAC-SHA512-256"),
 )
 
 

@@ -340,9 +340,9 @@ def scapy_sa(spec: SASpec) -> scapy_ipsec.SecurityAssociation:
                              f"supported: {', '.join(_named('scapy_name', 'aead', 'crypt'))}")
         if spec.aead is not None:
             if spec.aead_icv_bits != 128:
-                raise ValueError(f"{spec.describe()}: AES-GCM with a {spec.aead_icv_bits}-bit ICV "
-                                 "cannot be decrypted with scapy, whose AES-GCM always uses a "
-                                 "128-bit tag; only aead_icv_bits 128 is supported")
+                raise ValueError(f"{spec.describe()}: {spec.aead.name} with a {spec.aead_icv_bits}-bit ICV "
+                                 "cannot be decrypted with scapy, whose AEADs take a 128-bit tag here; "
+                                 "only aead_icv_bits 128 is supported")
             kwargs.update(crypt_algo=name, crypt_key=spec.aead_key, crypt_icv_size=16)
         else:
             kwargs.update(crypt_algo=name, crypt_key=spec.crypt_key or None)

@@ -42,10 +42,13 @@ from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association,
 from testbed import netns, waiting
 from topologies.veth_pair import VethPair, veth_pair
 
-#: The acceptance profiles, plus AH, ESP+AH, IPComp and a short GCM ICV.
+#: The acceptance profiles, plus AH, ESP+AH, IPComp and a short GCM ICV, and the modern ciphers: each
+#: one's IV, padding block and ICV (ChaCha20-Poly1305, AES-CCM with a short ICV, AES-GMAC, AES-CTR with
+#: its 4-byte padding, HMAC-SHA-384/512's 24- and 32-byte ICVs).
 PROFILES = ["aes-gcm-128", "aes-cbc-128-sha1", "aes-cbc-128-sha256", "null-sha1",
             "ah-sha1", "ah-sha256", "3des-cbc-sha1+ah-md5", "null-sha1+ipcomp", "aes-cbc-128-sha1+ipcomp",
-            "aes-gcm-256-icv8"]
+            "aes-gcm-256-icv8", "chacha20-poly1305", "aes-ccm-128-icv12", "aes-gmac-256", "aes-ctr-128-sha256",
+            "aes-cbc-256-sha384", "aes-cbc-128-sha512", "ah-sha512"]
 
 #: The largest MSS in a 1500-byte MTU for the acceptance profiles, worked out by hand in
 #: tests/unit/test_ipsec_overhead.py; (IP version, mode) -> MSS.

@@ -278,3 +278,23 @@ def test_tcp_without_path_mtu_discovery_is_fragmented_after_encapsulation():
         pytest.approx(expected_goodput_mbps(10, 1460, "aes-cbc-128-md5", "tunnel", 6))
     with pytest.raises(ValueError, match="pmtu"):
         expected_goodput_mbps(10, 1460, pmtu="df")
+
+
+@pytest.mark.parametrize("mode", ["transport", "tunnel"])
+@pytest.mark.parametrize("ip_version", [4, 6])
+def test_the_modern_ciphers_cost_what_their_iv_padding_and_icv_say(mode, ip_version):
+    """ChaCha20-Poly1305, AES-GMAC and AES-CTR + HMAC-SHA256-128 carry AES-GCM's 8-byte IV and 16-byte ICV and
+    pad to 4 bytes: the same bytes per packet; AES-CCM's 12-byte ICV is 4 fewer; HMAC-SHA-512's 32-byte ICV
+    16 more than HMAC-SHA256-128's behind the same cipher."""
+    from ipsec.overhead import packet_overhead
+
+    def cost(profile, size):
+        return packet_overhead(profile, mode, ip_version, size)
+
+    for size in (100, 1000, 1400):
+        gcm = cost("aes-gcm-128", size)
+        assert cost("chacha20-poly1305", size) == cost("aes-gmac-256", size) == gcm
+        assert cost("aes-ctr-128-sha256", size) == gcm
+        assert cost("aes-ccm-128-icv12", size) == gcm - 4
+        assert cost("aes-cbc-128-sha512", size) == cost("aes-cbc-128-sha256", size) + 16
+        assert cost("aes-cbc-128-sha384", size) == cost("aes-cbc-128-sha256", size) + 8

@@ -40,12 +40,20 @@ def test_catalog_names_and_kernel_names() -> None:
         "aes-gcm-128": ("rfc4106(gcm(aes))", "aead"),
         "aes-gcm-192": ("rfc4106(gcm(aes))", "aead"),
         "aes-gcm-256": ("rfc4106(gcm(aes))", "aead"),
+        "aes-ccm-128": ("rfc4309(ccm(aes))", "aead"),
+        "aes-ccm-256": ("rfc4309(ccm(aes))", "aead"),
+        "aes-gmac-128": ("rfc4543(gcm(aes))", "aead"),
+        "aes-gmac-256": ("rfc4543(gcm(aes))", "aead"),
+        "chacha20-poly1305": ("rfc7539esp(chacha20,poly1305)", "aead"),
         "aes-cbc": ("cbc(aes)", "crypt"),
+        "aes-ctr": ("rfc3686(ctr(aes))", "crypt"),
         "3des-cbc": ("cbc(des3_ede)", "crypt"),
         "des-cbc": ("cbc(des)", "crypt"),
         "null": ("ecb(cipher_null)", "crypt"),
         "hmac-sha1-96": ("hmac(sha1)", "auth"),
         "hmac-sha256-128": ("hmac(sha256)", "auth"),
+        "hmac-sha384-192": ("hmac(sha384)", "auth"),
+        "hmac-sha512-256": ("hmac(sha512)", "auth"),
         "hmac-md5-96": ("hmac(md5)", "auth"),
         "deflate": ("deflate", "comp"),
     }
@@ -55,6 +63,9 @@ def test_catalog_names_and_kernel_names() -> None:
     ("aes-gcm-128", 160, 128, 32), ("aes-gcm-192", 224, 128, 32), ("aes-gcm-256", 288, 128, 32),
     ("aes-cbc", 128, 0, 0), ("3des-cbc", 192, 0, 0), ("des-cbc", 64, 0, 0), ("null", 0, 0, 0),
     ("hmac-sha1-96", 160, 96, 0), ("hmac-sha256-128", 256, 128, 0), ("hmac-md5-96", 128, 96, 0),
+    ("aes-ccm-128", 152, 128, 24), ("aes-ccm-256", 280, 128, 24), ("aes-gmac-128", 160, 128, 32),
+    ("chacha20-poly1305", 288, 128, 32), ("aes-ctr", 160, 0, 32), ("hmac-sha384-192", 384, 192, 0),
+    ("hmac-sha512-256", 512, 256, 0),
 ])
 def test_catalog_lengths(name: str, key_bits: int, icv_bits: int, salt_bits: int) -> None:
     alg = get_algorithm(name)
@@ -64,6 +75,8 @@ def test_catalog_lengths(name: str, key_bits: int, icv_bits: int, salt_bits: int
 def test_catalog_cipher_geometry() -> None:
     geometry = {alg.name: (alg.block_bytes, alg.iv_bytes) for alg in ALGORITHMS if alg.kind in ("aead", "crypt")}
     assert geometry == {"aes-gcm-128": (1, 8), "aes-gcm-192": (1, 8), "aes-gcm-256": (1, 8),
+                        "aes-ccm-128": (1, 8), "aes-ccm-256": (1, 8), "aes-gmac-128": (1, 8), "aes-gmac-256": (1, 8),
+                        "chacha20-poly1305": (1, 8), "aes-ctr": (1, 8),
                         "aes-cbc": (16, 16), "3des-cbc": (8, 8), "des-cbc": (8, 8), "null": (1, 0)}
     assert get_algorithm("aes-gcm-128").icv_bits_allowed == (64, 96, 128)
     assert get_algorithm("aes-cbc").key_bits_allowed == (128, 192, 256)
@@ -86,7 +99,8 @@ def test_unknown_algorithm_lists_valid_names() -> None:
 
 def test_wrong_kind_lists_names_of_that_kind() -> None:
     with pytest.raises(ValueError, match="unknown auth algorithm 'aes-cbc'; valid names: "
-                                         "hmac-sha1-96, hmac-sha256-128, hmac-md5-96$"):
+                                         "hmac-sha1-96, hmac-sha256-128, hmac-sha384-192, hmac-sha512-256, "
+                                         "hmac-md5-96$"):
         get_algorithm("aes-cbc", kind="auth")
 
 
@@ -249,3 +263,25 @@ def test_probe_spec_for_ah_and_bad_input() -> None:
         probe_spec("aes-cbc", family=5)
     with pytest.raises(ValueError, match="valid names"):
         probe_spec("chacha20")
+
+
+def test_the_modern_ciphers_parse_key_and_propose_as_their_rfcs_say():
+    from ipsec.algorithms import get_algorithm
+    from ipsec.ike import child_proposals
+    from ipsec.profiles import parse_profile
+
+    # the key handed to the kernel: the cipher's key and its salt or nonce (RFC 4309: 3 bytes; the others 4)
+    for name, key_bytes in (("aes-ccm-128", 19), ("aes-ccm-256", 35), ("chacha20-poly1305", 36),
+                            ("aes-gmac-128", 20), ("aes-gmac-256", 36)):
+        assert get_algorithm(name).key_bytes == key_bytes
+    ctr = parse_profile("aes-ctr-256-sha512")
+    assert ctr.crypt_key_bits == 288 and ctr.describe() == "ESP AES-CTR-256 + HMAC-SHA512-256"
+    assert child_proposals(parse_profile("aes-ccm-256-icv8")) == {"esp_proposals": "aes256ccm8"}
+    assert child_proposals(parse_profile("chacha20-poly1305")) == {"esp_proposals": "chacha20poly1305"}
+    assert child_proposals(parse_profile("aes-gmac-128")) == {"esp_proposals": "aes128gmac"}
+    assert child_proposals(ctr) == {"esp_proposals": "aes256ctr-sha512"}
+    assert child_proposals(parse_profile("ah-sha384")) == {"ah_proposals": "sha384"}
+    with pytest.raises(ValueError, match="ICV is 16 bytes, not 8"):
+        parse_profile("chacha20-poly1305-icv8")
+    with pytest.raises(ValueError, match="the ESP ciphers are"):
+        parse_profile("aes-ctr-160-sha1")
