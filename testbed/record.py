@@ -265,7 +265,8 @@ class Record:
     #: Fields written only when they have a value (a run without arms has no arm).
     OPTIONAL: ClassVar[tuple[str, ...]] = ("arm", "injected_instructions", "error", "backend", "ike_sas",
                                            "clients_sending_s", "speed_factor", "cpu_s_per_gb_measured",
-                                           "cpu_us_per_packet_measured", "iperf3_reports_lost", "concurrent_with")
+                                           "cpu_us_per_packet_measured", "iperf3_reports_lost", "concurrent_with",
+                                           "foreign_cpu_pct")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

@@ -54,12 +54,13 @@ def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
     assert record.kernel_release == platform.release() and record.time and not record.failed
     # an arm's record names the instructions its ESP path carried
     assert record_of(window(9.0, 0.99), dataclasses.replace(POINT, arm="b")).injected_instructions == 400
-    # every field a sweep writes has a value here but those of failures, arms, IKE, the report and a run
-    # measured beside another (the sweep's rounds set the backend and that)
+    # every field a sweep writes has a value here but those of failures, arms, IKE, the report, a run
+    # measured beside another (the sweep's rounds set the backend and that) and the host's totals this
+    # window's meter does not give (the speed probe's, the foreign load's)
     empty = {f for f in FIELDS if getattr(record, f) is None}
     assert empty == {"injected_instructions", "ike_sas", "loss_pct", "clients_sending_s", "error", "backend",
                      "speed_probe_ns", "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured",
-                     "concurrent_with"}
+                     "concurrent_with", "foreign_cpu_pct"}
 
 
 def test_backlog_samples_that_found_no_shaper_make_the_point_an_anomaly():
