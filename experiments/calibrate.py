@@ -2,10 +2,10 @@
 
 A seed measured on its own hardware; here every host is emulated on a few CPUs (inside
 User-Mode Linux when the host kernel has no ESP), and at the seed's rates the emulator's CPU,
-not the link, may set the figures. :func:`scale_for` measures, for each IPsec profile of the
-seed's fastest part, one point at the part's smallest size on a link twice as fast as the
-part's fastest, so that the CPU gives out first: the goodput it reaches is this machine's
-capacity for that profile and size. The factor divides the seed's rates so that the heaviest
+not the link, may set the figures. :func:`scale_for` measures, for each IPsec profile of each
+part, one point at the part's smallest size (and each of its transports) on a link twice as
+fast as the part's fastest, so that the CPU gives out first: the goodput it reaches is this
+machine's capacity for that profile, size and transport. The factor divides the seed's rates so that the heaviest
 point asks for at most :data:`HEADROOM` of that capacity: there the shaped link is the
 bottleneck again (the monitor then classes the points ``link``), and what carries over from
 the seed is what depends on bytes and protocols, not on its CPUs.
@@ -46,6 +46,8 @@ class Calibration:
     bound: str | None
     wanted_mbps: float   # what the seed's fastest rate asks of this point (its theoretical goodput)
     factor: float        # wanted / (HEADROOM * capacity), at least 1
+    part: str = ""       # the part whose heaviest point it is
+    transport: str = "tcp"
 
 
 def nice_factor(x: float) -> float:
@@ -69,57 +71,70 @@ def scaled_rates(rates: tuple[float, ...], factor: float) -> tuple[float, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Heaviest:
-    """A point to calibrate: the seed's point (at its part's fastest rate) and the part's network."""
+    """A point to calibrate: a part's heaviest point (at its fastest rate) and the part's network."""
 
     part: str        # the sweep part's name
     point: Group     # topology, profile, mode, ip_version, transport, rate_mbit, size_bytes, size_mode
     mtu: int
     pmtu: str
+    udp_bitrate: str = "0"
+
+    @property
+    def network(self) -> tuple:
+        """What a network to measure it on is made of: points that share it are measured on one."""
+        return self.point.topology, self.point.mode, self.point.ip_version, self.mtu, self.pmtu, self.udp_bitrate
 
 
 def heaviest_points(parts) -> list[Heaviest]:
-    """The points to calibrate: each IPsec profile of the fastest sweep part, at its smallest size."""
-    sweeps = [p for p in parts if not p.transactions]
-    if not sweeps:
-        return []
-    part = max(sweeps, key=lambda p: max(p.spec.rates_mbit))
-    spec = part.spec
-    size_mode = spec.size_mode if "tcp" in spec.transports else "mss"
-    size = min(spec.sizes)  # the most packets (MSS) or system calls (writes) per byte: the heaviest
-    profiles = [profile for profile in spec.profiles if Tunnel.of(profile) is not None] or [PLAIN_PROFILE]
-    return [Heaviest(part.name, Group(topology=spec.topology, profile=profile, mode=spec.mode,
-                                      ip_version=spec.ip_versions[0], transport="tcp",
-                                      rate_mbit=max(spec.rates_mbit), size_bytes=size, size_mode=size_mode),
-                     spec.mtu, spec.pmtu)
-            for profile in profiles]
+    """The points to calibrate: for every sweep part, each IPsec profile (or the plain one) at the part's
+    fastest rate, smallest size and each of its transports (UDP's senders offer what they can, TCP's
+    what the window lets through: either may be the heavier), once for points that several parts share."""
+    out: dict[tuple, Heaviest] = {}
+    for part in (p for p in parts if not p.transactions):
+        spec = part.spec
+        size = min(spec.sizes)  # the most packets (MSS) or system calls (writes) per byte: the heaviest
+        profiles = [profile for profile in spec.profiles if Tunnel.of(profile) is not None] or [PLAIN_PROFILE]
+        for transport in spec.transports:
+            size_mode = "datagram" if transport == "udp" else spec.size_mode
+            for profile in profiles:
+                point = Group(topology=spec.topology, profile=profile, mode=spec.mode, ip_version=spec.ip_versions[0],
+                              transport=transport, rate_mbit=max(spec.rates_mbit), size_bytes=size,
+                              size_mode=size_mode)
+                h = Heaviest(part.name, point, spec.mtu, spec.pmtu, spec.udp_bitrate)
+                out.setdefault((point, h.mtu, h.pmtu, h.udp_bitrate), h)
+    return list(out.values())
 
 
 def measure_capacity(points: list[Heaviest], say=lambda message: None) -> list[Calibration]:
-    """Measure each of ``points`` (all of one part: one network) on a link twice its rate."""
+    """Measure each of ``points`` (all on one network, :attr:`Heaviest.network`), each on a link twice its rate."""
     from experiments.engine.measure import measure_with_retry, monitor_for, switch_ipsec
     from topologies.network import Network
 
     if not points:
         return []
     first = points[0].point
-    link = min(MAX_RATE_MBIT, 2 * first.rate_mbit)
     profiles = tuple(dict.fromkeys(("none", *[h.point.profile for h in points])))
+    links = [min(MAX_RATE_MBIT, 2 * h.point.rate_mbit) for h in points]
     spec = SweepSpec(topology=first.topology, profiles=profiles,
-                     mode=first.mode, ip_versions=(first.ip_version,), rates_mbit=(link,),
-                     sizes=(first.size_bytes,), size_mode=first.size_mode, repetitions=1,
-                     duration_s=WINDOW_S, warmup_s=WARMUP_S, mtu=points[0].mtu, pmtu=points[0].pmtu)
+                     mode=first.mode, ip_versions=(first.ip_version,), rates_mbit=(links[0],),
+                     transports=tuple(dict.fromkeys(h.point.transport for h in points)),
+                     sizes=(first.size_bytes,), size_mode="mss" if first.size_mode == "datagram" else first.size_mode,
+                     repetitions=1, duration_s=WINDOW_S, warmup_s=WARMUP_S, mtu=points[0].mtu, pmtu=points[0].pmtu,
+                     udp_bitrate=points[0].udp_bitrate)
     topo = build_spec(spec.topology, mtu=spec.mtu, pmtu=spec.pmtu)
     meter = backends.current().cpu_meter()
     out = []
     try:
-        with Network(topo, shaping=ShapingSpec(rate_mbit=link)) as net, \
+        with Network(topo, shaping=ShapingSpec(rate_mbit=links[0])) as net, \
                 iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
                 monitor_for(net, servers, meter) as monitor:
             current = "none"
-            for h in points:
+            for h, link in zip(points, links, strict=True):
                 p = h.point
+                if net.shaping.rate_mbit != link:
+                    net.reshape(ShapingSpec(rate_mbit=link))
                 current = switch_ipsec(net, current, p.profile, spec.mode, spec.ip_versions, spec.keying)
-                point = Point(spec.topology, p.profile, spec.mode, spec.ip_versions[0], "tcp", link,
+                point = Point(spec.topology, p.profile, spec.mode, spec.ip_versions[0], p.transport, link,
                               p.size_bytes, p.size_mode, 1, "", 0)
                 record = measure_with_retry(net, point, spec, servers, monitor)
                 if record.failed:
@@ -128,10 +143,10 @@ def measure_capacity(points: list[Heaviest], say=lambda message: None) -> list[C
                 capacity = record.goodput_mbps
                 factor = wanted / (HEADROOM * capacity) if capacity > 0 else math.inf
                 cal = Calibration(p.profile, p.size_bytes, p.size_mode, link, capacity, record.bound,
-                                  wanted, max(1.0, factor))
-                say(f"calibration: {p.profile} at {p.size_bytes} B on a {link:g} Mbit/s link: "
-                    f"{capacity:.1f} Mbit/s ({record.bound}-bound); the seed's {p.rate_mbit:g} Mbit/s "
-                    f"asks for {wanted:.1f}")
+                                  wanted, max(1.0, factor), part=h.part, transport=p.transport)
+                say(f"calibration: {h.part}: {p.profile} {p.transport.upper()} at {p.size_bytes} B on a {link:g} "
+                    f"Mbit/s link: {capacity:.1f} Mbit/s ({record.bound}-bound); the seed's {p.rate_mbit:g} "
+                    f"Mbit/s asks for {wanted:.1f}")
                 out.append(cal)
     finally:
         meter.close()
@@ -145,14 +160,19 @@ def _flows(net, ip_version: int) -> list:
 
 
 def scale_for(parts, say=lambda message: None) -> tuple[float, dict]:
-    """The factor to divide ``parts``' rates by on this machine, and how it was found (for meta.json)."""
-    points = heaviest_points(parts)
-    cals = measure_capacity(points, say)
+    """The factor to divide ``parts``' rates by on this machine, and how it was found (for meta.json): one
+    factor for the run, the one its most demanding part's heaviest point asks for, so that every part's
+    points are link-bound and ratios between parts compare like with like."""
+    networks: dict[tuple, list[Heaviest]] = {}
+    for h in heaviest_points(parts):
+        networks.setdefault(h.network, []).append(h)
+    cals = [c for points in networks.values() for c in measure_capacity(points, say)]
     if not cals:
         return 1.0, {"factor": 1.0, "how": "no sweep part to calibrate"}
     worst = max(cals, key=lambda c: c.factor)
     factor = nice_factor(worst.factor)
-    how = (f"auto: {worst.profile} at {worst.size_bytes} B reached {worst.goodput_mbps:.1f} Mbit/s here "
+    how = (f"auto: {worst.part}'s {worst.profile} {worst.transport.upper()} at {worst.size_bytes} B reached "
+           f"{worst.goodput_mbps:.1f} Mbit/s here "
            f"({worst.bound}-bound on a {worst.link_mbit:g} Mbit/s link); the seed's fastest rate asks for "
            f"{worst.wanted_mbps:.1f}, so rates are divided by {factor:g} to ask at most "
            f"{HEADROOM:.0%} of that")

@@ -229,7 +229,7 @@ def plan_regimes(parts: Sequence[Part], factor: float, reference: Mapping[str, A
     a transactions part at the divided rates."""
     kinds = claim_kinds(parts, reference)
     out = []
-    for part in parts:
+    for part in parts:  # (shaped_parts says which stay shaped)
         shaped = dataclasses.replace(part, regime="link", spec=dataclasses.replace(
             part.spec, rates_mbit=scaled_rates(part.spec.rates_mbit, factor)))
         if part.transactions or "cpu" not in kinds[part.name]:
@@ -242,6 +242,12 @@ def plan_regimes(parts: Sequence[Part], factor: float, reference: Mapping[str, A
                                        title=f"{part.title} (unshaped: this machine's CPU the limit)",
                                        spec=dataclasses.replace(part.spec, rates_mbit=(CPU_REGIME_MBIT,))))
     return out
+
+
+def shaped_parts(parts: Sequence[Part], reference: Mapping[str, Any]) -> list[Part]:
+    """The parts :func:`plan_regimes` measures at shaped rates (what the calibration must keep link-bound)."""
+    kinds = claim_kinds(parts, reference)
+    return [p for p in parts if p.transactions or "cpu" not in kinds[p.name] or kinds[p.name] - {"cpu"}]
 
 
 def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
@@ -287,10 +293,12 @@ def measure_parts(job: Job) -> int:
     the lock is the caller's.  Returns :data:`~experiments.job.INCOMPLETE` when a part's points could
     not all be measured (0 with ``allow_failures``)."""
     work, out_dir = job.work, job.out_dir
-    factor, scale_entry = choose_scale(work.scale, work.parts, out_dir)
     if work.scale == "auto":
-        parts = plan_regimes(work.parts, factor, load_reference(work.seed))
+        reference = load_reference(work.seed)
+        factor, scale_entry = choose_scale(work.scale, shaped_parts(work.parts, reference), out_dir)
+        parts = plan_regimes(work.parts, factor, reference)
     else:
+        factor, scale_entry = choose_scale(work.scale, work.parts, out_dir)
         parts = scale_parts(work.parts, factor)
     command_line = list(job.command) or sys.argv
     rundir.start_run(out_dir, machine_meta(), seed=work.seed, script=f"ipsec-testbed reproduce {work.seed}",

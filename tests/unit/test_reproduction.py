@@ -652,3 +652,22 @@ def test_a_finished_reproduction_writes_its_report_and_prints_its_claims(tmp_pat
     assert finish(job, "ipsec-testbed reproduce 003", 0) == 0
     assert (tmp_path / "comparison.json").exists() and (tmp_path / "report.html").exists()
     assert "Seed 003: Claims" in capsys.readouterr().out
+
+
+def test_the_calibration_covers_every_shaped_parts_heaviest_point_each_transport_once():
+    from experiments.calibrate import heaviest_points, nice_factor
+
+    parts = catalogue.reproduction("000").select()
+    points = heaviest_points(parts)
+    keys = [(h.point, h.mtu, h.pmtu, h.udp_bitrate) for h in points]
+    assert len(keys) == len(set(keys))
+    # TCP and UDP each at their part's smallest size; the IPComp parts and the MTU-3000 network too
+    assert {h.point.transport for h in points} == {"tcp", "udp"}
+    assert {h.mtu for h in points} == {1500, 3000}
+    assert any(h.point.profile.endswith("+ipcomp") and h.point.transport == "udp" for h in points)
+    assert all(h.point.rate_mbit == max(max(p.spec.rates_mbit) for p in parts if p.name == h.part) for h in points)
+    assert (nice_factor(7.2), nice_factor(11), nice_factor(0.5)) == (8.0, 12.5, 1.0)
+    # seed 002: the parts whose claims rest on the seed's CPU run unshaped, so they are not calibrated
+    seed2 = catalogue.reproduction("002").select()
+    shaped = reproduce.shaped_parts(seed2, reproduction.load_reference("002"))
+    assert {p.name for p in shaped} == {"3hgh", "3h2h", "latency", "latency_ike"}
