@@ -290,26 +290,22 @@ def render_html(run_dir: str, data: Evaluation | None = None,
     if scale_text(data):
         body.insert(0, f'<p class="howto"><b>{esc(scale_text(data))}</b></p>')
     body.append(_html_table("claims", *claim_rows(data)))
-    untestable = [c for c in data.claims if c.not_testable]
-    if untestable:
-        body.append("<h3>Why a claim is not testable here</h3><p>What bounded the points a claim rests on here "
-                    "differs from what bounded the seed's: the comparison would measure this machine, not the "
-                    "claim.</p><ul>")
-        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.not_testable)}</li>" for c in untestable]
-        body.append("</ul>")
-    undecided = [c for c in data.claims if c.undecided]
-    if undecided:
-        body.append("<h3>Undecided claims</h3><p>A value's 95 % interval straddles a bound of the claim's range: "
-                    "this run cannot tell on which side the value lies. More repetitions of the points named "
-                    "narrow the interval (as 1/&radic;n).</p><ul>")
-        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.undecided)}</li>" for c in undecided]
-        body.append("</ul>")
-    partly = [c for c in data.claims if c.note and not c.not_testable]
-    if partly:
-        body.append("<h3>Claims judged on part of their values</h3><p>Values whose points were bounded here "
-                    "otherwise than the seed's are shown in the table but left out of the verdict.</p><ul>")
-        body += [f"<li><b>{esc(c.id)}</b>: {esc(c.note)}</li>" for c in partly]
-        body.append("</ul>")
+    sections = (
+        ("Why a claim is not testable here", "What bounded the points a claim rests on here differs from what "
+         "bounded the seed's: the comparison would measure this machine, not the claim.",
+         lambda c: c.not_testable),
+        ("Undecided claims", "A value's 95 % interval straddles a bound of the claim's range: this run cannot tell "
+         "on which side the value lies. More repetitions of the points named narrow the interval (as 1/\u221an).",
+         lambda c: c.undecided),
+        ("Claims judged on part of their values", "Values whose points were bounded here otherwise than the seed's "
+         "are shown in the table but left out of the verdict.", lambda c: "" if c.not_testable else c.note),
+    )
+    for title, intro, text in sections:
+        listed = [c for c in data.claims if text(c)]
+        if listed:
+            body.append(f"<h3>{esc(title)}</h3><p>{esc(intro)}</p><ul>")
+            body += [f"<li><b>{esc(c.id)}</b>: {esc(text(c))}</li>" for c in listed]
+            body.append("</ul>")
     if len(compare) > 1:
         body.append("<h3>The same claims in the runs compared</h3>")
         body.append(_html_table("claims-compared", *claims_compared([d for d, _ in compare], [x for _, x in compare])))
