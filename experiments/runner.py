@@ -184,6 +184,9 @@ def precision_line(job: Job, over_budget: bool, groups: dict | None = None) -> s
     if p["short"]:
         cause = f"the time budget ({spec.budget_s:g} s, --budget)" if over_budget else "failures or an interruption"
         why.append(f"{p['short']} stopped short by {cause}")
+    if p["disturbed"]:
+        why.append(f"{p['disturbed']} of them short of {spec.repetitions} windows free of other work on the host "
+                   "(foreign_cpu_pct)")
     line += f"; {', '.join(why)}" if why else ""
     if p["short"]:
         # a run on the same directory measures only what is missing: here, the extra repetitions

@@ -14,7 +14,11 @@ Repetitions adapt (netperf's ``-i``/``-I`` idea): every point is measured at lea
 ``repetitions`` times, then again in later rounds while the 95 % confidence interval of its
 goodput is wider than ``precision_pct`` of the mean (or that of its CPU cost per GB wider
 than ``cpu_precision_pct``), up to ``max_repetitions``.  Quiet points stop early, noisy
-ones get more; the rounds keep every point's repetitions interleaved with the others'.
+ones get more; the rounds keep every point's repetitions interleaved with the others'.  A
+point with fewer than ``repetitions`` windows free of other work on the host (foreign load
+above :data:`~testbed.hostload.FOREIGN_PCT` of a CPU, :mod:`testbed.hostload`) is not precise
+either: it gets more repetitions as a noisy one does, and is counted as short of quiet windows
+when it could not have them.
 With ``budget_s`` the repetitions beyond the minimum stop once the sweep would run longer
 than that (counted from the command's start, a guest's boot included, by
 :mod:`experiments.engine.sweep`), keeping the time the later rates' minimum repetitions need
@@ -33,6 +37,7 @@ from analysis.stats import at_common_speed, t_critical_95
 from ipsec.ike import Unsupported, child_proposals, is_ike
 from ipsec.profiles import parse_profile
 from ipsec.slowdown import chunks
+from testbed.hostload import FOREIGN_PCT
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
 from topologies import build_spec
 
@@ -390,9 +395,23 @@ def at_common_speed_by_point(groups: Mapping[tuple, list[Record]]) -> dict[tuple
     return {key: [next(adjusted) for _ in records] for key, records in groups.items()}
 
 
+def quiet(record: Record) -> bool:
+    """Whether a usable record's window ran with the host's CPUs free of other work (no more than
+    :data:`~testbed.hostload.FOREIGN_PCT` of a CPU; a record whose meter could not tell counts as quiet)."""
+    return usable(record) and (record.foreign_cpu_pct is None or record.foreign_cpu_pct <= FOREIGN_PCT)
+
+
+def short_of_quiet(spec: SweepSpec, records: Sequence[Record]) -> bool:
+    """Whether a point has usable repetitions enough but fewer than the spec's minimum in quiet windows."""
+    return not needs_minimum(spec, records) and sum(1 for r in records if quiet(r)) < spec.repetitions
+
+
 def precise(spec: SweepSpec, records: Sequence[Record]) -> bool:
     """Whether the usable records' goodput and CPU per GB are as precise as the spec asks (CPU
-    per GB as given: at the run's common speed when it comes from :func:`at_common_speed_by_point`)."""
+    per GB as given: at the run's common speed when it comes from :func:`at_common_speed_by_point`),
+    with at least the spec's minimum of them in quiet windows (:func:`quiet`)."""
+    if short_of_quiet(spec, records):
+        return False
     ok = [r for r in records if usable(r)]
     for field, target in ((FIELD.goodput_mbps, spec.precision_pct), (FIELD.cpu_s_per_gb, spec.cpu_precision_pct)):
         values = [v for v in (getattr(r, field) for r in ok) if isinstance(v, (int, float))]
@@ -415,8 +434,9 @@ def precision_of(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> dict:
     """How many of the spec's points are as precise as asked (``precise``), and of the others
     how many had their most repetitions (``at_most``) or were stopped short of them by the
     time budget or an interruption (``short``), or belong to a profile given up as every repetition
-    of it was an anomaly (``unusable``, :func:`unusable_profiles`) (pure)."""
-    out = {"points": 0, "precise": 0, "at_most": 0, "short": 0, "unusable": 0}
+    of it was an anomaly (``unusable``, :func:`unusable_profiles`) (pure); ``disturbed`` counts those
+    of the others short of quiet windows (:func:`short_of_quiet`)."""
+    out = {"points": 0, "precise": 0, "at_most": 0, "short": 0, "unusable": 0, "disturbed": 0}
     groups = at_common_speed_by_point(groups)
     given_up = unusable_profiles(spec, groups)
     for p in plan_points(spec, 1):
@@ -430,6 +450,8 @@ def precision_of(spec: SweepSpec, groups: Mapping[tuple, list[Record]]) -> dict:
             out["at_most"] += 1
         else:
             out["short"] += 1
+        if p.profile not in given_up and short_of_quiet(spec, records):
+            out["disturbed"] += 1
     return out
 
 

@@ -86,6 +86,9 @@ def networks():
     ("vpn_gateway", "aes-gcm-256", "ike"), ("vpn_gateway", "aes-cbc-128-sha1", "ike"),
     ("vpn_gateway", "ah-sha256", "ike"), ("road_warrior", "aes-gcm-256", "ike"),
     ("host_to_host", "aes-gcm-256", "ike-rsa"),  # seed 000's tunnel: IKEv2 with RSA signatures
+    # the modern ciphers, as strongSwan proposes them
+    ("vpn_gateway", "chacha20-poly1305", "ike"), ("vpn_gateway", "aes-ccm-256-icv12", "ike"),
+    ("vpn_gateway", "aes-gmac-128", "ike"), ("vpn_gateway", "aes-ctr-256-sha512", "ike"),
 ])
 def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(networks, name, profile, keying, family,
                                                                              tmp_path):

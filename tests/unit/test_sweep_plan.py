@@ -163,6 +163,9 @@ def recs(goodputs, cpu=None, **extra):
     (recs([9.5, 9.5], failed=True), True),               # nor do failures
     (recs([9.5, 9.5, 9.5], failed=True), False),         # ... but three in a row: the point's own, given up
     (recs([9.5], failed=True) + recs([9.5]) + recs([9.5, 9.5], failed=True), True),  # not in a row
+    (recs([9.50, 9.51], foreign_cpu_pct=40.0), True),    # precise, but beside other work on the host: again
+    (recs([9.50], foreign_cpu_pct=40.0) + recs([9.51, 9.50], foreign_cpu_pct=1.0), False),  # two quiet ones
+    (recs([9.50, 9.51], foreign_cpu_pct=5.0), False),    # at the threshold: quiet
 ])
 def test_a_point_is_repeated_until_precise_or_at_the_most(records, more):
     spec = SweepSpec(repetitions=2, max_repetitions=8, precision_pct=2, cpu_precision_pct=10)
@@ -260,7 +263,12 @@ def test_precision_counts_the_points_and_why_some_are_not_precise():
     rows += [record(noisy, cpu_s_per_gb=c) for c in (1.0, 1.5)]
     rows += [record(capped, cpu_s_per_gb=c) for c in (1.0, 1.5, 1.0, 1.5)]
     rows += [record(owed, cpu_s_per_gb=1.0)]
-    assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2, "unusable": 0}
+    assert precision_of(spec, by_point(rows)) == {"points": 4, "precise": 1, "at_most": 1, "short": 2, "unusable": 0,
+                                                  "disturbed": 0}
+    # the quiet point's windows beside other work: not precise, and counted as short of quiet windows
+    rows[:2] = [record(quiet, cpu_s_per_gb=c, foreign_cpu_pct=30.0) for c in (1.0, 1.01)]
+    got = precision_of(spec, by_point(rows))
+    assert (got["precise"], got["short"], got["disturbed"]) == (0, 3, 1)
 
 
 def test_a_second_sweep_on_a_run_directory_is_refused(tmp_path):
