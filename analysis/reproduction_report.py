@@ -411,20 +411,27 @@ def write_report(run_dir: str, out: str | None = None, compare: Sequence[tuple[s
 
 
 def claims_compared(run_dirs: Sequence[str], datas: Sequence[Evaluation]) -> tuple[list[str], list[list[str]]]:
-    """One row per claim of the first run: its verdict and measured range in every run."""
+    """One row per claim of the first run: its verdict and measured range in every run, and with several
+    runs whether the verdict was the same in all of them."""
     headers = ["the seed says", "read as", "the seed's points"] + [
         run_title(d, x) for d, x in zip(run_dirs, datas, strict=True)]
+    if len(datas) > 1:
+        headers.append("the same verdict in every run")
     rows = []
     for claim in datas[0].claims:
         row = [f"\u201c{claim.quote}\u201d ({claim.id})", range_text(claim), claim.seed_bound or "–"]
+        verdicts = []
         for data in datas:
             c = next((c for c in data.claims if c.id == claim.id), None)
+            verdicts.append(c.verdict if c is not None else UNMEASURED)
             if c is None or c.min is None:
                 row.append(UNMEASURED)
             else:
                 bounds = bounds_text(c.bounds or {})
                 judged = f"; judged on {len(c.measured) - c.left_out} of {len(c.measured)}" if c.left_out else ""
                 row.append(f"**{c.verdict}**: {_span(c)}" + (f" ({bounds}{judged})" if bounds else ""))
+        if len(datas) > 1:
+            row.append("yes" if len(set(verdicts)) == 1 else "**no**")
         rows.append(row)
     return headers, rows
 

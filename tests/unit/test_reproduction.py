@@ -316,6 +316,11 @@ def test_report_of_a_synthetic_run(tmp_path):
     assert "every shaped rate is the seed's divided by 4" in reproduction_report.markdown(data_scaled)
     md = reproduction_report.markdown_compared([str(tmp_path), str(scaled)], [evaluated, data_scaled])
     assert "the seed's rates" in md and "rates ÷ 4" in md and "(ninety-percent) | 0.850 .. 0.950 | link |" in md
+    # two runs: whether each claim's verdict was the same in both, the last column
+    same = {c.id: c.verdict == d.verdict for c, d in zip(evaluated.claims, data_scaled.claims, strict=True)}
+    rows = [line for line in md.splitlines() if line.startswith("| \u201c")]
+    assert "the same verdict in every run |" in md and len(rows) == len(same)
+    assert [row.endswith("| yes |") for row in rows] == list(same.values())
 
 
 # -- the seed scripts and their reference files --------------------------------------------------
