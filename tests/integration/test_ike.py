@@ -20,6 +20,7 @@ from scapy.utils import rdpcap
 
 from ipsec import ike
 from ipsec.profiles import parse_profile
+from ipsec.sa import SASpec
 from ipsec.wire import classify
 from ipsec.xfrm import XfrmSocket
 from testbed import names, netns
@@ -42,7 +43,13 @@ def ping(net, src, dst, family, count=4):
 
 
 def algorithms(sa) -> tuple:
-    """What the kernel holds of an SA but its keys and SPI: protocol, mode, algorithms."""
+    """What the kernel holds of an SA but its keys and SPI: protocol, mode, algorithms with their key and ICV
+    lengths (of an installed SA, as the kernel reports them; of a planned one, its keys' and profile's)."""
+    if isinstance(sa, SASpec):
+        lengths = ((sa.aead, sa.aead_key, sa.aead_icv_bits), (sa.crypt, sa.crypt_key, 0),
+                   (sa.auth, sa.auth_key, sa.auth.icv_bits if sa.auth else 0), (sa.comp, b"", 0))
+        return (sa.proto, sa.mode, *((a.kernel_name, len(key or b"") * 8, icv) if a else None
+                                     for a, key, icv in lengths))
     return (sa.proto, sa.mode, *((a.kernel_name, a.key_bits, a.icv_bits) if a else None
                                  for a in (sa.aead, sa.crypt, sa.auth, sa.comp)))
 
