@@ -368,7 +368,11 @@ def decide(parts: Sequence[Part], out_dir: str, started_unix: float, budget_s: f
         say(f"deciding round {rounds}: {len(pursued)} undecided claim{'s' if len(pursued) != 1 else ''} "
             f"({', '.join(c.id for c in pursued)}): one more repetition of {sum(map(len, focus.values()))} points, "
             f"~{round_s:.0f} s of {left:.0f} s left")
-        measured += measure_focus(focus, parts, out_dir, command_line)
+        done = measure_focus(focus, parts, out_dir, command_line)
+        if not done:  # every attempt failed: the points' own failure, not chance's (their records say why)
+            say(f"deciding round {rounds} measured nothing: the points' attempts failed; stopping")
+            break
+        measured += done
     return {"rounds": rounds, "measured": measured}
 
 

@@ -569,6 +569,14 @@ def test_an_undecided_claims_points_get_one_more_repetition_a_round_until_it_is_
     assert c.verdict in (HOLDS, FAILS)
     assert "every claim decided" in capsys.readouterr().err
 
+    # a round that measures nothing (every attempt failed) ends the deciding, said
+    stuck = tmp_path / "stuck"
+    stuck.mkdir()
+    parts = _seed003_run(stuck, (0.93, 0.96))
+    monkeypatch.setattr(reproduce, "measure_focus", lambda *args: 0)
+    assert reproduce.decide(parts, str(stuck), started_unix=time.time(), budget_s=600) == {"rounds": 1, "measured": 0}
+    assert "deciding round 1 measured nothing" in capsys.readouterr().err
+
     # a budget that cannot pay for what deciding would take: nothing measured, what it would take said
     other = tmp_path / "other"
     other.mkdir()
