@@ -312,6 +312,12 @@ class ValueComparison:
         return dataclasses.asdict(self)
 
 
+def _shaped_first(found: list[Row]) -> list[Row]:
+    """``found``, or where a part was measured in two regimes its shaped points only: a published figure is
+    set beside the point of the regime it was measured in, the shaped one standing for a link-bound seed."""
+    return ([r for r in found if not r.unshaped] or found) if len(found) > 1 else found
+
+
 def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: float = 1.0) -> list[ValueComparison]:
     """One entry per published throughput, loss or CPU figure: the seed's and ours.
 
@@ -324,8 +330,7 @@ def compare_values(reference: Mapping[str, Any], rows: Sequence[Row], scale: flo
             continue  # a value that compares two set-ups is a claim's (see "claims")
         seed_value = v["value"] * v.get("mbps_per_unit", 1) if v["metric"] == FIELD.goodput_mbps else v["value"]
         found = select(rows, v.get("where", {}), v["metric"])
-        if len(found) > 1:  # a part measured in two regimes: the published figure beside the shaped one
-            found = [r for r in found if not r.unshaped] or found
+        found = _shaped_first(found)
         entry = ValueComparison(id=v["id"], source=v["source"], quote=v["quote"], metric=v["metric"],
                                 seed_value=seed_value, seed_unit=v["unit"], seed_quoted=v["value"])
         if len(found) == 1:
@@ -400,7 +405,8 @@ def transfer_ratios(reference: Mapping[str, Any], rows: Sequence[Row]) -> list[T
                 if differ[0] != key or not test(wa[key], wb[key]):
                     continue
                 seed_ratio = (a["value"] * a.get("mbps_per_unit", 1)) / (b["value"] * b.get("mbps_per_unit", 1))
-                ra, rb = select(rows, wa, FIELD.goodput_mbps), select(rows, wb, FIELD.goodput_mbps)
+                ra = _shaped_first(select(rows, wa, FIELD.goodput_mbps))
+                rb = _shaped_first(select(rows, wb, FIELD.goodput_mbps))
                 ours = (ratio_of_means(ra[0].metrics[FIELD.goodput_mbps], rb[0].metrics[FIELD.goodput_mbps])
                         if len(ra) == 1 and len(rb) == 1 else None)
                 out.append(TransferRatio(

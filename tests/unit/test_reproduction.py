@@ -654,6 +654,13 @@ def test_unshaped_rows_stand_for_the_seeds_rate_and_carry_cpu_shares_at_scaled_r
     both = rows + [dataclasses.replace(r, regime="link", emulated_rate_mbit=12.5) for r in rows]
     ratio = claim(metric="goodput_mbps", op="ratio", num={"profile": "x"}, den={"profile": "none"}, high=0.5)
     assert len(evaluate_claim(ratio, both, scale=8.0).measured) == 2
+    # a published figure is set beside the shaped point where a part was measured in both regimes
+    ref = {"values": [{"id": "v", "source": "s", "quote": "q", "value": 90, "unit": "Mbit/s", "metric": "goodput_mbps",
+                       "where": {"part": "p", "profile": "none"}}]}
+    (v,) = reproduction.compare_values(ref, both, scale=8.0)
+    assert v.ours == pytest.approx(900.5) and "compared as ours × 8" in v.note
+    (v,) = reproduction.compare_values(ref, rows, scale=8.0)  # the unshaped one alone: as measured
+    assert v.note.startswith("measured unshaped") and v.ours_over_seed == pytest.approx(900.5 / 90)
 
 
 def test_a_finished_reproduction_writes_its_report_and_prints_its_claims(tmp_path, capsys):
