@@ -603,10 +603,10 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         others = {r.bound_for(metric) for _, _, rs in entries for r in rs if not like_seed(r)}
         note = (f"judged on {len(judged)} of {len(entries)} values: the other {left_out} rest on points bound here by "
                 f"{' and '.join(_BOUND_WORDS.get(b, str(b)) for b in sorted(others))}, the seed's by "
-                f"{_BOUND_WORDS.get(wanted, wanted)}")
+                f"{_SEED_BOUND_WORDS.get(wanted, wanted)}")
     elif means_left and not why_not:
-        note = (f"the means leave out {means_left} points bound here otherwise than the seed's "
-                f"({_BOUND_WORDS.get(wanted, wanted)})")
+        note = (f"the means leave out {means_left} points bound here otherwise than the seed's were (by "
+                f"{_SEED_BOUND_WORDS.get(wanted, wanted)})")
     involved = [r for _, _, rs in entries for r in rs]
 
     def reps(rs: Sequence[Row]) -> int | None:
@@ -629,7 +629,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         seed_bound=wanted, in_range=in_range, not_testable=why_not, left_out=left_out if judged else 0, note=note,
         cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct),
         undecided=undecided, decide_repetitions=decide, deciding=deciding,
-        regime=_regime_words([r for _, _, rs in basis for r in rs], scale) if basis else "")
+        regime=_regime_words([r for _, _, rs in basis for r in rs], scale) if basis and not why_not else "")
 
 
 def _regime_words(rows: Sequence[Row], scale: float) -> str:

@@ -425,6 +425,16 @@ def test_the_seeds_own_cpu_is_not_called_the_emulators():
     text = evaluate_claim(c, rows).not_testable
     assert "2 by the shaped link" in text and "the seed's were bound by the seed's own CPU" in text
     assert "emulator" not in text
+    # ... nor in the note of a claim judged on part of its values, nor in that of a mean
+    rows.append(row(profile="x", size=1400, bound="cpu", normalized_goodput=0.5))
+    got = evaluate_claim({**c, "check": {**c["check"], "low": 0.4, "high": 0.6}}, rows)
+    assert got.verdict == HOLDS and got.note.endswith("the seed's by the seed's own CPU"), got.note
+    assert "unshaped" not in got.regime and "the seed's rates (10 Mbit/s)" in got.regime
+    means = {**claim(metric="normalized_goodput", op="ratio", means=True, num={"size_bytes": 1400},
+                     den={"size_bytes": [800, 1000, 1400]}, high=2.0), "seed_bound": "cpu"}
+    assert evaluate_claim(means, rows).note.endswith("(by the seed's own CPU)")
+    # a claim not testable says at what it was measured nowhere as "judged at"
+    assert evaluate_claim(c, rows[:2]).regime == ""
 
 
 def test_claims_print_as_blocks_with_the_verdict_and_numbers_on_one_line_at_80_columns(tmp_path):
