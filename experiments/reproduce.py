@@ -56,8 +56,8 @@ from analysis.reproduction import (
     load_reference,
 )
 from experiments.calibrate import scale_for, scaled_rates
-from experiments.engine.plan import MAX_REPETITIONS, Point, unmeasured
-from experiments.engine.sweep import by_point, needs_focus, run_sweep
+from experiments.engine.plan import MAX_REPETITIONS, Point, needs_focus, unmeasured
+from experiments.engine.sweep import by_point, run_sweep
 from experiments.engine.sweep import note_interrupted as note_part
 from experiments.job import INCOMPLETE, Job, Part
 from experiments.machine import machine_meta

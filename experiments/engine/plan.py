@@ -328,16 +328,28 @@ def attempts(records: Sequence[Record]) -> int:
 FAILED_IN_A_ROW = 3
 
 
+def given_up(records: Sequence[Record], most: int) -> bool:
+    """Whether a point with these records is measured no more (pure): ``most`` attempts made, or its last
+    :data:`FAILED_IN_A_ROW` all failed."""
+    if attempts(records) >= most:
+        return True
+    return len(records) >= FAILED_IN_A_ROW and all(r.failed for r in records[-FAILED_IN_A_ROW:])
+
+
 def needs_more(spec: SweepSpec, records: Sequence[Record], extras: bool = True) -> bool:
     """Whether a point with these records (its repetitions so far, in the order measured) is
     measured again (pure); without ``extras`` only to reach its minimum repetitions."""
-    if attempts(records) >= spec.most_repetitions:
-        return False
-    if len(records) >= FAILED_IN_A_ROW and all(r.failed for r in records[-FAILED_IN_A_ROW:]):
+    if given_up(records, spec.most_repetitions):
         return False
     if needs_minimum(spec, records):
         return True
     return extras and not precise(spec, records)
+
+
+def needs_focus(records: Sequence[Record], wanted: int) -> bool:
+    """Whether a point asked for ``wanted`` usable repetitions needs another (pure): fewer than that,
+    and not given up at :data:`MAX_REPETITIONS` attempts."""
+    return not given_up(records, MAX_REPETITIONS) and sum(1 for r in records if usable(r)) < wanted
 
 
 def needs_minimum(spec: SweepSpec, records: Sequence[Record]) -> bool:

@@ -40,12 +40,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from experiments.engine import iperf
 from experiments.engine.plan import (
     EXTRA_ROUNDS,
-    FAILED_IN_A_ROW,
-    MAX_REPETITIONS,
     Point,
     SweepSpec,
     at_common_speed_by_point,
-    attempts,
+    needs_focus,
     needs_minimum,
     needs_more,
     plan_points,
@@ -95,16 +93,6 @@ def _next_round(spec: SweepSpec, rate: float, groups: Mapping[tuple, list[Record
     rep = min(rounds.values())
     return [Point(*p.point_key(), rounds[p.point_key()])
             for p in plan_round(spec, rate, rep, lambda p: p.point_key() in rounds)]
-
-
-def needs_focus(records: Sequence[Record], wanted: int) -> bool:
-    """Whether a point asked for ``wanted`` usable repetitions needs another (pure): fewer than that,
-    at most :data:`~experiments.engine.plan.MAX_REPETITIONS` in all, and not failing every time."""
-    if attempts(records) >= MAX_REPETITIONS:
-        return False
-    if len(records) >= FAILED_IN_A_ROW and all(r.failed for r in records[-FAILED_IN_A_ROW:]):
-        return False
-    return sum(1 for r in records if usable(r)) < wanted
 
 
 def minimum_left(spec: SweepSpec, rates: Sequence[float], groups: Mapping[tuple, list[Record]]) -> int:
