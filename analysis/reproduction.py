@@ -54,9 +54,9 @@ from analysis.penalty import Penalty, penalty_of
 from analysis.stats import (
     PLAIN_PROFILE,
     Estimate,
-    RatioEstimate,
     Summary,
     aggregate,
+    as_estimate,
     combine,
     mean_of,
     normalize,
@@ -152,9 +152,8 @@ class Row:
         m = self.metrics.get(metric)
         if m is None:
             return None
-        if isinstance(m, RatioEstimate):
-            return m.value, m.ci95
-        return m.mean, m.ci95
+        e = as_estimate(m)
+        return e.value, e.ci95
 
     def where_values(self) -> dict[str, Any]:
         """What a reference file's WHERE can name, by name: the fields the point is identified by,
@@ -558,8 +557,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
     means_left = 0  # points left out of a mean, bound otherwise than the seed's
     if op == "value":
         for r in select(rows, check.get("select", {}), metric):
-            m = r.metrics[metric]
-            entries.append((_label(r), m if isinstance(m, RatioEstimate) else Estimate(m.mean, m.ci95, None), [r]))
+            entries.append((_label(r), as_estimate(r.metrics[metric]), [r]))
     elif check.get("means"):
         base = check.get("select", {})
         nums = select(rows, {**base, **check.get("num", {})}, metric)

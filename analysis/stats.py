@@ -388,8 +388,8 @@ def combine(op: str, num: Summary | Estimate, den: Summary | Estimate) -> Estima
         raise ValueError(f"op must be ratio or difference, not {op!r}")
     if isinstance(num, Summary) and isinstance(den, Summary):
         return ratio_of_means(num, den) if op == "ratio" else difference_of_means(num, den)
-    a, ca = _value_ci(num)
-    b, cb = _value_ci(den)
+    x, y = as_estimate(num), as_estimate(den)
+    a, ca, b, cb = x.value, x.ci95, y.value, y.ci95
     if op == "difference":
         return Estimate(a - b, None if ca is None or cb is None else math.hypot(ca, cb), None)
     if b == 0:
@@ -405,14 +405,15 @@ def mean_of(estimates: Sequence[Summary | Estimate]) -> Estimate:
     are measured independently; None when any has none)."""
     if not estimates:
         raise ValueError("a mean needs at least one value")
-    pairs = [_value_ci(e) for e in estimates]
-    k = len(pairs)
-    ci = None if any(c is None for _, c in pairs) else math.sqrt(math.fsum(c * c for _, c in pairs)) / k
-    return Estimate(math.fsum(v for v, _ in pairs) / k, ci, None)
+    each = [as_estimate(e) for e in estimates]
+    k = len(each)
+    ci = None if any(e.ci95 is None for e in each) else math.sqrt(math.fsum(e.ci95 ** 2 for e in each)) / k
+    return Estimate(math.fsum(e.value for e in each) / k, ci, None)
 
 
-def _value_ci(x: Summary | Estimate) -> tuple[float, float | None]:
-    return (x.mean, x.ci95) if isinstance(x, Summary) else (x.value, x.ci95)
+def as_estimate(x: Summary | Estimate) -> Estimate:
+    """A summary as its mean with its interval; an estimate as it is (pure)."""
+    return Estimate(x.mean, x.ci95, None) if isinstance(x, Summary) else x
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
