@@ -52,6 +52,7 @@ from analysis.reproduction import (
     TRANSACTION_MODE,
     UNDECIDED,
     ClaimVerdict,
+    MeasuredValue,
     evaluate,
     load_reference,
 )
@@ -229,14 +230,12 @@ def plan_regimes(parts: Sequence[Part], factor: float, reference: Mapping[str, A
     a transactions part at the divided rates."""
     kinds = claim_kinds(parts, reference)
     out = []
-    for part in parts:  # (shaped_parts says which stay shaped)
-        shaped = dataclasses.replace(part, regime="link", spec=dataclasses.replace(
-            part.spec, rates_mbit=scaled_rates(part.spec.rates_mbit, factor)))
+    for part in parts:
+        if _stays_shaped(part, kinds[part.name]):
+            out.append(dataclasses.replace(part, regime="link", spec=dataclasses.replace(
+                part.spec, rates_mbit=scaled_rates(part.spec.rates_mbit, factor))))
         if part.transactions or "cpu" not in kinds[part.name]:
-            out.append(shaped)
             continue
-        if kinds[part.name] - {"cpu"}:
-            out.append(shaped)
         out.append(dataclasses.replace(part, name=f"{part.name}_cpu", regime="cpu",
                                        seed_rate_mbit=max(part.spec.rates_mbit),
                                        title=f"{part.title} (unshaped: this machine's CPU the limit)",
@@ -247,7 +246,13 @@ def plan_regimes(parts: Sequence[Part], factor: float, reference: Mapping[str, A
 def shaped_parts(parts: Sequence[Part], reference: Mapping[str, Any]) -> list[Part]:
     """The parts :func:`plan_regimes` measures at shaped rates (what the calibration must keep link-bound)."""
     kinds = claim_kinds(parts, reference)
-    return [p for p in parts if p.transactions or "cpu" not in kinds[p.name] or kinds[p.name] - {"cpu"}]
+    return [p for p in parts if _stays_shaped(p, kinds[p.name])]
+
+
+def _stays_shaped(part: Part, kinds: set[str]) -> bool:
+    """Whether a part with claims of ``kinds`` is measured at shaped rates: a transactions part, or one that
+    some claim other than the seed's CPU's rests on, or none does."""
+    return bool(part.transactions or "cpu" not in kinds or kinds - {"cpu"})
 
 
 def scale_parts(parts: Sequence[Part], factor: float) -> list[Part]:
@@ -446,20 +451,23 @@ def round_seconds(focus: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part
     return total
 
 
+def _straddling(claim: ClaimVerdict) -> list[MeasuredValue]:
+    """``claim``'s values whose interval straddles a bound, of those judged."""
+    return [m for m in claim.measured if m.position == STRADDLES and (m.judged or not claim.left_out)]
+
+
 def fewest_repetitions(claim: ClaimVerdict) -> int:
     """The fewest repetitions behind any of ``claim``'s straddling values."""
-    straddling = [m for m in claim.measured if m.position == STRADDLES and (m.judged or not claim.left_out)]
+    straddling = _straddling(claim)
     return min((m.repetitions or 1) for m in straddling) if straddling else 1
 
 
 def cost_to_decide(claim: ClaimVerdict, plan: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part]) -> float:
     """About the seconds of rounds that would decide ``claim`` (:attr:`ClaimVerdict.decide_repetitions`;
     one round for a value with no interval yet; infinite when it cannot be said)."""
-    straddling = [m for m in claim.measured if m.position == STRADDLES and (m.judged or not claim.left_out)]
-    now = fewest_repetitions(claim)
     if claim.decide_repetitions is not None:
-        rounds = claim.decide_repetitions - now
-    elif any(m.ci95 is None for m in straddling):
+        rounds = claim.decide_repetitions - fewest_repetitions(claim)
+    elif any(m.ci95 is None for m in _straddling(claim)):
         rounds = 1
     else:
         return float("inf")
