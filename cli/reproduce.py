@@ -16,7 +16,7 @@ from cli.options import Parser, add_output_options, csv, kernel_choice
 from cli.sweep import REPO, finish
 from experiments import runner
 from experiments.catalogue import reproduction, reproductions
-from experiments.job import Job, ReproductionWork
+from experiments.job import REPRODUCTION_BUDGET_S, Job, ReproductionWork
 from experiments.reproduce import Reproduction
 from ipsec import ike
 from ipsec.ike import KEYING_HELP, KEYINGS
@@ -73,7 +73,7 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
                    help="offered rate of the UDP points (iperf3 -b, e.g. 300M); the seeds sent as fast as "
                         "they could (0), which inside User-Mode Linux's one CPU starves the receiver "
                         "(default: each part's own)")
-    g.add_argument("--budget", type=minutes_arg, default=10.0, metavar="MINUTES",
+    g.add_argument("--budget", type=minutes_arg, default=REPRODUCTION_BUDGET_S / 60, metavar="MINUTES",
                    help="time from the command's start (a guest's boot included) within which claims left "
                         "undecided (a value's 95%% interval astride a bound of the claim's range) get more "
                         "repetitions of the points they rest on; a claim the budget cannot decide is named with "

@@ -159,6 +159,10 @@ class SweepWork:
         return cls(spec=SweepSpec.from_json(data["spec"]), turns=data.get("turns"))
 
 
+#: A reproduction's time budget by default, from the command's start: each seed within 10 minutes.
+REPRODUCTION_BUDGET_S = 600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class ReproductionWork:
     """A seed's experiment (``ipsec-testbed reproduce SEED``): its parts, each into a directory of
@@ -170,7 +174,7 @@ class ReproductionWork:
     seed: str
     parts: tuple[Part, ...]
     scale: float | str | None = None
-    budget_s: float = 600.0
+    budget_s: float = REPRODUCTION_BUDGET_S
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "parts", tuple(self.parts))
@@ -190,7 +194,7 @@ class ReproductionWork:
     @classmethod
     def from_json(cls, data: Mapping) -> ReproductionWork:
         return cls(seed=data["seed"], parts=tuple(Part.from_json(p) for p in data["parts"]), scale=data.get("scale"),
-                   budget_s=data.get("budget_s", 600.0))
+                   budget_s=data.get("budget_s", REPRODUCTION_BUDGET_S))
 
 
 @dataclasses.dataclass(frozen=True)
