@@ -8,13 +8,13 @@ import itertools
 import subprocess
 
 import pytest
-from conftest import capture, ip
+from conftest import capture, ip, ipsec_count
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.layers.ipsec import ESP
 from scapy.utils import rdpcap
 
-from testbed import names
+from testbed import names, waiting
 from topologies import TOPOLOGIES, build_spec
 from topologies.network import Network
 
@@ -70,7 +70,13 @@ def test_tunnel_mode_is_esp_on_the_untrusted_link_and_plaintext_on_the_lans(name
                 stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
             stack.enter_context(capture(lan_ns, lan_if, str(tmp_path / "lan.pcap")))
             r = ping(net, src, dst, family, count=4)
-        assert r.returncode == 0, r.stdout + r.stderr
+            assert r.returncode == 0 and " 4 received" in r.stdout, r.stdout + r.stderr
+            # four requests out of the client, four replies out of the gateway: all eight in the captures
+            # before tcpdump stops (a capture that stopped once it had not grown for settle's 0.3 s once
+            # held seven, in a full run at 1b37f64)
+            esp = lambda: sum(ipsec_count(str(tmp_path / f"wan{k}.pcap")) for k in range(len(wan_ifs)))  # noqa: E731
+            waiting.until(lambda: esp() >= 8, 3.0, "8 ESP packets on the untrusted link",
+                          state=lambda: f"{esp()} there", interval_s=0.01)
         wan = [p for k in range(len(wan_ifs)) for p in rdpcap(str(tmp_path / f"wan{k}.pcap")) if l3 in p]
         lan = [p for p in rdpcap(str(tmp_path / "lan.pcap")) if l3 in p]
         assert sum(ESP in p for p in wan) >= 8, "no ESP on the untrusted link"
