@@ -41,6 +41,7 @@ from cli.options import (
     positive_seconds,
 )
 from cli.output import console
+from ipsec import wireguard
 from ipsec.ike import KEYING_HELP, KEYINGS, child_proposals, is_ike
 from ipsec.ike import available as ike_available
 from ipsec.overhead import overhead_table, render_rows
@@ -190,7 +191,8 @@ def cmd_overhead(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     _need_root("demo")
-    parse_profile(args.profile)  # bad input fails here, before a boot
+    if parse_profile(args.profile).wireguard and wireguard.refusal(args.mode, args.keying):  # bad input fails
+        raise SystemExit(f"ipsec-testbed demo: {wireguard.refusal(args.mode, args.keying)}")  # here, before a boot
     build_spec(args.topology, clients=args.clients)
     if args.web and not 0 <= args.port <= 65535:
         raise SystemExit(f"ipsec-testbed demo: --port {args.port} is not a TCP port (0: any free one)")

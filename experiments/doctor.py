@@ -15,6 +15,7 @@ import logging
 import os
 import platform
 import re
+import secrets
 import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
@@ -51,6 +52,7 @@ def probe(run_id: str | None = None, tools: bool = True,
                             "IPv6 stack" if os.path.isdir("/proc/sys/net/ipv6") else "no IPv6 in this kernel"))
         checks += _ipsec_checks(name)
         checks += _link_checks(name, run_id)
+        checks.append(_wireguard_check(name, run_id))
     finally:
         netns.delete(name)
     if tools:
@@ -128,6 +130,23 @@ def _link_checks(ns: str, run_id: str) -> list[Check]:
                 checks.append(Check("qdisc", f"qdisc {kind}", False,
                                     f"sch_{kind}: {why} (CONFIG_NET_SCH_{kind.upper()})"))
     return checks
+
+
+def _wireguard_check(ns: str, run_id: str) -> Check:
+    """A WireGuard device made, keyed over generic netlink and its public key read back, then deleted."""
+    from ipsec import wireguard
+
+    dev = wireguard.DevicePlan(ns, wireguard.device_name(run_id, 4), 4, wireguard.LISTEN_PORTS[4], 1420,
+                               secrets.token_bytes(32), ())
+    try:
+        wireguard.apply([dev])
+    except wireguard.WireGuardError as e:
+        return Check("tunnel", "wireguard", False, str(e))
+    try:
+        wireguard.remove([dev])
+    except wireguard.WireGuardError as e:
+        return Check("tunnel", "wireguard", False, str(e))
+    return Check("tunnel", "wireguard", True, "WireGuard devices, keyed over generic netlink")
 
 
 def _version(cmd: Sequence[str], pattern: str) -> str | None:

@@ -17,6 +17,7 @@ on the host, where plotting is fast.  What a kind of work does is one function e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shlex
 import shutil
@@ -63,16 +64,40 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
     return path
 
 
-def prepare_kernel(job: Job) -> None:
+def prepare_kernel(job: Job) -> Job:
     """Build the UML kernel the job names (``--uml-kernel`` or ``$IPSEC_TESTBED_UML_KERNEL``) on first use;
-    at once when it is in the cache.  A bad name or a step of the recipe that fails is one line."""
+    at once when it is in the cache.  A bad name or a step of the recipe that fails is one line.
+
+    Work with WireGuard and no kernel named gets the project's kernel where the automatic choice (Debian's)
+    has no WireGuard: the job is returned with that choice, so that every tunnel it compares runs on the
+    one kernel.  A kernel named that has no WireGuard is refused in one line naming the one that has."""
     requested = job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+    wireguard = "wireguard" in needs(job).capabilities and job.kernel.kernel != backends.HostBackend.name
+    if not requested and wireguard:
+        try:
+            automatic = umlkernel.automatic()
+        except umlkernel.KernelUnavailableError:
+            automatic = None  # not built yet on this CPU: the project's kernel, which has WireGuard
+        if automatic is None or automatic.configured("CONFIG_WIREGUARD") is False:
+            requested = kernelsource.RECIPE
+            job = job.with_(kernel=dataclasses.replace(job.kernel, uml_kernel=requested))
+            print("kernel: WireGuard is not in Debian's linux.uml: every profile of this run runs on the "
+                  "project's kernel (--uml-kernel recipe), which has it", file=sys.stderr)
     if not requested:
-        return
+        return job
     try:
         kernelbuild.ensure(requested)
     except (kernelsource.KernelNameError, kernelbuild.BuildError) as e:
         raise Refused(str(e)) from None
+    if wireguard:
+        try:
+            kernel = umlkernel.select(requested)
+        except umlkernel.KernelUnavailableError:
+            return job
+        if kernel.configured("CONFIG_WIREGUARD") is False:
+            raise Refused(f"profile wireguard needs a kernel with WireGuard (CONFIG_WIREGUARD), and "
+                          f"{kernel.describe()} has none: --uml-kernel recipe (the project's kernel) has it")
+    return job
 
 
 def check_tools() -> None:
@@ -295,7 +320,7 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
             print(f"{prog}: WARNING: measuring beside another testbed run, {hold.concurrent.describe()} "
                   "(--allow-concurrent): every record says so", file=sys.stderr)
         if on_host:
-            prepare_kernel(job)
+            job = prepare_kernel(job)
             report_leftovers(prog)
             hand_to_guest()  # meta.json's versions and CPU model, found here once
         return _run_held(job, prog, here, on_host, interactive, channel_fds)

@@ -63,6 +63,13 @@ Kernel code the model follows (Linux 6.1; checked against a running 6.1 UML kern
     net/ipv4/tcp_output.c: __tcp_mtu_to_mss() = pmtu - net_header_len - sizeof(struct tcphdr)
         (- IP options); tcp_mtu_to_mss() subtracts the TCP options (timestamps: 12).
 
+WireGuard (profile ``wireguard``, Linux 6.1's drivers/net/wireguard)::
+
+    [outer IP][UDP][type,reserved 4][receiver index 4][counter 8][IP][TCP][payload ....][pad][tag 16]
+    send.c, calculate_skb_padding(): padded = min(mtu, ALIGN(len, 16)) (len modulo mtu when above it)
+    wg-quick: the device's MTU is the link's minus 80 (IPv6 40 + UDP 8 + header 16 + tag 16), for
+    either outer IP version; that device MTU is the inner MTU the senders see.
+
 Deliberate choices and assumptions:
 
 - **AH on IPv4 pads to 8 bytes**, as Linux does unless the SA carries
@@ -77,7 +84,8 @@ Deliberate choices and assumptions:
   tunnel mode IPComp compresses the inner headers too: a 100-byte IPv6 packet with a
   random 52-byte payload left a 6.1 kernel 12 bytes shorter than this model says.
 - Inner and outer IP headers have no options or extension headers; the inner packet
-  has the same IP version as the outer one.  No NAT-T (UDP encapsulation), no TFC padding.
+  has the same IP version as the outer one (WireGuard too: the testbed gives each IP version
+  its own WireGuard device, :mod:`ipsec.wireguard`).  No NAT-T (UDP encapsulation), no TFC padding.
 - The AES-GCM key size does not matter; its ICV length (``-icv8``/``-icv12``) does.
 - An IPv6 inner MTU below 1280 is returned as computed (the kernel does the same
   arithmetic); the link MTU itself must be at least 1280 for IPv6 and 68 for IPv4.
@@ -119,6 +127,16 @@ ESP_HEADER_BYTES = 8
 ESP_TRAILER_BYTES = 2
 #: ``struct ip_auth_hdr`` without the ICV: next header, length, reserved, SPI, sequence.
 AH_FIXED_BYTES = 12
+UDP_HEADER_BYTES = 8
+#: WireGuard's transport data header (``struct message_data``): type and 3 reserved bytes, the
+#: receiver's index, the 8-byte counter.
+WIREGUARD_HEADER_BYTES = 16
+#: ... and its Poly1305 tag after the encrypted packet.
+WIREGUARD_TAG_BYTES = 16
+#: WireGuard pads the packet it encrypts to a multiple of this (``MESSAGE_PADDING_MULTIPLE``), up to the MTU.
+WIREGUARD_PADDING = 16
+#: What wg-quick takes off the link's MTU for the WireGuard device's: the largest outer headers.
+WIREGUARD_MTU_RESERVE = 80
 #: ESP pads to a multiple of the cipher block size rounded up to 4 (RFC 4303 section 2.4).
 ESP_MIN_ALIGN = 4
 #: AH header alignment in Linux: 8 bytes for both IP versions (see the module docstring).
@@ -139,14 +157,14 @@ class Transform:
     """One SA of a bundle as the overhead model sees it.
 
     Attributes:
-        proto: ``"esp"``, ``"ah"`` or ``"comp"``.
+        proto: ``"esp"``, ``"ah"``, ``"comp"``, or ``"wireguard"`` (a tunnel of its own).
         mode: ``"transport"`` or ``"tunnel"``.
         ip_version: 4 or 6, the SA's (outer) IP version.
         header_bytes: the kernel's ``x->props.header_len``: ESP header + IV, the AH header
             with its ICV and padding, nothing for IPComp; plus the outer IP header in
-            tunnel mode.
-        icv_bytes: ESP's integrity check value (AH's is inside ``header_bytes``).
-        align_bytes: ESP padding boundary, ``ALIGN(cipher block size, 4)``; 1 otherwise.
+            tunnel mode; for WireGuard the outer IP and UDP headers and its own.
+        icv_bytes: ESP's integrity check value (AH's is inside ``header_bytes``); WireGuard's tag.
+        align_bytes: ESP padding boundary, ``ALIGN(cipher block size, 4)``; WireGuard's 16; 1 otherwise.
     """
 
     proto: str
@@ -159,13 +177,20 @@ class Transform:
     def state_mtu(self, mtu: int) -> int:
         """The kernel's ``xfrm_state_mtu(x, mtu)``: the largest packet this SA may be given
         when what it produces must fit in ``mtu``."""
+        if self.proto == "wireguard":
+            return mtu - WIREGUARD_MTU_RESERVE  # the device's MTU, as wg-quick sets it
         if self.proto != "esp":
             return mtu - self.header_bytes
         net_adj = IP_HEADER_BYTES[self.ip_version] if self.mode == "transport" else 0
         return ((mtu - self.header_bytes - self.icv_bytes - net_adj) & ~(self.align_bytes - 1)) + net_adj - 2
 
-    def bytes_added(self, packet_bytes: int) -> int:
-        """Bytes this SA adds to an IP packet of ``packet_bytes`` (incompressible for IPComp)."""
+    def bytes_added(self, packet_bytes: int, link_mtu: int = 1500) -> int:
+        """Bytes this SA adds to an IP packet of ``packet_bytes`` (incompressible for IPComp); WireGuard's
+        padding stops at its device's MTU, which ``link_mtu`` sets."""
+        if self.proto == "wireguard":
+            mtu = self.state_mtu(link_mtu)
+            unit = packet_bytes % mtu if packet_bytes > mtu else packet_bytes
+            return self.header_bytes + min(mtu, _align(unit, self.align_bytes)) - unit + self.icv_bytes
         if self.proto != "esp":
             # AH: its header (+ outer IP in tunnel mode); IPComp: outer IP in tunnel mode, else 0
             return self.header_bytes
@@ -247,6 +272,12 @@ def profile_transforms(profile: ProfileArg, mode: str, ip_version: int) -> tuple
     """
     prof = _profile(profile)
     _check_mode_version(mode, ip_version)
+    if prof.wireguard:
+        if mode != "tunnel":
+            raise ValueError("WireGuard is a tunnel: it has no transport mode")
+        return (Transform("wireguard", mode, ip_version,
+                          IP_HEADER_BYTES[ip_version] + UDP_HEADER_BYTES + WIREGUARD_HEADER_BYTES,
+                          WIREGUARD_TAG_BYTES, WIREGUARD_PADDING),)
     out = []
     for i, proto in enumerate(prof.protocols):
         sa_mode = mode if i == 0 else "transport"
@@ -260,13 +291,15 @@ def profile_transforms(profile: ProfileArg, mode: str, ip_version: int) -> tuple
     return tuple(out)
 
 
-def packet_overhead(profile: ProfileArg, mode: str, ip_version: int, inner_bytes: int) -> int:
+def packet_overhead(profile: ProfileArg, mode: str, ip_version: int, inner_bytes: int,
+                    link_mtu: int = 1500) -> int:
     """Exact bytes the kernel adds to one inner IP packet of ``inner_bytes`` (header included).
 
     Counts ESP header, IV, padding, trailer and ICV, the AH header, and the outer IP
-    header in tunnel mode; IPComp is assumed not to compress (module docstring).  The
-    packet on the link is ``inner_bytes + packet_overhead(...)``; the function does not
-    check that it fits a link (see :func:`inner_mtu`).
+    header in tunnel mode; IPComp is assumed not to compress (module docstring); WireGuard's
+    outer IP, UDP and data headers, padding and tag (its padding stops at the device's MTU,
+    ``link_mtu`` - 80).  The packet on the link is ``inner_bytes + packet_overhead(...)``; the
+    function does not check that it fits a link (see :func:`inner_mtu`).
     """
     transforms = profile_transforms(profile, mode, ip_version)
     low = IP_HEADER_BYTES[ip_version]
@@ -275,7 +308,7 @@ def packet_overhead(profile: ProfileArg, mode: str, ip_version: int, inner_bytes
                          f"(IP header included), not {inner_bytes!r}")
     size = inner_bytes
     for t in transforms:
-        size += t.bytes_added(size)
+        size += t.bytes_added(size, link_mtu)
     return size - inner_bytes
 
 
@@ -362,7 +395,7 @@ def overhead_row(profile: ProfileArg, mode: str, ip_version: int, link_mtu: int 
     prof = _profile(profile)
     mtu = inner_mtu(prof, mode, ip_version, link_mtu)
     low = max(IP_HEADER_BYTES[ip_version], mtu - _PADDING_WINDOW + 1)
-    added = [packet_overhead(prof, mode, ip_version, size) for size in range(low, mtu + 1)]
+    added = [packet_overhead(prof, mode, ip_version, size, link_mtu) for size in range(low, mtu + 1)]
     mss = mtu - IP_HEADER_BYTES[ip_version] - TCP_HEADER_BYTES
     return OverheadRow(profile=prof.name, mode=mode, ip_version=ip_version, link_mtu=link_mtu,
                        inner_mtu=mtu, max_mss=mss, payload_per_segment=mss - TCP_TIMESTAMPS_BYTES,
@@ -377,6 +410,8 @@ def overhead_table(profiles: Iterable[ProfileArg], modes: Sequence[str] = MODES,
         prof = _profile(profile)
         for ip_version in ip_versions:
             for mode in modes:
+                if prof.wireguard and mode != "tunnel":
+                    continue  # a tunnel of its own: no transport mode
                 rows.append(overhead_row(prof, mode, ip_version, link_mtu))
     return rows
 
@@ -466,7 +501,7 @@ def expected_goodput_mbps(rate_mbit: float, mss: int, profile: ProfileArg = "non
         packets = _protected_packets(seg_mss + TCP_HEADER_BYTES, prof, mode, ip_version, link_mtu)
         return rate_mbit * payload / sum(n + l2_bytes for n in packets)
     inner = seg_mss + TCP_HEADER_BYTES + ip_hdr
-    wire = inner + (packet_overhead(prof, mode, ip_version, inner) if prof.protocols else 0) + l2_bytes
+    wire = inner + (packet_overhead(prof, mode, ip_version, inner, link_mtu) if prof.protocols else 0) + l2_bytes
     return rate_mbit * payload / wire
 
 
@@ -517,10 +552,13 @@ def _protected_packets(l4: int, prof: Profile, mode: str, ip_version: int, link_
         return fragment_sizes(l4, ip_version, link_mtu)
     if mode == "transport":
         inner = l4 + ip_hdr
-        return fragment_sizes(inner + packet_overhead(prof, mode, ip_version, inner) - ip_hdr, ip_version, link_mtu)
-    first_mtu = link_mtu if ip_version == 4 else inner_mtu(prof, mode, ip_version, link_mtu)
+        return fragment_sizes(inner + packet_overhead(prof, mode, ip_version, inner, link_mtu) - ip_hdr, ip_version,
+                              link_mtu)
+    # WireGuard: the datagram meets the device's MTU first (a sender whose route goes through the device;
+    # an IPv4 sender behind a gateway fragments at its own link's MTU and the gateway again, not modelled)
+    first_mtu = link_mtu if ip_version == 4 and not prof.wireguard else inner_mtu(prof, mode, ip_version, link_mtu)
     return [outer for frag in fragment_sizes(l4, ip_version, first_mtu)
-            for outer in fragment_sizes(frag + packet_overhead(prof, mode, ip_version, frag) - ip_hdr,
+            for outer in fragment_sizes(frag + packet_overhead(prof, mode, ip_version, frag, link_mtu) - ip_hdr,
                                         ip_version, link_mtu)]
 
 

@@ -57,6 +57,8 @@ class AssociationSpec:
     def __post_init__(self) -> None:
         if isinstance(self.profile, str):
             object.__setattr__(self, "profile", parse_profile(self.profile))
+        if self.profile.wireguard:
+            raise ValueError("profile wireguard is not IPsec: no SAs to plan (ipsec.wireguard plans its tunnels)")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         families = {self.a.family, self.b.family}

@@ -1,8 +1,10 @@
-"""IPsec profiles: which transforms protect the traffic, by name (pure data, stdlib only).
+"""Profiles: which tunnel protects the traffic, and with which transforms, by name (pure data, stdlib only).
 
 A profile name is built from parts joined with ``+``::
 
-    none                                no IPsec (the baseline every sweep includes)
+    none                                no tunnel (the baseline every sweep includes)
+    wireguard                           WireGuard (ChaCha20-Poly1305 in UDP, Curve25519 keys): a tunnel
+                                        kind of its own, never combined with the IPsec parts
     aes-gcm-256                         ESP, AES-GCM (RFC 4106), 16-byte ICV
     aes-gcm-128-icv8                    ... with an 8-byte ICV (icv8, icv12, icv16)
     aes-ccm-128, aes-ccm-256-icv8       ESP, AES-CCM (RFC 4309), ICV as AES-GCM's
@@ -54,7 +56,10 @@ _CBC = re.compile(rf"^({'|'.join(map(re.escape, CIPHERS))})-({'|'.join(AUTHS)})$
 _AH = re.compile(rf"^ah-({'|'.join(AUTHS)})$")
 
 _SHORT_ICVS = [a.name for a in _AEADS if len(a.icv_bits_allowed) > 1]
-GRAMMAR = ("none | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is an AEAD "
+#: The WireGuard profile's name: a tunnel of its own kind (:mod:`ipsec.wireguard`), never stacked.
+WIREGUARD = "wireguard"
+
+GRAMMAR = ("none | wireguard | ESP[+ah-AUTH][+ipcomp] | ah-AUTH[+ipcomp] | ipcomp, where ESP is an AEAD "
            f"({', '.join(a.name for a in _AEADS)}; "
            f"{', '.join(sorted({n.rsplit('-', 1)[0] for n in _SHORT_ICVS}))} take "
            f"-icv{{{','.join(map(str, _ICVS))}}}) or CIPHER-AUTH with "
@@ -76,6 +81,7 @@ class Profile:
     esp_auth: str | None = None
     ah_auth: str | None = None
     ipcomp: bool = False
+    wireguard: bool = False
 
     @property
     def esp(self) -> bool:
@@ -83,8 +89,16 @@ class Profile:
 
     @property
     def protocols(self) -> tuple[str, ...]:
-        """xfrm protocols in the order they are applied: innermost (``comp``) first."""
+        """What protects the traffic, in the order applied: the xfrm protocols innermost (``comp``) first,
+        or ``wireguard`` alone.  Each is also the kernel capability the profile needs (``experiments.doctor``)."""
+        if self.wireguard:
+            return ("wireguard",)
         return tuple(p for p, on in (("comp", self.ipcomp), ("esp", self.esp), ("ah", self.ah_auth is not None)) if on)
+
+    @property
+    def ipsec(self) -> bool:
+        """Whether IPsec protects the traffic (not the plain baseline, not WireGuard)."""
+        return bool(self.protocols) and not self.wireguard
 
     @property
     def is_none(self) -> bool:
@@ -94,6 +108,8 @@ class Profile:
         """A sentence for tables and reports."""
         if self.is_none:
             return "no IPsec"
+        if self.wireguard:
+            return "WireGuard (ChaCha20-Poly1305 in UDP, Curve25519 keys)"
         parts = []
         if self.ipcomp:
             parts.append("IPComp deflate")
@@ -116,6 +132,11 @@ def parse_profile(name: str) -> Profile:
     text = name.strip().lower()
     if text == "none":
         return Profile("none")
+    if text == WIREGUARD:
+        return Profile(WIREGUARD, wireguard=True)
+    if WIREGUARD in text.split("+"):
+        raise ValueError(f"profile {name!r}: WireGuard is a tunnel of its own and takes no ESP, AH or IPComp "
+                         "beside it; give wireguard alone")
     fields: dict = {}
     seen: set[str] = set()
     for part in text.split("+"):
@@ -199,6 +220,7 @@ CATALOG: tuple[Named, ...] = (
     Named("aes-ctr-128-sha256", "RFC 3686 (AES-CTR) + RFC 4868 HMAC-SHA256-128"),
     Named("aes-cbc-256-sha384", "RFC 4868 HMAC-SHA384-192"),
     Named("aes-cbc-256-sha512", "RFC 4868 HMAC-SHA512-256"),
+    Named("wireguard", "WireGuard (not IPsec: ChaCha20-Poly1305 in UDP, Curve25519), the tunnel compared with ESP"),
 )
 
 

@@ -16,7 +16,7 @@ BASE_NEEDS = ("veth", "qdisc tbf")
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """One probed capability: ``group`` is kernel, ipsec, algorithm, qdisc, tool or backend."""
+    """One probed capability: ``group`` is kernel, ipsec, algorithm, qdisc, tunnel, tool or backend."""
 
     group: str
     name: str

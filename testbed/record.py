@@ -110,21 +110,29 @@ _KEYING_MEANINGS = {
 
 #: The profile of the plain baseline: no tunnel (``ipsec.profiles`` names it too).
 PLAIN_PROFILE = "none"
+#: The profile of a WireGuard tunnel (``ipsec.profiles`` names it too).
+WIREGUARD_PROFILE = "wireguard"
+#: The key a results.jsonl line says its tunnel under (not a field: the profile says it).
+TUNNEL_KEY = "tunnel"
 
 
 class Tunnel(enum.StrEnum):
     """What carries a point's traffic between its ends, as its profile says (:meth:`of`).
 
     Records have no field for it: a profile names one kind of tunnel, and the plain baseline
-    (profile ``none``) has none.  Today every other profile is an IPsec one.
+    (profile ``none``) has none; a results.jsonl line says it under ``tunnel``, for its readers.
+    Profile ``wireguard`` is WireGuard; every other profile is an IPsec one.
     """
 
     IPSEC = "ipsec"
+    WIREGUARD = "wireguard"
 
     @classmethod
     def of(cls, profile: str | None) -> Tunnel | None:
         """The tunnel of a point measured with ``profile``: None for the plain baseline."""
-        return None if profile == PLAIN_PROFILE else cls.IPSEC
+        if profile == PLAIN_PROFILE:
+            return None
+        return cls.WIREGUARD if profile == WIREGUARD_PROFILE else cls.IPSEC
 
 
 #: The bounds from the most cautious reading of a point to the least: a point whose repetitions
@@ -298,13 +306,17 @@ class Record:
         for name in self.OPTIONAL:
             if out[name] is None or out[name] == "":
                 del out[name]
+        if self.tunnel is not None:
+            out[TUNNEL_KEY] = self.tunnel.value  # for a reader of the line; its profile says it
         return out
 
     @classmethod
     def from_json(cls, line: Mapping[str, Any]) -> Record:
         """A record from a results.jsonl line (its ``schema``, the file's layout, aside); fields it does
         not know are refused."""
-        fields = {k: v for k, v in line.items() if k != "schema"}
+        fields = {k: v for k, v in line.items() if k not in ("schema", TUNNEL_KEY)}
+        if TUNNEL_KEY in line and line[TUNNEL_KEY] != getattr(Tunnel.of(fields.get("profile")), "value", None):
+            raise ValueError(f"tunnel {line[TUNNEL_KEY]!r} is not what profile {fields.get('profile')!r} says")
         unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"not {cls.WHAT}'s fields: {', '.join(sorted(unknown))}")

@@ -43,7 +43,8 @@ def render() -> str:
     lines += ["", "## How the SAs were made (`keying`)", "", "| keying | meaning |", "|---|---|"]
     lines += [f"| `{k.value}` | {k.meaning} |" for k in Keying]
     lines += ["", "## What carried the traffic", "",
-              "A record has no field for it: its `profile` says it. The plain baseline "
+              "Its `profile` says it, and each results.jsonl line repeats it under `tunnel` for those "
+              "who read the lines (`jq 'select(.tunnel == \"wireguard\")'`). The plain baseline "
               f"(`{PLAIN_PROFILE}`) has no tunnel; every other profile is "
               + " or ".join(f"`{t.value}`" for t in Tunnel) + " (`testbed.record.Tunnel`)."]
     own = [f for f in dataclasses.fields(TransactionRecord) if f.name not in FIELDS]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import json
 import os
 import re
@@ -38,6 +39,8 @@ RECIPE_COMMAND = "ipsec-testbed kernel build"
 KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
 DEBIAN_KERNEL = "/usr/bin/linux.uml"
 DEBIAN_MODULES_ROOT = "/usr/lib/uml/modules"
+#: The configuration Debian's linux.uml was built with, as its package ships it.
+DEBIAN_CONFIG = "/usr/share/doc/user-mode-linux/config.gz"
 ORIGINS = ("debian", "recipe", "user")
 #: Names of kernels that need no source: Debian's, and the recipe's default build.
 NAMED = (kernelsource.DEBIAN, kernelsource.RECIPE)
@@ -72,6 +75,23 @@ class UmlKernel:
         if self.fits_host is False:
             return (f"{self.describe()} hands the host a {self.fp_bytes}-byte FPU buffer, smaller than this CPU's "
                     f"{xsave.host_bytes()}-byte XSAVE area: it cannot boot here. {_FIX}")
+        return None
+
+    def configured(self, option: str) -> bool | None:
+        """Whether the kernel was built with ``option`` (``CONFIG_WIREGUARD``) built in or as a module, from
+        the configuration beside it (Debian's package's, a recipe build's ``config``, a tree's ``.config``);
+        None when there is none to read."""
+        here = os.path.dirname(self.path)
+        candidates = {"debian": [DEBIAN_CONFIG], "recipe": [os.path.join(here, "config")],
+                      "user": [os.path.join(here, ".config"), os.path.join(here, "config")]}[self.origin]
+        for path in candidates:
+            try:
+                opener = gzip.open if path.endswith(".gz") else open
+                with opener(path, "rt") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            return re.search(rf"^{re.escape(option)}=[ym]$", text, re.MULTILINE) is not None
         return None
 
     def describe(self) -> str:

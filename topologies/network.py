@@ -10,7 +10,8 @@ adds what Mininet lacks:
 - IPv4 and IPv6 on every segment, routes and forwarding, set through pyroute2;
 - switch nodes are a Linux bridge in their own namespace (no Open vSwitch);
 - shaping with :mod:`topologies.shaping` on the spec's shaped link;
-- IPsec applied and removed per profile through :mod:`ipsec.plan`.
+- IPsec applied and removed per profile through :mod:`ipsec.plan`, or WireGuard between the
+  same tunnel ends through :mod:`ipsec.wireguard` (profile ``wireguard``).
 
 :class:`Network` is a context manager; everything it creates is registered for
 teardown right after it is created, so an exception at any step leaves nothing.
@@ -31,8 +32,9 @@ from mininet.node import Host, Node
 from mininet.topo import Topo
 from mininet.util import numCores
 
-from ipsec import ike, slowdown
+from ipsec import ike, slowdown, wireguard
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
+from ipsec.profiles import parse_profile
 from testbed import names, netns, waiting
 from testbed.errors import critical
 from testbed.record import Keying
@@ -213,6 +215,7 @@ class Network:
         self._ipsec_families: set[int] = set()
         self._ike: ike.Keying | None = None  # keying by IKE (apply_ipsec(keying="ike"|"ike-rsa"))
         self._ike_up = False
+        self._wireguard: list[wireguard.DevicePlan] = []  # the WireGuard devices up now
         self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
@@ -345,18 +348,22 @@ class Network:
     def associations(self, profile: str, mode: str, family: int = 4) -> list[AssociationSpec]:
         """What every IPsec pair of the topology protects, between which endpoints (pure)."""
         specs = []
-        for pair in self.spec.ipsec:
+        for pair, (a, b) in zip(self.spec.ipsec, self.tunnel_ends(family), strict=True):
             if mode == "transport":
                 a = Endpoint(self.ns(pair.a), self.addr(pair.a, family))
                 b = Endpoint(self.ns(pair.b), self.addr(pair.b, family))
                 forward = False
             else:
-                a = self._tunnel_end(pair.tunnel_a, pair.a, family)
-                b = self._tunnel_end(pair.tunnel_b, pair.b, family)
                 forward = self.spec.node(pair.tunnel_a).role == "gateway" or \
                     self.spec.node(pair.tunnel_b).role == "gateway"
             specs.append(AssociationSpec(profile, mode, a, b, forward=forward))
         return specs
+
+    def tunnel_ends(self, family: int = 4) -> list[tuple[Endpoint, Endpoint]]:
+        """The two ends of every tunnel of the topology, one pair per IPsec pair (pure): each end's
+        namespace, its address on the untrusted link, and the network it protects."""
+        return [(self._tunnel_end(pair.tunnel_a, pair.a, family), self._tunnel_end(pair.tunnel_b, pair.b, family))
+                for pair in self.spec.ipsec]
 
     def _tunnel_end(self, gw: str, host: str, family: int):
         if gw == host:
@@ -376,6 +383,7 @@ class Network:
     def apply_ipsec(self, profile: str, mode: str = "tunnel", families=(4, 6),
                     keying: Keying | str = Keying.STATIC) -> list:
         """Protect every IPsec pair with ``profile`` (both IP versions by default); returns the plans.
+        Profile ``wireguard`` puts WireGuard between the same tunnel ends (:meth:`apply_wireguard`).
 
         ``keying`` static: the SAs and policies are written over netlink (:mod:`ipsec.plan`);
         ike: an IKEv2 daemon in each endpoint's namespace negotiates them (:mod:`ipsec.ike`), and
@@ -383,6 +391,11 @@ class Network:
         """
         keying = Keying.named(keying)
         self.remove_ipsec()
+        if parse_profile(profile).wireguard:
+            if mode != "tunnel" or keying is not Keying.STATIC:
+                raise ValueError("WireGuard is a tunnel with keys of its own: no transport mode, no IKE keying")
+            self.apply_wireguard(families)
+            return []
         if keying.negotiated:
             specs = [spec for family in families for spec in self.associations(profile, mode, family)]
             if self._ike is None or self._ike.auth != ike.auth_of(keying):
@@ -401,6 +414,35 @@ class Network:
                 self._ipsec.append(plan)
         return list(self._ipsec)
 
+    def apply_wireguard(self, families=(4, 6)) -> list[wireguard.DevicePlan]:
+        """WireGuard between every pair of tunnel ends, a device per IP version (:mod:`ipsec.wireguard`);
+        returns the devices.  Replaces whatever tunnel was up."""
+        self.remove_ipsec()
+        devices = []
+        for family in families:
+            inside = {}
+            for a, b in self.tunnel_ends(family):
+                for end in (a, b):
+                    node = next(n.name for n in self.spec.nodes if self.ns(n.name) == end.ns)
+                    own = wireguard.inside_address(end.subnet, [i.address(family) for i in self.plan.of(node)])
+                    if own:
+                        inside[end.ns] = own
+            devices += wireguard.plan_tunnels(self.tunnel_ends(family), self.run_id, family, self._untrusted_mtu(),
+                                              inside)
+        with critical():
+            self._ipsec_families = set(families)
+            wireguard.apply(devices)
+            self._wireguard = devices
+        return list(devices)
+
+    def _untrusted_mtu(self) -> int:
+        return min((link.mtu for link in self.spec.links if link.untrusted), default=1500)
+
+    @property
+    def wireguard_devices(self) -> tuple[wireguard.DevicePlan, ...]:
+        """The WireGuard devices up now (their plans hold the private keys); empty when WireGuard is off."""
+        return tuple(self._wireguard)
+
     @property
     def ike_keying(self) -> ike.Keying | None:
         """The IKE daemons keying the network now (None: static keying, or IPsec off)."""
@@ -417,15 +459,18 @@ class Network:
         return tuple(self._ipsec)
 
     def remove_ipsec(self) -> None:
-        """Remove what :meth:`apply_ipsec` installed, and the path MTUs the senders learnt through
-        it; the network stays up."""
-        had = bool(self._ipsec) or self._ike_up
+        """Remove what :meth:`apply_ipsec` or :meth:`apply_wireguard` installed, and the path MTUs the
+        senders learnt through it; the network stays up."""
+        had = bool(self._ipsec) or self._ike_up or bool(self._wireguard)
         with critical():
             if self._ike_up:
                 self._ike_up = False
                 self._ike.down()
             while self._ipsec:
                 remove_association(self._ipsec.pop(), missing_ok=True)
+            if self._wireguard:
+                devices, self._wireguard = self._wireguard, []
+                wireguard.remove(devices, missing_ok=True)
         if had:
             self.forget_path_mtus(self._ipsec_families)
 

@@ -58,7 +58,7 @@ def switch_ipsec(net, current: str, profile: str, mode: str, families, keying: K
     as ``keying`` says (:data:`ipsec.ike.KEYINGS`); returns ``profile``."""
     if profile != current:
         net.remove_ipsec()
-        if Tunnel.of(profile) is Tunnel.IPSEC:
+        if Tunnel.of(profile) is not None:  # IPsec, or WireGuard between the same ends
             net.apply_ipsec(profile, mode, families=families, keying=keying)
     return profile
 

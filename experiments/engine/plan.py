@@ -34,8 +34,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
-from ipsec.profiles import parse_profile
+from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import chunks
 from testbed.hostload import FOREIGN_PCT
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
@@ -121,6 +122,8 @@ class SweepSpec:
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
         object.__setattr__(self, "keying", Keying.named(self.keying))
+        if WIREGUARD in profiles and wireguard.refusal(self.mode, self.keying):
+            raise ValueError(wireguard.refusal(self.mode, self.keying))
         if is_ike(self.keying):
             for name in profiles:
                 if name != "none":

@@ -160,6 +160,10 @@ class UmlSpec:
             raise ValueError(f"cwd: must be an absolute path, not {self.cwd!r}")
 
 
+#: Capabilities a UML kernel has only when its configuration says so, and the option that says it.
+KERNEL_OPTIONS = {"wireguard": "CONFIG_WIREGUARD"}
+
+
 def find_kernel(path: str | None = None) -> str:
     """The UML kernel image to boot: ``path`` (a path, ``debian`` or ``recipe``) if given, else the one
     :func:`~testbed.umlkernel.select` chooses.  Raises :class:`UmlError` with the fix in one line."""
@@ -618,9 +622,15 @@ class UmlBackend(KernelBackend):
         return kernel.cannot_boot()
 
     def lacks(self, needs: Needs, probe_host: Callable[[], Probe]) -> list[str]:
-        # Debian's kernel has every module the testbed uses; a developer's own kernel is
-        # taken at its word (`ipsec-testbed uml -- ipsec-testbed doctor` probes it).
-        return []
+        # Debian's kernel has every module the testbed's IPsec uses; what a kernel's configuration says it
+        # was built without (WireGuard, in Debian's) it lacks; a developer's own kernel without a
+        # configuration beside it is taken at its word (`ipsec-testbed uml -- ipsec-testbed doctor` probes it).
+        try:
+            kernel = choose_kernel(self.options.kernel)
+        except UmlError:
+            return []
+        return [cap for cap, option in KERNEL_OPTIONS.items()
+                if cap in needs.capabilities and kernel.configured(option) is False]
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,

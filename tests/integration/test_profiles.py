@@ -15,11 +15,11 @@ from conftest import capture, iproute_states
 from scapy.utils import rdpcap
 
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, apply_association, plan_association, remove_association
-from ipsec.profiles import CATALOG
+from ipsec.profiles import CATALOG, parse_profile
 from ipsec.wire import classify, decrypt, echo_data
 from topologies.veth_pair import veth_pair
 
-PROFILES = [n.name for n in CATALOG if n.name != "none"]
+PROFILES = [n.name for n in CATALOG if parse_profile(n.name).ipsec]  # WireGuard: test_wireguard.py
 PINGS = 4
 PATTERN = "6974622d70726f66"  # "itb-prof", repeated by ping -p
 

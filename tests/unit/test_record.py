@@ -35,7 +35,8 @@ def test_a_stored_run_reads_into_records_and_writes_back_the_same_line():
         written = rec.to_json()
         # nothing dropped, no arm where there was none; added only what records have gained since
         assert {k: v for k, v in written.items() if k in line} == line
-        assert {k: v for k, v in written.items() if k not in line} == {"keying": "static"}
+        assert {k: v for k, v in written.items() if k not in line} == \
+            {"keying": "static", **({"tunnel": "ipsec"} if line["profile"] != "none" else {})}
         assert rec.bound is Bound(line["bound"]) and json.dumps(written["bound"]) == json.dumps(line["bound"])
 
 
@@ -128,7 +129,15 @@ def test_a_records_keying_is_a_keying_written_as_its_name():
 
 
 def test_the_tunnel_is_the_profiles_and_the_plain_baseline_has_none():
-    assert [t.value for t in Tunnel] == ["ipsec"]
+    assert [t.value for t in Tunnel] == ["ipsec", "wireguard"]
     assert Tunnel.of(record.PLAIN_PROFILE) is None and Tunnel.of("aes-gcm-256") is Tunnel.IPSEC
+    assert Tunnel.of("wireguard") is Tunnel.WIREGUARD
     assert Record(profile="none").tunnel is None and Record(profile="3des-cbc-sha1+ah-md5").tunnel is Tunnel.IPSEC
-    assert "tunnel" not in Record(profile="aes-gcm-256").to_json()  # results.jsonl has no such field
+    # a results.jsonl line says it for its readers, and the record read back is the same
+    assert Record(profile="wireguard").to_json()["tunnel"] == "wireguard"
+    assert Record(profile="aes-gcm-256").to_json()["tunnel"] == "ipsec"
+    assert "tunnel" not in Record(profile="none").to_json()
+    for r in (Record(profile="wireguard"), Record(profile="none"), Record(profile="aes-gcm-256")):
+        assert Record.from_json(r.to_json()) == r
+    with pytest.raises(ValueError, match="is not what profile"):
+        Record.from_json({**Record(profile="aes-gcm-256").to_json(), "tunnel": "wireguard"})
