@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from analysis.figures import FONT, color_of, fig_compare, fig_cpu, fig_normalized, fig_throughput, profile_colors
 from analysis.format import (
     AT_COMMON_SPEED_HELP,
+    RTT_HELP,
     SATURATED_HELP,
     SATURATED_MARK,
     any_at_common_speed,
@@ -28,6 +29,7 @@ from analysis.format import (
     profile_label,
     ratio_index,
     ratio_text,
+    rtt_text,
     scenario_of,
     scenario_summary,
     table_rows,
@@ -37,8 +39,9 @@ from analysis.penalty import penalty_of
 from analysis.run import RunData
 from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
+from ipsec.overhead import overhead_row
 from testbed.hostload import FOREIGN_PCT
-from testbed.record import FIELD, Bound, Meta, Record, as_meta, as_records
+from testbed.record import FIELD, Bound, Meta, Record, Tunnel, as_meta, as_records
 from testbed.rundir import load_meta, load_results
 
 CSS = f"""
@@ -204,7 +207,11 @@ def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Ma
                                                  "IPsec / plain", "penalty = wire + other", "CPU s/GB",
                                                  "CPU ratio", "bound"]
     numeric = {"rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)", "±95 % CI", "min – max",
-               "theoretical (Mbit/s)", "IPsec / plain", "penalty = wire + other", "CPU s/GB", "CPU ratio"}
+               "theoretical (Mbit/s)", "IPsec / plain", "penalty = wire + other", "CPU s/GB", "CPU ratio",
+               "RTT ms (idle)"}
+    probed = any(a.rtt_ms is not None for a in aggs)
+    if probed:
+        head.insert(head.index("bound"), "RTT ms (idle)")
     out = ['<table class="points" id="points"><thead><tr>']
     out += [f'<th class="{"num" if h in numeric else ""}">{_esc(h)}</th>' for h in head]
     out.append("</tr></thead><tbody>")
@@ -237,11 +244,56 @@ def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Ma
             ("num", _esc(_penalty_text(ratio, link_mtu, pmtu))),
             ("num", _esc(cpu_cost_text(a))),
             ("num", _esc(cpu_ratio_text(ratio))),
+            *([("num", _esc(rtt_text(a)))] if probed else []),
             ("bound", _esc(bound_text(a))),
         ]
         out.append(f'<tr class="{" ".join(classes)}">'
                    + "".join(f'<td class="{c}">{v}</td>' for c, v in cells) + "</tr>")
     out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _tunnels_html(ratios: Sequence[Ratio]) -> str:
+    """IPsec and WireGuard side by side: each tunnel profile against plain at each rate's largest size (its
+    goodput with the byte model's figure beside it, its CPU per GB), and what their bytes are made of."""
+    def where(r: Ratio) -> tuple:
+        return r.point.topology, r.point.ip_version, r.point.transport, r.point.rate_mbit
+
+    largest: dict[tuple, int] = {}
+    for r in ratios:
+        largest[where(r)] = max(largest.get(where(r), 0), r.point.size_bytes or 0)
+    rows = [r for r in ratios if (r.point.size_bytes or 0) == largest[where(r)]]
+    rows.sort(key=lambda r: (r.point.topology or "", r.point.rate_mbit or float("inf"), str(r.point.profile)))
+    head = ["topology", "rate (Mbit/s)", "size (B)", "profile", "tunnel", "goodput / plain", "byte model",
+            "CPU per GB / plain", "bound"]
+    out = ['<table class="points" id="tunnels-table"><thead><tr>']
+    out += [f'<th class="{"" if h in ("topology", "profile", "tunnel", "bound") else "num"}">{_esc(h)}</th>'
+            for h in head]
+    out.append("</tr></thead><tbody>")
+    for r in rows:
+        model = (r.ipsec.theoretical_goodput_mbps / r.plain.theoretical_goodput_mbps
+                 if r.ipsec.theoretical_goodput_mbps and r.plain.theoretical_goodput_mbps else None)
+        cells = [("", r.point.topology or ""), ("num", "unshaped" if r.point.rate_mbit is None else
+                                                f"{r.point.rate_mbit:g}"),
+                 ("num", r.point.size_bytes), ("", profile_label(r.point.profile)),
+                 ("", Tunnel.of(r.point.profile).value if Tunnel.of(r.point.profile) else ""),
+                 ("num", ratio_text(r.goodput)), ("num", f"{model:.3f}" if model else ""),
+                 ("num", cpu_ratio_text(r)), ("", bound_text(r.ipsec))]
+        out.append("<tr>" + "".join(f'<td class="{c}">{_esc(v)}</td>' for c, v in cells) + "</tr>")
+    out.append("</tbody></table>")
+    profiles = sorted({str(r.point.profile) for r in rows})
+    bytes_rows = []
+    for name in profiles:
+        for version in sorted({r.point.ip_version for r in rows if str(r.point.profile) == name}):
+            row = overhead_row(name, "tunnel", version)
+            bytes_rows.append(f"{_esc(name)} IPv{version}: {row.added_at_mtu} bytes on a full packet, "
+                              f"{row.added_min}&ndash;{row.added_max} on others, inner MTU {row.inner_mtu}")
+    out.append("<p>What each tunnel adds on the wire (the byte model, <code>ipsec-testbed overhead</code>): "
+               + "; ".join(bytes_rows) + ". ESP ChaCha20-Poly1305 and WireGuard use the same cipher: on a shaped "
+               "link their difference is these bytes (WireGuard's UDP header and its padding to 16, and the "
+               "smaller inner MTU wg-quick sets for either IP version); where the CPU bounds the points it is the "
+               "cost of each protocol's path through the kernel per packet (xfrm's ESP in the sender's context "
+               "against WireGuard's device, its queues and workers).</p>")
     return "\n".join(out)
 
 
@@ -333,8 +385,15 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mappin
         parts.append(f"<p>CPU s/GB or CPU ratio marked {_esc(SATURATED_MARK)}: {_esc(SATURATED_HELP)}.</p>")
     if any_at_common_speed(aggs):
         parts.append(f"<p>CPU s/GB and CPU ratio: {_esc(AT_COMMON_SPEED_HELP)}.</p>")
+    if any(a.rtt_ms is not None for a in aggs):
+        parts.append(f"<p>RTT ms: {_esc(RTT_HELP)}.</p>")
     sweep = meta.sweep or {}
     parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))
+    if len({Tunnel.of(r.point.profile) for r in ratios}) > 1:
+        parts.append('<h2 id="tunnels">Tunnels side by side</h2>')
+        parts.append("<p>Each tunnel against the plain baseline at the largest size of each rate, measured in "
+                     "this run, in the same network and on the same kernel.</p>")
+        parts.append(_tunnels_html(ratios))
     if len(compare) > 1:
         parts.append("<h2>Comparison table</h2>")
         parts.append(_compare_html(compare))

@@ -181,6 +181,10 @@ class Aggregate(_PointFields):
     n_emulation_limited: int = 0
     n_failed: int = 0
     bounds: Mapping[Bound, int] = dataclasses.field(default_factory=dict)
+    #: the latency probe's medians over the repetitions (ms): under load, its 99th percentile, unloaded
+    rtt_ms: Summary | None = None
+    rtt_p99_ms: Summary | None = None
+    idle_rtt_ms: Summary | None = None
 
     @property
     def is_plain(self) -> bool:
@@ -296,6 +300,9 @@ def aggregate(records: Iterable[Record | Mapping[str, Any]], keys: Sequence[str]
                                     or (r.bound is None and r.emulation_limited is True)),
             n_failed=len(group) - len(with_goodput),
             bounds=bounds,
+            rtt_ms=_summary_of(measured, FIELD.probe_rtt_ms),
+            rtt_p99_ms=_summary_of(measured, FIELD.probe_rtt_p99_ms),
+            idle_rtt_ms=_summary_of(measured, FIELD.idle_rtt_ms),
         ))
     out.sort(key=lambda a: sort_key(a.point, keys))
     return out

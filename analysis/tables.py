@@ -8,6 +8,7 @@ from rich.table import Table
 
 from analysis.format import (
     AT_COMMON_SPEED_HELP,
+    RTT_HELP,
     SATURATED_HELP,
     SATURATED_MARK,
     any_at_common_speed,
@@ -20,6 +21,7 @@ from analysis.format import (
     ratio_index,
     ratio_text,
     row_order,
+    rtt_text,
     scenario_of,
     summary_text,
     table_rows,
@@ -61,6 +63,9 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         headers.insert(0, "scenario")
     rows, styles, sections = [], [], []
     ordered = table_rows(aggs)
+    probed = any(a.rtt_ms is not None for a in ordered)
+    if probed:  # the latency probe's round trip under load (its unloaded one in brackets)
+        headers.insert(headers.index("bound"), "RTT ms (idle)")
     for i, a in enumerate(ordered):
         mean, ci = fmt_mean_ci(a.goodput.mean, a.goodput.ci95)
         ratio = by_ipsec.get(id(a))
@@ -69,6 +74,8 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
                  "unshaped" if a.rate_mbit is None else f"{a.rate_mbit:g}",
                  str(a.size_bytes), mean, ci, str(a.goodput.n), ratio_text(ratio.goodput if ratio else None),
                  cpu_cost_text(a), bound_text(a)]
+        if probed:
+            cells.insert(len(cells) - 1, rtt_text(a))
         if varying:
             cells.insert(0, scenario_of(a, varying))
         nxt = ordered[i + 1] if i + 1 < len(ordered) else None
@@ -85,6 +92,8 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
         captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
     if any_at_common_speed(ordered):
         captions.append(f"CPU s/GB: {AT_COMMON_SPEED_HELP}")
+    if probed:
+        captions.append(f"RTT ms: {RTT_HELP}")
     if captions:
         table.caption = "\n".join(captions)
         table.caption_justify = "left"

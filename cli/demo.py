@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from mininet.cli import CLI
 
@@ -96,9 +97,31 @@ def keyed_sas(net, mode: str, keying: Keying | str) -> list:
 
 
 def sa_text(net, node: str, keys: bool = False, hidden: str = "<key hidden>") -> str:
-    """``ip -s xfrm state`` in ``node``'s namespace, its keys replaced by ``hidden`` unless ``keys``."""
+    """``ip -s xfrm state`` in ``node``'s namespace, its keys replaced by ``hidden`` unless ``keys``; with
+    WireGuard up, its devices and peers there as ``wg show`` lays them out (no keys: none is exported)."""
+    devices = [d for d in net.wireguard_devices if d.ns == net.ns(node)]
+    if devices:
+        return wireguard_text(devices)
     text = subprocess.run(["ip", "-s", "-n", net.ns(node), "xfrm", "state"], capture_output=True, text=True).stdout
     return text if keys else re.sub(r"0x[0-9a-f]{16,}", hidden, text)
+
+
+def wireguard_text(devices, now: float | None = None) -> str:
+    """WireGuard devices and their peers now, as ``wg show`` lays them out, without keys."""
+    from ipsec.wireguard import peers_of
+
+    now = time.time() if now is None else now
+    lines = []
+    for dev in devices:
+        lines.append(f"interface: {dev.ifname}\n  listening port: {dev.port}\n  mtu: {dev.mtu}\n"
+                     "  private key: (in the kernel only; WireGuard's data keys come from handshakes)")
+        for peer in peers_of(dev.ns, dev.ifname):
+            ago = f"{now - peer['handshake_s']:.0f} seconds ago" if peer["handshake_s"] else "(none)"
+            lines.append(f"\npeer endpoint: {peer['endpoint']}:{dev.port}\n"
+                         f"  allowed ips: {', '.join(peer['allowed_ips'])}\n  latest handshake: {ago}\n"
+                         f"  transfer: {peer['rx_bytes']} B received, {peer['tx_bytes']} B sent")
+        lines.append("\n")
+    return "\n".join(lines)
 
 
 def untrusted_senders(net) -> str:

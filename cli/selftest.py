@@ -3,8 +3,9 @@
 1. ``tests/unit`` on the host (no root needed);
 2. ``tests/host`` on the host, as root: booting UML, exit statuses, ``clean`` after SIGKILL;
    :data:`HOST_ALONE` first, before any guest boots (``clean`` removes every guest);
-3. ``tests/integration`` on the host kernel when it passes the ESP probe, otherwise
-   inside User-Mode Linux: on a host with two CPUs or more, in two guests, each pinned to
+3. ``tests/integration`` on the host kernel when it passes the ESP and WireGuard probes, otherwise
+   inside User-Mode Linux (the project's kernel where Debian's, which has no WireGuard, would be chosen:
+   built on first use): on a host with two CPUs or more, in two guests, each pinned to
    a CPU of its own: the second (the modules not in :data:`FIRST_GUEST`) starts beside the
    other host tests, which run on the first guest's CPU, and the first guest follows them.
    The guests' output is shown when both are done.  If no kernel with ESP can be had the
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 
 from cli.options import backend_options
 from testbed import backends
+from testbed.capabilities import ESP_NEEDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).
@@ -44,6 +46,8 @@ FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "tes
 #: every guest, a running test suite's too, the speed probe needs a CPU beside its guest's, and
 #: the XSAVE test builds a kernel (both CPUs, about 4 minutes, once per machine).
 HOST_ALONE = ("test_clean.py", "test_speed_probe.py", "test_xsave_boot.py")
+#: What the integration suite needs of a kernel: ESP and WireGuard, which it tests beside IPsec.
+SUITE_NEEDS = ESP_NEEDS.plus("wireguard")
 #: How often a line says the guests are still at work.
 HEARTBEAT_S = 60
 
@@ -127,16 +131,18 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     from experiments import doctor
 
     host = _HostTests(extra, out) if backends.current().runs_here else None
-    choice = doctor.choose(args.kernel, options=backend_options(args))
+    options = _with_wireguard(args, backend_options(args))
+    choice = doctor.choose(args.kernel, SUITE_NEEDS, options=options)
     backend = choice.backend
     if backend is None or backend.runs_here:
         host_rc = (host.run(HOST_ALONE), host.run()) if host else (0,)
         host_rc = next((rc for rc in host_rc if rc), 0)
         unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
         if backend is None:
-            _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP is available.\n{choice.reason}\n"
+            _banner(f"ESP TESTS CANNOT RUN: no kernel with ESP and WireGuard is available.\n{choice.reason}\n"
                     "`sudo ./run install` installs Debian's user-mode-linux package, and builds the project's "
-                    "UML kernel where Debian's cannot boot; or use a host kernel with CONFIG_INET_ESP/INET6_ESP.")
+                    "UML kernel where Debian's cannot boot; or use a host kernel with CONFIG_INET_ESP/INET6_ESP "
+                    "and CONFIG_WIREGUARD.")
             return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
         _banner(f"integration tests with ESP on {backend.label()}\n({choice.reason})")
         integ_rc = subprocess.call(_pytest_cmd("tests/integration", f"{out}/integration.xml", extra), cwd=REPO)
@@ -162,6 +168,27 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     integ = sum((parse_junit(f"{out}/integration{i}.xml") for i in range(len(groups))), Counts())
     integ_rc = next((rc for rc in rcs if rc not in (0, 5)), 0)
     return _summary(unit, unit_rc, integ, integ_rc, backend.label())
+
+
+def _with_wireguard(args: argparse.Namespace, options: backends.Options) -> backends.Options:
+    """The guests' options with a kernel that has WireGuard (tests/integration/test_wireguard.py) where none is
+    named and the automatic one (Debian's) has none: the project's, built here on first use as a sweep does."""
+    from experiments import runner
+    from testbed import kernelbuild, umlkernel
+
+    if options.kernel or os.environ.get(umlkernel.KERNEL_ENV) or args.kernel == backends.HostBackend.name:
+        return options
+    name = runner.kernel_for_wireguard()
+    if name is None:
+        return options
+    print("ipsec-testbed test: Debian's linux.uml has no WireGuard: the integration tests run on the project's "
+          "kernel (--uml-kernel recipe), which has it", flush=True)
+    try:
+        kernelbuild.ensure(name)
+    except kernelbuild.BuildError as e:
+        print(f"ipsec-testbed test: {e}", file=sys.stderr)
+        return options
+    return dataclasses.replace(options, kernel=name)
 
 
 class _HostTests:

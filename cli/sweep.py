@@ -62,6 +62,8 @@ examples:
         --profiles 3des-cbc-sha1+ah-md5 --size-mode write --sizes 1024,2048,4096,8192
   sudo ipsec-testbed sweep --topology multi_host_to_host --clients 5 \\
         --ip 6 --mode transport --transport tcp,udp
+  sudo ipsec-testbed sweep --topology road_warrior \\
+        --profiles aes-gcm-256,chacha20-poly1305,wireguard --rates 10,100,10000   # ESP beside WireGuard
 
 Profiles: `ipsec-testbed profiles`.  Interrupt with Ctrl-C or SIGTERM: the network is torn
 down, the points measured so far stay, and the exit status is 130 or 143; run the same
@@ -82,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clients of road_warrior / multi_host_to_host; they send at the same time "
                         "(default: %(default)s)")
     g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
-                   help="IPsec profiles to compare with the plain baseline, which is always measured "
-                        "(default: aes-gcm-256; list: ipsec-testbed profiles)")
+                   help="IPsec profiles, or wireguard, to compare with the plain baseline, which is always "
+                        "measured (default: aes-gcm-256; list: ipsec-testbed profiles)")
     g.add_argument("--mode", choices=("tunnel", "transport"), default=d.mode,
-                   help="IPsec mode (default: %(default)s)")
+                   help="IPsec mode; WireGuard is always a tunnel (default: %(default)s)")
     g.add_argument("--keying", choices=KEYINGS, default=d.keying,
                    help=f"how the SAs are made: {KEYING_HELP} (default: %(default)s)")
     g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
@@ -136,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-plain", dest="plain", action="store_false",
                    help="leave out the plain profile (no IPsec), which is otherwise always measured: for "
                         "suites that watch IPsec alone; the IPsec/plain figures then have nothing to divide by")
+    g.add_argument("--no-latency-probe", dest="latency_probe", action="store_false",
+                   help="time no round trips: by default irtt probes the first flow's path every 100 ms through "
+                        "each window (the round trip under load: median, 90th and 99th percentile, losses) and "
+                        "for 0.3 s before it (the unloaded reference); the records' probe_* and idle_rtt_ms")
     g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
@@ -165,7 +171,7 @@ def spec_from(args):
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
                      socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
-                     budget_s=args.budget or None)
+                     budget_s=args.budget or None, latency_probe=args.latency_probe)
 
 
 def job_from(args: argparse.Namespace, argv: list[str]) -> Job:

@@ -74,12 +74,8 @@ def prepare_kernel(job: Job) -> Job:
     requested = job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
     wireguard = "wireguard" in needs(job).capabilities and job.kernel.kernel != backends.HostBackend.name
     if not requested and wireguard:
-        try:
-            automatic = umlkernel.automatic()
-        except umlkernel.KernelUnavailableError:
-            automatic = None  # not built yet on this CPU: the project's kernel, which has WireGuard
-        if automatic is None or automatic.configured("CONFIG_WIREGUARD") is False:
-            requested = kernelsource.RECIPE
+        requested = kernel_for_wireguard()
+        if requested:
             job = job.with_(kernel=dataclasses.replace(job.kernel, uml_kernel=requested))
             print("kernel: WireGuard is not in Debian's linux.uml: every profile of this run runs on the "
                   "project's kernel (--uml-kernel recipe), which has it", file=sys.stderr)
@@ -100,9 +96,23 @@ def prepare_kernel(job: Job) -> Job:
     return job
 
 
-def check_tools() -> None:
-    """The programs a sweep starts, found before anything is built or booted."""
-    for tool, package in (("iperf3", "iperf3"), ("mnexec", "mininet")):
+def kernel_for_wireguard() -> str | None:
+    """The UML kernel to name for work with WireGuard when none is named: the project's (``recipe``) where the
+    automatic choice has no WireGuard (Debian's), or is not built yet; None when the automatic choice has it."""
+    try:
+        automatic = umlkernel.automatic()
+    except umlkernel.KernelUnavailableError:
+        return kernelsource.RECIPE  # not built yet on this CPU: the project's kernel, which has WireGuard
+    return kernelsource.RECIPE if automatic.configured("CONFIG_WIREGUARD") is False else None
+
+
+def check_tools(job: Job | None = None) -> None:
+    """The programs a sweep starts, found before anything is built or booted (irtt where the job probes
+    round trips)."""
+    tools = [("iperf3", "iperf3"), ("mnexec", "mininet")]
+    if job is not None and isinstance(job.work, SweepWork) and job.work.spec.latency_probe:
+        tools.append(("irtt", "irtt"))
+    for tool, package in tools:
         if not shutil.which(tool):
             raise Refused(f"{tool} not found: install Debian's {package} package "
                           f"(apt-get install {package}, or scripts/install.sh)")
@@ -311,7 +321,7 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
         return 1
     if job.started_unix is None:
         job = job.with_(started_unix=time.time())
-    check_tools()
+    check_tools(job)
     on_host = backends.current().runs_here
     with measuring.exclusive(job.command, job.out_dir, job.allow_concurrent) if on_host else \
             contextlib.nullcontext(measuring.Hold()) as hold:

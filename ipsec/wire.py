@@ -27,6 +27,9 @@ configured.  Excluded, and counted separately:
   it unprotected (the Linux kernel protects unicast NA/NS only when a policy happens to
   cover them); it is counted under ``"nd"`` and never reported as a leak.
 
+WireGuard's messages (UDP to or from ports 51820/51821, a known type, its length) count as
+``"wireguard"``, their receiver indexes as its SPIs; :func:`wireguard_message` reads one.
+
 Things classify does *not* understand: ESP in UDP (NAT-T, port 4500) counts as other;
 IPComp-only SAs legitimately send small packets uncompressed (RFC 3173 section 2.2), and
 classify rightly reports those as plaintext.  For tunnel mode between gateways, call it
@@ -70,8 +73,18 @@ log = logging.getLogger(__name__)
 #: IP protocol numbers of the IPsec protocols, by the names :class:`~ipsec.sa.SASpec` uses.
 PROTO_NUMBERS: dict[str, int] = {"esp": 50, "ah": 51, "comp": 108}
 _PROTO_NAMES: dict[int, str] = {number: name for name, number in PROTO_NUMBERS.items()}
-#: Keys of :attr:`WireReport.counts`.
-CATEGORIES: tuple[str, ...] = ("esp", "ah", "comp", "nd", "other")
+#: What :func:`classify` can expect between two endpoints.
+PROTECTIONS: tuple[str, ...] = (*PROTO_NUMBERS, "wireguard")
+#: Keys of :attr:`WireReport.counts` (``wireguard``: WireGuard's messages, :func:`wireguard_message`).
+CATEGORIES: tuple[str, ...] = ("esp", "ah", "comp", "wireguard", "nd", "other")
+#: The UDP ports the testbed's WireGuard devices listen on (:data:`ipsec.wireguard.LISTEN_PORTS`).
+WIREGUARD_PORTS: frozenset[int] = frozenset({51820, 51821})
+#: WireGuard's messages (drivers/net/wireguard/messages.h): type -> name and the UDP payload's length
+#: (None: a data message, 32 bytes and more).
+WIREGUARD_MESSAGES: dict[int, tuple[str, int | None]] = {
+    1: ("handshake initiation", 148), 2: ("handshake response", 92), 3: ("cookie reply", 64),
+    4: ("transport data", None)}
+_UDP = 17
 #: ICMPv6 neighbour discovery types (RFC 4861): RS, RA, NS, NA, redirect.
 ND_TYPES: frozenset[int] = frozenset({133, 134, 135, 136, 137})
 _ICMPV6 = 58
@@ -240,9 +253,9 @@ def _network(value: str) -> Endpoint:
 def _protos(expected: str | Iterable[str]) -> frozenset[str]:
     names = (expected,) if isinstance(expected, str) else tuple(expected)
     for name in names:
-        if name not in PROTO_NUMBERS:
+        if name not in PROTECTIONS:
             raise ValueError(f"expected_protos must name protocols among "
-                             f"{', '.join(PROTO_NUMBERS)}, not {name!r}")
+                             f"{', '.join(PROTECTIONS)}, not {name!r}")
     return frozenset(names)
 
 
@@ -256,8 +269,8 @@ def classify(packets: Iterable[Packet], endpoints: Sequence[str],
             in them); a packet is *between* them when one is its source and the other its
             destination.
         expected_protos: the protocols allowed as outermost protocol between them, from
-            ``"esp"``, ``"ah"``, ``"comp"`` (one name or several); empty: nothing may
-            cross between them.
+            ``"esp"``, ``"ah"``, ``"comp"``, ``"wireguard"`` (WireGuard's messages in UDP)
+            (one name or several); empty: nothing may cross between them.
 
     See the module docstring for what is excluded and why.
 
@@ -290,6 +303,15 @@ def classify(packets: Iterable[Packet], endpoints: Sequence[str],
                 and len(raw) > l3.offset and raw[l3.offset] in ND_TYPES:
             counts["nd"] += 1
             continue
+        if name is None and l3.protocol == _UDP and l3.first_fragment and _wireguard(raw, l3.offset):
+            name = "wireguard"
+            counts[name] += 1
+            receiver = wireguard_message(raw[l3.offset + 8:]).get("receiver")
+            if receiver is not None:
+                spis.setdefault(name, set()).add(receiver)
+            if name not in expected:
+                leaks.append(Leak(index, l3.src, l3.dst, l3.protocol, packet.summary()))
+            continue
         counts[name or "other"] += 1
         if name is not None and l3.first_fragment:
             spi = _spi(name, raw, l3.offset)
@@ -302,6 +324,41 @@ def classify(packets: Iterable[Packet], endpoints: Sequence[str],
                         tuple(leaks), non_ip, unrelated)
     log.debug("wire: %s", report.describe())
     return report
+
+
+def _wireguard(raw: bytes, offset: int) -> bool:
+    """Whether the UDP datagram at ``offset`` is a WireGuard message: to or from a WireGuard port, a known
+    type with three zero bytes after it, of that type's length."""
+    if len(raw) < offset + 8 + 4:
+        return False
+    ports = {int.from_bytes(raw[offset:offset + 2], "big"), int.from_bytes(raw[offset + 2:offset + 4], "big")}
+    return bool(ports & WIREGUARD_PORTS) and bool(wireguard_message(raw[offset + 8:]))
+
+
+def wireguard_message(payload: bytes) -> dict:
+    """What a WireGuard message (a UDP payload) says without keys: its type, the indexes and, for data, the
+    counter and the encrypted length; ``{}`` when it is not one.  Nothing in it can be decrypted from the
+    capture: each direction's data key comes from a Noise handshake whose ephemeral keys never leave the
+    kernel (the testbed exports none)."""
+    if len(payload) < 4 or payload[1:4] != b"\0\0\0" or payload[0] not in WIREGUARD_MESSAGES:
+        return {}
+    kind = payload[0]
+    name, length = WIREGUARD_MESSAGES[kind]
+    if (length is not None and len(payload) != length) or (length is None and (len(payload) - 16) < 16):
+        return {}
+    out: dict = {"type": kind, "name": name}
+    if kind == 1:
+        out["sender"] = int.from_bytes(payload[4:8], "little")
+    elif kind == 2:
+        out["sender"] = int.from_bytes(payload[4:8], "little")
+        out["receiver"] = int.from_bytes(payload[8:12], "little")
+    elif kind == 3:
+        out["receiver"] = int.from_bytes(payload[4:8], "little")
+    else:
+        out["receiver"] = int.from_bytes(payload[4:8], "little")
+        out["counter"] = int.from_bytes(payload[8:16], "little")
+        out["encrypted_bytes"] = len(payload) - 16 - 16  # the padded packet, without the tag
+    return out
 
 
 def _spi(name: str, raw: bytes, offset: int) -> int | None:

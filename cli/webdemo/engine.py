@@ -29,7 +29,8 @@ import zipfile
 from cli.demo import capture, ipsec_ends, keyed_sas, sa_text, untrusted_senders
 from cli.webdemo import protocol
 from experiments.engine import iperf
-from ipsec import ike
+from ipsec import ike, wireguard
+from ipsec.profiles import parse_profile
 from testbed import channel as channels
 from testbed.errors import one_line
 from testbed.record import Keying
@@ -86,7 +87,7 @@ class Engine:
     def serve(self) -> None:
         self.send("hello", network=protocol.describe_network(self.net.spec, self.mode, self.rate),
                   # the command line's own profile and rate are shown even where the page offers others
-                  profiles=list(dict.fromkeys((*protocol.profiles(), self.profile))),
+                  profiles=list(dict.fromkeys((*protocol.profiles(self.mode, self.keying), self.profile))),
                   rates=sorted({*protocol.RATES, self.rate}), sizes=list(protocol.SIZES),
                   keying=ike.describe_keying(self.keying), backend=self.backend_label, **self.settings())
         threading.Thread(target=self._watch_sas, daemon=True).start()
@@ -139,6 +140,8 @@ class Engine:
     def switch(self, on: bool, profile: str) -> None:
         if (on, profile) == (self.ipsec_on, self.profile):
             return
+        if on and parse_profile(profile).wireguard and wireguard.refusal(self.mode, self.keying):
+            raise protocol.ActionError(wireguard.refusal(self.mode, self.keying))
         was_off = not self.ipsec_on
         if self.ipsec_on:
             self.net.remove_ipsec()
@@ -147,7 +150,9 @@ class Engine:
         if on:
             self.net.apply_ipsec(profile, self.mode, families=(4, 6), keying=self.keying)
             self.ipsec_on = True
-        self.marker(f"IPsec on: {profile}" if on else f"profile {profile} (IPsec off)" if was_off else "IPsec off")
+        what = "WireGuard" if parse_profile(profile).wireguard else "IPsec"
+        self.marker(f"{what} on: {profile}" if on else f"profile {profile} ({what} off)" if was_off else
+                    "tunnel off")
         self.send_sas()
 
     @property
@@ -205,7 +210,11 @@ class Engine:
         self.captured_sas = keyed_sas(self.net, self.mode, self.keying) if self.ipsec_on else []
         rows = [protocol.packet_row(i, p) for i, p in enumerate(packets)]
         decrypted, why = [], ""
-        if any(p.haslayer("ESP") or p.haslayer("AH") for p in packets):
+        if any(row["proto"] == "WireGuard" for row in rows):
+            why = ("WireGuard: the page cannot decrypt it. Each direction's key comes from a Noise handshake "
+                   "(the initiation and response above, or before the capture) whose ephemeral keys never leave "
+                   "the kernel, and nothing exports them; the receiver index and counter are all a capture shows")
+        elif any(p.haslayer("ESP") or p.haslayer("AH") for p in packets):
             from ipsec.wire import DecryptError, decrypt
 
             try:

@@ -32,9 +32,13 @@ SIZES = (100, 250, 500, 750, 1000, 1250, 1460)
 CAPTURE_COUNT = 4
 
 
-def profiles() -> tuple[str, ...]:
-    """The profiles the page offers: the catalogue's, without ``none`` (that is IPsec off)."""
-    return tuple(n.name for n in CATALOG if not parse_profile(n.name).is_none)
+def profiles(mode: str = "tunnel", keying: str = "static") -> tuple[str, ...]:
+    """The profiles the page offers: the catalogue's, without ``none`` (that is IPsec off), and without
+    ``wireguard`` where the demo's mode or keying is IPsec's alone (transport, IKE)."""
+    from ipsec import wireguard
+
+    return tuple(n.name for n in CATALOG if not parse_profile(n.name).is_none
+                 and not (parse_profile(n.name).wireguard and wireguard.refusal(mode, str(keying))))
 
 
 class ActionError(ValueError):
@@ -133,6 +137,16 @@ def packet_row(n: int, packet) -> dict[str, Any]:
         if packet.haslayer(proto):
             layer = packet.getlayer(proto)
             return {**row, "proto": proto, "spi": f"0x{layer.spi:08x}", "seq": int(layer.seq), "summary": ""}
+    from ipsec.wire import WIREGUARD_PORTS, wireguard_message  # scapy: where the packets are
+
+    udp = packet.getlayer("UDP")
+    message = wireguard_message(bytes(udp.payload)) if udp is not None and \
+        {udp.sport, udp.dport} & WIREGUARD_PORTS else {}
+    if message:  # WireGuard: its message type, the receiver's index in the SPI's column, the counter in seq's
+        index = message.get("receiver", message.get("sender"))
+        size = f", {message['encrypted_bytes']} encrypted bytes" if "encrypted_bytes" in message else ""
+        return {**row, "proto": "WireGuard", "spi": f"0x{index:08x}", "seq": message.get("counter"),
+                "summary": f"{message['name']}{size}"}
     inner = ip.payload if ip else packet
     return {**row, "proto": inner.name if inner else "?", "spi": "", "seq": None, "summary": inner.summary()}
 

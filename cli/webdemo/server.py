@@ -27,14 +27,19 @@ import http.cookies
 import http.server
 import importlib.resources
 import json
+import logging
 import queue
 import secrets
+import sys
 import threading
 import urllib.parse
 from typing import Any
 
 from cli.webdemo import protocol
 from testbed import channel as channels
+from testbed.errors import one_line
+
+log = logging.getLogger(__name__)
 
 #: The page's files, served as they are, and their types.
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"), "/app.js": ("app.js", "text/javascript"),
@@ -197,7 +202,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self.answer(415, b"an action is JSON (Content-Type: application/json)\n")
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        text = (self.headers.get("Content-Length") or "0").strip()
+        if not text.isdigit():  # not a number, or negative: no length to read
+            self.answer(400, b"Content-Length must be the body's length in bytes\n")
+            return
+        length = int(text)
         if length > 4096:
             self.answer(413, b"an action is a few bytes\n")
             return
@@ -261,6 +270,12 @@ class DemoServer(http.server.ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    def handle_error(self, request, client_address) -> None:
+        """A request that broke its handler (a client gone mid-answer, a request no rule foresaw) is one
+        line on the log, never a traceback in the demo's terminal."""
+        exc = sys.exc_info()[1]
+        log.debug("request from %s:%s ended: %s", *client_address[:2], one_line(exc) if exc else "?")
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()

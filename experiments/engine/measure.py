@@ -22,7 +22,7 @@ import logging
 import platform
 import time
 
-from experiments.engine import iperf
+from experiments.engine import iperf, probe
 from experiments.engine.clients import Ahead, PointClients, flows_of
 from experiments.engine.counters import Reading
 from experiments.engine.monitor import Monitor, no_gc, realtime
@@ -30,9 +30,9 @@ from experiments.engine.plan import Point, SweepSpec
 from experiments.engine.verdict import classify, evidence
 from ipsec.overhead import expected_point_goodput_mbps
 from testbed.errors import one_line
-from testbed.record import Bound, Keying, Record, Tunnel
+from testbed.record import FIELD, Bound, Keying, Record, Tunnel
 from testbed.rundir import now_iso
-from testbed.waiting import sleep_until
+from testbed.waiting import Deadline, sleep_until
 from topologies.shaping import burst_bytes, shaper_handle
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,12 @@ log = logging.getLogger(__name__)
 BACKLOG_EVERY_S = 0.1
 #: Tries per point before it is recorded as failed.
 ATTEMPTS = 2
+#: The latency probe runs this long past the window's end (its last round trips' replies), and is waited
+#: for this long beyond its own duration.
+PROBE_PAST_S = 0.3
+PROBE_WAIT_S = 10.0
+#: How long the unloaded probe waits at most for the shaper's queue to drain.
+DRAIN_S = 2.0
 
 
 def monitor_for(net, servers: iperf.Servers, meter) -> Monitor:
@@ -103,18 +109,61 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     ``following``'s during its warm-up.  Raises :class:`~experiments.engine.iperf.IperfError` when
     the test fails.
     """
-    clients = PointClients(flows_of(net, point.ip_version), point, spec, servers.ports, monitor, ahead)
-    with clients, no_gc(), realtime():
-        seen = clients.start()
-        # many clients: the window opens once every one is connected (the warm-up is a floor)
-        opens = max(seen + spec.warmup_s, clients.all_connected_at or 0.0)
-        clients.start_next(following)
-        sleep_until(opens)
-        clients.settle_next()
-        window = read_window(monitor, opens + spec.duration_s, spec.duration_s)
-        clients.stop()
-    clients.wind_up()
-    return point_record(net, point, spec, monitor, window, clients)
+    flows = flows_of(net, point.ip_version)
+    clients = PointClients(flows, point, spec, servers.ports, monitor, ahead)
+    # the unloaded round trip, on the path the first flow takes, before any of the point's flows send and once
+    # the shaper's queue has drained what the point before it left there
+    idle = None
+    if spec.latency_probe:
+        for _ in Deadline(DRAIN_S, 0.02).polls():
+            if monitor.backlog() == 0:
+                break
+        idle = probe.result(probe.run(flows[0].client_ns, flows[0].server_addr, probe.IDLE_S,
+                                      probe.IDLE_INTERVAL_S), PROBE_WAIT_S)
+    loaded = None
+    try:
+        with clients, no_gc(), realtime():
+            seen = clients.start()
+            # many clients: the window opens once every one is connected (the warm-up is a floor)
+            opens = max(seen + spec.warmup_s, clients.all_connected_at or 0.0)
+            clients.start_next(following)
+            if spec.latency_probe:  # from now to past the window's end; its round trips within the window count
+                loaded = probe.run(flows[0].client_ns, flows[0].server_addr,
+                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, probe.INTERVAL_S)
+            sleep_until(opens)
+            clients.settle_next()
+            window = read_window(monitor, opens + spec.duration_s, spec.duration_s)
+            clients.stop()
+        clients.wind_up()
+        record = point_record(net, point, spec, monitor, window, clients)
+        if loaded is not None:
+            under = probe.result(loaded, PROBE_WAIT_S + spec.duration_s, window.start_unix,
+                                 window.start_unix + spec.duration_s)
+            loaded = None
+            record = with_probe(record, idle, under)
+        return record
+    finally:
+        if loaded is not None and loaded.poll() is None:  # the point failed: its probe goes with it
+            loaded.kill()
+            loaded.wait()
+
+
+def with_probe(record: Record, idle: probe.Summary | str | None, under: probe.Summary | str) -> Record:
+    """``record`` with the probe's round trips; a probe that could not run, or lost every reply, makes the
+    point ``other`` with the reason (never a round trip of zero)."""
+    changes: dict = {}
+    if isinstance(idle, probe.Summary) and idle.rtt_median_ms is not None:
+        changes[FIELD.idle_rtt_ms] = idle.rtt_median_ms
+    if isinstance(under, str):
+        why = f"the latency probe had no result: {under}"
+    elif under.sent and not under.received:
+        why = f"the latency probe lost every reply ({under.sent} sent within the window)"
+        changes.update(under.record_fields())
+    else:
+        return dataclasses.replace(record, **changes, **under.record_fields())
+    reason = f"{record.bound_reason}; {why}" if record.bound_reason else why
+    return dataclasses.replace(record, **changes, bound=Bound.OTHER, bound_reason=reason,
+                               emulation_limited=False)
 
 
 def point_record(net, point: Point, spec: SweepSpec, monitor: Monitor, window: Window,

@@ -98,6 +98,9 @@ class SweepSpec:
     #: seconds of measuring after which no repetition beyond ``repetitions`` is started
     #: (None: no limit); the later rates' minimum repetitions are always measured
     budget_s: float | None = None
+    #: time round trips beside the flows in every window, and before them (irtt: experiments.engine.probe);
+    #: the sweep's command turns it on, the reproductions and the regression suites keep their figures without
+    latency_probe: bool = False
 
     def __post_init__(self) -> None:
         profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
@@ -218,6 +221,8 @@ class SweepSpec:
             argv += ["--arms", join(self.arms)]
         if not self.plain:
             argv.append("--no-plain")
+        if not self.latency_probe:
+            argv.append("--no-latency-probe")
         if self.keying is not Keying.STATIC:
             argv += ["--keying", self.keying]
         return argv

@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from experiments.engine import iperf
+from experiments.engine import iperf, probe
 from experiments.engine.plan import (
     EXTRA_ROUNDS,
     Point,
@@ -209,7 +209,9 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
             netns.ensure_open_files(netns.open_files_for(len(topo.nodes)))
             with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                     iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
-                    monitor_for(net, servers, meter) as monitor, rundir.open_results(run_dir) as out:
+                    monitor_for(net, servers, meter) as monitor, rundir.open_results(run_dir) as out, \
+                    (probe.Servers([net.ns(net.spec.flows[0][1])]) if spec.latency_probe
+                     else contextlib.nullcontext()):
                 rounds.net, rounds.servers, rounds.monitor, rounds.out = net, servers, monitor, out
                 rounds.ahead = Ahead(net, spec, servers)
                 gc.freeze()  # what exists now lives as long as the sweep: later collections skip it

@@ -16,6 +16,7 @@ from scapy.utils import rdpcap
 
 from ipsec import wireguard
 from ipsec.overhead import packet_overhead
+from ipsec.wire import classify
 from testbed import waiting
 from topologies import build_spec
 from topologies.network import Network
@@ -88,13 +89,23 @@ def test_wireguard_carries_the_flows_and_each_data_packet_is_what_the_byte_model
             if t in LENGTHS:
                 assert udp_payload == LENGTHS[t]
         # each echo's inner packet (IP + ICMP header + payload) is one data message of exactly the model's bytes
-        inner = {(40 if family == 6 else 20) + 8 + size for size in sizes}
+        inner_sizes = {(40 if family == 6 else 20) + 8 + size for size in sizes}
         outer = sorted({length for t, length, _ in messages if t == DATA})
-        expected = sorted({i + packet_overhead("wireguard", "tunnel", family, i) for i in inner})
+        expected = sorted({i + packet_overhead("wireguard", "tunnel", family, i) for i in inner_sizes})
         assert outer == expected, (outer, expected)
         # nothing between the far hosts crossed the untrusted link in the clear
         leaks = [p.summary() for p in packets if echo in p and {p[l3].src, p[l3].dst} <= far]
         assert not leaks, f"plaintext between the far hosts on the untrusted link: {leaks}"
+        # the wire check IPsec's profiles pass: only WireGuard between the tunnel ends, nothing between
+        # the networks they protect (one receiver index per direction)
+        (a, b), *_ = net.tunnel_ends(family)
+        ends_report = classify(packets, (a.address, b.address), "wireguard")
+        assert ends_report.ok and ends_report.counts["wireguard"] >= 2 * len(sizes) + 2, ends_report.describe()
+        assert len(ends_report.spis["wireguard"]) == 2, ends_report.describe()
+        if (a.subnet, b.subnet) != (f"{a.address}/{32 if family == 4 else 128}",
+                                    f"{b.address}/{32 if family == 4 else 128}"):
+            inner = classify(packets, (a.subnet, b.subnet), ())
+            assert inner.ok and inner.total == 0, inner.describe()
         if lan_ns not in ends:  # behind a gateway the same pings are plaintext: it decrypted them
             lan = [p for p in rdpcap(str(tmp_path / "lan.pcap")) if echo in p]
             assert len(lan) >= len(sizes)

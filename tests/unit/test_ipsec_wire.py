@@ -332,7 +332,7 @@ def test_classify_flags_plaintext_icmp_between_endpoints():
         ["request", "reply", "request", "reply"]
     assert {leak.protocol for leak in report.leaks} == {1}
     assert report.leaks[0].src == "192.0.2.1" and report.leaks[1].src == "192.0.2.2"
-    assert report.counts == {"esp": 0, "ah": 0, "comp": 0, "nd": 0, "other": 4}
+    assert report.counts == {"esp": 0, "ah": 0, "comp": 0, "wireguard": 0, "nd": 0, "other": 4}
     # ARP is not IP traffic between the endpoints: counted apart, never a leak
     assert report.non_ip == sum(ARP in p for p in packets("plain_v4")) == 2
     assert "4 LEAKED" in report.describe()
@@ -380,7 +380,7 @@ def test_classify_walks_ipv6_extension_headers_and_reads_spis():
         _eth(IPv6(src="2001:db8::3", dst=b) / ICMPv6EchoRequest()),
     ]
     report = wire.classify(frames, (a, b), "esp")
-    assert report.counts == {"esp": 3, "ah": 0, "comp": 0, "nd": 1, "other": 1}
+    assert report.counts == {"esp": 3, "ah": 0, "comp": 0, "wireguard": 0, "nd": 1, "other": 1}
     assert report.spis == {"esp": (0x1111, 0x2222)}
     assert [leak.index for leak in report.leaks] == [4] and report.unrelated == 1
 

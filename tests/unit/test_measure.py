@@ -15,6 +15,8 @@ from testbed.backends import CpuSample
 from testbed.record import FIELDS
 from topologies.shaping import ShapingSpec
 
+PROBE_FIELDS = {f for f in FIELDS if f.startswith("probe_")} | {"idle_rtt_ms"}
+
 SPEC = SweepSpec()
 POINT = dataclasses.replace(plan_points(SPEC)[0], rate_mbit=10.0, size_bytes=1460)
 PROC_STAT = "cpu  100 0 50 800 10 0 40 0 0 0\ncpu0 100 0 50 800 10 0 40 0 0 0\n"
@@ -56,11 +58,12 @@ def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
     assert record_of(window(9.0, 0.99), dataclasses.replace(POINT, arm="b")).injected_instructions == 400
     # every field a sweep writes has a value here but those of failures, arms, IKE, the report, a run
     # measured beside another (the sweep's rounds set the backend and that) and the host's totals this
-    # window's meter does not give (the speed probe's, the foreign load's)
+    # window's meter does not give (the speed probe's, the foreign load's), and the latency probe's, which
+    # measure_point adds (with_probe)
     empty = {f for f in FIELDS if getattr(record, f) is None}
     assert empty == {"injected_instructions", "ike_sas", "loss_pct", "clients_sending_s", "error", "backend",
                      "speed_probe_ns", "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured",
-                     "concurrent_with", "foreign_cpu_pct"}
+                     "concurrent_with", "foreign_cpu_pct", *PROBE_FIELDS}
 
 
 def test_backlog_samples_that_found_no_shaper_make_the_point_an_anomaly():

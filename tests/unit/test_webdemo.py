@@ -79,6 +79,29 @@ def test_packet_rows_show_esp_as_a_listener_sees_it_and_plaintext_as_it_is():
     assert plain["proto"] == "ICMP" and plain["spi"] == "" and "echo-request" in plain["summary"]
 
 
+def test_packet_rows_show_wireguard_messages_by_type_index_and_counter():
+    from scapy.layers.inet import IP, UDP
+    from scapy.packet import Raw
+
+    data = bytes([4, 0, 0, 0]) + (0xABCD).to_bytes(4, "little") + (12).to_bytes(8, "little") + bytes(1040 + 16)
+    wg = IP(src="198.18.2.1", dst="198.18.2.2") / UDP(sport=51820, dport=51820) / Raw(data)
+    row = protocol.packet_row(0, wg)
+    assert (row["proto"], row["spi"], row["seq"]) == ("WireGuard", "0x0000abcd", 12)
+    assert row["summary"] == "transport data, 1040 encrypted bytes"
+    hello = IP(src="198.18.2.1", dst="198.18.2.2") / UDP(sport=51820, dport=51820) / \
+        Raw(bytes([1, 0, 0, 0]) + (5).to_bytes(4, "little") + bytes(140))
+    assert protocol.packet_row(1, hello)["summary"] == "handshake initiation"
+    other = IP(src="198.18.2.1", dst="198.18.2.2") / UDP(sport=53, dport=53) / Raw(data)  # not its port
+    assert protocol.packet_row(2, other)["proto"] == "UDP"
+
+
+def test_the_page_offers_wireguard_only_where_the_demo_can_switch_to_it():
+    assert "wireguard" in protocol.profiles() and "wireguard" in protocol.profiles("tunnel", "static")
+    assert "wireguard" not in protocol.profiles("transport", "static")
+    assert "wireguard" not in protocol.profiles("tunnel", "ike")
+    assert "aes-gcm-256" in protocol.profiles("transport", "ike")
+
+
 def test_the_sa_pane_puts_the_sa_that_carried_most_on_top():
     def sa(dst: str, carried: int) -> str:
         return (f"src 198.18.2.1 dst {dst}\n\tproto esp spi 0x00001000 reqid 1 mode tunnel\n\tlifetime current:\n"
@@ -207,6 +230,20 @@ def test_an_action_from_the_page_reaches_the_engine_checked_and_a_bad_one_does_n
                                                                                         "text/plain"})
     assert status == 415
     assert engine.wait_for(1) == [{"action": "rate", "mbit": 34.0}]
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "1e3", " "])
+def test_a_malformed_content_length_is_a_400_and_no_traceback(demo, capfd, length):
+    server, engine = demo
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as conn:
+        conn.sendall((f"POST /action HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nX-Token: {server.token}\r\n"
+                      f"Origin: http://127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {length}\r\n\r\n{{}}").encode())
+        answer = conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.0 400") or answer.startswith(b"HTTP/1.1 400"), answer[:60]
+    assert b"Content-Length" in answer
+    assert "Traceback" not in capfd.readouterr().err
+    assert engine.received == []
 
 
 def test_events_stream_to_the_page_with_the_last_state_replayed(demo):

@@ -139,3 +139,46 @@ def test_work_with_wireguard_needs_a_kernel_that_has_it():
     assert "wireguard" in doctor.needs(["none", "wireguard"]).capabilities
     assert "esp" in doctor.needs(["wireguard", "aes-gcm-256"]).capabilities
     assert "wireguard" not in doctor.needs(["aes-gcm-256"]).capabilities
+
+
+def test_a_wireguard_message_is_read_without_keys_and_anything_else_is_not_one():
+    from ipsec.wire import wireguard_message
+
+    initiation = bytes([1, 0, 0, 0]) + (7).to_bytes(4, "little") + bytes(140)
+    assert wireguard_message(initiation) == {"type": 1, "name": "handshake initiation", "sender": 7}
+    response = bytes([2, 0, 0, 0]) + (9).to_bytes(4, "little") + (7).to_bytes(4, "little") + bytes(80)
+    assert wireguard_message(response) == {"type": 2, "name": "handshake response", "sender": 9, "receiver": 7}
+    data = bytes([4, 0, 0, 0]) + (9).to_bytes(4, "little") + (5).to_bytes(8, "little") + bytes(112 + 16)
+    assert wireguard_message(data) == {"type": 4, "name": "transport data", "receiver": 9, "counter": 5,
+                                       "encrypted_bytes": 112}
+    keepalive = bytes([4, 0, 0, 0]) + bytes(12) + bytes(16)  # an empty packet: the tag alone
+    assert wireguard_message(keepalive)["encrypted_bytes"] == 0
+    assert wireguard_message(initiation[:-1]) == {}          # a handshake of the wrong length
+    assert wireguard_message(bytes([4, 1, 0, 0]) + bytes(40)) == {}  # reserved bytes not zero
+    assert wireguard_message(bytes([5, 0, 0, 0]) + bytes(40)) == {}  # no such type
+    assert wireguard_message(b"\x04\x00") == {}
+
+
+def test_classify_counts_wireguard_between_the_ends_and_calls_anything_else_a_leak():
+    from scapy.layers.inet import ICMP, IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    from ipsec.wire import classify
+
+    def udp(src, dst, payload, dport=51820):
+        return Ether() / IP(src=src, dst=dst) / UDP(sport=51820, dport=dport) / Raw(payload)
+
+    data = bytes([4, 0, 0, 0]) + (9).to_bytes(4, "little") + bytes(8) + bytes(48)
+    back = bytes([4, 0, 0, 0]) + (3).to_bytes(4, "little") + bytes(8) + bytes(48)
+    packets = [udp("10.0.0.1", "10.0.0.2", data), udp("10.0.0.2", "10.0.0.1", back),
+               udp("10.0.0.1", "10.0.0.2", b"not wireguard"),  # UDP on the port, not a message: other
+               Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / ICMP()]
+    report = classify(packets, ("10.0.0.1", "10.0.0.2"), "wireguard")
+    assert report.counts["wireguard"] == 2 and report.counts["other"] == 2
+    assert report.spis == {"wireguard": (3, 9)}
+    assert [leak.index for leak in report.leaks] == [2, 3]
+    # expected nothing: WireGuard is a leak too
+    assert len(classify(packets[:2], ("10.0.0.1", "10.0.0.2"), ()).leaks) == 2
+    with pytest.raises(ValueError, match="wireguard"):
+        classify(packets, ("10.0.0.1", "10.0.0.2"), "wg")

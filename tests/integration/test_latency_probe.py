@@ -1,0 +1,65 @@
+"""The latency probe on the kernel: irtt's round trips beside a sweep's flows, through plain, IPsec and WireGuard.
+
+At 10 Mbit/s behind tbf the flows fill the shaper's queue: the round trip under load is the queue's wait,
+tens of milliseconds, where the unloaded one is below a few; every window's probe sent its packets and got
+its replies; the servers and clients the probe started are gone when the sweep is.  A probe with no server
+to answer marks its points ``other`` with the reason, never a round trip of zero.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from experiments.engine import probe
+from experiments.engine.sweep import SweepSpec, run_sweep
+from testbed import netns
+
+
+def irtt_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if " irtt " in f" {line.split(None, 1)[-1]} "]
+
+
+def records(path) -> list[dict]:
+    return [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
+
+
+def test_the_round_trip_under_load_is_the_queues_wait_and_the_unloaded_one_is_not(tmp_path):
+    spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256", "wireguard"), rates_mbit=(10,),
+                     sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
+    run_sweep(spec, str(tmp_path))
+    got = records(tmp_path)
+    assert {r["profile"] for r in got} == {"none", "aes-gcm-256", "wireguard"}
+    for r in got:
+        assert r["bound"] == "link", r
+        # 2 s at 10 a second: about 20 round trips within the window, every one answered
+        assert 17 <= r["probe_sent"] <= 21 and r["probe_lost"] == 0, r
+        assert r["idle_rtt_ms"] < 5 < 20 < r["probe_rtt_ms"] <= r["probe_rtt_p90_ms"] <= r["probe_rtt_p99_ms"], r
+        # both ways on one clock: the data's direction holds the queue, the other does not
+        assert r["probe_up_ms"] > 10 * r["probe_down_ms"] and r["probe_down_ms"] < 5, r
+    assert not irtt_processes() and not [n for n in netns.list_ours() if n in str(tmp_path)]
+
+
+def test_a_probe_with_no_server_marks_its_points_other_with_the_reason(tmp_path, monkeypatch):
+    # a port where no irtt server listens: every request goes unanswered
+    monkeypatch.setattr(probe, "client_argv", lambda server, d, i: [
+        probe.IRTT, "client", "-Q", "-d", f"{d:.3f}s", "-i", f"{i * 1000:g}ms", "--timeouts=200ms", "-o", "-",
+        f"[{server}]:9" if ":" in server else f"{server}:9"])
+    spec = SweepSpec(topology="host_to_host", profiles=("none",), rates_mbit=(10,), sizes=(1000,), repetitions=1,
+                     duration_s=1, warmup_s=0.3, latency_probe=True)
+    run_sweep(spec, str(tmp_path))
+    (r,) = records(tmp_path)
+    assert r["bound"] == "other" and "latency probe" in r["bound_reason"], r
+    assert r.get("probe_rtt_ms") is None
+    assert not irtt_processes()
+
+
+@pytest.mark.parametrize("latency_probe", [False])
+def test_without_the_probe_no_irtt_runs_and_the_records_have_no_round_trips(tmp_path, latency_probe):
+    spec = SweepSpec(topology="host_to_host", profiles=("none",), rates_mbit=(10,), sizes=(1000,), repetitions=1,
+                     duration_s=1, warmup_s=0.3, latency_probe=latency_probe)
+    run_sweep(spec, str(tmp_path))
+    (r,) = records(tmp_path)
+    assert "probe_rtt_ms" not in r and "idle_rtt_ms" not in r and r["bound"] == "link"

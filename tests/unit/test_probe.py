@@ -1,0 +1,88 @@
+"""The latency probe's arithmetic on irtt's own output (captured: 15 round trips on loopback), and what a point's
+record says when the probe worked, lost every reply or could not run."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.engine import probe
+from experiments.engine.measure import with_probe
+from testbed.record import Bound, Record
+
+CAPTURED = json.loads((Path(__file__).parent / "fixtures" / "irtt" / "loopback.json").read_text())
+
+
+def sends(data) -> list[float]:
+    return [t["timestamps"]["client"]["send"]["wall"] / 1e9 for t in data["round_trips"]]
+
+
+def test_the_summary_is_irtts_own_round_trips_in_milliseconds():
+    s = probe.summarise(json.dumps(CAPTURED))
+    trips = CAPTURED["round_trips"]
+    rtts = sorted(t["delay"]["rtt"] / 1e6 for t in trips)
+    assert (s.sent, s.received, s.lost) == (len(trips), len(trips), 0) == (15, 15, 0)
+    assert s.rtt_median_ms == pytest.approx(rtts[7])  # the 8th of 15
+    assert s.rtt_median_ms == pytest.approx(CAPTURED["stats"]["rtt"]["median"] / 1e6)  # irtt's own median
+    assert s.rtt_p99_ms <= max(rtts) and s.rtt_p90_ms <= s.rtt_p99_ms and s.rtt_median_ms <= s.rtt_p90_ms
+    assert s.up_median_ms == pytest.approx(sorted(t["delay"]["send"] / 1e6 for t in trips)[7])
+    assert s.down_median_ms == pytest.approx(sorted(t["delay"]["receive"] / 1e6 for t in trips)[7])
+    fields = s.record_fields()
+    assert set(fields) <= set(Record.OPTIONAL) and fields["probe_sent"] == 15 and fields["probe_lost"] == 0
+
+
+def test_only_the_round_trips_sent_within_the_window_count():
+    at = sends(CAPTURED)
+    s = probe.summarise(CAPTURED, start_unix=at[5], end_unix=at[10])
+    assert s.sent == 5  # the 6th to the 10th: the start counts, the end does not
+    assert s.rtt_median_ms == pytest.approx(sorted(t["delay"]["rtt"] / 1e6 for t in CAPTURED["round_trips"][5:10])[2])
+    assert probe.summarise(CAPTURED, start_unix=at[-1] + 1).sent == 0
+
+
+def test_lost_round_trips_count_as_sent_and_give_no_delay():
+    data = copy.deepcopy(CAPTURED)
+    for t in data["round_trips"][:5]:
+        t["lost"] = "true"
+        t["delay"] = {}
+    data["round_trips"][5]["lost"] = "true_down"
+    s = probe.summarise(data)
+    assert (s.sent, s.received, s.lost) == (15, 9, 6)
+    for t in data["round_trips"]:
+        t["lost"] = "true"
+    everything = probe.summarise(data)
+    assert (everything.received, everything.rtt_median_ms, everything.rtt_p99_ms) == (0, None, None)
+
+
+def test_percentiles_interpolate_between_closest_ranks():
+    assert probe.percentile([], 50) is None
+    assert probe.percentile([3.0], 99) == 3.0
+    assert probe.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert probe.percentile(list(map(float, range(101))), 90) == pytest.approx(90.0)
+    assert probe.percentile([5.0, 1.0, 3.0], 100) == 5.0
+
+
+def test_a_record_gains_the_probe_and_a_probe_that_lost_everything_makes_the_point_other():
+    record = Record(profile="aes-gcm-256", goodput_mbps=9.2, bound=Bound.LINK, bound_reason="the link was full")
+    idle = probe.summarise(CAPTURED)
+    under = probe.summarise(CAPTURED)
+    got = with_probe(record, idle, under)
+    assert got.bound is Bound.LINK and got.probe_sent == 15 and got.idle_rtt_ms == idle.rtt_median_ms
+    assert got.probe_rtt_ms == under.rtt_median_ms and got.goodput_mbps == 9.2
+    data = copy.deepcopy(CAPTURED)
+    for t in data["round_trips"]:
+        t["lost"] = "true"
+    silent = with_probe(record, idle, probe.summarise(data))
+    assert silent.bound is Bound.OTHER and "lost every reply (15 sent" in silent.bound_reason
+    assert silent.probe_rtt_ms is None and silent.probe_lost == 15  # never a round trip of zero
+    broken = with_probe(record, "irtt's client failed (exit 1): no route", "irtt's client failed (exit 1): x")
+    assert broken.bound is Bound.OTHER and "no result: irtt's client failed" in broken.bound_reason
+    assert broken.idle_rtt_ms is None
+
+
+def test_the_client_is_told_what_to_send_and_where():
+    argv = probe.client_argv("2001:db8:0:3::2", 2.55, 0.02)
+    assert argv[:2] == ["irtt", "client"] and argv[-1] == "[2001:db8:0:3::2]:2112"
+    assert argv[argv.index("-d") + 1] == "2.550s" and argv[argv.index("-i") + 1] == "20ms"
+    assert probe.client_argv("198.18.3.2", 0.3, 0.01)[-1] == "198.18.3.2:2112"
