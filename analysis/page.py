@@ -271,8 +271,10 @@ def _tunnels_html(ratios: Sequence[Ratio]) -> str:
             for h in head]
     out.append("</tr></thead><tbody>")
     for r in rows:
+        # the byte model says what a full link gives: beside CPU-bound points it says nothing
         model = (r.ipsec.theoretical_goodput_mbps / r.plain.theoretical_goodput_mbps
-                 if r.ipsec.theoretical_goodput_mbps and r.plain.theoretical_goodput_mbps else None)
+                 if r.ipsec.theoretical_goodput_mbps and r.plain.theoretical_goodput_mbps
+                 and r.ipsec.bound is Bound.LINK and r.plain.bound is Bound.LINK else None)
         cells = [("", r.point.topology or ""), ("num", "unshaped" if r.point.rate_mbit is None else
                                                 f"{r.point.rate_mbit:g}"),
                  ("num", r.point.size_bytes), ("", profile_label(r.point.profile)),

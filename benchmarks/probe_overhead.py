@@ -1,0 +1,75 @@
+"""Does the latency probe change the goodput it rides beside?  Sweeps with and without it, alternated.
+
+    sudo ipsec-testbed bench probe_overhead                           # vpn_gateway, aes-gcm-256, 10 Mbit/s
+    sudo ipsec-testbed bench probe_overhead --rate 100 --pairs 6 --sizes 100,1460
+
+Runs ``ipsec-testbed sweep`` as a user would, one repetition per run, alternately with the latency probe
+(the default) and with ``--no-latency-probe``, in ABBA order (on, off, off, on, ...) so that a drift of the
+machine falls on both alike.  Per point it prints the mean goodput with and without the probe, their paired
+difference with its 95 % interval, and the point's own interval (the 95 % half-width of its goodput
+without the probe): the probe passes where the difference is smaller than that.  Exit status 0 when it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from benchmarks import _common
+from experiments import runner
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topology", default="vpn_gateway")
+    ap.add_argument("--profile", default="aes-gcm-256", help="the tunnel beside plain (default: %(default)s)")
+    ap.add_argument("--rate", type=float, default=10.0, help="Mbit/s (default: %(default)s)")
+    ap.add_argument("--sizes", default="100,1460", help="TCP MSS, comma-separated (default: %(default)s)")
+    ap.add_argument("--pairs", type=int, default=4, help="runs with the probe and without, each (default: 4)")
+    args = ap.parse_args(argv)
+    if os.geteuid() != 0:
+        sys.exit("probe_overhead: needs root; run with sudo")
+    if args.pairs < 2:
+        sys.exit("probe_overhead: --pairs must be at least 2 (an interval needs two pairs)")
+    from analysis.stats import t_critical_95
+    from testbed.rundir import load_results
+
+    base = tempfile.mkdtemp(prefix="itb-bench-probe-")
+    words = ["--topology", args.topology, "--profiles", args.profile, "--rates", f"{args.rate:g}",
+             "--sizes", args.sizes, "--repetitions", "1"]
+    order = [k % 4 in (0, 3) for k in range(2 * args.pairs)]  # ABBA: on, off, off, on, ...
+    goodput: dict[tuple, dict[bool, list[float]]] = collections.defaultdict(lambda: {True: [], False: []})
+    t0 = time.monotonic()
+    for k, on in enumerate(order):
+        out = os.path.join(base, f"{k:02d}-{'probe' if on else 'none'}")
+        print(f"run {k + 1} of {len(order)}: {'with' if on else 'without'} the probe", flush=True)
+        rc = runner.run_apart(_common.sweep_job(words + ([] if on else ["--no-latency-probe"]), out))
+        if rc != 0:
+            sys.exit(f"probe_overhead: the sweep failed (exit {rc}); its directory: {out}")
+        for r in load_results(out):
+            goodput[(r.profile, r.size_bytes)][on].append(r.goodput_mbps)
+    print(f"\n{len(order)} sweeps in {time.monotonic() - t0:.0f} s; {args.topology}, {args.rate:g} Mbit/s, "
+          f"one repetition per sweep\n")
+    print(f"{'profile':>14s} {'size':>5s} {'with probe':>11s} {'without':>9s} {'difference (95 % CI)':>24s} "
+          f"{'own interval':>13s}  verdict")
+    for (profile, size), by in sorted(goodput.items()):
+        pairs = list(zip(by[True], by[False], strict=False))
+        diffs = [a - b for a, b in pairs]
+        n = len(diffs)
+        mean_diff = statistics.fmean(diffs)
+        half = t_critical_95(n - 1) * statistics.stdev(diffs) / n ** 0.5 if n > 1 else float("nan")
+        without = by[False]
+        own = t_critical_95(len(without) - 1) * statistics.stdev(without) / len(without) ** 0.5
+        verdict = "within" if abs(mean_diff) < own else "BEYOND"
+        print(f"{profile:>14s} {size:5d} {statistics.fmean(by[True]):11.3f} {statistics.fmean(without):9.3f} "
+              f"{mean_diff:+11.4f} ± {half:.4f} Mbit/s {own:9.4f}  {verdict} the point's own interval")
+    print(f"\nrun directories: {base}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
