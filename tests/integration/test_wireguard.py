@@ -5,8 +5,11 @@ tcpdump and scapy, never with the testbed's own netlink code."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import struct
 import subprocess
+import sys
 
 import pytest
 from conftest import capture, ip
@@ -17,9 +20,11 @@ from scapy.utils import rdpcap
 from ipsec import wireguard
 from ipsec.overhead import packet_overhead
 from ipsec.wire import classify
-from testbed import waiting
+from testbed import netns, waiting
 from topologies import build_spec
 from topologies.network import Network
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: WireGuard's message types (drivers/net/wireguard/messages.h) and their fixed lengths.
 INITIATION, RESPONSE, DATA = 1, 2, 4
@@ -153,3 +158,38 @@ def test_a_failed_setup_leaves_nothing_and_a_removal_twice_is_harmless():
         net.apply_wireguard(families=(4,))
         net.remove_ipsec()
         net.remove_ipsec()
+
+
+def wireguard_devices() -> list[str]:
+    """Every WireGuard device in the testbed's namespaces now, as ``namespace/device``."""
+    found = []
+    for ns in netns.list_ours():
+        out = subprocess.run(["ip", "-n", ns, "-o", "link", "show", "type", "wireguard"], capture_output=True,
+                             text=True).stdout
+        found += [f"{ns}/{line.split(':')[1].strip().split('@')[0]}" for line in out.splitlines() if line.strip()]
+    return found
+
+
+def test_a_sweep_killed_with_its_tunnels_up_leaves_nothing_after_clean(tmp_path):
+    assert not netns.list_ours(), "leftovers from before this test"
+    run = subprocess.Popen([sys.executable, "-m", "cli", "sweep", "--topology", "road_warrior", "--clients", "3",
+                            "--profiles", "wireguard", "--rates", "50", "--sizes", "1400", "--repetitions", "1",
+                            "--duration", "2", "--no-report", "--no-latency-probe", "--out", str(tmp_path / "run")],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+
+    def up() -> bool:
+        assert run.poll() is None, f"the sweep ended before its tunnels were up: {run.stderr.read()[-2000:]}"
+        return len(wireguard_devices()) >= 4  # the gateway's and each client's
+
+    try:
+        waiting.until(up, 240, "the sweep's WireGuard devices", interval_s=0.01)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        run.stderr.close()
+    assert wireguard_devices(), "the killed run left no device: the test would prove nothing"
+    done = subprocess.run([sys.executable, "-m", "cli", "clean"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert netns.list_ours() == [] and wireguard_devices() == []
