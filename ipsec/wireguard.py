@@ -147,9 +147,9 @@ def apply(devices: Sequence[DevicePlan]) -> None:
     and raise :class:`WireGuardError` naming the device and the kernel's reason."""
     made: list[DevicePlan] = []
     try:
-        public = {}
+        public = {}  # each device's public key, by its namespace and IP version (a key per device)
         for dev in devices:
-            public[dev.ns] = _create(dev)  # a device it could not create is not its own to remove
+            public[dev.ns, dev.family] = _create(dev)  # a device it could not create is not its own to remove
             made.append(dev)
         for dev in devices:
             _peer_and_route(dev, public)
@@ -189,11 +189,11 @@ def _create(dev: DevicePlan) -> str:
     return key.decode() if isinstance(key, bytes) else key
 
 
-def _peer_and_route(dev: DevicePlan, public: dict[str, str]) -> None:
+def _peer_and_route(dev: DevicePlan, public: dict[tuple[str, int], str]) -> None:
     wg = _wireguard_socket(dev.ns)
     try:
         for peer in dev.peers:
-            wg.set(dev.ifname, peer={"public_key": public[peer.ns], "endpoint_addr": peer.endpoint,
+            wg.set(dev.ifname, peer={"public_key": public[peer.ns, dev.family], "endpoint_addr": peer.endpoint,
                                      "endpoint_port": peer.port, "allowed_ips": list(peer.allowed_ips)})
     finally:
         wg.close()

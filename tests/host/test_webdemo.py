@@ -185,6 +185,30 @@ def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers
     assert "demo: network removed, page closed" in demo.text()
 
 
+def test_the_page_runs_wireguard_and_says_why_its_packets_stay_sealed(no_leftovers):
+    demo = Demo("--profile", "wireguard")
+    driver = browser()
+    try:
+        driver.get(demo.url)
+        until(driver, "document.body.dataset.ipsec === 'on'", "the network to be built with WireGuard on", 180)
+        click(driver, "traffic-toggle")
+        until(driver, "document.body.dataset.traffic === 'on'", "the traffic to start")
+        readings_after(driver, 0, 1, 3)
+        packets = capture(driver)
+        rows = packets["captured"]
+        assert rows and all(p["proto"] == "WireGuard" for p in rows), rows
+        assert {p["summary"].split(",")[0] for p in rows} <= {"transport data", "handshake initiation",
+                                                              "handshake response", "cookie reply"}, rows
+        assert not packets["decrypted"] and "cannot decrypt" in packets["note"], packets["note"]
+        sas = page_state(driver, "JSON.stringify(window.demoState.sas || {})")
+        assert "interface: itb" in sas and "latest handshake" in sas and "private key" in sas, sas[:2000]
+        assert page_state(driver, "window.demoState.errors") == []
+    finally:
+        driver.quit()
+        rc = demo.stop(signal.SIGINT)
+    assert rc == 130, demo.text()
+
+
 def test_sigterm_ends_the_demo_and_its_guest(no_leftovers):
     demo = Demo()
     # the page's events: the network is up once the hello has come

@@ -143,6 +143,23 @@ def test_two_hundred_peers_on_one_gateway_device(tmp_path):
         assert ping(net, src, dst, 4).returncode == 0
 
 
+@pytest.mark.parametrize("name", ["vpn_gateway", "road_warrior"])
+def test_both_ip_versions_at_once_each_on_its_own_device_and_keys(name):
+    """As the demo and a sweep of --ip 4,6 put it up: a device per version in each end, each keyed apart."""
+    spec = build_spec(name, clients=2)
+    with Network(spec) as net:
+        devices = net.apply_wireguard(families=(4, 6))
+        assert {d.family for d in devices} == {4, 6} and len({d.private_key for d in devices}) == len(devices)
+        src, dst = spec.flows[-1]
+        for family in (4, 6):
+            r = ping(net, src, dst, family, count=2, interval="0.2")
+            assert r.returncode == 0 and " 2 received" in r.stdout, (family, r.stdout + r.stderr)
+        held = {d: wireguard.peers_of(d.ns, d.ifname) for d in devices}
+        carried = {d.family for d, peers in held.items() if any(p["tx_bytes"] for p in peers)}
+        assert carried == {4, 6}, held  # each version through its own device, each handshake its own
+        assert all(p["handshake_s"] > 0 for peers in held.values() for p in peers if p["tx_bytes"])
+
+
 def test_a_failed_setup_leaves_nothing_and_a_removal_twice_is_harmless():
     spec = build_spec("vpn_gateway")
     with Network(spec) as net:

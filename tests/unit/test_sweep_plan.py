@@ -504,6 +504,9 @@ SUITE_ARGV = {
                 "--rates", "1000", "--sizes", "1460", "--repetitions", "4", "--duration", "2", "--warmup", "1"),
     "ipv6": ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256", "--ip", "6", "--rates", "100",
              "--sizes", "1000", "--repetitions", "5", "--duration", "2", "--warmup", "1"),
+    "tunnels": ("--topology", "vpn_gateway", "--profiles", "aes-gcm-256,chacha20-poly1305,wireguard",
+                "--rates", "10000", "--sizes", "100,1460", "--repetitions", "6", "--duration", "2",
+                "--warmup", "0.5"),
 }
 
 
