@@ -177,7 +177,9 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         return 0
     from rich.table import Table
 
-    table = Table(title=f"IPsec bytes per packet on a {args.mtu}-byte MTU link (kernel's xfrm_state_mtu rounding)",
+    wg = any(parse_profile(p).wireguard for p in profiles)
+    rules = "kernel's xfrm_state_mtu rounding" + ("; WireGuard: wg-quick's MTU, padding to 16" if wg else "")
+    table = Table(title=f"{'Tunnel' if wg else 'IPsec'} bytes per packet on a {args.mtu}-byte MTU link ({rules})",
                   title_justify="left")
     for col in columns:
         table.add_column(col, justify="left" if col in ("profile", "mode", "IP") else "right")

@@ -35,7 +35,7 @@ SUITES: dict[str, tuple[str, SweepSpec]] = {
                        sizes=(1000,), repetitions=5, duration_s=2.0, warmup_s=1.0)),
     "tunnels": ("VPN gateways, no tunnel, ESP AES-GCM-256 and ChaCha20-Poly1305, and WireGuard (the same cipher "
                 "in two protocols), unshaped (10 Gbit/s, so the emulator's CPU sets the goodput), MSS 100 and "
-                "1460, 6 repetitions of 2 s (about 3 min in UML; on the project's kernel, which has WireGuard)",
+                "1460, 6 repetitions of 2 s (about 2 min in UML; on the project's kernel, which has WireGuard)",
                 SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256", "chacha20-poly1305", "wireguard"),
                           rates_mbit=(10000.0,), sizes=(100, 1460), repetitions=6, duration_s=2.0, warmup_s=0.5)),
 }
