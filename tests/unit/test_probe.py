@@ -86,3 +86,14 @@ def test_the_client_is_told_what_to_send_and_where():
     assert argv[:2] == ["irtt", "client"] and argv[-1] == "[2001:db8:0:3::2]:2112"
     assert argv[argv.index("-d") + 1] == "2.550s" and argv[argv.index("-i") + 1] == "20ms"
     assert probe.client_argv("198.18.3.2", 0.3, 0.01)[-1] == "198.18.3.2:2112"
+
+
+def test_the_queue_check_compares_link_bound_probed_points_only():
+    from benchmarks.probe_queue import compare
+
+    # 62,500 bytes queued at 10 Mbit/s is 50 ms of waiting
+    fine = Record(rate_mbit=10.0, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_up_ms=51.0)
+    cpu = Record(rate_mbit=10.0, bound=Bound.CPU, queue_mean_bytes=62_500.0, probe_up_ms=90.0)
+    unprobed = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=62_500.0)
+    empty = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=0.0, probe_up_ms=1.0)
+    assert compare([fine, cpu, unprobed, empty]) == {10.0: [pytest.approx(1.02)]}
