@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 from benchmarks import _common
+from testbed.record import Bound
 
 TOLERANCE = 0.10
 
@@ -29,7 +30,7 @@ def compare(records) -> dict[float, list[float]]:
     """measured / predicted queueing delay of each link-bound probed point, by rate (pure)."""
     ratios: dict[float, list[float]] = collections.defaultdict(list)
     for r in records:
-        if str(r.bound) != "link" or r.probe_up_ms is None or not r.queue_mean_bytes or not r.rate_mbit:
+        if r.bound is not Bound.LINK or r.probe_up_ms is None or not r.queue_mean_bytes or not r.rate_mbit:
             continue
         predicted_ms = r.queue_mean_bytes / (r.rate_mbit * 1e6 / 8) * 1000
         if predicted_ms > 0:
