@@ -193,8 +193,9 @@ def cmd_overhead(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     _need_root("demo")
-    if parse_profile(args.profile).wireguard and wireguard.refusal(args.mode, args.keying):  # bad input fails
-        raise SystemExit(f"ipsec-testbed demo: {wireguard.refusal(args.mode, args.keying)}")  # here, before a boot
+    # bad input fails here, before a boot
+    if parse_profile(args.profile).wireguard and (why := wireguard.refusal(args.mode, args.keying)):
+        raise SystemExit(f"ipsec-testbed demo: {why}")
     build_spec(args.topology, clients=args.clients)
     if args.web and not 0 <= args.port <= 65535:
         raise SystemExit(f"ipsec-testbed demo: --port {args.port} is not a TCP port (0: any free one)")

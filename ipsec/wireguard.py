@@ -40,6 +40,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ipsec.plan import Endpoint
 from testbed import names, netns
+from testbed.record import Keying
 
 #: The ports the devices listen on, per IP version.
 LISTEN_PORTS = {4: 51820, 6: 51821}
@@ -263,13 +264,13 @@ def peers_of(ns: str, ifname: str) -> list[dict]:
         wg.close()
 
 
-def refusal(mode: str, keying: str) -> str | None:
+def refusal(mode: str, keying: Keying | str) -> str | None:
     """Why WireGuard cannot run in IPsec ``mode`` with ``keying`` (None: it can): it is a tunnel, with keys
     of its own."""
     if mode != "tunnel":
         return (f"profile wireguard: WireGuard is a tunnel and has no {mode} mode (IPsec's alone); leave "
                 "--mode tunnel, the default, to compare it with IPsec")
-    if str(keying) != "static":
+    if Keying.named(keying) is not Keying.STATIC:
         return (f"profile wireguard: WireGuard makes its own keys (Noise handshakes), not --keying {keying}; "
                 "leave --keying static, the default, to compare it with IPsec")
     return None

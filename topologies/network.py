@@ -392,8 +392,9 @@ class Network:
         keying = Keying.named(keying)
         self.remove_ipsec()
         if parse_profile(profile).wireguard:
-            if mode != "tunnel" or keying is not Keying.STATIC:
-                raise ValueError("WireGuard is a tunnel with keys of its own: no transport mode, no IKE keying")
+            why = wireguard.refusal(mode, keying)
+            if why:
+                raise ValueError(why)
             self.apply_wireguard(families)
             return []
         if keying.negotiated:

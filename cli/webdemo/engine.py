@@ -140,8 +140,8 @@ class Engine:
     def switch(self, on: bool, profile: str) -> None:
         if (on, profile) == (self.ipsec_on, self.profile):
             return
-        if on and parse_profile(profile).wireguard and wireguard.refusal(self.mode, self.keying):
-            raise protocol.ActionError(wireguard.refusal(self.mode, self.keying))
+        if on and parse_profile(profile).wireguard and (why := wireguard.refusal(self.mode, self.keying)):
+            raise protocol.ActionError(why)
         was_off = not self.ipsec_on
         if self.ipsec_on:
             self.net.remove_ipsec()

@@ -37,8 +37,8 @@ def profiles(mode: str = "tunnel", keying: str = "static") -> tuple[str, ...]:
     ``wireguard`` where the demo's mode or keying is IPsec's alone (transport, IKE)."""
     from ipsec import wireguard
 
-    return tuple(n.name for n in CATALOG if not parse_profile(n.name).is_none
-                 and not (parse_profile(n.name).wireguard and wireguard.refusal(mode, str(keying))))
+    offered = [p for p in (parse_profile(n.name) for n in CATALOG) if not p.is_none]
+    return tuple(p.name for p in offered if not (p.wireguard and wireguard.refusal(mode, keying)))
 
 
 class ActionError(ValueError):

@@ -125,8 +125,8 @@ class SweepSpec:
         if self.mode not in ("transport", "tunnel"):
             raise ValueError(f"mode must be transport or tunnel, not {self.mode!r}")
         object.__setattr__(self, "keying", Keying.named(self.keying))
-        if WIREGUARD in profiles and wireguard.refusal(self.mode, self.keying):
-            raise ValueError(wireguard.refusal(self.mode, self.keying))
+        if WIREGUARD in profiles and (why := wireguard.refusal(self.mode, self.keying)):
+            raise ValueError(why)
         if is_ike(self.keying):
             for name in profiles:
                 if name != "none":
