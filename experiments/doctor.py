@@ -136,13 +136,10 @@ def _wireguard_check(ns: str, run_id: str) -> Check:
     """A WireGuard device made, keyed over generic netlink and its public key read back, then deleted."""
     from ipsec import wireguard
 
-    dev = wireguard.DevicePlan(ns, wireguard.device_name(run_id, 4), 4, wireguard.LISTEN_PORTS[4], 1420,
-                               secrets.token_bytes(32), ())
+    dev = wireguard.DevicePlan(ns, wireguard.device_name(run_id, 4), 4, wireguard.LISTEN_PORTS[4],
+                               1500 - wireguard.MTU_RESERVE, secrets.token_bytes(32), ())
     try:
         wireguard.apply([dev])
-    except wireguard.WireGuardError as e:
-        return Check("tunnel", "wireguard", False, str(e))
-    try:
         wireguard.remove([dev])
     except wireguard.WireGuardError as e:
         return Check("tunnel", "wireguard", False, str(e))

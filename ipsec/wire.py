@@ -66,7 +66,9 @@ from scapy.packet import NoPayload, Packet
 from scapy.utils import PcapWriter
 
 from ipsec.algorithms import ALGORITHMS
+from ipsec.overhead import WIREGUARD_HEADER_BYTES, WIREGUARD_TAG_BYTES
 from ipsec.sa import SASpec
+from ipsec.wireguard import LISTEN_PORTS
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +79,8 @@ _PROTO_NAMES: dict[int, str] = {number: name for name, number in PROTO_NUMBERS.i
 PROTECTIONS: tuple[str, ...] = (*PROTO_NUMBERS, "wireguard")
 #: Keys of :attr:`WireReport.counts` (``wireguard``: WireGuard's messages, :func:`wireguard_message`).
 CATEGORIES: tuple[str, ...] = ("esp", "ah", "comp", "wireguard", "nd", "other")
-#: The UDP ports the testbed's WireGuard devices listen on (:data:`ipsec.wireguard.LISTEN_PORTS`).
-WIREGUARD_PORTS: frozenset[int] = frozenset({51820, 51821})
+#: The UDP ports the testbed's WireGuard devices listen on.
+WIREGUARD_PORTS: frozenset[int] = frozenset(LISTEN_PORTS.values())
 #: WireGuard's messages (drivers/net/wireguard/messages.h): type -> name and the UDP payload's length
 #: (None: a data message, 32 bytes and more).
 WIREGUARD_MESSAGES: dict[int, tuple[str, int | None]] = {
@@ -344,7 +346,8 @@ def wireguard_message(payload: bytes) -> dict:
         return {}
     kind = payload[0]
     name, length = WIREGUARD_MESSAGES[kind]
-    if (length is not None and len(payload) != length) or (length is None and (len(payload) - 16) < 16):
+    framing = WIREGUARD_HEADER_BYTES + WIREGUARD_TAG_BYTES  # a data message: its header and tag at least
+    if (length is not None and len(payload) != length) or (length is None and len(payload) < framing):
         return {}
     out: dict = {"type": kind, "name": name}
     if kind == 1:
@@ -357,7 +360,7 @@ def wireguard_message(payload: bytes) -> dict:
     else:
         out["receiver"] = int.from_bytes(payload[4:8], "little")
         out["counter"] = int.from_bytes(payload[8:16], "little")
-        out["encrypted_bytes"] = len(payload) - 16 - 16  # the padded packet, without the tag
+        out["encrypted_bytes"] = len(payload) - framing  # the padded packet, without the tag
     return out
 
 

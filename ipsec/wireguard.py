@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 
 from pyroute2.netlink.exceptions import NetlinkError
 
+from ipsec.overhead import WIREGUARD_MTU_RESERVE
 from ipsec.plan import Endpoint
 from testbed import names, netns
 from testbed.record import Keying
@@ -49,8 +50,9 @@ FWMARK = 0xCA6C
 TABLE = 51820
 #: The rule's priority: before the main table's (32766).
 RULE_PRIORITY = 32000
-#: What wg-quick takes off the link's MTU for the device's (IPv6 40 + UDP 8 + header 16 + tag 16).
-MTU_RESERVE = 80
+#: What wg-quick takes off the link's MTU for the device's (IPv6 40 + UDP 8 + header 16 + tag 16): the byte
+#: model's figure.
+MTU_RESERVE = WIREGUARD_MTU_RESERVE
 #: ``FIB_RULE_INVERT``: the rule matches packets *without* the mark.
 _FIB_RULE_INVERT = 0x2
 _FAMILY = {4: socket.AF_INET, 6: socket.AF_INET6}

@@ -39,8 +39,6 @@ RECIPE_COMMAND = "ipsec-testbed kernel build"
 KERNEL_ENV = "IPSEC_TESTBED_UML_KERNEL"
 DEBIAN_KERNEL = "/usr/bin/linux.uml"
 DEBIAN_MODULES_ROOT = "/usr/lib/uml/modules"
-#: The configuration Debian's linux.uml was built with, as its package ships it.
-DEBIAN_CONFIG = "/usr/share/doc/user-mode-linux/config.gz"
 ORIGINS = ("debian", "recipe", "user")
 #: Names of kernels that need no source: Debian's, and the recipe's default build.
 NAMED = (kernelsource.DEBIAN, kernelsource.RECIPE)
@@ -82,7 +80,7 @@ class UmlKernel:
         the configuration beside it (Debian's package's, a recipe build's ``config``, a tree's ``.config``);
         None when there is none to read."""
         here = os.path.dirname(self.path)
-        candidates = {"debian": [DEBIAN_CONFIG], "recipe": [os.path.join(here, "config")],
+        candidates = {"debian": [kernelbuild.DEBIAN_CONFIG], "recipe": [os.path.join(here, "config")],
                       "user": [os.path.join(here, ".config"), os.path.join(here, "config")]}[self.origin]
         for path in candidates:
             try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -101,13 +100,6 @@ def summarise(output: Mapping | str, start_unix: float | None = None, end_unix: 
             downs.append(delay["receive"] / 1e6)
     return Summary(sent, len(rtts), percentile(rtts, 50), percentile(rtts, 90), percentile(rtts, 99),
                    percentile(ups, 50), percentile(downs, 50))
-
-
-def check() -> str | None:
-    """Why the probe cannot run here (None: it can)."""
-    if shutil.which(IRTT) is None:
-        return "irtt not found: install Debian's irtt package (apt-get install irtt, or scripts/install.sh)"
-    return None
 
 
 def client_argv(server: str, duration_s: float, interval_s: float) -> list[str]:
