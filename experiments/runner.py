@@ -90,7 +90,7 @@ def prepare_kernel(job: Job) -> Job:
             kernel = umlkernel.select(requested)
         except umlkernel.KernelUnavailableError:
             return job
-        if kernel.configured("CONFIG_WIREGUARD") is False:
+        if kernel.has("wireguard") is False:
             raise Refused(f"profile wireguard needs a kernel with WireGuard (CONFIG_WIREGUARD), and "
                           f"{kernel.describe()} has none: --uml-kernel recipe (the project's kernel) has it")
     return job
@@ -103,7 +103,7 @@ def kernel_for_wireguard() -> str | None:
         automatic = umlkernel.automatic()
     except umlkernel.KernelUnavailableError:
         return kernelsource.RECIPE  # not built yet on this CPU: the project's kernel, which has WireGuard
-    return kernelsource.RECIPE if automatic.configured("CONFIG_WIREGUARD") is False else None
+    return kernelsource.RECIPE if automatic.has("wireguard") is False else None
 
 
 def check_tools(job: Job | None = None) -> None:

@@ -42,6 +42,9 @@ DEBIAN_MODULES_ROOT = "/usr/lib/uml/modules"
 ORIGINS = ("debian", "recipe", "user")
 #: Names of kernels that need no source: Debian's, and the recipe's default build.
 NAMED = (kernelsource.DEBIAN, kernelsource.RECIPE)
+#: Capabilities (probe check names) a UML kernel has only when its configuration says so, and the option
+#: that says it: Debian's kernel has every module the testbed's IPsec uses, but no WireGuard.
+CONFIGURED = {"wireguard": "CONFIG_WIREGUARD"}
 
 
 class KernelUnavailableError(RuntimeError):
@@ -91,6 +94,11 @@ class UmlKernel:
                 continue
             return re.search(rf"^{re.escape(option)}=[ym]$", text, re.MULTILINE) is not None
         return None
+
+    def has(self, capability: str) -> bool | None:
+        """Whether the kernel has ``capability`` (one of :data:`CONFIGURED`) as its configuration says; None
+        when it has no configuration to read."""
+        return self.configured(CONFIGURED[capability])
 
     def describe(self) -> str:
         what = {"debian": "Debian's linux.uml", "recipe": "the project's UML kernel",

@@ -421,15 +421,14 @@ class Network:
         self.remove_ipsec()
         devices = []
         for family in families:
-            inside = {}
-            for a, b in self.tunnel_ends(family):
-                for end in (a, b):
-                    node = next(n.name for n in self.spec.nodes if self.ns(n.name) == end.ns)
+            ends = self.tunnel_ends(family)
+            inside = {}  # each end's own address inside what it protects, where it has one
+            for pair, (a, b) in zip(self.spec.ipsec, ends, strict=True):
+                for node, end in ((pair.tunnel_a, a), (pair.tunnel_b, b)):
                     own = wireguard.inside_address(end.subnet, [i.address(family) for i in self.plan.of(node)])
                     if own:
                         inside[end.ns] = own
-            devices += wireguard.plan_tunnels(self.tunnel_ends(family), self.run_id, family, self._untrusted_mtu(),
-                                              inside)
+            devices += wireguard.plan_tunnels(ends, self.run_id, family, self._untrusted_mtu(), inside)
         with critical():
             self._ipsec_families = set(families)
             wireguard.apply(devices)

@@ -160,10 +160,6 @@ class UmlSpec:
             raise ValueError(f"cwd: must be an absolute path, not {self.cwd!r}")
 
 
-#: Capabilities a UML kernel has only when its configuration says so, and the option that says it.
-KERNEL_OPTIONS = {"wireguard": "CONFIG_WIREGUARD"}
-
-
 def find_kernel(path: str | None = None) -> str:
     """The UML kernel image to boot: ``path`` (a path, ``debian`` or ``recipe``) if given, else the one
     :func:`~testbed.umlkernel.select` chooses.  Raises :class:`UmlError` with the fix in one line."""
@@ -629,8 +625,7 @@ class UmlBackend(KernelBackend):
             kernel = choose_kernel(self.options.kernel)
         except UmlError:
             return []
-        return [cap for cap, option in KERNEL_OPTIONS.items()
-                if cap in needs.capabilities and kernel.configured(option) is False]
+        return [cap for cap in umlkernel.CONFIGURED if cap in needs.capabilities and kernel.has(cap) is False]
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
