@@ -192,6 +192,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.answer(404, b"not found\n")
 
     def do_POST(self) -> None:
+        # an answer given before the body is read ends the connection: the unread body would be taken for the
+        # next request, and answered again, maybe after the client has gone
+        keep_alive, self.close_connection = not self.close_connection, True
         why = self.refused()
         if why:
             self.answer(403, f"refused: {why}\n".encode())
@@ -202,16 +205,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.headers.get_content_type() != "application/json":
             self.answer(415, b"an action is JSON (Content-Type: application/json)\n")
             return
-        text = (self.headers.get("Content-Length") or "0").strip()
-        if not text.isdigit():  # not a number, or negative: no length to read
+        given = self.headers.get("Content-Length")
+        text = "0" if given is None else given.strip()  # absent: no body
+        if not text.isdigit():  # empty, not a number, or negative: no length to read
             self.answer(400, b"Content-Length must be the body's length in bytes\n")
             return
         length = int(text)
         if length > 4096:
             self.answer(413, b"an action is a few bytes\n")
             return
+        body = self.rfile.read(length)
+        self.close_connection = not keep_alive
         try:
-            action = protocol.check_action(json.loads(self.rfile.read(length) or b"null"))
+            action = protocol.check_action(json.loads(body or b"null"))
         except (ValueError, protocol.ActionError) as e:
             self.answer(400, f"{e}\n".encode())
             return
