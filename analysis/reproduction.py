@@ -60,6 +60,7 @@ from analysis.stats import (
     combine,
     mean_of,
     normalize,
+    paired,
     ratio_of_means,
     repetitions_for,
     t_critical_95,
@@ -137,6 +138,9 @@ class Row:
     bound: Bound | None = None  # what bounded the point here (analysis.stats.Aggregate.bound)
     ratio_bound: Bound | None = None  # ... and its IPsec/plain ratio (the more cautious side)
     regime: str = ""  # its part's regime (experiments.job.REGIMES): "cpu" for a point measured unshaped
+    #: metric -> repetition -> value, for points measured in pairs (a transactions part's arms, interleaved
+    #: repetition by repetition): a ratio between two such rows is taken pair by pair (analysis.stats.paired)
+    by_repetition: Mapping[str, Mapping[Any, float]] = dataclasses.field(default_factory=dict)
 
     def bound_for(self, metric: str) -> Bound | None:
         return self.ratio_bound if metric == NORMALIZED else self.bound
@@ -244,13 +248,15 @@ def _transaction_rows(records: Sequence[TransactionRecord], place: Mapping[str, 
         metrics = {TRANSACTION_MS: Summary.of([r.mean_ms for r in group]),
                    FIELD.cpu_busy_pct: Summary.of([r.cpu_busy_pct for r in group]),
                    FIELD.cpu_system_pct: Summary.of([r.cpu_system_pct for r in group])}
-        rows.append(Row(point, metrics, **place))
+        # each repetition's arms were measured one after the other (the ABBA order, the parts interleaved):
+        # ratios between them are taken pair by pair (the later record of a repetition measured twice)
+        by_rep = {TRANSACTION_MS: {r.repetition: r.mean_ms for r in group}}
+        rows.append(Row(point, metrics, **place, by_repetition=by_rep))
     plain = {r.point.replace(profile=None): r for r in rows if r.point.profile == PLAIN_PROFILE}
     for r in rows:
         base = plain.get(r.point.replace(profile=None))
         if base is not None and r is not base:
-            r.metrics["transaction_ms_ratio"] = ratio_of_means(r.metrics[TRANSACTION_MS],
-                                                               base.metrics[TRANSACTION_MS])
+            r.metrics["transaction_ms_ratio"] = _combine_rows("ratio", TRANSACTION_MS, r, base)
     return rows
 
 
@@ -572,7 +578,7 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
                 entries += _means_entry(op, metric, nums, dens)
     else:
         for n, d in _pairs(rows, check):
-            value = combine(op, n.metrics[metric], d.metrics[metric])
+            value = _combine_rows(op, metric, n, d)
             if value is not None:
                 entries.append((f"{_label(n)} vs {_label(d)}", value, [n, d]))
     distinct = list({id(r): r for _, _, rs in entries for r in rs}.values())
@@ -628,6 +634,13 @@ def evaluate_claim(claim: Mapping[str, Any], rows: Sequence[Row], scale: float =
         cpu_busy_mean=_mean_of(involved, FIELD.cpu_busy_pct), cpu_system_mean=_mean_of(involved, FIELD.cpu_system_pct),
         undecided=undecided, decide_repetitions=decide, deciding=deciding,
         regime=_regime_words([r for _, _, rs in basis for r in rs], scale) if basis and not why_not else "")
+
+
+def _combine_rows(op: str, metric: str, num: Row, den: Row) -> Estimate | None:
+    """``num`` against ``den`` on ``metric``: pair by pair where both were measured in the same pairs
+    (:attr:`Row.by_repetition`), else from their summaries (:func:`analysis.stats.combine`)."""
+    pairs = paired(op, num.by_repetition.get(metric, {}), den.by_repetition.get(metric, {}))
+    return pairs if pairs is not None else combine(op, num.metrics[metric], den.metrics[metric])
 
 
 def _regime_words(rows: Sequence[Row], scale: float) -> str:

@@ -407,6 +407,23 @@ def combine(op: str, num: Summary | Estimate, den: Summary | Estimate) -> Estima
     return Estimate(r, abs(r) * math.hypot(ca / a, cb / b), None)
 
 
+def paired(op: str, num: Mapping[Any, float], den: Mapping[Any, float]) -> Estimate | None:
+    """``num / den`` (``op`` "ratio") or ``num - den`` ("difference") of two quantities measured in pairs:
+    ``num[k]`` beside ``den[k]`` for each key ``k`` (a repetition, its two sides measured one after the
+    other), as the mean of the pairs' ratios (differences) with a t interval over them (pure).
+
+    Pairing takes out what drifts between pairs (the machine's speed from one minute to the next),
+    which the unpaired :func:`ratio_of_means` counts twice as noise.  None with fewer than two pairs,
+    or for a ratio over 0."""
+    if op not in ("ratio", "difference"):
+        raise ValueError(f"op must be ratio or difference, not {op!r}")
+    keys = sorted(set(num) & set(den))
+    if len(keys) < 2 or (op == "ratio" and any(den[k] == 0 for k in keys)):
+        return None
+    s = Summary.of([num[k] / den[k] if op == "ratio" else num[k] - den[k] for k in keys])
+    return Estimate(s.mean, s.ci95, float(s.n - 1))
+
+
 def mean_of(estimates: Sequence[Summary | Estimate]) -> Estimate:
     """The mean of several points' values, with ``sqrt(sum ci_i^2) / k`` as its interval (the points
     are measured independently; None when any has none)."""

@@ -102,10 +102,13 @@ def build_parser(repro: Reproduction) -> argparse.ArgumentParser:
 
 def job_from(repro: Reproduction, args: argparse.Namespace, argv: Sequence[str]) -> Job:
     """The reproduction's :class:`~experiments.job.Job` from its options (a ValueError names a bad value)."""
-    parts = repro.select({o.dest: getattr(args, o.dest) for o in repro.options},
-                         parts=[w.strip() for w in (args.parts or "").split(",") if w.strip()],
+    named = [w.strip() for w in (args.parts or "").split(",") if w.strip()]
+    parts = repro.select({o.dest: getattr(args, o.dest) for o in repro.options}, parts=named,
                          repetitions=args.repetitions, duration_s=args.duration, udp_bitrate=args.udp_bitrate,
                          keying=args.keying)
+    why = repro.refusal(parts, named, args.scale)
+    if why:
+        raise ValueError(why)
     return Job(ReproductionWork(repro.seed, tuple(parts), args.scale, budget_s=args.budget * 60.0),
                out_dir=runner.out_dir_of(args.out, REPO, f"seed{repro.seed}"), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,

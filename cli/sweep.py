@@ -155,7 +155,12 @@ def repetitions_of(args) -> dict:
     """``repetitions`` and ``max_repetitions`` from the options (see their --help)."""
     reps = DEFAULT_REPETITIONS if args.repetitions is None else args.repetitions
     if args.max_repetitions is not None:
-        most = max(args.max_repetitions, reps)
+        if args.repetitions is None:
+            reps = min(reps, max(1, args.max_repetitions))  # at most N: the default least follows it down
+        elif args.max_repetitions < reps:
+            raise ValueError(f"--max-repetitions {args.max_repetitions} is below --repetitions {reps}: a point's "
+                             "most repetitions cannot be fewer than its least")
+        most = args.max_repetitions
     elif args.repetitions is not None:
         most = reps  # a count given alone is a fixed count
     else:

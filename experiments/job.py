@@ -117,8 +117,8 @@ class Part:
 
     def estimate_seconds(self) -> float:
         if self.transactions:
-            # about 2 ms a transaction inside UML, and a network to build
-            return self.points() * (self.transactions * 0.002 + 1.0) + 6.0
+            # about 0.6 ms a transaction inside UML, switching IPsec (an IKE exchange) between arms, a network
+            return self.points() * (self.transactions * 0.0006 + 0.3) + 6.0
         return estimate_seconds(self.spec, self.points())
 
     def to_json(self) -> dict:

@@ -36,6 +36,7 @@ did; a part serving both kinds in both.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import os
@@ -111,6 +112,10 @@ class Reproduction:
     parts: Callable[[SimpleNamespace], list[Part]]
     options: tuple[SeedOption, ...] = ()
     epilog: str = ""
+    #: The fastest link the seed had, and what says so (None: the seed does not say): no option may put a
+    #: part's rates above it, where none of the seed's points was measured.
+    fastest_link_mbit: float | None = None
+    fastest_link: str = ""
 
     @property
     def prog(self) -> str:
@@ -132,73 +137,178 @@ class Reproduction:
                 p.spec, **{k: v for k, v in given.items() if not (k == "keying" and p.keying_fixed)}))
                 for p in chosen]
         if parts:
-            unknown = sorted(set(parts) - {p.name for p in chosen})
+            names = {p.name for p in chosen}
+            unknown = sorted(set(parts) - names)
+            derived = [n for n in unknown if n.endswith("_cpu") and n.removesuffix("_cpu") in names]
+            if derived:
+                raise ValueError(f"--parts: {derived[0]} is how --scale auto measures "
+                                 f"{derived[0].removesuffix('_cpu')} unshaped, where its claims need it: name "
+                                 f"{derived[0].removesuffix('_cpu')}")
             if unknown:
                 raise ValueError(f"--parts: unknown part {', '.join(unknown)}; parts: "
                                  f"{', '.join(p.name for p in chosen)}")
             chosen = [p for p in chosen if p.name in parts]
+        if self.fastest_link_mbit:
+            for p in chosen:
+                fastest = max(p.spec.rates_mbit)
+                if fastest > self.fastest_link_mbit:
+                    raise ValueError(f"{p.name}: {fastest:g} Mbit/s is above the seed's fastest link, "
+                                     f"{self.fastest_link_mbit:g} Mbit/s ({self.fastest_link}): none of its points "
+                                     "was measured there; for this machine's CPU as the limit, --scale auto "
+                                     "measures the parts whose claims need it unshaped")
         return chosen
+
+    def refusal(self, parts: Sequence[Part], named: Sequence[str], scale: str | float) -> str | None:
+        """Why ``parts`` (``named`` by ``--parts``) at ``scale`` would judge none of their claims, or None:
+        a named part whose claims all rest on the seed's own CPU, at rates divided by a factor that
+        makes its links the limit here."""
+        if scale == "auto" or float(scale) == 1.0 or not named:
+            return None
+        reference = load_reference(self.seed)
+        kinds = claim_kinds(parts, reference)
+        for p in parts:
+            if kinds[p.name] == {"cpu"}:
+                ids = [c["id"] for c in reference.get("claims", []) if _rests_on(c, p)]
+                return (f"--parts {p.name} with --scale {float(scale):g}: its claims ({', '.join(ids)}) rest on "
+                        f"the seed's own CPU, and at rates divided by {float(scale):g} its links bound its points: "
+                        f"none could be judged; --scale auto measures it unshaped, --scale 1 at the seed's rates")
+        return None
 
 
 # -- measuring ----------------------------------------------------------------------------
 
-def _plan_transactions(part: Part) -> list:
+def network_of(part: Part) -> tuple:
+    """What a transactions part's network is made of: parts with the same are measured in one network,
+    their arms interleaved (:func:`run_transactions`)."""
     spec = part.spec
-    points = []
-    for rep in range(spec.repetitions):
-        order = spec.profiles if rep % 2 == 0 else spec.profiles[::-1]  # ABBA, as the sweep
-        for profile in order:
-            points.append(Point(spec.topology, profile, spec.mode, spec.ip_versions[0], "tcp",
-                                float(spec.rates_mbit[0]), part.transactions, TRANSACTION_MODE, spec.clients, "", rep))
-    return points
+    return (spec.topology, spec.clients, spec.mtu, spec.pmtu, float(spec.rates_mbit[0]), spec.ip_versions[0])
 
 
-def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
-    """Measure a transactions part into ``part_dir/results.jsonl``; returns counts."""
+def transaction_groups(parts: Sequence[Part]) -> list[list[Part]]:
+    """The transactions parts of ``parts`` by network, in their order (pure)."""
+    groups: dict[tuple, list[Part]] = {}
+    for part in parts:
+        if part.transactions:
+            groups.setdefault(network_of(part), []).append(part)
+    return list(groups.values())
+
+
+def plan_transactions(parts: Sequence[Part]) -> list[tuple[Part, Point]]:
+    """The arms of ``parts`` (each part's profiles, keyed as the part says), repetition by repetition:
+    every arm of a repetition one after the other, the order reversed every other repetition (ABBA, as
+    the sweep), so that arms compared with each other are measured side by side in time (pure)."""
+    arms = [(part, profile) for part in parts for profile in part.spec.profiles]
+    out = []
+    for rep in range(max(p.spec.repetitions for p in parts)):
+        for part, profile in (arms if rep % 2 == 0 else arms[::-1]):
+            if rep < part.spec.repetitions:
+                spec = part.spec
+                out.append((part, Point(spec.topology, profile, spec.mode, spec.ip_versions[0], "tcp",
+                                        float(spec.rates_mbit[0]), part.transactions, TRANSACTION_MODE,
+                                        spec.clients, "", rep)))
+    return out
+
+
+#: A repetition's transactions per arm are made in this many blocks, the arms taking turns block by block (the
+#: order reversed every other block), so that a second or two of a slower machine falls on every arm alike.
+TRANSACTION_BLOCKS = 5
+#: Transactions made, and not counted, after each switch of arm: the first connections after the SAs change
+#: pay for the new state (neighbours, the policy lookup's caches).
+TRANSACTION_WARMUP = 20
+
+
+def _blocks(count: int) -> list[int]:
+    """``count`` transactions as :data:`TRANSACTION_BLOCKS` blocks, as even as they go (pure)."""
+    n = max(1, min(TRANSACTION_BLOCKS, count))
+    return [count // n + (1 if i < count % n else 0) for i in range(n)]
+
+
+def run_transactions(parts: Sequence[Part], out_dir: str, progress=None) -> dict:
+    """Measure the transactions parts ``parts`` (one network: :func:`network_of`) into each part's
+    ``out_dir/<part>/results.jsonl``, their arms interleaved: repetition by repetition
+    (:func:`plan_transactions`), and within a repetition block by block (:data:`TRANSACTION_BLOCKS`), each
+    arm's record the whole repetition's transactions.  What a part has already is not measured again.
+    Returns counts."""
     from experiments import transactions
     from experiments.engine.counters import proc_stat_shares
     from experiments.engine.measure import switch_ipsec
     from topologies.network import Network
 
-    spec = part.spec
-    points = _plan_transactions(part)
-    done = {(r.profile, r.repetition) for r in rundir.load_existing(part_dir, required=(), kind=TransactionRecord)
+    if len({network_of(p) for p in parts}) != 1:
+        raise ValueError(f"parts {', '.join(p.name for p in parts)}: not one network")
+    planned = plan_transactions(parts)
+    done = {(part.name, r.profile, r.repetition) for part in parts
+            for r in rundir.load_existing(os.path.join(out_dir, part.name), required=(), kind=TransactionRecord)
             if not r.failed}
-    todo = [p for p in points if (p.profile, p.repetition) not in done]
+    todo = [(part, point) for part, point in planned if (part.name, point.profile, point.repetition) not in done]
     meter = backends.current().cpu_meter()
-    rundir.start_run(part_dir, machine_meta(), sweep=spec.to_json(), transactions=part.transactions,
-                     cpu_accounting=meter.method)
-    measured = 0
+    for part in parts:
+        rundir.start_run(os.path.join(out_dir, part.name), machine_meta(), sweep=part.spec.to_json(),
+                         transactions=part.transactions, cpu_accounting=meter.method)
+    measured = collections.Counter()
     try:
         if todo:
+            spec = parts[0].spec
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
             client, server = topo.flows[0]
             with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, \
-                    rundir.open_results(part_dir) as out:
-                current = "none"
-                for point in todo:
-                    current = switch_ipsec(net, current, point.profile, spec.mode, (point.ip_version,), spec.keying)
+                    contextlib.ExitStack() as files:
+                out = {p.name: files.enter_context(rundir.open_results(os.path.join(out_dir, p.name))) for p in parts}
+                current: tuple = ("none", None, None)
+
+                def switch(part: Part, point: Point) -> None:
+                    nonlocal current
+                    arm = (point.profile, part.spec.keying, part.spec.mode)
+                    if arm != current and (arm[0] != PLAIN_PROFILE or current[0] != PLAIN_PROFILE):
+                        # another profile, keying or mode: what is up comes down first
+                        switch_ipsec(net, "", point.profile, part.spec.mode, (point.ip_version,), part.spec.keying)
+                    current = arm
+
+                for rep in sorted({point.repetition for _, point in todo}):
+                    arms = [(part, point) for part, point in todo if point.repetition == rep]
                     if progress:
-                        progress(point, None, len(points) - len(todo) + measured, len(points))
-                    c0, s0 = meter.sample(), proc_stat_shares()
-                    timing = transactions.measure(net, client, server, point.ip_version, part.transactions)
-                    c1, s1 = meter.sample(), proc_stat_shares()
-                    busy, system, softirq = s0.until(s1)
-                    record = TransactionRecord(
-                        **point.fields(), **dataclasses.asdict(timing),
-                        cpu_busy_pct=100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus),
-                        cpu_kernel_busy_pct=busy, cpu_system_pct=system, cpu_softirq_pct=softirq,
-                        keying=spec.keying,
-                        ike_sas=net.negotiated_sas() or None,  # none with static keying, or IPsec off
-                        backend=backends.current().name, kernel_release=platform.release(), time=rundir.now_iso())
-                    rundir.append(out, record.to_json())
-                    measured += 1
-                    if progress:
-                        progress(point, record, len(points) - len(todo) + measured, len(points))
+                        progress(arms[0][1], None, len(planned) - len(todo) + sum(measured.values()), len(planned))
+                    times: dict[int, list[float]] = {i: [] for i in range(len(arms))}
+                    elapsed = dict.fromkeys(range(len(arms)), 0.0)
+                    cpu = {i: [0, 0, 0.0, 0.0, 0.0, ""] for i in range(len(arms))}  # ns busy, ns, busy, sys, softirq
+                    for b, count in enumerate(_blocks(arms[0][0].transactions)):
+                        for i in (range(len(arms)) if b % 2 == 0 else reversed(range(len(arms)))):
+                            part, point = arms[i]
+                            switch(part, point)
+                            c0, s0 = meter.sample(), proc_stat_shares()
+                            got, took = transactions.measure_durations(net, client, server, point.ip_version, count,
+                                                                       warmup=TRANSACTION_WARMUP)
+                            c1, s1 = meter.sample(), proc_stat_shares()
+                            times[i] += got
+                            elapsed[i] += took
+                            busy, system, softirq = s0.until(s1)
+                            acc = cpu[i]
+                            acc[0] += c1.cpu_ns - c0.cpu_ns
+                            acc[1] += c1.clock_ns - c0.clock_ns
+                            for k, share in ((2, busy), (3, system), (4, softirq)):
+                                acc[k] += share * took
+                            acc[5] = net.negotiated_sas() or None  # none with static keying, or IPsec off
+                    for i, (part, point) in enumerate(arms):
+                        acc, total = cpu[i], elapsed[i] or 1.0
+                        record = TransactionRecord(
+                            **point.fields(), **dataclasses.asdict(transactions.summarize(times[i], elapsed[i])),
+                            cpu_busy_pct=100.0 * acc[0] / (acc[1] * meter.cpus),
+                            cpu_kernel_busy_pct=acc[2] / total, cpu_system_pct=acc[3] / total,
+                            cpu_softirq_pct=acc[4] / total, keying=part.spec.keying, ike_sas=acc[5],
+                            backend=backends.current().name, kernel_release=platform.release(),
+                            time=rundir.now_iso())
+                        rundir.append(out[part.name], record.to_json())
+                        measured[part.name] += 1
+                        if progress:
+                            progress(point, record, len(planned) - len(todo) + sum(measured.values()), len(planned))
     finally:
         meter.close()
-        rundir.finish_run(part_dir, points_measured=measured, complete=measured == len(todo))
-    return {"planned": len(points), "already": len(points) - len(todo), "measured": measured, "failed": 0}
+        for part in parts:
+            left = sum(1 for p, _ in todo if p is part)
+            rundir.finish_run(os.path.join(out_dir, part.name), points_measured=measured[part.name],
+                              complete=measured[part.name] == left)
+    return {"planned": len(planned), "already": len(planned) - len(todo), "measured": sum(measured.values()),
+            "failed": 0}
 
 
 #: The link rate of a part in the cpu regime: above what an emulated host here carries, so that the CPU,
@@ -206,19 +316,24 @@ def run_transactions(part: Part, part_dir: str, progress=None) -> dict:
 CPU_REGIME_MBIT = 10000.0
 
 
+def _rests_on(claim: Mapping[str, Any], part: Part) -> bool:
+    """Whether ``claim`` rests on ``part``: it names the part (or what the part answers), or names none."""
+    check = claim["check"]
+    named: set[str] = set()
+    for key in ("select", "num", "den"):
+        value = check.get(key, {}).get("part")
+        if value is not None:
+            named |= set(value if isinstance(value, list) else [value])
+    return not named or part.name in named or part.reference in named
+
+
 def claim_kinds(parts: Sequence[Part], reference: Mapping[str, Any]) -> dict[str, set[str]]:
     """For each part, what bounded the seed's own points in the claims that rest on it (pure): "link",
     "cpu", or "" for a claim that names neither.  A claim that names no part rests on every part."""
     kinds: dict[str, set[str]] = {p.name: set() for p in parts}
     for claim in reference.get("claims", []):
-        check = claim["check"]
-        named: set[str] = set()
-        for key in ("select", "num", "den"):
-            value = check.get(key, {}).get("part")
-            if value is not None:
-                named |= set(value if isinstance(value, list) else [value])
         for p in parts:
-            if not named or p.name in named or p.reference in named:
+            if _rests_on(claim, p):
                 kinds[p.name].add(claim.get("seed_bound") or "")
     return kinds
 
@@ -309,19 +424,24 @@ def measure_parts(job: Job) -> int:
     rundir.start_run(out_dir, machine_meta(), seed=work.seed, script=f"ipsec-testbed reproduce {work.seed}",
                      command_line=command_line, parts=[p.to_json() for p in parts], scale=scale_entry)
     failed = 0
+    groups = {p.name: group for group in transaction_groups(parts) for p in group}
     with progress_bar() as bar:
         for i, part in enumerate(parts, 1):
-            task = bar.add_task(part.name, total=part.points())
-            progress = progress_callback(bar, task, prefix=f"[{i}/{len(parts)} {part.name}] ")
-            part_dir = os.path.join(out_dir, part.name)
+            group = groups.get(part.name, [part])
+            if part is not group[0]:
+                continue  # measured with the first of its group, interleaved
+            name = "+".join(p.name for p in group)
+            task = bar.add_task(name, total=sum(p.points() for p in group))
+            progress = progress_callback(bar, task, prefix=f"[{i}/{len(parts)} {name}] ")
             if part.transactions:
-                counts = run_transactions(part, part_dir, progress)
+                counts = run_transactions(group, out_dir, progress)
             else:
-                counts = run_sweep(part.spec, part_dir, progress, command_line=command_line, lock=False)
+                counts = run_sweep(part.spec, os.path.join(out_dir, part.name), progress, command_line=command_line,
+                                   lock=False)
             failed += counts["failed"]
             note = f", {counts['failed']} FAILED" if counts["failed"] else ""
             bar.update(task, completed=counts["planned"],
-                       description=f"{part.name}: {counts['measured']} measured{note}")
+                       description=f"{name}: {counts['measured']} measured{note}")
     if work.budget_s:
         decide(parts, out_dir, job.started_unix or time.time(), work.budget_s, command_line)
     missing = {part.name: len(unmeasured(part.spec, by_point(rundir.load_existing(os.path.join(out_dir, part.name)))))
@@ -491,13 +611,18 @@ def measure_focus(focus: Mapping[str, Mapping[tuple, int]], parts: Sequence[Part
     """One round of ``focus``: each part's points to the repetitions asked; returns how many were measured."""
     measured = 0
     for name, points in focus.items():
-        part, part_dir = _part(parts, name), os.path.join(out_dir, name)
-        if part.transactions:
-            more = dataclasses.replace(part, spec=dataclasses.replace(part.spec, repetitions=max(points.values())))
-            counts = run_transactions(more, part_dir)
-        else:
-            counts = run_sweep(part.spec, part_dir, command_line=list(command_line), lock=False, focus=points)
-        measured += counts["measured"]
+        part = _part(parts, name)
+        if not part.transactions:
+            counts = run_sweep(part.spec, os.path.join(out_dir, name), command_line=list(command_line), lock=False,
+                               focus=points)
+            measured += counts["measured"]
+    for group in transaction_groups(parts):
+        wanted = max((n for p in group for n in focus.get(p.name, {}).values()), default=0)
+        if wanted:  # the whole group to as many repetitions, so that its arms stay side by side
+            more = [dataclasses.replace(p, spec=dataclasses.replace(p.spec,
+                                                                    repetitions=max(wanted, p.spec.repetitions)))
+                    for p in group]
+            measured += run_transactions(more, out_dir)["measured"]
     return measured
 
 

@@ -105,10 +105,17 @@ class Server:
 def run_client(ns: str, server_addr: str, family: int, count: int, port: int = PORT,
                timeout_s: float = 10.0) -> Timing:
     """``count`` transactions from namespace ``ns`` to ``server_addr``; :class:`TransactionError` if one fails."""
+    return summarize(*durations(ns, server_addr, family, count, port, timeout_s))
+
+
+def durations(ns: str, server_addr: str, family: int, count: int, port: int = PORT,
+              timeout_s: float = 10.0) -> tuple[list[float], float]:
+    """Each of ``count`` transactions' duration (s) from namespace ``ns`` to ``server_addr``, and the loop's
+    wall time; :class:`TransactionError` if one fails."""
     af = socket.AF_INET6 if family == 6 else socket.AF_INET
 
-    def loop() -> Timing:
-        durations = []
+    def loop() -> tuple[list[float], float]:
+        times = []
         t_start = time.perf_counter()
         for i in range(count):
             t0 = time.perf_counter()
@@ -128,16 +135,25 @@ def run_client(ns: str, server_addr: str, family: int, count: int, port: int = P
             if answer != RESPONSE:
                 raise TransactionError(f"transaction {i + 1} of {count}: got {len(answer)} bytes, "
                                        f"expected {len(RESPONSE)}")
-            durations.append(time.perf_counter() - t0)
-        return summarize(durations, time.perf_counter() - t_start)
+            times.append(time.perf_counter() - t0)
+        return times, time.perf_counter() - t_start
 
     return netns.run_in(ns, loop)
 
 
-def measure(net, client: str, server: str, family: int, count: int) -> Timing:
-    """``count`` transactions from ``client`` to ``server`` in the built network ``net``."""
+def measure(net, client: str, server: str, family: int, count: int, warmup: int = 0) -> Timing:
+    """``count`` transactions from ``client`` to ``server`` in the built network ``net`` (after ``warmup``
+    more, not counted)."""
+    return summarize(*measure_durations(net, client, server, family, count, warmup))
+
+
+def measure_durations(net, client: str, server: str, family: int, count: int,
+                      warmup: int = 0) -> tuple[list[float], float]:
+    """As :func:`measure`, each transaction's duration and the loop's wall time."""
     with Server(net.ns(server), family) as srv:
-        timing = run_client(net.ns(client), net.addr(server, family), family, count)
+        if warmup:
+            durations(net.ns(client), net.addr(server, family), family, warmup)
+        got = durations(net.ns(client), net.addr(server, family), family, count)
     if srv.errors:
         raise TransactionError(f"the server saw {len(srv.errors)} errors, first: {srv.errors[0]}")
-    return timing
+    return got

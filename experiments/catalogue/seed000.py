@@ -76,4 +76,5 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="000", name="seed000_x230_gigabit", doc=__doc__, parts=parts,
-                            options=OPTIONS, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG,
+                            fastest_link_mbit=1000, fastest_link="Intel 82579LM gigabit NICs through a gigabit switch")

@@ -48,4 +48,5 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="003", name="seed003_gateway_rates", doc=__doc__, parts=parts,
-                            options=OPTIONS, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG,
+                            fastest_link_mbit=100, fastest_link="its gateway link shaped with tbf from 100 Mbit/s down")

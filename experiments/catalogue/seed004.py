@@ -43,4 +43,6 @@ def parts(args) -> list[Part]:
 
 
 REPRODUCTION = Reproduction(seed="004", name="seed004_ipv6_clients", doc=__doc__, parts=parts,
-                            options=OPTIONS, epilog=EPILOG)
+                            options=OPTIONS, epilog=EPILOG,
+                            fastest_link_mbit=100,
+                            fastest_link="Intel Ethernet Pro 100 and 3Com 3c905 NICs on a Cisco 2924")

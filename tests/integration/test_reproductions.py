@@ -94,6 +94,14 @@ def test_seed002_latency_transactions(tmp_path):
     if undecided:  # what the budget could not decide is named, with what it would take
         assert all(f"undecided: {c}:" in proc.stderr for c in undecided), proc.stderr[-1500:]
     assert all(len(r.ike_sas) == 4 and all("cbc(des3_ede)" in sa for sa in r.ike_sas) for r in keyed)
+    # the two parts were measured side by side, a repetition at a time: each repetition's arms (plain, 3DES
+    # keyed statically, 3DES keyed by IKE) all before any of the next one's
+    times: dict[int, list[str]] = {}
+    for r in got + keyed:
+        times.setdefault(r.repetition, []).append(r.time)
+    reps = sorted(times)
+    assert all(len(times[r]) == 3 for r in reps[:2]), times
+    assert all(max(times[a]) <= min(times[b]) for a, b in zip(reps, reps[1:], strict=False)), times
     data = reproduction.evaluate(out)
     for claim in ("latency", "keying"):
         found = next(c for c in data.claims if c.id == claim)

@@ -12,7 +12,7 @@ import pytest
 
 from analysis import penalty, reproduction, reproduction_report
 from analysis.reproduction import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, UNMEASURED, Row, evaluate_claim
-from analysis.stats import RatioEstimate, Summary, aggregate, combine, mean_of, normalize, t_critical_95
+from analysis.stats import RatioEstimate, Summary, aggregate, combine, mean_of, normalize, paired, t_critical_95
 from experiments import catalogue, reproduce
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
@@ -395,6 +395,79 @@ def test_transaction_rows_carry_their_point_and_the_ratio_to_plain():
         ("none", "latency", "transaction"), ("3des-cbc-sha1", "latency", "transaction")]
     assert rows[1].metrics["transaction_ms"].mean == pytest.approx(2.2)
     assert rows[1].metrics["transaction_ms_ratio"].value == pytest.approx(2.2 / 1.1)
+
+
+def _transactions(profile, means, keying="static"):
+    return [TransactionRecord(**Point("host_to_host", profile, "transport", 4, "tcp", 1000.0, 1000, "transaction", 1,
+                                      "", rep).fields(), mean_ms=ms, cpu_busy_pct=99.0, cpu_system_pct=50.0,
+                              keying=keying)
+            for rep, ms in enumerate(means)]
+
+
+def test_arms_measured_side_by_side_are_compared_pair_by_pair():
+    # the machine slows by half after the third repetition, both arms alike: the pairs' ratios stay
+    # 1.30, and so does their mean, to a narrow interval; the means' ratio counts the slowdown as noise
+    plain = [0.33, 0.34, 0.33, 0.50, 0.51, 0.49]
+    des3 = [0.429, 0.442, 0.429, 0.650, 0.663, 0.637]
+    got = paired("ratio", dict(enumerate(des3)), dict(enumerate(plain)))
+    assert got.value == pytest.approx(1.30) and got.ci95 < 0.001 and got.df == 5
+    unpaired = combine("ratio", Summary.of(des3), Summary.of(plain))
+    assert unpaired.ci95 > 0.2
+    # only the repetitions both sides have count; fewer than two pairs, or a ratio over 0: None
+    assert paired("ratio", {0: 2.0, 1: 4.0, 7: 9.0}, {0: 1.0, 1: 2.0, 3: 1.0}).value == pytest.approx(2.0)
+    assert paired("ratio", {0: 2.0}, {0: 1.0}) is None and paired("ratio", {0: 1, 1: 1}, {0: 1, 1: 0}) is None
+    assert paired("difference", {0: 3.0, 1: 5.0, 2: 4.0}, {0: 1.0, 1: 3.0, 2: 2.0}).value == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        paired("sum", {}, {})
+
+    # seed 002's latency and keying claims on two parts measured interleaved take their pairs
+    reference = reproduction.load_reference("002")
+    place = {"reference": "latency", "mtu": 1500}
+    static = _transactions("none", plain) + _transactions("3des-cbc-sha1", des3)
+    by_ike = _transactions("3des-cbc-sha1", [x * 1.02 for x in des3], keying="ike")
+    rows = (reproduction._transaction_rows(static, {"part": "latency", **place})
+            + reproduction._transaction_rows(by_ike, {"part": "latency_ike", **place}))
+    claims = {c["id"]: c for c in reference["claims"]}
+    latency = evaluate_claim(claims["latency"], rows)
+    assert latency.verdict == FAILS and latency.ci95 < 0.001 and latency.min == pytest.approx(1.30)
+    keying = evaluate_claim(claims["keying"], rows)
+    assert keying.verdict == HOLDS and keying.min == pytest.approx(1.02)
+    (des3_row,) = [r for r in rows if r.part == "latency" and r.point.profile != "none"]
+    assert des3_row.metrics["transaction_ms_ratio"].value == pytest.approx(1.30)
+
+
+def _tx_part(name, profiles, repetitions, keying="static", topology="host_to_host"):
+    from experiments.engine.plan import SweepSpec
+    from experiments.job import Part
+
+    return Part(name, name, SweepSpec(topology=topology, mode="transport", profiles=profiles, keying=keying,
+                                      plain="none" in profiles, rates_mbit=(1000.0,), sizes=(100,),
+                                      repetitions=repetitions), transactions=1000)
+
+
+def test_transactions_parts_of_one_network_are_measured_interleaved_abba():
+    latency = _tx_part("latency", ("none", "3des-cbc-sha1"), 3)
+    ike = _tx_part("latency_ike", ("3des-cbc-sha1",), 2, keying="ike")
+    other = _tx_part("elsewhere", ("none",), 1, topology="vpn_gateway")
+    assert [[p.name for p in g] for g in reproduce.transaction_groups([latency, other, ike])] == [
+        ["latency", "latency_ike"], ["elsewhere"]]
+    got = [(part.name, point.profile, point.repetition) for part, point in reproduce.plan_transactions([latency, ike])]
+    assert got == [("latency", "none", 0), ("latency", "3des-cbc-sha1", 0), ("latency_ike", "3des-cbc-sha1", 0),
+                   ("latency_ike", "3des-cbc-sha1", 1), ("latency", "3des-cbc-sha1", 1), ("latency", "none", 1),
+                   ("latency", "none", 2), ("latency", "3des-cbc-sha1", 2)]
+    with pytest.raises(ValueError, match="not one network"):
+        reproduce.run_transactions([latency, other], "/nonexistent")
+
+
+def test_a_deciding_round_brings_every_transactions_part_of_a_network_to_the_same_repetitions(monkeypatch):
+    latency = _tx_part("latency", ("none", "3des-cbc-sha1"), 10)
+    ike = _tx_part("latency_ike", ("3des-cbc-sha1",), 10, keying="ike")
+    calls = []
+    monkeypatch.setattr(reproduce, "run_transactions",
+                        lambda parts, out_dir, progress=None: calls.append(
+                            [(p.name, p.spec.repetitions) for p in parts]) or {"measured": 3})
+    assert reproduce.measure_focus({"latency": {("latency",): 11}}, [latency, ike], "/run", ()) == 3
+    assert calls == [[("latency", 11), ("latency_ike", 11)]]
 
 
 def test_transaction_records_are_read_back_as_written(tmp_path):

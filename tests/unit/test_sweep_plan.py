@@ -375,12 +375,18 @@ def test_clients_started_ahead_are_stopped_if_not_held_when_the_warm_up_ends(rea
     (["--repetitions", "5"], (5, 5, 285.0)),            # a count given alone is that count
     (["--max-repetitions", "6"], (2, 6, 285.0)),
     (["--repetitions", "3", "--max-repetitions", "6", "--budget", "0"], (3, 6, None)),  # 0: no limit
-    (["--repetitions", "5", "--max-repetitions", "3"], (5, 5, 285.0)),  # at least the minimum
+    (["--max-repetitions", "1"], (1, 1, 285.0)),         # at most 1: the default least follows it down
 ])
 def test_repetition_options(argv, expected):
     script = _sweep_script()
     spec = script.spec_from(script.build_parser().parse_args(argv))
     assert (spec.repetitions, spec.max_repetitions, spec.budget_s) == expected
+
+
+def test_most_repetitions_below_the_least_is_refused():
+    script = _sweep_script()
+    with pytest.raises(ValueError, match="--max-repetitions 3 is below --repetitions 5"):
+        script.spec_from(script.build_parser().parse_args(["--repetitions", "5", "--max-repetitions", "3"]))
 
 
 def _sweep_script():
