@@ -76,6 +76,7 @@ from testbed.record import (
     Record,
     TransactionRecord,
     as_meta,
+    usable,
 )
 from testbed.rundir import load_existing, load_meta
 
@@ -220,13 +221,17 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
             continue
         aggs = aggregate(records)
         ratios = {id(r.ipsec): r for r in normalize(aggs)}
+        rounds = goodput_by_repetition(records)
         for a in aggs:
             metrics: dict[str, Any] = {FIELD.goodput_mbps: a.goodput, FIELD.loss_pct: a.loss_pct}
             metrics.update({f: a.cpu.get(f) for f in (FIELD.cpu_system_pct, FIELD.cpu_busy_pct, FIELD.cpu_s_per_gb)})
             ratio = ratios.get(id(a))
             penalty = None
             if ratio is not None:
-                metrics[NORMALIZED] = ratio.goodput
+                # a repetition's IPsec and plain points are measured in the same round, one after the other
+                # (ABBA): their ratio is taken pair by pair where both have two rounds or more in common
+                metrics[NORMALIZED] = paired("ratio", rounds.get(a.point, {}),
+                                             rounds.get(ratio.plain.point, {})) or ratio.goodput
                 penalty = penalty_of(ratio, place["mtu"], spec.get("pmtu", "discover"))
             point, emulated = a.point, None
             if part.regime == CPU_REGIME and part.seed_rate_mbit is not None and point.rate_mbit is not None:
@@ -237,6 +242,15 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
                             penalty=penalty, bound=a.bound, ratio_bound=ratio.bound if ratio is not None else None,
                             regime=part.regime or ""))
     return rows
+
+
+def goodput_by_repetition(records: Sequence[Record]) -> dict[Group, dict[int, float]]:
+    """Each point's usable goodput by repetition, the later record of a repetition measured twice (pure)."""
+    out: dict[Group, dict[int, float]] = {}
+    for r in records:
+        if usable(r) and r.goodput_mbps is not None:
+            out.setdefault(Group.of(r), {})[r.repetition] = r.goodput_mbps
+    return out
 
 
 def _transaction_rows(records: Sequence[TransactionRecord], place: Mapping[str, Any]) -> list[Row]:
