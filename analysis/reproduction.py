@@ -221,7 +221,8 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
             continue
         aggs = aggregate(records)
         ratios = {id(r.ipsec): r for r in normalize(aggs)}
-        rounds = goodput_by_repetition(records)
+        rounds = by_repetition(records, FIELD.goodput_mbps)
+        losses = by_repetition(records, FIELD.loss_pct)
         for a in aggs:
             metrics: dict[str, Any] = {FIELD.goodput_mbps: a.goodput, FIELD.loss_pct: a.loss_pct}
             metrics.update({f: a.cpu.get(f) for f in (FIELD.cpu_system_pct, FIELD.cpu_busy_pct, FIELD.cpu_s_per_gb)})
@@ -238,18 +239,24 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
                 point, emulated = point.replace(rate_mbit=float(part.seed_rate_mbit)), point.rate_mbit
             elif scale != 1.0 and point.rate_mbit is not None:
                 point, emulated = point.replace(rate_mbit=round(point.rate_mbit * scale, 6)), point.rate_mbit
+            # a part's points of one round were measured in the same minute or so: two of its points compare
+            # round by round (the key holds the part: points of other parts were not measured beside them)
+            paired_by = {FIELD.goodput_mbps: {(part.name, k): v for k, v in rounds.get(a.point, {}).items()},
+                         FIELD.loss_pct: {(part.name, k): v for k, v in losses.get(a.point, {}).items()}}
             rows.append(Row(point, metrics, **place, emulated_rate_mbit=emulated, limited=a.bound == Bound.CPU,
                             penalty=penalty, bound=a.bound, ratio_bound=ratio.bound if ratio is not None else None,
-                            regime=part.regime or ""))
+                            regime=part.regime or "", by_repetition=paired_by))
     return rows
 
 
-def goodput_by_repetition(records: Sequence[Record]) -> dict[Group, dict[int, float]]:
-    """Each point's usable goodput by repetition, the later record of a repetition measured twice (pure)."""
+def by_repetition(records: Sequence[Record], field: str) -> dict[Group, dict[int, float]]:
+    """Each point's ``field`` by repetition, of its usable records (the later record of a repetition measured
+    twice; pure)."""
     out: dict[Group, dict[int, float]] = {}
     for r in records:
-        if usable(r) and r.goodput_mbps is not None:
-            out.setdefault(Group.of(r), {})[r.repetition] = r.goodput_mbps
+        value = getattr(r, field, None)
+        if usable(r) and value is not None:
+            out.setdefault(Group.of(r), {})[r.repetition] = value
     return out
 
 

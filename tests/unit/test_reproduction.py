@@ -439,7 +439,7 @@ def test_arms_measured_side_by_side_are_compared_pair_by_pair():
 def test_ipsec_over_plain_is_taken_round_by_round_where_the_sweep_measured_them_side_by_side(tmp_path):
     # CPU-bound points on a machine whose speed moves from round to round: each round IPsec keeps 0.70 of
     # plain; the ratio of the means would count the machine's moves as noise, the rounds' ratios do not
-    parts = _seed003_run(tmp_path, (0.9, 0.9))
+    _seed003_run(tmp_path, (0.9, 0.9))  # its meta.json; the results are written below
     lines = []
     for rep, speed in enumerate((1.0, 0.6, 0.8, 1.2)):
         for profile, share in (("none", 1.0), ("aes-cbc-128-md5", 0.70)):
@@ -456,6 +456,26 @@ def test_ipsec_over_plain_is_taken_round_by_round_where_the_sweep_measured_them_
     _, measured = reproduction.load_run(str(tmp_path))
     (ipsec,) = [r for r in reproduction.rows_of(measured) if r.point.profile != "none"]
     assert ipsec.metrics["normalized_goodput"].df == 2
+
+
+def test_two_points_of_one_part_compare_round_by_round_and_points_of_two_parts_do_not(tmp_path):
+    # seed 000's IPv6-against-IPv4 UDP loss: the offered load moves the loss of both from round to round
+    _seed003_run(tmp_path, (0.9, 0.9))  # its meta.json; the results are written below
+    lines = [{**_record("none", 1000, rep, 5.0), "ip_version": ip, "loss_pct": load + (1.0 if ip == 6 else 0.0)}
+             for rep, load in enumerate((10.0, 30.0, 20.0)) for ip in (4, 6)]
+    (tmp_path / "gateway" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    _, measured = reproduction.load_run(str(tmp_path))
+    rows = reproduction.rows_of(measured)
+    check = claim(metric="loss_pct", op="difference", num={"ip_version": 6}, den={"ip_version": 4}, low=0.5)
+    got = evaluate_claim(check, rows)
+    assert got.verdict == HOLDS and got.ci95 == pytest.approx(0.0, abs=1e-9) and got.min == pytest.approx(1.0)
+    # the same points as two parts (measured apart): the means' interval, which the load's moves widen
+    v4, v6 = sorted(rows, key=lambda r: r.point.ip_version)
+    apart = [dataclasses.replace(v4, part="a"), dataclasses.replace(v6, part="b", by_repetition={
+        k: {("b", rep): x for (_, rep), x in v.items()} for k, v in v6.by_repetition.items()})]
+    got = evaluate_claim(claim(metric="loss_pct", op="difference", num={"part": "b"}, den={"part": "a"}, low=0.5,
+                               ignore=["ip_version"]), apart)
+    assert got.verdict == UNDECIDED and got.ci95 > 20
 
 
 def _tx_part(name, profiles, repetitions, keying="static", topology="host_to_host"):
