@@ -232,11 +232,14 @@ def _auth_round(t: Tunnel, end) -> str:
     return "\n".join(f"      {line}" for line in lines)
 
 
-def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
+def swanctl_conf(tunnels: Sequence[Tunnel], on_demand: bool = False) -> str:
     """The connections and pre-shared keys of one daemon (with RSA keys: the files in its
-    ``rsa`` and ``pubkey`` directories, named after the namespaces, hold them)."""
+    ``rsa`` and ``pubkey`` directories, named after the namespaces, hold them).  ``on_demand``: the
+    initiating side's children start as trap policies, so that the first packet they cover makes the
+    kernel ask the daemon for SAs (an ACQUIRE) and the daemon negotiates them then."""
     conns, keys = [], []
     for t in tunnels:
+        start_action = "trap" if on_demand and t.local == "a" else "none"
         child = "\n".join(f"        {k} = {v}" for k, v in child_proposals(t.spec.profile).items())
         conns.append(f"""  {t.name} {{
     version = 2
@@ -258,7 +261,7 @@ def swanctl_conf(tunnels: Sequence[Tunnel]) -> str:
         local_ts = {t.me.subnet}
         remote_ts = {t.peer.subnet}
 {child}
-        start_action = none
+        start_action = {start_action}
         rekey_time = 0
         life_time = 0
       }}
@@ -293,7 +296,8 @@ def cause(*texts: str) -> str | None:
 class Daemon:
     """One charon in one namespace, with its files in ``state_dir`` (owner-only)."""
 
-    def __init__(self, ns: str, state_dir: str, tunnels: Sequence[Tunnel], crowd: int = 1) -> None:
+    def __init__(self, ns: str, state_dir: str, tunnels: Sequence[Tunnel], crowd: int = 1,
+                 on_demand: bool = False) -> None:
         self.ns, self.dir, self.tunnels = ns, state_dir, tuple(tunnels)
         self.proc: subprocess.Popen | None = None
         os.makedirs(os.path.join(state_dir, "run"), mode=0o700, exist_ok=True)
@@ -301,7 +305,7 @@ class Daemon:
         for sub in ("", "x509", "x509ca", "private", "pubkey", "rsa", "ecdsa", "pkcs8", "pkcs12"):
             os.makedirs(os.path.join(swanctl_dir, sub), mode=0o700, exist_ok=True)
         _write_private(os.path.join(state_dir, "strongswan.conf"), strongswan_conf(state_dir, crowd))
-        _write_private(os.path.join(swanctl_dir, "swanctl.conf"), swanctl_conf(self.tunnels))
+        _write_private(os.path.join(swanctl_dir, "swanctl.conf"), swanctl_conf(self.tunnels, on_demand))
 
     @property
     def env(self) -> dict[str, str]:
@@ -465,9 +469,10 @@ class Keying:
         for t in self.initiators:
             self.initiate(t)
 
-    def start(self, tunnels: Sequence[Tunnel]) -> None:
+    def start(self, tunnels: Sequence[Tunnel], on_demand: bool = False) -> None:
         """Start the daemons of ``tunnels`` (one per namespace) with their configuration loaded,
-        no tunnel up yet."""
+        no tunnel up yet; ``on_demand``: each initiator's trap policies in its kernel, waiting for the
+        first packet (:func:`swanctl_conf`)."""
         for t in tunnels:
             child_proposals(t.spec.profile)  # refuse before anything starts
         self.down()
@@ -476,7 +481,7 @@ class Keying:
         for t in tunnels:
             by_ns.setdefault(t.me.ns, []).append(t)
         crowd = max((len(ts) for ts in by_ns.values()), default=1)  # every daemon waits as the busiest's peers must
-        self.daemons = [Daemon(ns, os.path.join(self.dir, ns), ts, crowd) for ns, ts in by_ns.items()]
+        self.daemons = [Daemon(ns, os.path.join(self.dir, ns), ts, crowd, on_demand) for ns, ts in by_ns.items()]
         make_rsa_keys(self.daemons)
         for d in self.daemons:
             d.start()

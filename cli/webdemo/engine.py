@@ -9,6 +9,9 @@ the actions in order:
   the sweep's own iperf3 helpers (:mod:`experiments.engine.iperf`: the server is waited for until it
   listens); the server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
 - the SAs: every second, ``ip -s xfrm state`` on each IPsec end (keys hidden unless asked);
+- the round trip: irtt (the sweep's latency probe, :mod:`experiments.engine.probe`) from the first client
+  to its server every 250 ms for as long as the demo runs, each reply an ``rtt`` event, so that the chart
+  shows the delay under load beside the goodput, with IPsec and without;
 - none for captures: a capture runs in the main thread, for a few seconds at most.
 
 It ends when the host's end closes (the page's process ended) or the host says ``quit``; the
@@ -28,7 +31,7 @@ import zipfile
 
 from cli.demo import capture, ipsec_ends, keyed_sas, sa_text, untrusted_senders
 from cli.webdemo import protocol
-from experiments.engine import iperf
+from experiments.engine import iperf, probe
 from ipsec import ike, wireguard
 from ipsec.profiles import parse_profile
 from testbed import channel as channels
@@ -45,6 +48,8 @@ REPORT_EVERY_S = 0.5
 #: How long iperf3's client has to end its test when traffic goes off, before it is killed.
 STOP_S = 5
 SA_EVERY_S = 1.0
+#: How often the round trip is timed (4 small UDP packets a second each way: 0.03 % of a 10 Mbit/s link).
+RTT_EVERY_S = 0.25
 
 
 class Engine:
@@ -65,6 +70,7 @@ class Engine:
         self._servers: iperf.Servers | None = None
         self._lock = threading.Lock()  # the network's state: settings change one at a time
         self._stop = threading.Event()
+        self._rtt_proc: subprocess.Popen | None = None
 
     # -- events ------------------------------------------------------------------------
     def now(self) -> float:
@@ -91,6 +97,8 @@ class Engine:
                   rates=sorted({*protocol.RATES, self.rate}), sizes=list(protocol.SIZES),
                   keying=ike.describe_keying(self.keying), backend=self.backend_label, **self.settings())
         threading.Thread(target=self._watch_sas, daemon=True).start()
+        rtt = threading.Thread(target=self._watch_rtt, daemon=True)
+        rtt.start()
         try:
             while (message := self.ends.receive()) is not None:
                 if message.get("action") == "quit":
@@ -105,6 +113,9 @@ class Engine:
         finally:
             self._stop.set()
             self.traffic(False)
+            if self._rtt_proc is not None and self._rtt_proc.poll() is None:
+                self._rtt_proc.terminate()
+            rtt.join(timeout=10)  # its irtt server ends with it
             self.send("bye")
 
     def act(self, a: dict) -> None:
@@ -190,6 +201,26 @@ class Engine:
                 self.send("goodput", mbps=round(mbps, 3), ipsec=self.ipsec_on, profile=self.profile)
             elif line.startswith("iperf3: error"):
                 self.send("error", text=line.strip())
+
+    def _watch_rtt(self) -> None:
+        """Time the round trip from the first client to its server until the demo ends: an ``rtt`` event
+        per reply (a lost one sends none: the chart's line has a gap)."""
+        client, server = self.net.spec.flows[0]
+        argv = probe.stream_argv(self.net.addr(server), RTT_EVERY_S, TRAFFIC_S)
+        try:
+            with probe.Servers([self.net.ns(server)]):
+                while not self._stop.is_set():
+                    self._rtt_proc = iperf.popen_in(self.net.ns(client), argv, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.DEVNULL, text=True)
+                    for line in self._rtt_proc.stdout:
+                        ms = probe.rtt_of_line(line)
+                        if ms is not None:
+                            self.send("rtt", ms=round(ms, 3), ipsec=self.ipsec_on, profile=self.profile)
+                    self._rtt_proc.wait()
+                    # irtt ends when its server stops answering for long (the path was down): again, soon
+                    self._stop.wait(1.0)
+        except Exception as e:  # noqa: BLE001 (the demo goes on without the round trip, and says why)
+            self.send("error", text=f"the round trip cannot be timed: {one_line(e)}")
 
     # -- what the page shows -----------------------------------------------------------
     def send_sas(self) -> None:

@@ -44,8 +44,8 @@ log = logging.getLogger(__name__)
 #: The page's files, served as they are, and their types.
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"), "/app.js": ("app.js", "text/javascript"),
           "/style.css": ("style.css", "text/css")}
-#: Goodput readings replayed to a page that connects (5 minutes at two a second).
-HISTORY = 600
+#: Goodput readings and round trips replayed to a page that connects (5 minutes of both: two and four a second).
+HISTORY = 1800
 #: Events of which a page that connects gets the last one.
 LATEST = ("building", "hello", "status", "sas", "packets")
 #: How long the download of a capture waits for the engine.
@@ -91,7 +91,7 @@ class Hub:
                 return
             if kind in LATEST:
                 self.latest[kind] = event
-            elif kind in ("goodput", "marker"):
+            elif kind in ("goodput", "rtt", "marker"):
                 self.history.append(event)
             for q in self.subscribers:
                 q.put(event)

@@ -108,6 +108,33 @@ def client_argv(server: str, duration_s: float, interval_s: float) -> list[str]:
             "--timeouts=1s", "-o", "-", f"{host}:{PORT}"]
 
 
+#: irtt's units of a duration, as its per-packet lines print them, in milliseconds.
+_UNITS_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def stream_argv(server: str, interval_s: float, duration_s: float) -> list[str]:
+    """irtt's client printing a line per round trip as it comes back (``seq=3 rtt=49.3ms rd=... sd=...``),
+    for ``duration_s`` (a live chart's: :func:`rtt_of_line` reads the lines)."""
+    host = f"[{server}]" if ":" in server else server
+    return [IRTT, "client", "-d", f"{duration_s:.0f}s", "-i", f"{interval_s * 1000:g}ms", "-l", str(LENGTH),
+            "--timeouts=1s", f"{host}:{PORT}"]
+
+
+def rtt_of_line(line: str) -> float | None:
+    """The round trip in ms of one of irtt's per-packet lines, or None for its other lines (pure)."""
+    fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    text = fields.get("rtt")
+    if not text or not line.startswith("seq="):
+        return None
+    for unit in sorted(_UNITS_MS, key=len, reverse=True):  # "ms" before "s"
+        if text.endswith(unit):
+            try:
+                return float(text[:-len(unit)]) * _UNITS_MS[unit]
+            except ValueError:
+                return None
+    return None
+
+
 class Servers:
     """An irtt server in each of ``namespaces`` (the flows' server ends), for the life of a sweep."""
 

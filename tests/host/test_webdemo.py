@@ -96,7 +96,8 @@ def goodput_readings(driver, trace: int) -> list[float]:
 
 
 def readings_after(driver, trace: int, skip: int, n: int) -> list[float]:
-    """``n`` readings of ``trace`` (0: with IPsec, 1: without) after the first ``skip`` new ones."""
+    """``n`` readings of ``trace`` (0: goodput with IPsec, 1: without; 2 and 3: the round trip) after the first
+    ``skip`` new ones."""
     before = len(goodput_readings(driver, trace))
     waiting.until(lambda: len(goodput_readings(driver, trace)) >= before + skip + n, 60,
                   f"{skip + n} goodput readings on trace {trace}", interval_s=0.5)
@@ -138,6 +139,9 @@ def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers
         click(driver, "traffic-toggle")
         until(driver, "document.body.dataset.traffic === 'on'", "the traffic to start")
         with_ipsec = readings_after(driver, 0, 2, 8)
+        # the round trip beside the traffic (traces 2 and 3, the right-hand axis): the full link's queue
+        loaded = readings_after(driver, 2, 2, 4)
+        assert all(5.0 < ms < 1000.0 for ms in loaded), loaded
 
         packets = capture(driver)
         assert packets["captured"] and all(p["proto"] == "ESP" for p in packets["captured"]), packets
@@ -153,6 +157,7 @@ def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers
         click(driver, "ipsec-toggle")
         until(driver, "document.body.dataset.ipsec === 'off'", "IPsec to be switched off")
         plain = readings_after(driver, 1, 2, 8)
+        assert all(5.0 < ms < 1000.0 for ms in readings_after(driver, 3, 2, 4))
         packets = capture(driver)
         assert packets["captured"] and not any(p["proto"] == "ESP" for p in packets["captured"]), packets
         assert "TCP" in {p["proto"] for p in packets["captured"]} and not packets["decrypted"]

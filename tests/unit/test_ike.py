@@ -62,6 +62,12 @@ def test_the_connection_names_each_end_its_selectors_and_no_encapsulation():
     assert "local_addrs = 10.0.1.2" in other and "local_ts = 10.2.0.0/24" in other
 
 
+def test_on_demand_the_initiator_waits_with_trap_policies_and_the_responder_does_not():
+    assert "start_action = none" in ike.swanctl_conf([tunnel("a")])
+    assert "start_action = trap" in ike.swanctl_conf([tunnel("a")], on_demand=True)
+    assert "start_action = none" in ike.swanctl_conf([tunnel("b")], on_demand=True)  # it answers, it never asks
+
+
 def test_the_daemon_keeps_its_socket_and_log_in_its_directory_and_gives_up_on_a_silent_peer_soon():
     conf = ike.strongswan_conf("/tmp/itb-abc123-ike-x/ns")
     assert "socket = unix:///tmp/itb-abc123-ike-x/ns/charon.vici" in conf

@@ -97,3 +97,18 @@ def test_the_queue_check_compares_link_bound_probed_points_only():
     unprobed = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=62_500.0)
     empty = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=0.0, probe_up_ms=1.0)
     assert compare([fine, cpu, unprobed, empty]) == {10.0: [pytest.approx(1.02)]}
+
+
+def test_a_live_chart_reads_each_round_trip_from_irtts_lines_in_any_unit():
+    # lines as irtt 0.9 prints them, captured on loopback and through a 10 Mbit/s queue
+    assert probe.rtt_of_line("seq=0 rtt=104µs rd=36.3µs sd=67.9µs ipdv=n/a") == pytest.approx(0.104)
+    assert probe.rtt_of_line("seq=12 rtt=49.31ms rd=24.22ms sd=25.09ms ipdv=1.2ms") == pytest.approx(49.31)
+    assert probe.rtt_of_line("seq=3 rtt=1.2s rd=1s sd=200ms ipdv=5ms") == pytest.approx(1200.0)
+    assert probe.rtt_of_line("seq=4 rtt=950ns rd=500ns sd=450ns ipdv=n/a") == pytest.approx(0.00095)
+    for other in ("[Connecting] connecting to 127.0.0.1:2199", "[127.0.0.1:2199] [Connected] connection established",
+                  "                RTT   104µs   148µs   159µs   183µs  34.2µs", "", "seq=5 rtt=fast",
+                  "[127.0.0.1:2199] [WaitForPackets] waiting 520µs for final packets"):
+        assert probe.rtt_of_line(other) is None, other
+    argv = probe.stream_argv("fc00::3", 0.25, 86400)
+    assert argv[:2] == ["irtt", "client"] and "-Q" not in argv and "-o" not in argv  # a line per round trip
+    assert argv[-1] == f"[fc00::3]:{probe.PORT}" and "250ms" in argv and "86400s" in argv

@@ -399,3 +399,44 @@ def test_traffic_that_fails_to_start_leaves_nothing_running(traffic_engine, monk
     with pytest.raises(iperf.IperfError, match="not found"):
         engine.traffic(True)
     assert started["servers"][0].done == ["start", "stop"] and not engine.traffic_on
+
+
+def test_the_round_trip_is_timed_beside_the_traffic_and_charted_as_it_comes(traffic_engine, monkeypatch):
+    import contextlib
+    import io
+
+    from experiments.engine import iperf, probe
+
+    engine, sent, _ = traffic_engine
+    servers, clients = [], []
+
+    @contextlib.contextmanager
+    def irtt_servers(namespaces):
+        servers.append(list(namespaces))
+        yield
+
+    def popen_in(ns, argv, **kw):
+        clients.append((ns, argv))
+        if len(clients) == 2:  # the second run: the demo ends while it runs
+            engine._stop.set()
+        lines = "[Connecting] connecting to 198.18.3.1:2112\nseq=0 rtt=49.3ms rd=25ms sd=24.3ms ipdv=n/a\n" \
+                "seq=1 rtt=812µs rd=400µs sd=412µs ipdv=48.5ms\n"
+        return types.SimpleNamespace(stdout=io.StringIO(lines), wait=lambda: 0, poll=lambda: 0)
+
+    monkeypatch.setattr(probe, "Servers", irtt_servers)
+    monkeypatch.setattr(iperf, "popen_in", popen_in)
+    engine._watch_rtt()  # irtt's client ran out (its server stopped answering): started again a second later
+    assert servers == [["itb-h3"]]  # the first flow's server end, its irtt server
+    assert [ns for ns, _ in clients] == ["itb-h1", "itb-h1"] and clients[0][1][-1] == f"198.18.3.1:{probe.PORT}"
+    rtts = [(e["ms"], e["ipsec"], e["profile"]) for e in sent if e["event"] == "rtt"]
+    assert rtts[:2] == [(49.3, True, "aes-gcm-256"), (0.812, True, "aes-gcm-256")] and len(rtts) == 4
+    assert not [e for e in sent if e["event"] == "error"]
+
+    def broken(namespaces):
+        raise RuntimeError("irtt's server in itb-h3 ended at its start (exit 1)")
+
+    monkeypatch.setattr(probe, "Servers", broken)
+    engine._stop.clear()
+    engine._watch_rtt()  # the demo goes on, and says why the chart has no round trip
+    assert sent[-1] == {**sent[-1], "event": "error",
+                        "text": "the round trip cannot be timed: irtt's server in itb-h3 ended at its start (exit 1)"}

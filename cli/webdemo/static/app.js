@@ -4,8 +4,8 @@
 const token = new URLSearchParams(location.search).get("token") || "";
 const $ = (id) => document.getElementById(id);
 // What the page knows; the browser test reads it too.
-const state = window.demoState = {hello: null, status: null, goodput: 0, markers: 0, packets: null, sas: null,
-                                  errors: []};
+const state = window.demoState = {hello: null, status: null, goodput: 0, rtt: 0, markers: 0, packets: null,
+                                  sas: null, errors: []};
 
 // ---------------------------------------------------------------- actions
 async function act(action) {
@@ -109,39 +109,56 @@ function drawNetwork() {
     el("text", {x: p.x, y: p.y + 5, class: "node-label"}, g, name);
   }
   const [client, server] = net.flow;
-  $("chart-card").querySelector("h2").firstChild.textContent = `Goodput, ${client} to ${server} `;
+  $("chart-card").querySelector("h2").firstChild.textContent = `Goodput and round trip, ${client} to ${server} `;
 }
 
 // ---------------------------------------------------------------- the chart
 let chartReady = false;
-const pending = {x: [[], []], y: [[], []]};
+// traces: 0 goodput with IPsec, 1 without; 2 the round trip with IPsec, 3 without (right-hand axis)
+const TRACES = [0, 1, 2, 3];
+const pending = {x: TRACES.map(() => []), y: TRACES.map(() => [])};
 
 function initChart() {
   const common = {x: [], y: [], mode: "lines", line: {width: 3}, connectgaps: false};
+  const rtt = {...common, yaxis: "y2", line: {width: 1.5, dash: "dot"}};
   Plotly.newPlot("chart", [
-    {...common, name: "with IPsec", line: {...common.line, color: "#1b7f3b"}},
-    {...common, name: "without IPsec", line: {...common.line, color: "#c0392b"}},
+    {...common, name: "goodput with IPsec", line: {...common.line, color: "#1b7f3b"}},
+    {...common, name: "goodput without IPsec", line: {...common.line, color: "#c0392b"}},
+    {...rtt, name: "round trip with IPsec", line: {...rtt.line, color: "#1b7f3b"}},
+    {...rtt, name: "round trip without IPsec", line: {...rtt.line, color: "#c0392b"}},
   ], {
-    margin: {l: 60, r: 20, t: 10, b: 45}, height: 320, font: {size: 15},
+    margin: {l: 60, r: 60, t: 10, b: 45}, height: 340, font: {size: 15},
     xaxis: {title: {text: "seconds since the demo started"}}, yaxis: {title: {text: "Mbit/s"}, rangemode: "tozero"},
-    legend: {orientation: "h", y: 1.12}, shapes: [], annotations: [],
+    yaxis2: {title: {text: "round trip, ms"}, overlaying: "y", side: "right", rangemode: "tozero",
+             showgrid: false},
+    legend: {orientation: "h", y: 1.18}, shapes: [], annotations: [],
   }, {displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"]});
   chartReady = true;
 }
 
 function flushChart() {
-  if (!chartReady || (!pending.x[0].length && !pending.x[1].length)) return;
-  Plotly.extendTraces("chart", {x: pending.x, y: pending.y}, [0, 1], 1200);
-  pending.x = [[], []];
-  pending.y = [[], []];
+  if (!chartReady || pending.x.every((xs) => !xs.length)) return;
+  Plotly.extendTraces("chart", {x: pending.x, y: pending.y}, TRACES, 1200);
+  pending.x = TRACES.map(() => []);
+  pending.y = TRACES.map(() => []);
+}
+
+function addPoint(first, e, value) {
+  const [mine, other] = e.ipsec ? [first, first + 1] : [first + 1, first];
+  pending.x[mine].push(e.t); pending.y[mine].push(value);
+  pending.x[other].push(e.t); pending.y[other].push(null);  // a gap in the other line
 }
 
 function addGoodput(e) {
   state.goodput += 1;
-  const [mine, other] = e.ipsec ? [0, 1] : [1, 0];
-  pending.x[mine].push(e.t); pending.y[mine].push(e.mbps);
-  pending.x[other].push(e.t); pending.y[other].push(null);  // a gap in the other line
+  addPoint(0, e, e.mbps);
   $("goodput-now").textContent = `${e.mbps.toFixed(2)} Mbit/s ${e.ipsec ? "with " + e.profile : "without IPsec"}`;
+}
+
+function addRtt(e) {
+  state.rtt += 1;
+  addPoint(2, e, e.ms);
+  $("rtt-now").textContent = `round trip ${e.ms < 10 ? e.ms.toFixed(2) : e.ms.toFixed(0)} ms`;
 }
 
 function addMarker(e) {
@@ -253,7 +270,9 @@ const STEPS = [
     "allows. The goodput stays a little under the link's rate: every packet carries ESP's header, IV, padding " +
     "and ICV.", action: {action: "traffic", on: true}},
   {title: "And without", text: () => "Switch IPsec off: the goodput rises by what those extra bytes cost. " +
-    "Capture again: the untrusted link now carries the hosts' packets in plaintext.",
+    "Capture again: the untrusted link now carries the hosts' packets in plaintext. The dotted line is the " +
+    "round trip of a small probe beside the traffic: with the link full it is mostly the wait in the link's " +
+    "queue, with IPsec or without; the tunnel's own share is what the encryption takes per packet.",
    action: {action: "ipsec", on: false}},
   {title: "Small packets pay most", text: () => "Switch IPsec on again and set the segment payload to 100 bytes: " +
     "ESP's bytes per packet are the same, so their share, and the gap to plain, grow. Seeds 002 and 003 drew " +
@@ -301,6 +320,7 @@ function handle(e) {
       break;
     case "status": state.status = e; showStatus(); break;
     case "goodput": addGoodput(e); break;
+    case "rtt": addRtt(e); break;
     case "marker": addMarker(e); break;
     case "packets": showPackets(e); break;
     case "sas": showSas(e); break;
