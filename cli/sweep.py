@@ -26,14 +26,23 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from cli.options import Parser, add_output_options, csv, kernel_choice
 from cli.report import is_reproduction, render
 from experiments import runner
-from experiments.engine.plan import SweepSpec
+from experiments.engine.plan import (
+    DEFAULT_PROBE_PER_S,
+    MAX_PROBE_PER_S,
+    MIN_PROBE_PER_S,
+    PROBE_MOST_SHARE,
+    SweepSpec,
+    probe_share,
+)
 from experiments.job import INCOMPLETE, Job, SweepWork
 from ipsec import ike
 from ipsec.ike import KEYING_HELP, KEYINGS
@@ -142,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time no round trips: by default irtt probes the first flow's path every 100 ms through "
                         "each window (the round trip under load: median, 90th and 99th percentile, losses) and "
                         "for 0.3 s before it (the unloaded reference); the records' probe_* and idle_rtt_ms")
+    g.add_argument("--probe-rate", dest="probe_per_s", type=float, default=None, metavar="PER_S",
+                   help=f"the latency probe's round trips a second, {MIN_PROBE_PER_S:g} to {MAX_PROBE_PER_S:g}, "
+                        f"refused where its packets would take more than {PROBE_MOST_SHARE * 100:g}%% of the slowest "
+                        f"link beside the flows it times (default: {d.probe_per_s:g}, fewer on a link below 1 "
+                        "Mbit/s, as many as fit there)")
     g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
@@ -149,6 +163,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
     return p
+
+
+def fitting_probe_rate(rates: Sequence[float], ip_versions: Sequence[int]) -> float:
+    """The probe's default rate, or as many round trips a second as fit the slowest link (at least the
+    fewest it takes; a link too slow for that is refused by the spec)."""
+    if not rates or min(rates) <= 0:
+        return DEFAULT_PROBE_PER_S  # the spec names the bad rate
+    fit = PROBE_MOST_SHARE / probe_share(1.0, min(rates), max(ip_versions or (4,)))
+    return max(MIN_PROBE_PER_S, min(DEFAULT_PROBE_PER_S, math.floor(fit * 10) / 10))
 
 
 def repetitions_of(args) -> dict:
@@ -176,7 +199,8 @@ def spec_from(args):
                      precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
                      socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
-                     budget_s=args.budget or None, latency_probe=args.latency_probe)
+                     budget_s=args.budget or None, latency_probe=args.latency_probe,
+                     probe_per_s=args.probe_per_s or fitting_probe_rate(args.rates, args.ip))
 
 
 def job_from(args: argparse.Namespace, argv: list[str]) -> Job:

@@ -129,7 +129,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             clients.start_next(following)
             if spec.latency_probe:  # from now to past the window's end; its round trips within the window count
                 loaded = probe.run(flows[0].client_ns, flows[0].server_addr,
-                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, probe.INTERVAL_S)
+                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, 1 / spec.probe_per_s)
             sleep_until(opens)
             clients.settle_next()
             window = read_window(monitor, opens + spec.duration_s, spec.duration_s)

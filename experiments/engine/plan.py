@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from analysis.stats import at_common_speed, t_critical_95
 from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
+from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES
 from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import chunks
 from testbed.hostload import FOREIGN_PCT
@@ -53,6 +54,25 @@ ARM_LABELS = "abcdefgh"
 #: The shortest window and warm-up a point may have, in seconds.
 MIN_DURATION_S = 0.5
 MIN_WARMUP_S = 0.2
+
+
+#: The latency probe's round trips a second: by default, and the range it may be given (flent's probes: 10 to
+#: 100 a second; irtt's interval at 1 ms at the least) ...
+DEFAULT_PROBE_PER_S = 10.0
+MIN_PROBE_PER_S, MAX_PROBE_PER_S = 1.0, 100.0
+#: ... and the most of the slowest link its packets (both ways) may take beside the flows it times.
+PROBE_MOST_SHARE = 0.01
+
+
+def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4) -> float:
+    """The share of a ``rate_mbit`` link the latency probe's packets take each way at ``per_s`` (pure): irtt's
+    smallest packet, its 60-byte UDP payload with the headers a shaper counts."""
+    packet = PROBE_PAYLOAD_BYTES + UDP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
+    return per_s * packet * 8 / (rate_mbit * 1e6)
+
+
+#: irtt's payload at its smallest (``-l 0``: its header and the timestamps asked for).
+PROBE_PAYLOAD_BYTES = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +121,8 @@ class SweepSpec:
     #: time round trips beside the flows in every window, and before them (irtt: experiments.engine.probe);
     #: the sweep's command turns it on, the reproductions and the regression suites keep their figures without
     latency_probe: bool = False
+    #: ... that many round trips a second in each window (irtt's interval: 1 / this)
+    probe_per_s: float = DEFAULT_PROBE_PER_S
 
     def __post_init__(self) -> None:
         profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
@@ -173,6 +195,19 @@ class SweepSpec:
         if self.budget_s is not None and (isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float))
                                           or not 0 < self.budget_s <= 7 * 86400):
             raise ValueError(f"time budget must be seconds in (0, {7 * 86400}], not {self.budget_s!r}")
+        if isinstance(self.probe_per_s, bool) or not isinstance(self.probe_per_s, (int, float)) \
+                or not MIN_PROBE_PER_S <= self.probe_per_s <= MAX_PROBE_PER_S:
+            raise ValueError(f"the probe's rate must be round trips a second in {MIN_PROBE_PER_S:g}.."
+                             f"{MAX_PROBE_PER_S:g}, not {self.probe_per_s!r}")
+        if self.latency_probe:
+            share = probe_share(self.probe_per_s, min(self.rates_mbit), max(self.ip_versions))
+            if share > PROBE_MOST_SHARE:
+                fit = PROBE_MOST_SHARE / share * self.probe_per_s
+                raise ValueError(
+                    f"--probe-rate {self.probe_per_s:g} at {min(self.rates_mbit):g} Mbit/s: the probe's packets "
+                    f"would take {share:.1%} of the link, more than the {PROBE_MOST_SHARE:.0%} it may take beside "
+                    "the flows it times; " + (f"at most {fit:.3g} a second there" if fit >= MIN_PROBE_PER_S else
+                                              "too slow a link for it: --no-latency-probe"))
         object.__setattr__(self, "duration_s", float(self.duration_s))
         object.__setattr__(self, "warmup_s", float(self.warmup_s))
 
@@ -223,6 +258,8 @@ class SweepSpec:
             argv.append("--no-plain")
         if not self.latency_probe:
             argv.append("--no-latency-probe")
+        elif self.probe_per_s != DEFAULT_PROBE_PER_S:
+            argv += ["--probe-rate", _number(self.probe_per_s)]
         if self.keying is not Keying.STATIC:
             argv += ["--keying", self.keying]
         return argv

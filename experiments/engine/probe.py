@@ -9,7 +9,9 @@ trip, and each way (both ends are on this machine's clock)::
                        round trips sent within the window count: their median, 90th and 99th percentile
                        (of a 2-second window's 20: the 99th is about its largest), losses
 
-The probe adds 10 small packets a second in each direction (:data:`INTERVAL_S`; 60-byte UDP payloads, about
+The probe adds 10 small packets a second in each direction by default (``--probe-rate``, 1 to 100, refused
+where they would take more than 1 % of the slowest link: :func:`experiments.engine.plan.probe_share`; 60-byte
+UDP payloads, about
 8 kbit/s with their headers: 0.08 % of a 10 Mbit/s link, whose capacity it shares with the flows), the
 least flent's probes send; ``bench probe_overhead`` measures, paired, whether the goodput it rides beside
 changes.  A window whose probe lost every reply is marked ``other`` by the caller with the reason, never
@@ -31,8 +33,7 @@ from testbed import waiting
 IRTT = "irtt"
 #: irtt's default port: the servers listen there in the server namespaces, nowhere else.
 PORT = 2112
-#: The probe's interval under load (10 round trips a second) and before the window (a short burst).
-INTERVAL_S = 0.1
+#: The probe's interval before the window (a short burst; under load: the spec's ``probe_per_s``).
 IDLE_INTERVAL_S = 0.01
 IDLE_S = 0.3
 #: irtt's packets: the smallest it sends (its header, 60 bytes of UDP payload with the timestamps asked).

@@ -214,7 +214,8 @@ def test_the_page_runs_wireguard_and_says_why_its_packets_stay_sealed(no_leftove
     assert rc == 130, demo.text()
 
 
-def test_sigterm_ends_the_demo_and_its_guest(no_leftovers):
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_or_a_closed_terminal_ends_the_demo_and_its_guest(no_leftovers, sig, status):
     demo = Demo()
     # the page's events: the network is up once the hello has come
     deadline = time.monotonic() + 180
@@ -226,6 +227,7 @@ def test_sigterm_ends_the_demo_and_its_guest(no_leftovers):
                 break
         else:
             pytest.fail("no hello from the demo")
-    assert demo.stop(signal.SIGTERM) == 143, demo.text()
+    assert demo.stop(sig) == status, demo.text()
+    assert "Traceback" not in demo.text() and "KeyboardInterrupt" not in demo.text(), demo.text()
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(demo.url, timeout=5)

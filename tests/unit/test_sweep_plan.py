@@ -618,3 +618,28 @@ def test_the_next_points_clients_are_started_ahead_only_when_all_can_load_in_the
     assert not starts_ahead(dataclasses.replace(point, clients=200), 0.3)  # killed unloaded, dying in the window
     assert starts_ahead(dataclasses.replace(point, clients=200), 20.0)
     assert not starts_ahead(None, 0.3) and not starts_ahead(point, 0.0)
+
+
+def test_the_probe_takes_at_most_a_hundredth_of_the_slowest_link():
+    from experiments.engine.plan import PROBE_MOST_SHARE, SweepSpec, probe_share
+
+    # irtt's smallest packet: 60 bytes of payload, UDP, IPv4 and the Ethernet header a shaper counts
+    assert probe_share(10, 1.0) == pytest.approx(10 * 102 * 8 / 1e6)
+    assert probe_share(10, 1.0, ip_version=6) == pytest.approx(10 * 122 * 8 / 1e6)
+    assert SweepSpec(rates_mbit=(1.0, 10.0), latency_probe=True).probe_per_s == 10  # 0.8 % of 1 Mbit/s
+    with pytest.raises(ValueError, match=r"--probe-rate 100 at 1 Mbit/s: .* 8\.2% of the link.* at most 12\.3"):
+        SweepSpec(rates_mbit=(1.0, 10.0), latency_probe=True, probe_per_s=100)
+    assert SweepSpec(rates_mbit=(1.0,), latency_probe=False, probe_per_s=100).probe_per_s == 100  # no probe
+    with pytest.raises(ValueError, match="too slow a link for it: --no-latency-probe"):
+        SweepSpec(rates_mbit=(0.05,), latency_probe=True, probe_per_s=1)
+    with pytest.raises(ValueError, match=r"in 1\.\.100, not 0"):
+        SweepSpec(probe_per_s=0)
+    # the command's default fits the slowest link: ten a second, fewer below 1 Mbit/s
+    script = _sweep_script()
+    assert script.fitting_probe_rate([10.0, 100.0], [4]) == 10
+    slow = script.fitting_probe_rate([0.5], [4, 6])
+    assert 1 <= slow < 10 and probe_share(slow, 0.5, 6) <= PROBE_MOST_SHARE
+    spec = script.spec_from(script.build_parser().parse_args(["--rates", "0.5", "--sizes", "1460"]))
+    assert spec.probe_per_s == script.fitting_probe_rate([0.5], [4]) and spec.latency_probe
+    argv = SweepSpec(latency_probe=True, probe_per_s=20).to_argv()
+    assert argv[argv.index("--probe-rate") + 1] == "20"
