@@ -157,3 +157,157 @@ def measure_durations(net, client: str, server: str, family: int, count: int,
     if srv.errors:
         raise TransactionError(f"the server saw {len(srv.errors)} errors, first: {srv.errors[0]}")
     return got
+
+
+# -- netperf's TCP_RR and TCP_CRR ---------------------------------------------------------------------------
+
+#: The request/response kinds, as netperf names its tests: ``rr`` one connection, a request of ``size`` bytes
+#: and a response of as many, again and again; ``crr`` a new connection for each (connect, request, response,
+#: close).
+KINDS = ("rr", "crr")
+#: Request and response sizes (netperf's ``-r``): from one byte to what one TCP write of the sizes here is
+#: meant for; larger is a bulk transfer, the sweep's.
+MIN_SIZE, MAX_SIZE = 1, 65535
+RR_PORT = 5281
+
+#: The answering end, a process of its own in the server's namespace (standard library only, so that it runs
+#: as ``python3 -c``): one thread per connection reads ``size`` bytes and answers ``size`` bytes, until the
+#: peer closes.
+_ECHO_SERVER = r"""
+import socket, sys, threading
+family, port, size = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+af = socket.AF_INET6 if family == 6 else socket.AF_INET
+s = socket.socket(af, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::" if family == 6 else "0.0.0.0", port))
+s.listen(128)
+answer = b"r" * size
+def serve(conn):
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    with conn:
+        while True:
+            got = 0
+            while got < size:
+                chunk = conn.recv(size - got)
+                if not chunk:
+                    return
+                got += len(chunk)
+            conn.sendall(answer)
+while True:
+    conn, _ = s.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+
+
+def check_size(size: int) -> int:
+    """``size`` if it is a request/response size this code makes, else a ValueError naming the range."""
+    if isinstance(size, bool) or not isinstance(size, int) or not MIN_SIZE <= size <= MAX_SIZE:
+        raise ValueError(f"request/response sizes must be bytes in {MIN_SIZE}..{MAX_SIZE} (one TCP write each "
+                         f"way; larger is a bulk transfer: ipsec-testbed sweep), not {size!r}")
+    return size
+
+
+class EchoServer:
+    """:data:`_ECHO_SERVER` in namespace ``ns``, listening on ``port`` once started, until closed."""
+
+    def __init__(self, ns: str, family: int, size: int, port: int = RR_PORT) -> None:
+        import subprocess
+        import sys
+
+        from experiments.engine.iperf import popen_in
+        from testbed import waiting
+
+        self.port = port
+        self.proc = popen_in(ns, [sys.executable, "-c", _ECHO_SERVER, str(family), str(port), str(check_size(size))],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            waiting.until(lambda: self.proc.poll() is not None or _listening_tcp(self.proc.pid, port), 10.0,
+                          f"the transactions' server listening in {ns}", interval_s=0.02)
+            if self.proc.poll() is not None:
+                raise TransactionError(f"the transactions' server in {ns} ended at its start: "
+                                       f"{self.proc.stderr.read().decode(errors='replace').strip()[-300:]}")
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except Exception:  # noqa: BLE001 (it must go, whatever held it)
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+    def __enter__(self) -> EchoServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _listening_tcp(pid: int, port: int) -> bool:
+    """Whether a TCP socket listens on ``port`` in the network namespace of process ``pid``."""
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}") as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()
+                    if fields[1].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == "0A":  # LISTEN
+                        return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def exchange(ns: str, server_addr: str, family: int, kind: str, size: int, seconds: float,
+             port: int = RR_PORT, timeout_s: float = 10.0) -> tuple[list[float], float]:
+    """Transactions of ``kind`` (:data:`KINDS`) from namespace ``ns`` for ``seconds``: each one's duration (s)
+    and the wall time they took; :class:`TransactionError` if one fails."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    af = socket.AF_INET6 if family == 6 else socket.AF_INET
+    request = b"q" * check_size(size)
+
+    def connect() -> socket.socket:
+        s = socket.socket(af, socket.SOCK_STREAM)
+        s.settimeout(timeout_s)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.connect((server_addr, port))
+        return s
+
+    def one(s: socket.socket) -> None:
+        s.sendall(request)
+        got = 0
+        while got < size:
+            chunk = s.recv(size - got)
+            if not chunk:
+                raise TransactionError(f"the server closed the connection after {got} of {size} bytes")
+            got += len(chunk)
+
+    def loop() -> tuple[list[float], float]:
+        times: list[float] = []
+        start = time.perf_counter()
+        end = start + seconds
+        conn = connect() if kind == "rr" else None
+        try:
+            while True:
+                t0 = time.perf_counter()
+                if t0 >= end:
+                    break
+                if conn is not None:
+                    one(conn)
+                else:
+                    with connect() as s:
+                        one(s)
+                times.append(time.perf_counter() - t0)
+        except OSError as e:
+            raise TransactionError(f"{kind} transaction {len(times) + 1} to {server_addr}: {e}") from None
+        finally:
+            if conn is not None:
+                conn.close()
+        return times, time.perf_counter() - start
+
+    return netns.run_in(ns, loop)

@@ -72,6 +72,8 @@ CASES = [
     ("probe rate the link cannot carry", SWEEP, ["--rates", "1", "--probe-rate", "100"],
      "--probe-rate 100 at 1 Mbit/s: the probe's packets would take 8.2% of the link"),
     ("probe rate out of range", SWEEP, ["--probe-rate", "500"], "round trips a second in 1..100, not 500"),
+    ("transaction size above tcp's write", CLI, ["bench", "transactions", "--sizes", "1,70000"],
+     "request/response sizes must be bytes in 1..65535"),
     ("most repetitions below least", SWEEP, ["--repetitions", "5", "--max-repetitions", "3"],
      "--max-repetitions 3 is below --repetitions 5"),
     ("seed 001 udp bitrate", seed("seed001_netio_3des_ah.py"), ["--udp-bitrate", "fast"], "udp_bitrate must be a rate"),

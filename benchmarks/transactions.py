@@ -1,0 +1,371 @@
+"""Transactions and connections per second through the tunnel: netperf's TCP_RR and TCP_CRR, plain against IPsec.
+
+    sudo ipsec-testbed bench transactions                      # vpn_gateway unshaped: none, aes-gcm-256
+    sudo ipsec-testbed bench transactions --profiles aes-gcm-256,chacha20-poly1305,wireguard --sizes 1,1024
+    sudo ipsec-testbed bench transactions --tests rr --rate 10 --sizes 1,1400,8000    # the link's serialisation
+
+netperf (not in Debian's main archive) defines the two tests that published IPsec-against-WireGuard comparisons
+report beside bulk goodput; the project's own code makes them (:mod:`experiments.transactions`):
+
+- ``rr``: one TCP connection from the first flow's client to its server; a request of SIZE bytes, a response
+  of SIZE bytes, the next request when the response is in, as many as fit in the window (TCP_NODELAY on both
+  ends, as netperf's TCP_RR);
+- ``crr``: the same with a new connection for every transaction (connect, request, response, close: TCP_CRR).
+
+The server is a process of its own in the server's namespace.  Each window (``--duration``, after
+``--warmup`` of the same transactions) counts the transactions it completed: transactions per second, and each
+one's time (mean, median, 99th percentile).  The profiles are measured side by side, a window each in ABBA order
+per round, so that a drift of the machine falls on all alike; rounds go on past ``--repetitions`` while a
+profile's transactions per second, or its ratio to plain (taken round by round), has a 95 % interval wider than
+``--precision`` percent, up to ``--max-repetitions``.  What bounded each window:
+
+- ``cpu``: the machine emulating the hosts was saturated (its CPU meter, as the sweep's monitor says);
+- ``link``: the shaped link's serialisation of a transaction's packets (request and response, each with its
+  headers and the tunnel's bytes; for crr the handshake's and the close's too) was half of a transaction's time
+  or more;
+- ``round trip``: neither: the path's delay per exchange (the stacks, the tunnel's processing, the wait for the
+  peer) set the pace.
+
+As the check of this code against an independent tool, irtt (the sweep's latency probe) times the unloaded round
+trip of the same path for each profile before its first window: a one-byte rr transaction is one round trip of
+the path plus what the two processes add.
+
+``--out DIR`` gets ``results.json`` (every window) and ``report.html``.  Inside User-Mode Linux every host shares
+one emulated CPU: the figures are this machine's, not a network's, and the bound column says so.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
+from experiments import doctor
+
+#: What a window's round trip or serialisation is called in the bound column.
+ROUND_TRIP = "round trip"
+#: A transaction counts as the link's when its packets' serialisation is at least this share of its time.
+LINK_SHARE = 0.5
+#: Bytes of a TCP segment's header with the timestamps option (Linux's default), and of a segment with none.
+TCP_WITH_TIMESTAMPS = 32
+#: Packets of a connection's opening and closing beside its data (SYN, SYN-ACK, ACK; FIN, ACK each way).
+HANDSHAKE_PACKETS = 7
+
+
+@dataclasses.dataclass
+class Window:
+    """One profile's window at one point."""
+
+    kind: str
+    size: int
+    profile: str
+    repetition: int
+    count: int
+    elapsed_s: float
+    per_s: float
+    mean_ms: float
+    median_ms: float
+    p99_ms: float
+    cpu_busy_pct: float
+    serialisation_ms: float
+    bound: str
+
+
+def serialisation_s(kind: str, size: int, profile: str, mode: str, ip_version: int, rate_mbit: float,
+                    mtu: int = 1500) -> float:
+    """The seconds the link takes to send one transaction's packets at ``rate_mbit`` (pure): the request and
+    the response, each in as many segments as its size takes, with TCP's, IP's and Ethernet's headers and the
+    tunnel's bytes (:func:`ipsec.overhead.packet_overhead`); for ``crr`` the connection's opening and closing
+    packets too.  Acknowledgements that ride alone are left out (TCP delays them into the next segment)."""
+    from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, max_tcp_mss, packet_overhead
+
+    mss = min(max_tcp_mss(profile, mode, ip_version, mtu), mtu - IP_HEADER_BYTES[ip_version] - TCP_WITH_TIMESTAMPS)
+
+    def wire(payload: int) -> int:
+        inner = IP_HEADER_BYTES[ip_version] + TCP_WITH_TIMESTAMPS + payload
+        return inner + packet_overhead(profile, mode, ip_version, inner, mtu) + ETHERNET_HEADER_BYTES
+
+    def message(n: int) -> int:
+        full, rest = divmod(n, mss)
+        return full * wire(mss) + (wire(rest) if rest else 0)
+
+    total = 2 * message(size) + (HANDSHAKE_PACKETS * wire(0) if kind == "crr" else 0)
+    return total * 8 / (rate_mbit * 1e6)
+
+
+def bound_of(cpu_busy_pct: float, serialisation_ms: float, mean_ms: float) -> str:
+    """What bounded a window (pure): the CPU, the link's serialisation, or the round trip."""
+    from analysis.stats import CPU_SATURATED_PCT
+
+    if cpu_busy_pct >= CPU_SATURATED_PCT:
+        return "cpu"
+    if mean_ms > 0 and serialisation_ms / mean_ms >= LINK_SHARE:
+        return "link"
+    return ROUND_TRIP
+
+
+def window_of(kind: str, size: int, profile: str, repetition: int, times: Sequence[float], elapsed_s: float,
+              cpu_busy_pct: float, serialisation_ms: float) -> Window:
+    """A :class:`Window` from its transactions' durations (s) and wall time (pure)."""
+    ms = sorted(t * 1000 for t in times)
+    if not ms:
+        raise ValueError(f"{kind} {size} B {profile}: no transaction completed in the window")
+    p99 = ms[min(len(ms) - 1, max(0, math.ceil(0.99 * len(ms)) - 1))]
+    mean = statistics.fmean(ms)
+    return Window(kind, size, profile, repetition, len(ms), elapsed_s, len(ms) / elapsed_s, mean,
+                  statistics.median(ms), p99, cpu_busy_pct, serialisation_ms,
+                  bound_of(cpu_busy_pct, serialisation_ms, mean))
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One profile at one point over its windows: transactions per second and its ratio to plain."""
+
+    kind: str
+    size: int
+    profile: str
+    n: int
+    per_s: float
+    per_s_ci95: float | None
+    ratio: float | None  # to plain, round by round
+    ratio_ci95: float | None
+    mean_ms: float
+    p99_ms: float
+    cpu_busy_pct: float
+    bounds: str  # what bounded its windows, counted
+
+    def precise(self, precision_pct: float) -> bool:
+        def within(value: float | None, ci: float | None) -> bool:
+            return value is None or (ci is not None and value > 0 and ci / value * 100 <= precision_pct)
+
+        return within(self.per_s, self.per_s_ci95) and within(self.ratio, self.ratio_ci95)
+
+
+def figures(windows: Sequence[Window], plain: str = "none") -> list[Figure]:
+    """Every profile's :class:`Figure` at every point of ``windows`` (pure)."""
+    from analysis.stats import Summary, paired
+
+    by: dict[tuple, list[Window]] = {}
+    for w in windows:
+        by.setdefault((w.kind, w.size, w.profile), []).append(w)
+    out = []
+    for (kind, size, profile), ws in by.items():
+        s = Summary.of([w.per_s for w in ws])
+        base = by.get((kind, size, plain)) if profile != plain else None
+        ratio = paired("ratio", {w.repetition: w.per_s for w in ws}, {w.repetition: w.per_s for w in base}) \
+            if base else None
+        counts: dict[str, int] = {}
+        for w in ws:
+            counts[w.bound] = counts.get(w.bound, 0) + 1
+        out.append(Figure(kind, size, profile, s.n, s.mean, s.ci95, ratio.value if ratio else None,
+                          ratio.ci95 if ratio else None, statistics.fmean(w.mean_ms for w in ws),
+                          statistics.fmean(w.p99_ms for w in ws), statistics.fmean(w.cpu_busy_pct for w in ws),
+                          ", ".join(f"{b} {n}" for b, n in sorted(counts.items()))))
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from experiments import transactions
+    from topologies import TOPOLOGIES
+
+    p = argparse.ArgumentParser(prog="ipsec-testbed bench transactions", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
+                   help="tunnels beside plain (default: aes-gcm-256)")
+    p.add_argument("--tests", type=csv(str), default=transactions.KINDS, metavar="rr,crr",
+                   help="rr (TCP_RR), crr (TCP_CRR) or both (default: both)")
+    p.add_argument("--sizes", type=csv(int), default=(1, 1024), metavar="BYTES,...",
+                   help=f"request and response sizes, {transactions.MIN_SIZE}..{transactions.MAX_SIZE} "
+                        "(default: 1,1024)")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
+                   help="network (default: %(default)s)")
+    p.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel", help="IPsec mode (default: tunnel)")
+    p.add_argument("--ip", type=int, choices=(4, 6), default=4, help="IP version (default: 4)")
+    p.add_argument("--rate", type=float, default=10000.0, metavar="MBIT",
+                   help="the shaped link's rate (default: 10000: unshaped, the CPU and the round trip the limits)")
+    p.add_argument("--duration", type=float, default=2.0, metavar="SECONDS", help="each window (default: 2)")
+    p.add_argument("--warmup", type=float, default=0.5, metavar="SECONDS",
+                   help="transactions before each window, not counted (default: 0.5)")
+    p.add_argument("--repetitions", type=int, default=3, metavar="N", help="windows per profile at least (default: 3)")
+    p.add_argument("--max-repetitions", type=int, default=12, metavar="N",
+                   help="... and at most, while a figure is less precise than --precision (default: 12)")
+    p.add_argument("--precision", type=float, default=2.0, metavar="PERCENT",
+                   help="the 95%% interval of a profile's transactions per second, and of its ratio to plain, as "
+                        "a share of the value (default: 2)")
+    add_bench_out(p, "transactions")
+    add_kernel_options(p)
+    return p
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """Why these options cannot run, in one line, or None."""
+    from experiments import transactions
+    from ipsec.profiles import parse_profile
+    from topologies.shaping import MAX_RATE_MBIT
+
+    bad = [t for t in args.tests if t not in transactions.KINDS]
+    if bad or not args.tests:
+        return f"--tests: {', '.join(bad) or 'none given'}; the tests are {', '.join(transactions.KINDS)}"
+    for size in args.sizes:
+        try:
+            transactions.check_size(size)
+        except ValueError as e:
+            return f"--sizes: {e}"
+    try:
+        for name in args.profiles:
+            parse_profile(name)
+    except ValueError as e:
+        return f"--profiles: {e}"
+    if not 0 < args.rate <= MAX_RATE_MBIT:
+        return f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {args.rate:g}"
+    if not 0.5 <= args.duration <= 600 or not 0 <= args.warmup <= 60:
+        return "--duration must be seconds in 0.5..600 and --warmup in 0..60"
+    if not 2 <= args.repetitions <= 50:
+        return f"--repetitions must be 2..50 (an interval needs two windows), not {args.repetitions}"
+    if args.max_repetitions < args.repetitions:
+        return (f"--max-repetitions {args.max_repetitions} is below --repetitions {args.repetitions}: a figure's "
+                "most windows cannot be fewer than its least")
+    if not 0 < args.precision <= 100:
+        return f"--precision must be a percentage in (0, 100], not {args.precision:g}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    why = check(args)
+    if why:
+        print(f"ipsec-testbed bench transactions: error: {why}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("transactions: needs root (network namespaces, SAs); run it with sudo", file=sys.stderr)
+        return 1
+    args.profiles = ["none", *[p for p in args.profiles if p != "none"]]
+    args.out = _common.out_dir(args.out, "transactions")
+    job = _common.bench_job("transactions", args, kernel_choice(args), doctor.needs(tuple(args.profiles)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
+    from experiments import transactions
+    from experiments.engine import probe
+    from experiments.engine.measure import switch_ipsec
+    from testbed import backends
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    spec = build_spec(args.topology)
+    print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
+          f"{args.topology}, {args.mode} mode, IPv{args.ip}, {args.rate:g} Mbit/s; windows of {args.duration:g} s "
+          f"after {args.warmup:g} s, {args.repetitions}..{args.max_repetitions} per profile, precision "
+          f"{args.precision:g} %", flush=True)
+    print(HEADER, flush=True)
+    windows: list[Window] = []
+    idle: dict[str, float | None] = {}
+    meter = backends.current().cpu_meter()
+    t0 = time.monotonic()
+    try:
+        with Network(spec, shaping=ShapingSpec(rate_mbit=args.rate)) as net:
+            client, server = spec.flows[0]
+            cns, sns, addr = net.ns(client), net.ns(server), net.addr(server, args.ip)
+            with probe.Servers([sns]):
+                current = "none"
+                for kind in args.tests:
+                    for size in args.sizes:
+                        with transactions.EchoServer(sns, args.ip, size):
+                            point: list[Window] = []
+                            rep = 0
+                            while rep < args.max_repetitions:
+                                order = args.profiles if rep % 2 == 0 else args.profiles[::-1]
+                                for profile in order:
+                                    current = switch_ipsec(net, current, profile, args.mode, (args.ip,))
+                                    if profile not in idle:  # irtt's unloaded round trip, the check
+                                        got = probe.result(probe.run(cns, addr, probe.IDLE_S, probe.IDLE_INTERVAL_S),
+                                                           10.0)
+                                        idle[profile] = got.rtt_median_ms if isinstance(got, probe.Summary) else None
+                                    if args.warmup:
+                                        transactions.exchange(cns, addr, args.ip, kind, size, args.warmup)
+                                    c0 = meter.sample()
+                                    times, took = transactions.exchange(cns, addr, args.ip, kind, size,
+                                                                        args.duration)
+                                    c1 = meter.sample()
+                                    busy = 100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus)
+                                    ser = 1000 * serialisation_s(kind, size, profile, args.mode, args.ip, args.rate)
+                                    point.append(window_of(kind, size, profile, rep, times, took, busy, ser))
+                                rep += 1
+                                done = figures(point)
+                                if rep >= args.repetitions and all(f.precise(args.precision) for f in done):
+                                    break
+                            windows += point
+                            for f in sorted(figures(point), key=lambda f: args.profiles.index(f.profile)):
+                                print_figure(f, idle.get(f.profile))
+    finally:
+        meter.close()
+    print(f"{len(windows)} windows in {time.monotonic() - t0:.0f} s")
+    imprecise = [f for f in figures(windows) if not f.precise(args.precision)]
+    for f in imprecise:
+        print(f"not within {args.precision:g} % after {f.n} windows: {f.kind} {f.size} B {f.profile} "
+              f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)})")
+    print(f"report: {write_page(args, windows, idle)}")
+    return 0
+
+
+def _pct(value: float | None, ci: float | None) -> str:
+    return "–" if value is None or ci is None or not value else f"{100 * ci / value:.1f} %"
+
+
+HEADER = (f"{'test':>4s} {'size':>6s} {'profile':>22s} {'n':>3s} {'trans/s':>10s} {'±95%':>6s} {'/plain':>7s} "
+          f"{'±95%':>6s} {'mean ms':>8s} {'p99 ms':>7s} {'CPU %':>6s} {'irtt ms':>8s}  bound")
+
+
+def print_figure(f: Figure, idle_ms: float | None) -> None:
+    ratio = f"{f.ratio:.3f}" if f.ratio is not None else "–"
+    print(f"{f.kind:>4s} {f.size:>6d} {f.profile:>22s} {f.n:>3d} {f.per_s:>10.1f} {_pct(f.per_s, f.per_s_ci95):>6s} "
+          f"{ratio:>7s} {_pct(f.ratio, f.ratio_ci95) if f.ratio is not None else '':>6s} {f.mean_ms:>8.3f} "
+          f"{f.p99_ms:>7.3f} {f.cpu_busy_pct:>6.0f} {(f'{idle_ms:.3f}' if idle_ms is not None else '–'):>8s}  "
+          f"{f.bounds}", flush=True)
+
+
+def write_page(args, windows: Sequence[Window], idle: dict[str, float | None]) -> str:
+    """The run directory's figures: transactions per second by profile at each point, and the ratio to plain."""
+    from analysis import benchpage
+    from testbed import backends
+
+    figs = figures(windows)
+    rates = benchpage.figure("Transactions per second (95 % interval)", "test and size", "transactions per second")
+    ratios = benchpage.figure("Transactions per second against plain (round by round, 95 % interval)",
+                              "test and size", "ratio to plain")
+    for profile in args.profiles:
+        mine = [f for f in figs if f.profile == profile]
+        labels = [f"{f.kind} {f.size} B" for f in mine]
+        rates.add_bar(x=labels, y=[f.per_s for f in mine], name=profile,
+                      error_y={"type": "data", "array": [f.per_s_ci95 or 0 for f in mine]})
+        if profile != "none":
+            ratios.add_bar(x=labels, y=[f.ratio for f in mine], name=profile,
+                           error_y={"type": "data", "array": [f.ratio_ci95 or 0 for f in mine]})
+    sections = [
+        benchpage.Section("Transactions per second", "Each bar is a profile's mean over its windows (the profiles "
+                          "side by side, a window each per round); rr keeps one connection, crr opens one per "
+                          "transaction.", rates),
+        benchpage.Section("Against plain", "Each profile's transactions per second over plain's, taken round by "
+                          "round (the two measured one after the other) and averaged.", ratios),
+    ]
+    data = {"benchmark": "transactions", "where": backends.current().label(), "kernel": os.uname().release,
+            "topology": args.topology, "mode": args.mode, "ip_version": args.ip, "rate_mbit": args.rate,
+            "duration_s": args.duration, "warmup_s": args.warmup, "idle_rtt_ms": idle,
+            "figures": [dataclasses.asdict(f) for f in figs], "windows": [dataclasses.asdict(w) for w in windows]}
+    return benchpage.write(args.out, "transactions: TCP_RR and TCP_CRR through the tunnel",
+                           f"{data['where']} ({data['kernel']}); {args.topology}, {args.mode} mode, IPv{args.ip}, "
+                           f"{args.rate:g} Mbit/s", sections, data)

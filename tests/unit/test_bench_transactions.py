@@ -1,0 +1,69 @@
+"""bench transactions (netperf's TCP_RR and TCP_CRR) on captured figures with known answers."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import transactions as bench
+from experiments import transactions
+
+
+def test_a_transactions_packets_on_the_link_as_the_overhead_model_counts_them():
+    # rr, 1 byte each way, plain IPv4: two segments of 14 + 20 + 32 + 1 bytes
+    assert bench.serialisation_s("rr", 1, "none", "tunnel", 4, 10.0) == pytest.approx(2 * 67 * 8 / 10e6)
+    # crr adds the opening and closing packets, each 66 bytes
+    assert bench.serialisation_s("crr", 1, "none", "tunnel", 4, 10.0) == pytest.approx((2 * 67 + 7 * 66) * 8 / 10e6)
+    # a 3000-byte message is three segments (two full, at the MSS with timestamps: 1448), each way
+    full, rest = 14 + 20 + 32 + 1448, 14 + 20 + 32 + 104
+    assert bench.serialisation_s("rr", 3000, "none", "tunnel", 4, 100.0) == pytest.approx(
+        2 * (2 * full + rest) * 8 / 100e6)
+    # through AES-GCM-256 in tunnel mode every packet carries ESP's bytes and an outer header
+    assert bench.serialisation_s("rr", 1, "aes-gcm-256", "tunnel", 4, 10.0) > \
+        bench.serialisation_s("rr", 1, "none", "tunnel", 4, 10.0) + 2 * 50 * 8 / 10e6
+
+
+def test_a_window_is_the_cpus_the_links_or_the_round_trips():
+    assert bench.bound_of(99.0, 0.01, 0.5) == "cpu"
+    assert bench.bound_of(40.0, 0.3, 0.5) == "link"  # 60 % of a transaction is its packets' serialisation
+    assert bench.bound_of(40.0, 0.01, 0.5) == bench.ROUND_TRIP
+    w = bench.window_of("rr", 1, "none", 0, [0.0004] * 99 + [0.004], 0.0436, 50.0, 0.01)
+    assert (w.count, w.per_s, w.median_ms, w.p99_ms) == (100, pytest.approx(100 / 0.0436), pytest.approx(0.4),
+                                                          pytest.approx(0.4))
+    assert w.mean_ms == pytest.approx(0.436) and w.bound == bench.ROUND_TRIP
+    with pytest.raises(ValueError, match="no transaction completed"):
+        bench.window_of("crr", 1, "none", 0, [], 2.0, 50.0, 0.01)
+
+
+def test_figures_compare_each_profile_with_plain_round_by_round_and_know_when_they_are_precise():
+    windows = []
+    for rep, speed in enumerate((1.0, 0.8, 1.1, 0.9)):  # the machine's speed moves between rounds
+        for profile, share in (("none", 1.0), ("aes-gcm-256", 0.75)):
+            per_s = 2000 * speed * share
+            windows.append(bench.Window("rr", 1, profile, rep, int(per_s * 2), 2.0, per_s, 1000 / per_s,
+                                        1000 / per_s, 2000 / per_s, 60.0, 0.01, bench.ROUND_TRIP))
+    figs = {f.profile: f for f in bench.figures(windows)}
+    gcm = figs["aes-gcm-256"]
+    assert gcm.ratio == pytest.approx(0.75) and gcm.ratio_ci95 == pytest.approx(0, abs=1e-9)
+    assert figs["none"].ratio is None and gcm.bounds == "round trip 4"
+    # the ratio is exact, but transactions per second moved 10 % with the machine: not within 2 %
+    assert not gcm.precise(2.0) and gcm.precise(100.0)
+    steady = [bench.Window("rr", 1, "none", r, 4000, 2.0, 2000.0 + r, 0.5, 0.5, 1.0, 60.0, 0.01, "cpu")
+              for r in range(3)]
+    assert bench.figures(steady)[0].precise(2.0)
+
+
+def test_sizes_and_kinds_are_checked_before_anything_runs():
+    assert transactions.check_size(1) == 1 and transactions.check_size(65535) == 65535
+    for bad in (0, 65536, 1.5, True):
+        with pytest.raises(ValueError, match="request/response sizes must be bytes in 1..65535"):
+            transactions.check_size(bad)
+    with pytest.raises(ValueError, match="kind must be one of rr, crr"):
+        transactions.exchange("itb-x", "198.18.0.1", 4, "udp_rr", 1, 1.0)
+    parser = bench.build_parser()
+    assert bench.check(parser.parse_args([])) is None
+    for argv, says in ((["--tests", "rrr"], "--tests: rrr; the tests are rr, crr"),
+                       (["--sizes", "70000"], "--sizes: request/response sizes must be bytes in 1..65535"),
+                       (["--profiles", "aes-foo"], "--profiles:"),
+                       (["--repetitions", "5", "--max-repetitions", "3"], "--max-repetitions 3 is below"),
+                       (["--rate", "0"], "--rate must be Mbit/s"),
+                       (["--repetitions", "1"], "--repetitions must be 2..50")):
+        assert says in bench.check(parser.parse_args(argv)), argv
