@@ -9,7 +9,13 @@ data's way waits behind what is queued: the queue's mean backlog over the window
 times the same wait its own way, irtt's one-way delay from the client to the server on one clock
 (``probe_up_ms``).  Per rate this prints how many link-bound points were compared, their ratio
 measured / predicted (median, least, most) and how many lie within ±10 % of the prediction.  Points bound by
-anything but the link are left out (their queue is not the wait).  Exit status 0 when it ran.
+anything but the link are left out (their queue is not the wait).
+
+Then the same against what the queue's *configured* size predicts, before any measurement: tbf holds at
+most ``limit = rate * latency + burst`` bytes (:mod:`topologies.shaping`, the burst as the run's kernel sizes
+it), a wait of ``limit / rate`` when full; a TCP flow (CUBIC, Linux's default) fills it until a packet is
+dropped, then backs off by its β (0.3), so its queue saws between ``(1 - β)`` and all of the limit and waits
+``(1 - β / 2) * limit / rate`` on the mean.  Exit status 0 when it ran.
 """
 from __future__ import annotations
 
@@ -24,6 +30,32 @@ from benchmarks import _common
 from testbed.record import Bound
 
 TOLERANCE = 0.10
+#: CUBIC's multiplicative decrease (RFC 9438: the window after a loss is 0.7 of what it was).
+CUBIC_BETA = 0.3
+
+
+def configured_wait_ms(rate_mbit: float, backend: str | None, latency_ms: float = 50.0, mtu: int = 1500) -> float:
+    """The mean wait a TCP flow's sawtooth keeps in a full tbf of the testbed's sizing (pure): ``(1 - β / 2)``
+    of its limit over its rate."""
+    from testbed import backends
+    from topologies.shaping import ShapingSpec, default_burst_bytes
+
+    spec = ShapingSpec(rate_mbit=rate_mbit, latency_ms=latency_ms)
+    burst_time = backends.get(backend).shaper_burst_s if backend in backends.names() else backends.get(
+        "host").shaper_burst_s
+    limit = spec.rate_bytes_per_s * latency_ms / 1000 + default_burst_bytes(spec.rate_bytes_per_s, mtu,
+                                                                              burst_time_s=burst_time)
+    return (1 - CUBIC_BETA / 2) * limit / spec.rate_bytes_per_s * 1000
+
+
+def compare_configured(records) -> dict[float, list[float]]:
+    """measured / configured-size-predicted queueing delay of each link-bound probed TCP point, by rate (pure)."""
+    ratios: dict[float, list[float]] = collections.defaultdict(list)
+    for r in records:
+        if r.bound is not Bound.LINK or r.probe_up_ms is None or not r.rate_mbit or r.transport != "tcp":
+            continue
+        ratios[r.rate_mbit].append(r.probe_up_ms / configured_wait_ms(r.rate_mbit, r.backend))
+    return ratios
 
 
 def compare(records) -> dict[float, list[float]]:
@@ -55,17 +87,26 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit(f"probe_queue: the sweep failed (exit {rc})")
     if not os.path.isdir(run_dir):
         sys.exit(f"probe_queue: {run_dir} is not a directory")
-    ratios = compare(load_results(run_dir))
+    records = load_results(run_dir)
+    ratios = compare(records)
     if not ratios:
         sys.exit(f"probe_queue: no link-bound point with the probe in {run_dir} (measured with --no-latency-probe?)")
+    _table(ratios, "the probe's one-way delay the data's way / the queue's mean backlog over the link's rate")
+    print()
+    _table(compare_configured(records), f"the same delay / (1 - {CUBIC_BETA:g} / 2) of the full queue's wait, the "
+           "tbf's limit over its rate (nothing measured: the queue's configured size)",
+           lambda rate: f"  (predicted {configured_wait_ms(rate, records[0].backend):.1f} ms)")
+    return 0
+
+
+def _table(ratios: dict[float, list[float]], what: str, note=lambda rate: "") -> None:
     print(f"{'rate Mbit/s':>11s} {'points':>6s} {'median':>7s} {'least':>6s} {'most':>6s}  within ±{TOLERANCE:.0%}")
     for rate in sorted(ratios):
         values = ratios[rate]
         inside = sum(abs(v - 1) <= TOLERANCE for v in values)
         print(f"{rate:11g} {len(values):6d} {statistics.median(values):7.3f} {min(values):6.3f} {max(values):6.3f}"
-              f"  {inside} of {len(values)}")
-    print("(the probe's one-way delay the data's way / the queue's mean backlog over the link's rate)")
-    return 0
+              f"  {inside} of {len(values)}{note(rate)}")
+    print(f"({what})")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,20 @@ def test_the_queue_check_compares_link_bound_probed_points_only():
     assert compare([fine, cpu, unprobed, empty]) == {10.0: [pytest.approx(1.02)]}
 
 
+def test_the_queues_configured_size_predicts_a_tcp_flows_mean_wait():
+    from benchmarks.probe_queue import compare_configured, configured_wait_ms
+
+    # in UML tbf's bucket is 10 ms of the rate: 62,500 + 12,500 bytes at 10 Mbit/s, 60 ms full; CUBIC's
+    # sawtooth between 0.7 and all of it waits 0.85 of that on the mean
+    assert configured_wait_ms(10.0, "uml") == pytest.approx(0.85 * 60.0)
+    # on a host kernel the bucket is 4 frames (6,056 bytes; 4 ms of 10 Mbit/s is less)
+    assert configured_wait_ms(10.0, "host") == pytest.approx(0.85 * (62_500 + 4 * 1514) / 1_250_000 * 1000)
+    assert configured_wait_ms(100.0, None) == configured_wait_ms(100.0, "host")
+    tcp = Record(rate_mbit=10.0, bound=Bound.LINK, probe_up_ms=51.0, transport="tcp", backend="uml")
+    udp = Record(rate_mbit=10.0, bound=Bound.LINK, probe_up_ms=59.0, transport="udp", backend="uml")
+    assert compare_configured([tcp, udp]) == {10.0: [pytest.approx(1.0)]}  # UDP keeps no sawtooth: left out
+
+
 def test_a_live_chart_reads_each_round_trip_from_irtts_lines_in_any_unit():
     # lines as irtt 0.9 prints them, captured on loopback and through a 10 Mbit/s queue
     assert probe.rtt_of_line("seq=0 rtt=104µs rd=36.3µs sd=67.9µs ipdv=n/a") == pytest.approx(0.104)
