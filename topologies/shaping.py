@@ -87,6 +87,10 @@ from testbed.backends import current
 log = logging.getLogger(__name__)
 
 QDISCS: tuple[str, ...] = ("tbf", "htb")
+#: What queues in front of the shaper: its own FIFO (tbf's byte limit, htb's pfifo leaf), or fq_codel
+#: (RFC 8290: a flow queue each, CoDel's 5 ms target) as its child, the active queue management flent's
+#: RRUL test is run against.
+QUEUES: tuple[str, ...] = ("fifo", "fq_codel")
 
 
 #: tc_ratespec.rate is 32-bit bytes/s and pyroute2 sends no TCA_TBF_RATE64: 34.36 Gbit/s at most.
@@ -143,6 +147,9 @@ class ShapingSpec:
             ``"ethernet"`` (+24 bytes per frame like a physical wire; minimum frame 84).
         delay_ms: one-way delay added by netem (None or 0: none).
         loss_pct: random loss in percent added by netem (None or 0: none).
+        queue: ``"fifo"`` (the shaper's own, sized by ``latency_ms``) or ``"fq_codel"`` (its child:
+            fq_codel's defaults, 10,240 packets, 5 ms target, 100 ms interval; ``latency_ms`` then sizes
+            nothing that a packet waits in).
     """
 
     rate_mbit: float
@@ -152,6 +159,7 @@ class ShapingSpec:
     framing: str = "tc"
     delay_ms: float | None = None
     loss_pct: float | None = None
+    queue: str = "fifo"
 
     def __post_init__(self) -> None:
         rate = _number("rate_mbit", self.rate_mbit, f"Mbit/s, > 0 and <= {MAX_RATE_MBIT:.0f}")
@@ -163,6 +171,8 @@ class ShapingSpec:
                              "the smallest rate tc can express")
         if self.qdisc not in QDISCS:
             raise ValueError(f"qdisc must be one of {', '.join(QDISCS)}, not {self.qdisc!r}")
+        if self.queue not in QUEUES:
+            raise ValueError(f"queue must be one of {', '.join(QUEUES)}, not {self.queue!r}")
         if self.framing not in FRAMINGS:
             raise ValueError(f"framing must be one of {', '.join(FRAMINGS)} (tc = tc's default "
                              f"accounting, ethernet = +24 bytes per frame), not {self.framing!r}")
@@ -335,6 +345,8 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
             params["peak_rate_bytes_per_s"] = PEAK_RATE_BYTES_PER_S
             params["peak_burst_bytes"] = 2 * (mtu + ETHERNET_HEADER_BYTES) - 1
         ops.append(TcOp("qdisc", "tbf", shaper, shaper_parent, params))
+        if spec.queue == "fq_codel":  # tbf's one class, shaper:1, takes it as its queue
+            ops.append(TcOp("qdisc", "fq_codel", LEAF_HANDLE, shaper | 1, {}))
         return ops
 
     cls = shaper | HTB_DEFAULT_MINOR
@@ -351,8 +363,11 @@ def plan_shaping(spec: ShapingSpec, mtu: int = 1500, burst_time_s: float = BURST
         "quantum_bytes": quantum,
         **overhead,
     }))
-    ops.append(TcOp("qdisc", "pfifo", LEAF_HANDLE, cls,
-                    {"limit_packets": max(2, math.ceil(limit_bytes / frame))}))
+    if spec.queue == "fq_codel":
+        ops.append(TcOp("qdisc", "fq_codel", LEAF_HANDLE, cls, {}))
+    else:
+        ops.append(TcOp("qdisc", "pfifo", LEAF_HANDLE, cls,
+                        {"limit_packets": max(2, math.ceil(limit_bytes / frame))}))
     return ops
 
 
@@ -372,7 +387,7 @@ class ShapingError(RuntimeError):
 
 
 _CONFIG = {"tbf": "CONFIG_NET_SCH_TBF", "htb": "CONFIG_NET_SCH_HTB", "netem": "CONFIG_NET_SCH_NETEM",
-           "pfifo": "CONFIG_NET_SCH_FIFO"}
+           "pfifo": "CONFIG_NET_SCH_FIFO", "fq_codel": "CONFIG_NET_SCH_FQ_CODEL"}
 
 
 def _kernel_message(e: Exception) -> str:
@@ -489,6 +504,8 @@ def _add(ipr, index: int, op: TcOp) -> None:
                overhead=p["overhead_bytes"], mpu=p["mpu_bytes"], **common)
     elif op.kind == "pfifo":
         ipr.tc("add", "pfifo", limit=p["limit_packets"], **common)
+    elif op.kind == "fq_codel":
+        ipr.tc("add", "fq_codel", **common)  # the kernel's defaults
     elif op.kind == "netem":
         # pyroute2's netem takes the delay in microseconds and the loss in percent
         ipr.tc("add", "netem", delay=p["delay_us"], loss=p["loss_pct"], limit=p["limit_packets"], **common)

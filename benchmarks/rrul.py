@@ -1,0 +1,275 @@
+"""Latency under load, RRUL-style: 4 TCP flows each way and a probe, plain against IPsec, FIFO against fq_codel.
+
+    sudo ipsec-testbed bench rrul                              # vpn_gateway at 10 Mbit/s: none, aes-gcm-256
+    sudo ipsec-testbed bench rrul --profiles aes-gcm-256,wireguard --rate 100 --seconds 30
+
+flent's RRUL ("Realtime Response Under Load") loads a link with four TCP flows in each direction and times round
+trips beside them: how long a packet waits behind bulk transfer, the bufferbloat question.  flent drives its load
+with netperf, which Debian's main archive does not have, so this runs the same shape with the project's own
+parts: iperf3 (``-P 4 --bidir``: four flows up, four down) from the first flow's client to its server through
+the shaped link, and irtt (the sweep's latency probe) every 50 ms over the same path for the whole test.  Each
+combination of profile and queue runs ``--seconds`` loaded, after 2 s of the probe alone (the unloaded round
+trip):
+
+- ``fifo``: the shaper's own queue, as every sweep has it (tbf, ``latency`` 50 ms: the queue holds up to 60 ms);
+- ``fq_codel``: fq_codel (RFC 8290) as the shaper's queue, its defaults (a queue per flow, CoDel's 5 ms
+  target), the active queue management RRUL is usually run to show.
+
+It prints per combination the unloaded round trip, the median, 90th and 99th percentile under load, the
+probe's losses and the goodput each way; then how much IPsec adds under load (its median against plain's, per
+queue) and how much fq_codel takes away (per profile).  ``--out DIR`` gets ``results.json`` (every round trip
+with its time) and ``report.html``: the round trip against time, and its CDF, as flent draws them.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
+from experiments import doctor
+
+#: The probe's interval (flent's RRUL pings every 200 ms by default; irtt at 50 ms gives 20 samples a second).
+PROBE_EVERY_S = 0.05
+#: The probe alone before the load: the unloaded round trip.
+IDLE_S = 2.0
+#: Flows each way, as RRUL.
+FLOWS_EACH_WAY = 4
+QUEUES = ("fifo", "fq_codel")
+IPERF_PORT = 5301
+
+
+@dataclasses.dataclass
+class Run:
+    """One profile and queue: the round trips with their times (s from the load's start), and the goodput."""
+
+    profile: str
+    queue: str
+    idle_ms: list[float]
+    loaded: list[tuple[float, float]]  # (seconds since the load started, round trip in ms)
+    sent: int  # probe packets sent under load
+    up_mbps: float | None
+    down_mbps: float | None
+
+    @property
+    def rtts(self) -> list[float]:
+        return [ms for _, ms in self.loaded]
+
+    @property
+    def lost(self) -> int:
+        return max(0, self.sent - len(self.loaded))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    from experiments.engine.probe import percentile as p
+
+    return p(list(values), q)
+
+
+def goodput_each_way(report: dict) -> tuple[float | None, float | None]:
+    """Mbit/s received up (client to server) and down, from iperf3 ``--bidir -J``'s end summary (pure)."""
+    end = report.get("end", {})
+    up = end.get("sum_received", {}).get("bits_per_second")
+    down = end.get("sum_received_bidir_reverse", {}).get("bits_per_second")
+    return (up / 1e6 if up is not None else None), (down / 1e6 if down is not None else None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from topologies import TOPOLOGIES
+
+    p = argparse.ArgumentParser(prog="ipsec-testbed bench rrul", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
+                   help="tunnels beside plain (default: aes-gcm-256)")
+    p.add_argument("--queues", type=csv(str), default=QUEUES, metavar="fifo,fq_codel",
+                   help="the shaper's queue: its own FIFO, fq_codel, or both (default: both)")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
+                   help="network (default: %(default)s); the load runs between its first client and server, "
+                        "whatever the topology's other flows")
+    p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: 10)")
+    p.add_argument("--seconds", type=float, default=20.0, metavar="S", help="the load's length (default: 20)")
+    add_bench_out(p, "rrul")
+    add_kernel_options(p)
+    return p
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """Why these options cannot run, in one line, or None."""
+    from ipsec.profiles import parse_profile
+    from topologies.shaping import MAX_RATE_MBIT
+
+    bad = [q for q in args.queues if q not in QUEUES]
+    if bad or not args.queues:
+        return f"--queues: {', '.join(bad) or 'none given'}; the queues are {', '.join(QUEUES)}"
+    try:
+        for name in args.profiles:
+            parse_profile(name)
+    except ValueError as e:
+        return f"--profiles: {e}"
+    if not 0 < args.rate <= MAX_RATE_MBIT:
+        return f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {args.rate:g}"
+    if not 5 <= args.seconds <= 600:
+        return f"--seconds must be 5..600, not {args.seconds:g}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    why = check(args)
+    if why:
+        print(f"ipsec-testbed bench rrul: error: {why}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("rrul: needs root (network namespaces, SAs, qdiscs); run it with sudo", file=sys.stderr)
+        return 1
+    args.profiles = ["none", *[p for p in args.profiles if p != "none"]]
+    args.out = _common.out_dir(args.out, "rrul")
+    job = _common.bench_job("rrul", args, kernel_choice(args), doctor.needs(tuple(args.profiles)))
+    return _common.run_here_or_there(job, body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def _probe_lines(proc: subprocess.Popen, started: float, into: list[tuple[float, float]]) -> None:
+    from experiments.engine import probe
+
+    for line in proc.stdout:
+        ms = probe.rtt_of_line(line)
+        if ms is not None:
+            into.append((time.monotonic() - started, ms))
+
+
+def measure(net, profile: str, queue: str, args) -> Run:
+    """One combination on ``net``, its IPsec and queue already set."""
+    import threading
+
+    from experiments.engine import iperf, probe
+
+    client, server = net.spec.flows[0]
+    cns, sns, addr = net.ns(client), net.ns(server), net.addr(server)
+    idle: list[float] = []
+    loaded: list[tuple[float, float]] = []
+    total_s = IDLE_S + args.seconds + 1.0
+    proc = iperf.popen_in(cns, probe.stream_argv(addr, PROBE_EVERY_S, total_s), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    started = time.monotonic()
+    samples: list[tuple[float, float]] = []
+    reader = threading.Thread(target=_probe_lines, args=(proc, started, samples), daemon=True)
+    reader.start()
+    time.sleep(IDLE_S)
+    with iperf.Servers([iperf.Flow(sns, cns, addr)], IPERF_PORT, one_off=True):
+        load_at = time.monotonic() - started
+        done = subprocess.run(["ip", "netns", "exec", cns, iperf.check(), "-c", addr, "-p", str(IPERF_PORT),
+                               "-P", str(FLOWS_EACH_WAY), "--bidir", "-t", f"{args.seconds:g}", "-J"],
+                              capture_output=True, text=True, timeout=args.seconds + 60)
+        load_end = time.monotonic() - started
+    proc.wait(timeout=10)
+    reader.join(timeout=5)
+    try:
+        up, down = goodput_each_way(json.loads(done.stdout))
+    except ValueError:
+        up = down = None
+    if done.returncode:
+        print(f"  iperf3 failed (exit {done.returncode}): {done.stdout.strip()[-300:] or done.stderr.strip()[-300:]}",
+              flush=True)
+    for t, ms in samples:
+        if t < load_at:
+            idle.append(ms)
+        elif t <= load_end:
+            loaded.append((t - load_at, ms))
+    sent = int((load_end - load_at) / PROBE_EVERY_S)
+    return Run(profile, queue, idle, loaded, sent, up, down)
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
+    from experiments.engine import probe
+    from experiments.engine.measure import switch_ipsec
+    from testbed import backends
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    spec = build_spec(args.topology)
+    print(f"{backends.current().label()} ({os.uname().release}); {args.topology}, {args.rate:g} Mbit/s, "
+          f"{FLOWS_EACH_WAY} TCP flows each way for {args.seconds:g} s, irtt every {PROBE_EVERY_S * 1000:g} ms",
+          flush=True)
+    print(f"{'profile':>22s} {'queue':>9s} {'idle ms':>8s} {'median':>7s} {'p90':>7s} {'p99':>7s} {'lost':>5s} "
+          f"{'up Mbit/s':>10s} {'down':>7s}", flush=True)
+    runs: list[Run] = []
+    t0 = time.monotonic()
+    with Network(spec, shaping=ShapingSpec(rate_mbit=args.rate)) as net, probe.Servers([net.ns(spec.flows[0][1])]):
+        current = "none"
+        for queue in args.queues:
+            net.reshape(ShapingSpec(rate_mbit=args.rate, queue=queue))
+            for profile in args.profiles:
+                current = switch_ipsec(net, current, profile, "tunnel", (4,))
+                run = measure(net, profile, queue, args)
+                runs.append(run)
+                print_run(run)
+    print(f"{len(runs)} runs in {time.monotonic() - t0:.0f} s")
+    for line in summary(runs):
+        print(line)
+    print(f"report: {write_page(args, runs)}")
+    return 0
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def print_run(r: Run) -> None:
+    print(f"{r.profile:>22s} {r.queue:>9s} {_f(statistics.median(r.idle_ms) if r.idle_ms else None, 2):>8s} "
+          f"{_f(percentile(r.rtts, 50)):>7s} {_f(percentile(r.rtts, 90)):>7s} {_f(percentile(r.rtts, 99)):>7s} "
+          f"{r.lost:>5d} {_f(r.up_mbps, 2):>10s} {_f(r.down_mbps, 2):>7s}", flush=True)
+
+
+def summary(runs: Sequence[Run]) -> list[str]:
+    """What IPsec adds under load, per queue, and what fq_codel takes away, per profile, in words (pure)."""
+    med = {(r.profile, r.queue): percentile(r.rtts, 50) for r in runs}
+    lines = []
+    for (profile, queue), m in med.items():
+        base = med.get(("none", queue))
+        if profile != "none" and m is not None and base is not None:
+            lines.append(f"{profile} adds {m - base:+.1f} ms to plain's {base:.1f} ms under load ({queue})")
+    for (profile, queue), m in med.items():
+        fifo = med.get((profile, "fifo"))
+        if queue == "fq_codel" and m is not None and fifo is not None:
+            lines.append(f"fq_codel takes {fifo - m:.1f} ms of the {fifo:.1f} ms median away ({profile}: {m:.1f} ms)")
+    return lines
+
+
+def write_page(args, runs: Sequence[Run]) -> str:
+    """The round trip against time and its CDF, per profile and queue, as flent draws them."""
+    from analysis import benchpage
+    from testbed import backends
+
+    over_time = benchpage.figure("Round trip under load", "seconds since the load started", "round trip, ms")
+    cdf = benchpage.figure("Round trips under load, cumulative", "round trip, ms", "share of round trips")
+    for r in runs:
+        name = f"{r.profile}, {r.queue}"
+        over_time.add_scatter(x=[t for t, _ in r.loaded], y=r.rtts, mode="lines", name=name)
+        xs = sorted(r.rtts)
+        cdf.add_scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines", name=name)
+    sections = [
+        benchpage.Section("Round trip against time", f"irtt every {PROBE_EVERY_S * 1000:g} ms beside "
+                          f"{FLOWS_EACH_WAY} TCP flows each way; a gap is a lost probe.", over_time),
+        benchpage.Section("Cumulative distribution", "The share of round trips at or below each delay: the further "
+                          "left, the less the queue keeps a packet waiting.", cdf),
+    ]
+    data = {"benchmark": "rrul", "where": backends.current().label(), "kernel": os.uname().release,
+            "topology": args.topology, "rate_mbit": args.rate, "seconds": args.seconds, "summary": summary(runs),
+            "runs": [dataclasses.asdict(r) for r in runs]}
+    return benchpage.write(args.out, "rrul: latency under load through the tunnel",
+                           f"{data['where']} ({data['kernel']}); {args.topology}, {args.rate:g} Mbit/s, "
+                           f"{FLOWS_EACH_WAY} TCP flows each way", sections, data)

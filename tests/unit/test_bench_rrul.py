@@ -1,0 +1,50 @@
+"""bench rrul on captured output: iperf3's bidirectional summary, the words of its summary, its refusals."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import rrul
+from topologies.shaping import LEAF_HANDLE, ShapingSpec, plan_shaping
+
+
+def test_the_goodput_each_way_is_iperf3s_bidirectional_end_summary():
+    # the keys iperf3 3.12 writes with -J --bidir (trimmed)
+    report = {"end": {"sum_sent": {"bits_per_second": 4.9e6}, "sum_received": {"bits_per_second": 4.71e6},
+                      "sum_sent_bidir_reverse": {"bits_per_second": 4.8e6},
+                      "sum_received_bidir_reverse": {"bits_per_second": 4.62e6}}}
+    assert rrul.goodput_each_way(report) == (pytest.approx(4.71), pytest.approx(4.62))
+    assert rrul.goodput_each_way({"error": "unable to connect"}) == (None, None)
+
+
+def test_the_summary_says_what_ipsec_adds_and_what_fq_codel_takes_away():
+    def run(profile, queue, ms):
+        return rrul.Run(profile, queue, [0.5], [(i * 0.05, ms) for i in range(20)], 20, 4.7, 4.6)
+
+    runs = [run("none", "fifo", 50.0), run("aes-gcm-256", "fifo", 52.5), run("none", "fq_codel", 6.0),
+            run("aes-gcm-256", "fq_codel", 7.0)]
+    assert rrul.summary(runs) == [
+        "aes-gcm-256 adds +2.5 ms to plain's 50.0 ms under load (fifo)",
+        "aes-gcm-256 adds +1.0 ms to plain's 6.0 ms under load (fq_codel)",
+        "fq_codel takes 44.0 ms of the 50.0 ms median away (none: 6.0 ms)",
+        "fq_codel takes 45.5 ms of the 52.5 ms median away (aes-gcm-256: 7.0 ms)"]
+    assert runs[0].lost == 0 and rrul.Run("none", "fifo", [], [(0.0, 1.0)], 3, None, None).lost == 2
+
+
+def test_fq_codel_is_the_shapers_queue_when_asked():
+    ops = plan_shaping(ShapingSpec(rate_mbit=10.0, queue="fq_codel"))
+    assert [(o.kind, o.parent) for o in ops] == [("tbf", 0xFFFFFFFF), ("fq_codel", 0x10001)]
+    assert ops[1].handle == LEAF_HANDLE
+    htb = plan_shaping(ShapingSpec(rate_mbit=10.0, qdisc="htb", queue="fq_codel"))
+    assert [o.kind for o in htb] == ["htb", "htb", "fq_codel"]
+    assert [o.kind for o in plan_shaping(ShapingSpec(rate_mbit=10.0))] == ["tbf"]  # the FIFO: tbf's own
+    with pytest.raises(ValueError, match="queue must be one of fifo, fq_codel, not 'red'"):
+        ShapingSpec(rate_mbit=10.0, queue="red")
+
+
+def test_bad_options_are_refused_in_one_line():
+    parser = rrul.build_parser()
+    assert rrul.check(parser.parse_args([])) is None
+    for argv, says in ((["--queues", "red"], "--queues: red; the queues are fifo, fq_codel"),
+                       (["--profiles", "aes-foo"], "--profiles:"), (["--rate", "0"], "--rate must be Mbit/s"),
+                       (["--seconds", "2"], "--seconds must be 5..600")):
+        assert says in rrul.check(parser.parse_args(argv)), argv
