@@ -217,6 +217,34 @@ TRANSACTION_BLOCKS = 5
 TRANSACTION_WARMUP = 20
 
 
+@dataclasses.dataclass
+class _ArmTotals:
+    """One arm's blocks of one repetition, added up: its transactions' durations, their wall time, the CPU
+    meter's busy and clock nanoseconds, the kernel's CPU shares weighted by each block's time, its SAs."""
+
+    times: list[float] = dataclasses.field(default_factory=list)
+    elapsed_s: float = 0.0
+    cpu_ns: int = 0
+    clock_ns: int = 0
+    weighted: tuple[float, float, float] = (0.0, 0.0, 0.0)  # busy, system, softirq percent x seconds
+    ike_sas: list[str] | None = None  # as the last block found them (none with static keying, or IPsec off)
+
+    def add(self, times: list[float], elapsed_s: float, cpu_ns: int, clock_ns: int,
+            shares: tuple[float, float, float], ike_sas: list[str] | None) -> None:
+        self.times += times
+        self.elapsed_s += elapsed_s
+        self.cpu_ns += cpu_ns
+        self.clock_ns += clock_ns
+        self.weighted = tuple(w + share * elapsed_s for w, share in zip(self.weighted, shares, strict=True))
+        self.ike_sas = ike_sas
+
+    def shares(self) -> dict[str, float]:
+        """The kernel's CPU shares over the repetition, as a record's fields."""
+        total = self.elapsed_s or 1.0
+        busy, system, softirq = (w / total for w in self.weighted)
+        return {"cpu_kernel_busy_pct": busy, "cpu_system_pct": system, "cpu_softirq_pct": softirq}
+
+
 def _blocks(count: int) -> list[int]:
     """``count`` transactions as :data:`TRANSACTION_BLOCKS` blocks, as even as they go (pure)."""
     n = max(1, min(TRANSACTION_BLOCKS, count))
@@ -268,9 +296,7 @@ def run_transactions(parts: Sequence[Part], out_dir: str, progress=None) -> dict
                     arms = [(part, point) for part, point in todo if point.repetition == rep]
                     if progress:
                         progress(arms[0][1], None, len(planned) - len(todo) + sum(measured.values()), len(planned))
-                    times: dict[int, list[float]] = {i: [] for i in range(len(arms))}
-                    elapsed = dict.fromkeys(range(len(arms)), 0.0)
-                    cpu = {i: [0, 0, 0.0, 0.0, 0.0, ""] for i in range(len(arms))}  # ns busy, ns, busy, sys, softirq
+                    totals = [_ArmTotals() for _ in arms]
                     for b, count in enumerate(_blocks(arms[0][0].transactions)):
                         for i in (range(len(arms)) if b % 2 == 0 else reversed(range(len(arms)))):
                             part, point = arms[i]
@@ -279,22 +305,13 @@ def run_transactions(parts: Sequence[Part], out_dir: str, progress=None) -> dict
                             got, took = transactions.measure_durations(net, client, server, point.ip_version, count,
                                                                        warmup=TRANSACTION_WARMUP)
                             c1, s1 = meter.sample(), proc_stat_shares()
-                            times[i] += got
-                            elapsed[i] += took
-                            busy, system, softirq = s0.until(s1)
-                            acc = cpu[i]
-                            acc[0] += c1.cpu_ns - c0.cpu_ns
-                            acc[1] += c1.clock_ns - c0.clock_ns
-                            for k, share in ((2, busy), (3, system), (4, softirq)):
-                                acc[k] += share * took
-                            acc[5] = net.negotiated_sas() or None  # none with static keying, or IPsec off
-                    for i, (part, point) in enumerate(arms):
-                        acc, total = cpu[i], elapsed[i] or 1.0
+                            totals[i].add(got, took, c1.cpu_ns - c0.cpu_ns, c1.clock_ns - c0.clock_ns,
+                                          s0.until(s1), net.negotiated_sas() or None)
+                    for (part, point), t in zip(arms, totals, strict=True):
                         record = TransactionRecord(
-                            **point.fields(), **dataclasses.asdict(transactions.summarize(times[i], elapsed[i])),
-                            cpu_busy_pct=100.0 * acc[0] / (acc[1] * meter.cpus),
-                            cpu_kernel_busy_pct=acc[2] / total, cpu_system_pct=acc[3] / total,
-                            cpu_softirq_pct=acc[4] / total, keying=part.spec.keying, ike_sas=acc[5],
+                            **point.fields(), **dataclasses.asdict(transactions.summarize(t.times, t.elapsed_s)),
+                            cpu_busy_pct=100.0 * t.cpu_ns / (t.clock_ns * meter.cpus),
+                            **t.shares(), keying=part.spec.keying, ike_sas=t.ike_sas,
                             backend=backends.current().name, kernel_release=platform.release(),
                             time=rundir.now_iso())
                         rundir.append(out[part.name], record.to_json())

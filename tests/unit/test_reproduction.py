@@ -816,3 +816,14 @@ def test_the_calibration_covers_every_shaped_parts_heaviest_point_each_transport
     seed2 = catalogue.reproduction("002").select()
     shaped = reproduce.shaped_parts(seed2, reproduction.load_reference("002"))
     assert {p.name for p in shaped} == {"3hgh", "3h2h", "latency", "latency_ike"}
+
+
+def test_an_arms_blocks_add_up_to_its_repetition():
+    t = reproduce._ArmTotals()
+    t.add([0.001] * 200, 0.25, 240_000_000, 250_000_000, (96.0, 40.0, 10.0), None)
+    t.add([0.002] * 200, 0.75, 700_000_000, 750_000_000, (100.0, 60.0, 20.0), ["sa"])
+    assert len(t.times) == 400 and t.elapsed_s == 1.0 and (t.cpu_ns, t.clock_ns) == (940_000_000, 1_000_000_000)
+    assert t.shares() == {"cpu_kernel_busy_pct": pytest.approx(99.0), "cpu_system_pct": pytest.approx(55.0),
+                          "cpu_softirq_pct": pytest.approx(17.5)}
+    assert t.ike_sas == ["sa"] and reproduce._blocks(1000) == [200] * 5 and reproduce._blocks(7) == [2, 2, 1, 1, 1]
+    assert reproduce._blocks(3) == [1, 1, 1]
