@@ -62,3 +62,36 @@ def run_here_or_there(job: Job, body: Callable[[argparse.Namespace], int]) -> in
     that runs the benchmark's ``in_guest(job)``, which calls ``body`` there."""
     prog = f"ipsec-testbed bench {job.work.name}"
     return runner.run(job, prog, lambda j: body(options_of(j)))
+
+
+def run_beside_plain(name: str, args: argparse.Namespace, why: str | None, needs_root_for: str,
+                     body: Callable[[argparse.Namespace], int]) -> int:
+    """A benchmark of ``args.profiles`` beside plain: its bad options (``why``) and a missing root refused in
+    one line each, plain put first, and ``body`` run where the kernel under test is (:func:`run_here_or_there`)."""
+    from cli.options import kernel_choice
+    from experiments import doctor
+
+    if why:
+        print(f"ipsec-testbed bench {name}: error: {why}", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print(f"{name}: needs root ({needs_root_for}); run it with sudo", file=sys.stderr)
+        return 1
+    args.profiles = ["none", *[p for p in args.profiles if p != "none"]]
+    args.out = out_dir(args.out, name)
+    return run_here_or_there(bench_job(name, args, kernel_choice(args), doctor.needs(tuple(args.profiles))), body)
+
+
+def profiles_and_rate_refusal(profiles: Sequence[str], rate_mbit: float) -> str | None:
+    """Why ``--profiles`` or ``--rate`` cannot run, in one line, or None."""
+    from ipsec.profiles import parse_profile
+    from topologies.shaping import MAX_RATE_MBIT
+
+    try:
+        for name in profiles:
+            parse_profile(name)
+    except ValueError as e:
+        return f"--profiles: {e}"
+    if not 0 < rate_mbit <= MAX_RATE_MBIT:
+        return f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {rate_mbit:g}"
+    return None

@@ -28,13 +28,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 
 from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
-from experiments import doctor
+from cli.options import add_bench_out, add_kernel_options, csv
 
 #: The probe's interval (flent's RRUL pings every 200 ms by default; irtt at 50 ms gives 20 samples a second).
 PROBE_EVERY_S = 0.05
@@ -102,19 +100,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check(args: argparse.Namespace) -> str | None:
     """Why these options cannot run, in one line, or None."""
-    from ipsec.profiles import parse_profile
-    from topologies.shaping import MAX_RATE_MBIT
 
     bad = [q for q in args.queues if q not in QUEUES]
     if bad or not args.queues:
         return f"--queues: {', '.join(bad) or 'none given'}; the queues are {', '.join(QUEUES)}"
-    try:
-        for name in args.profiles:
-            parse_profile(name)
-    except ValueError as e:
-        return f"--profiles: {e}"
-    if not 0 < args.rate <= MAX_RATE_MBIT:
-        return f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {args.rate:g}"
+    why = _common.profiles_and_rate_refusal(args.profiles, args.rate)
+    if why:
+        return why
     if not 5 <= args.seconds <= 600:
         return f"--seconds must be 5..600, not {args.seconds:g}"
     return None
@@ -122,17 +114,7 @@ def check(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    why = check(args)
-    if why:
-        print(f"ipsec-testbed bench rrul: error: {why}", file=sys.stderr)
-        return 2
-    if os.geteuid() != 0:
-        print("rrul: needs root (network namespaces, SAs, qdiscs); run it with sudo", file=sys.stderr)
-        return 1
-    args.profiles = ["none", *[p for p in args.profiles if p != "none"]]
-    args.out = _common.out_dir(args.out, "rrul")
-    job = _common.bench_job("rrul", args, kernel_choice(args), doctor.needs(tuple(args.profiles)))
-    return _common.run_here_or_there(job, body)
+    return _common.run_beside_plain("rrul", args, check(args), "network namespaces, SAs, qdiscs", body)
 
 
 def in_guest(job) -> int:

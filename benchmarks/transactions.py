@@ -40,13 +40,11 @@ import dataclasses
 import math
 import os
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 
 from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
-from experiments import doctor
+from cli.options import add_bench_out, add_kernel_options, csv
 
 #: What a window's round trip or serialisation is called in the bound column.
 ROUND_TRIP = "round trip"
@@ -206,8 +204,6 @@ def build_parser() -> argparse.ArgumentParser:
 def check(args: argparse.Namespace) -> str | None:
     """Why these options cannot run, in one line, or None."""
     from experiments import transactions
-    from ipsec.profiles import parse_profile
-    from topologies.shaping import MAX_RATE_MBIT
 
     bad = [t for t in args.tests if t not in transactions.KINDS]
     if bad or not args.tests:
@@ -217,13 +213,9 @@ def check(args: argparse.Namespace) -> str | None:
             transactions.check_size(size)
         except ValueError as e:
             return f"--sizes: {e}"
-    try:
-        for name in args.profiles:
-            parse_profile(name)
-    except ValueError as e:
-        return f"--profiles: {e}"
-    if not 0 < args.rate <= MAX_RATE_MBIT:
-        return f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {args.rate:g}"
+    why = _common.profiles_and_rate_refusal(args.profiles, args.rate)
+    if why:
+        return why
     if not 0.5 <= args.duration <= 600 or not 0 <= args.warmup <= 60:
         return "--duration must be seconds in 0.5..600 and --warmup in 0..60"
     if not 2 <= args.repetitions <= 50:
@@ -238,17 +230,7 @@ def check(args: argparse.Namespace) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    why = check(args)
-    if why:
-        print(f"ipsec-testbed bench transactions: error: {why}", file=sys.stderr)
-        return 2
-    if os.geteuid() != 0:
-        print("transactions: needs root (network namespaces, SAs); run it with sudo", file=sys.stderr)
-        return 1
-    args.profiles = ["none", *[p for p in args.profiles if p != "none"]]
-    args.out = _common.out_dir(args.out, "transactions")
-    job = _common.bench_job("transactions", args, kernel_choice(args), doctor.needs(tuple(args.profiles)))
-    return _common.run_here_or_there(job, body)
+    return _common.run_beside_plain("transactions", args, check(args), "network namespaces, SAs", body)
 
 
 def in_guest(job) -> int:
