@@ -637,6 +637,7 @@ def test_the_probe_takes_at_most_a_hundredth_of_the_slowest_link():
     # the command's default fits the slowest link: ten a second, fewer below 1 Mbit/s
     script = _sweep_script()
     assert script.fitting_probe_rate([10.0, 100.0], [4]) == 10
+    assert script.fitting_probe_rate([10.0], [5]) == script.fitting_probe_rate([-1.0], [4]) == 10  # named later
     slow = script.fitting_probe_rate([0.5], [4, 6])
     assert 1 <= slow < 10 and probe_share(slow, 0.5, 6) <= PROBE_MOST_SHARE
     spec = script.spec_from(script.build_parser().parse_args(["--rates", "0.5", "--sizes", "1460"]))
