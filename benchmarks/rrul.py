@@ -13,7 +13,8 @@ trip):
 
 - ``fifo``: the shaper's own queue, as every sweep has it (tbf, ``latency`` 50 ms: the queue holds up to 60 ms);
 - ``fq_codel``: fq_codel (RFC 8290) as the shaper's queue, its defaults (a queue per flow, CoDel's 5 ms
-  target), the active queue management RRUL is usually run to show.
+  target), the active queue management RRUL is usually run to show.  Inside User-Mode Linux it runs on the
+  project's kernel, which has it built in (Debian's loads no ``sch_fq_codel``; built on first use).
 
 It prints per combination the unloaded round trip, the median, 90th and 99th percentile under load, the
 probe's losses and the goodput each way; then how much IPsec adds under load (its median against plain's, per
@@ -113,7 +114,11 @@ def check(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from testbed import kernelsource, umlkernel
+
     args = build_parser().parse_args(argv)
+    if "fq_codel" in args.queues and not args.uml_kernel and not os.environ.get(umlkernel.KERNEL_ENV):
+        args.uml_kernel = kernelsource.RECIPE  # Debian's linux.uml loads no sch_fq_codel; the project's has it
     return _common.run_beside_plain("rrul", args, check(args), "network namespaces, SAs, qdiscs", body)
 
 

@@ -412,6 +412,9 @@ def _missing_qdisc_message(kind: str) -> str:
     if kind == "netem":
         return ("netem (CONFIG_NET_SCH_NETEM) is not in this kernel: delay/loss need it; "
                 "run with --kernel uml")
+    if kind == "fq_codel":
+        return (f"fq_codel ({_CONFIG[kind]}) is not in this kernel: the project's UML kernel has it "
+                "(--kernel uml --uml-kernel recipe)")
     return f"{kind} ({_CONFIG[kind]}) is not in this kernel; run with --kernel uml"
 
 
