@@ -15,10 +15,13 @@ import contextlib
 import dataclasses
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
-from testbed import netns
+from experiments.engine.iperf import popen_in
+from testbed import netns, waiting
 
 REQUEST = b"GET / HTTP/1.0\r\n\r\n"
 DOCUMENT = b"<html></html>"
@@ -211,12 +214,6 @@ class EchoServer:
     """:data:`_ECHO_SERVER` in namespace ``ns``, listening on ``port`` once started, until closed."""
 
     def __init__(self, ns: str, family: int, size: int, port: int = RR_PORT) -> None:
-        import subprocess
-        import sys
-
-        from experiments.engine.iperf import popen_in
-        from testbed import waiting
-
         self.port = port
         self.proc = popen_in(ns, [sys.executable, "-c", _ECHO_SERVER, str(family), str(port), str(check_size(size))],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
