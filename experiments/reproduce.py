@@ -277,11 +277,15 @@ def run_transactions(parts: Sequence[Part], out_dir: str, progress=None) -> dict
     try:
         if todo:
             spec = parts[0].spec
+            family = spec.ip_versions[0]
             topo = build_spec(spec.topology, clients=spec.clients, mtu=spec.mtu, pmtu=spec.pmtu)
             client, server = topo.flows[0]
             with Network(topo, shaping=ShapingSpec(rate_mbit=spec.rates_mbit[0])) as net, \
                     contextlib.ExitStack() as files:
                 out = {p.name: files.enter_context(rundir.open_results(os.path.join(out_dir, p.name))) for p in parts}
+                # one answering end for every arm and block (they differ only in the SAs between the two)
+                srv = files.enter_context(transactions.Server(net.ns(server), family))
+                cns, addr = net.ns(client), net.addr(server, family)
                 current: tuple = ("none", None, None)
 
                 def switch(part: Part, point: Point) -> None:
@@ -301,10 +305,11 @@ def run_transactions(parts: Sequence[Part], out_dir: str, progress=None) -> dict
                         for i in (range(len(arms)) if b % 2 == 0 else reversed(range(len(arms)))):
                             part, point = arms[i]
                             switch(part, point)
+                            transactions.durations(cns, addr, family, TRANSACTION_WARMUP)
                             c0, s0 = meter.sample(), proc_stat_shares()
-                            got, took = transactions.measure_durations(net, client, server, point.ip_version, count,
-                                                                       warmup=TRANSACTION_WARMUP)
+                            got, took = transactions.durations(cns, addr, family, count)
                             c1, s1 = meter.sample(), proc_stat_shares()
+                            transactions.check_server(srv)
                             totals[i].add(got, took, c1.cpu_ns - c0.cpu_ns, c1.clock_ns - c0.clock_ns,
                                           s0.until(s1), net.negotiated_sas() or None)
                     for (part, point), t in zip(arms, totals, strict=True):

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from experiments.engine.iperf import popen_in
+from experiments.engine.iperf import listening, popen_in
 from testbed import netns, waiting
 
 REQUEST = b"GET / HTTP/1.0\r\n\r\n"
@@ -105,12 +105,6 @@ class Server:
         self.close()
 
 
-def run_client(ns: str, server_addr: str, family: int, count: int, port: int = PORT,
-               timeout_s: float = 10.0) -> Timing:
-    """``count`` transactions from namespace ``ns`` to ``server_addr``; :class:`TransactionError` if one fails."""
-    return summarize(*durations(ns, server_addr, family, count, port, timeout_s))
-
-
 def durations(ns: str, server_addr: str, family: int, count: int, port: int = PORT,
               timeout_s: float = 10.0) -> tuple[list[float], float]:
     """Each of ``count`` transactions' duration (s) from namespace ``ns`` to ``server_addr``, and the loop's
@@ -144,22 +138,10 @@ def durations(ns: str, server_addr: str, family: int, count: int, port: int = PO
     return netns.run_in(ns, loop)
 
 
-def measure(net, client: str, server: str, family: int, count: int, warmup: int = 0) -> Timing:
-    """``count`` transactions from ``client`` to ``server`` in the built network ``net`` (after ``warmup``
-    more, not counted)."""
-    return summarize(*measure_durations(net, client, server, family, count, warmup))
-
-
-def measure_durations(net, client: str, server: str, family: int, count: int,
-                      warmup: int = 0) -> tuple[list[float], float]:
-    """As :func:`measure`, each transaction's duration and the loop's wall time."""
-    with Server(net.ns(server), family) as srv:
-        if warmup:
-            durations(net.ns(client), net.addr(server, family), family, warmup)
-        got = durations(net.ns(client), net.addr(server, family), family, count)
+def check_server(srv: Server) -> None:
+    """:class:`TransactionError` naming the first error the server saw, if it saw any."""
     if srv.errors:
         raise TransactionError(f"the server saw {len(srv.errors)} errors, first: {srv.errors[0]}")
-    return got
 
 
 # -- netperf's TCP_RR and TCP_CRR ---------------------------------------------------------------------------
@@ -218,7 +200,7 @@ class EchoServer:
         self.proc = popen_in(ns, [sys.executable, "-c", _ECHO_SERVER, str(family), str(port), str(check_size(size))],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            waiting.until(lambda: self.proc.poll() is not None or _listening_tcp(self.proc.pid, port), 10.0,
+            waiting.until(lambda: self.proc.poll() is not None or listening(self.proc.pid, port), 10.0,
                           f"the transactions' server listening in {ns}", interval_s=0.02)
             if self.proc.poll() is not None:
                 raise TransactionError(f"the transactions' server in {ns} ended at its start: "
@@ -243,20 +225,6 @@ class EchoServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _listening_tcp(pid: int, port: int) -> bool:
-    """Whether a TCP socket listens on ``port`` in the network namespace of process ``pid``."""
-    for table in ("tcp", "tcp6"):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as f:
-                for line in f.readlines()[1:]:
-                    fields = line.split()
-                    if fields[1].rsplit(":", 1)[1] == f"{port:04X}" and fields[3] == "0A":  # LISTEN
-                        return True
-        except (OSError, IndexError):
-            continue
-    return False
 
 
 def exchange(ns: str, server_addr: str, family: int, kind: str, size: int, seconds: float,

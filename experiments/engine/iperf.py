@@ -100,7 +100,7 @@ def parse_iperf3(text: str, interrupted: bool = False) -> Result:
         raise IperfError(f"iperf3's end summary lacks a figure ({type(e).__name__}: {e}): {str(s)[:200]}") from None
 
 
-def _listening(pid: int, port: int) -> bool:
+def listening(pid: int, port: int) -> bool:
     """Whether process ``pid``'s network namespace has a TCP listener on ``port``.
 
     Reads /proc/PID/net/tcp{,6}, which shows the sockets of that process's
@@ -216,7 +216,7 @@ class Servers:
         deadline = waiting.Deadline(LISTEN_TIMEOUT_S, interval_s=0.02)  # (for all of them)
         for f, port, server, log_file in zip(self.flows, self.ports, self.procs, self._logs, strict=True):
             for _ in deadline.polls():
-                if _listening(server.pid, port):
+                if listening(server.pid, port):
                     break
                 if server.poll() is not None:
                     raise IperfError(f"iperf3 server in {f.server_ns} {_ended(server.returncode)} before it listened "

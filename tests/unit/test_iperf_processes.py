@@ -68,7 +68,7 @@ def test_a_reporting_server_is_waited_for_and_its_reports_read_from_its_pipe(sta
     port = free_port()
     with iperf.Servers([FLOW], port, one_off=True, report_every_s=0.5) as servers:
         server = servers.procs[0]
-        assert iperf._listening(server.pid, port)  # start() returned once it listened
+        assert iperf.listening(server.pid, port)  # start() returned once it listened
         assert server.stdout.readline().split() == ["-s", "-1", "-p", str(port), "-i", "0.5", "--forceflush", "-f",
                                                     "m"]
         assert server.stdout.readline().strip().endswith("9.50 Mbits/sec")
