@@ -48,7 +48,7 @@ from benchmarks import _common
 from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
 from experiments import doctor
 from ipsec import ike
-from testbed import backends
+from testbed import backends, netns, waiting
 from topologies import build_spec
 from topologies.network import Network
 from topologies.spec import MAX_CLIENTS
@@ -104,13 +104,17 @@ def measure(clients: int, profile: str, first_packets: int) -> Row:
 def _hold_first_packets(ns: str, timeout_s: float = 10.0) -> None:
     """Wait for the trap policies of ``ns``'s daemon in its kernel, then have the kernel hold the packets
     that meet them until the SA is negotiated (``xfrm_larval_drop`` 0, in that namespace only)."""
-    deadline = time.monotonic() + timeout_s
-    while not subprocess.run(["ip", "-n", ns, "xfrm", "policy", "list"], capture_output=True, text=True).stdout:
-        if time.monotonic() > deadline:
-            raise ike.IkeError(f"on demand: no trap policy in {ns} after {timeout_s:g} s")
-        time.sleep(0.05)
-    subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", "echo 0 > /proc/sys/net/core/xfrm_larval_drop"],
-                   check=True)
+    from ipsec.xfrm import XfrmSocket
+
+    def trapped() -> bool:
+        with XfrmSocket(ns) as x:
+            return bool(x.dump_policy())
+
+    try:
+        waiting.until(trapped, timeout_s, f"the trap policies in {ns}", interval_s=0.05)
+    except TimeoutError:
+        raise ike.IkeError(f"on demand: no trap policy in {ns} after {timeout_s:g} s") from None
+    netns.write_sysctls(ns, {"net.core.xfrm_larval_drop": "0"})
 
 
 def _first_reply(net, tunnel: ike.Tunnel) -> float:

@@ -29,11 +29,13 @@ import json
 import os
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 
 from benchmarks import _common
 from cli.options import add_bench_out, add_kernel_options, csv
+from experiments.engine import iperf, probe
 
 #: The probe's interval (flent's RRUL pings every 200 ms by default; irtt at 50 ms gives 20 samples a second).
 PROBE_EVERY_S = 0.05
@@ -64,12 +66,6 @@ class Run:
     @property
     def lost(self) -> int:
         return max(0, self.sent - len(self.loaded))
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    from experiments.engine.probe import percentile as p
-
-    return p(list(values), q)
 
 
 def goodput_each_way(report: dict) -> tuple[float | None, float | None]:
@@ -128,8 +124,6 @@ def in_guest(job) -> int:
 
 
 def _probe_lines(proc: subprocess.Popen, started: float, into: list[tuple[float, float]]) -> None:
-    from experiments.engine import probe
-
     for line in proc.stdout:
         ms = probe.rtt_of_line(line)
         if ms is not None:
@@ -138,10 +132,6 @@ def _probe_lines(proc: subprocess.Popen, started: float, into: list[tuple[float,
 
 def measure(net, profile: str, queue: str, args) -> Run:
     """One combination on ``net``, its IPsec and queue already set."""
-    import threading
-
-    from experiments.engine import iperf, probe
-
     client, server = net.spec.flows[0]
     cns, sns, addr = net.ns(client), net.ns(server), net.addr(server)
     idle: list[float] = []
@@ -156,19 +146,19 @@ def measure(net, profile: str, queue: str, args) -> Run:
     time.sleep(IDLE_S)
     with iperf.Servers([iperf.Flow(sns, cns, addr)], IPERF_PORT, one_off=True):
         load_at = time.monotonic() - started
-        done = subprocess.run(["ip", "netns", "exec", cns, iperf.check(), "-c", addr, "-p", str(IPERF_PORT),
-                               "-P", str(FLOWS_EACH_WAY), "--bidir", "-t", f"{args.seconds:g}", "-J"],
-                              capture_output=True, text=True, timeout=args.seconds + 60)
+        load = iperf.popen_in(cns, [iperf.check(), "-c", addr, "-p", str(IPERF_PORT), "-P", str(FLOWS_EACH_WAY),
+                                    "--bidir", "-t", f"{args.seconds:g}", "-J"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = load.communicate(timeout=args.seconds + 60)
         load_end = time.monotonic() - started
     proc.wait(timeout=10)
     reader.join(timeout=5)
     try:
-        up, down = goodput_each_way(json.loads(done.stdout))
+        up, down = goodput_each_way(json.loads(out))
     except ValueError:
         up = down = None
-    if done.returncode:
-        print(f"  iperf3 failed (exit {done.returncode}): {done.stdout.strip()[-300:] or done.stderr.strip()[-300:]}",
-              flush=True)
+    if load.returncode:
+        print(f"  iperf3 failed (exit {load.returncode}): {out.strip()[-300:] or err.strip()[-300:]}", flush=True)
     for t, ms in samples:
         if t < load_at:
             idle.append(ms)
@@ -180,7 +170,6 @@ def measure(net, profile: str, queue: str, args) -> Run:
 
 def body(args) -> int:
     """What the benchmark measures, on the kernel it runs on."""
-    from experiments.engine import probe
     from experiments.engine.measure import switch_ipsec
     from testbed import backends
     from topologies import build_spec
@@ -216,14 +205,15 @@ def _f(x: float | None, digits: int = 1) -> str:
 
 
 def print_run(r: Run) -> None:
+    loaded = " ".join(f"{_f(probe.percentile(r.rtts, q)):>7s}" for q in (50, 90, 99))
     print(f"{r.profile:>22s} {r.queue:>9s} {_f(statistics.median(r.idle_ms) if r.idle_ms else None, 2):>8s} "
-          f"{_f(percentile(r.rtts, 50)):>7s} {_f(percentile(r.rtts, 90)):>7s} {_f(percentile(r.rtts, 99)):>7s} "
+          f"{loaded} "
           f"{r.lost:>5d} {_f(r.up_mbps, 2):>10s} {_f(r.down_mbps, 2):>7s}", flush=True)
 
 
 def summary(runs: Sequence[Run]) -> list[str]:
     """What IPsec adds under load, per queue, and what fq_codel takes away, per profile, in words (pure)."""
-    med = {(r.profile, r.queue): percentile(r.rtts, 50) for r in runs}
+    med = {(r.profile, r.queue): probe.percentile(r.rtts, 50) for r in runs}
     lines = []
     for (profile, queue), m in med.items():
         base = med.get(("none", queue))

@@ -170,7 +170,7 @@ def fitting_probe_rate(rates: Sequence[float], ip_versions: Sequence[int]) -> fl
     fewest it takes; a link too slow for that is refused by the spec)."""
     if not rates or min(rates) <= 0 or not ip_versions or set(ip_versions) - {4, 6}:
         return DEFAULT_PROBE_PER_S  # the spec names the bad value
-    fit = PROBE_MOST_SHARE / probe_share(1.0, min(rates), max(ip_versions or (4,)))
+    fit = PROBE_MOST_SHARE / probe_share(1.0, min(rates), max(ip_versions))
     return max(MIN_PROBE_PER_S, min(DEFAULT_PROBE_PER_S, math.floor(fit * 10) / 10))
 
 
