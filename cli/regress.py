@@ -343,10 +343,12 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     pair; in turn, unpaired, where two guests do not fit.  With ``--inject-slowdown`` B's guest (on the
     same kernel) has its ESP path slowed: the paired A/B's power."""
     from analysis import regress
+    from analysis.page import foreign_load_text
     from experiments import ab, doctor, injection, runner
     from experiments.catalogue.suites import gate_defaults
     from experiments.job import KernelChoice
     from testbed.backends.uml import guest_cpu
+    from testbed.hostload import FOREIGN_PCT
     from testbed.rundir import ResultsError, load_meta, load_results
 
     def say(m: str) -> None:
@@ -375,10 +377,15 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                 args.max_drop = gate_defaults(args.suite)["max_drop"]
             dir_a, dir_b = ab.run_ab(job, kernels, reps, sweep, say=say, rounds=args.rounds or min(reps, 4))
             baseline = regress.make_baseline(load_results(dir_a), load_meta(dir_a), source=dir_a)
-            verdicts = regress.compare(baseline, load_results(dir_b), args.max_drop / 100, args.confidence / 100,
-                                       args.metrics)
-            return _report_verdicts(args, verdicts, [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; "
-                                                     f"measured in turn, unpaired: {dir_a} and {dir_b}"], ("A", "B"))
+            records_b = load_results(dir_b)
+            verdicts = regress.compare(baseline, records_b, args.max_drop / 100, args.confidence / 100, args.metrics)
+            notes = [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; measured in turn, unpaired: {dir_a} and "
+                     f"{dir_b}"]
+            notes += [t for t in [foreign_load_text([*load_results(dir_a), *records_b])] if t]
+            status = _report_verdicts(args, verdicts, notes, ("A", "B"))
+            for note in notes[1:]:
+                print(note)
+            return status
         if args.max_drop is None:  # paired: side by side, the drift cancels, as between arms
             args.max_drop = gate_defaults(args.suite)["arms_max_drop"]
         arms: tuple = ((), ())
@@ -408,6 +415,9 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         return 2
     notes = [f"kernel A is {kernels[0]}, kernel B is {kernels[1]}; both up at once, windows paired ABBA; run "
              f"directories {dir_a} and {dir_b}"]
+    foreign = foreign_load_text(records)
+    if foreign:  # pairing cancels the machine's drift, not another job's share of the CPU the turns assume
+        notes.append(foreign)
     if effect is not None:
         notes.append(f"injected slowdown in B: {pct:g} % requested ({n} extra instructions per ESP packet), "
                      f"{effect.pct:+.1f} % measured (CPU per packet, B / A = {effect.ratio:.3f} pair by pair, "
@@ -422,11 +432,14 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     flagged = status == 1
     right = flagged == (pct > 0)
     print(f"the gate {'flagged' if flagged else 'did not flag'} kernel B: "
-          f"{'as it should' if right else 'it MISSED the slowdown' if pct > 0 else 'a FALSE ALARM'}")
+          f"{'as it should' if right else 'it MISSED the slowdown' if pct > 0 else 'a FALSE ALARM'}"
+          f"{' (with other work on the host: not the gate of a quiet machine)' if foreign and not right else ''}")
     if args.json:
         _write_json(args.json, verdicts, args, {"requested_pct": pct, "right": right, "instructions": n,
                                                 "measured_pct": effect.pct, "ratio": effect.ratio, "low": effect.low,
-                                                "high": effect.high, "paired": True, "run_dir": out})
+                                                "high": effect.high, "paired": True, "run_dir": out,
+                                                "disturbed_windows": sum(1 for r in records
+                                                                          if (r.foreign_cpu_pct or 0) > FOREIGN_PCT)})
     return 0 if right else 1
 
 

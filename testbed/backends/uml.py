@@ -77,9 +77,11 @@ from testbed.backends.umlclean import leftovers
 from testbed.backends.umlmeter import (
     METER_TTY,
     GuestMeter,
+    Siblings,
     make_cgroup,
     remove_cgroup,
     serve_meter,
+    write_account,
 )
 from testbed.capabilities import Needs, Probe
 from testbed.speedprobe import SpeedProbe, spare_cpu
@@ -452,7 +454,9 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             os.close(w)
         if guest_meter is not None:
             _close_all(guest_meter)
-            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe), daemon=True).start()
+            write_account(workdir, cgroup, [probe.pid] if probe is not None and probe.pid else [])
+            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe, Siblings(workdir)),
+                             daemon=True).start()
         watcher, lifeline = _watch(proc.pid)
         held.callback(_stop_watcher, watcher, lifeline)
         held.callback(_kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused

@@ -4,15 +4,22 @@ The host puts every guest in a cgroup v1 cpuacct group of its own (:func:`make_c
 answers the guest's questions on a console line, tty3 inside (:func:`serve_meter`); the guest
 asks through :class:`GuestMeter`.  With a speed probe on a spare host CPU each answer carries the
 probe's totals too.  :mod:`testbed.backends.uml` wires them into a guest's run.
+
+Every guest also leaves its *account* in its work directory (:func:`write_account`): its cgroup
+and the host processes that are its own.  The guests of one measuring run (a paired A/B's two
+sides, which carry :data:`testbed.measuring.ENV`) count each other's CPU time as the testbed's
+(:class:`Siblings`): the other side's idle guest and its speed probe are not foreign load.
 """
 from __future__ import annotations
 
+import glob
+import json
 import logging
 import os
 import threading
 import time
 
-from testbed import hostload, waiting
+from testbed import hostload, measuring, names, waiting
 from testbed.backends.base import BackendError, CpuMeter, CpuSample
 from testbed.speedprobe import SpeedProbe
 
@@ -59,12 +66,67 @@ def remove_cgroup(path: str, timeout_s: float = 5.0) -> bool:
     return False
 
 
-def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None) -> None:
+#: The file in a guest's work directory that says which CPU time is its own (:func:`write_account`).
+ACCOUNT = "account.json"
+
+
+def run_group() -> str:
+    """The measuring run this process measures for: the holder's pid its parent handed down
+    (:data:`testbed.measuring.ENV`: a paired A/B's side), else this process's own."""
+    return os.environ.get(measuring.ENV) or str(os.getpid())
+
+
+def write_account(workdir: str, cgroup: str, probes: list[int]) -> None:
+    """Leave the guest's account in ``workdir``: its measuring run (:func:`run_group`), its cgroup, this
+    process (which serves it) and its speed probe's processes ``probes``."""
+    with open(os.path.join(workdir, ACCOUNT), "w") as f:
+        json.dump({"group": run_group(), "cgroup": cgroup, "pid": os.getpid(), "probes": probes}, f)
+
+
+def cgroup_usage_ns(path: str) -> int:
+    """A cpuacct cgroup's CPU time so far, in ns; 0 when it is gone."""
+    try:
+        with open(os.path.join(path, "cpuacct.usage")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+class Siblings:
+    """The other guests of this guest's measuring run, found by their accounts beside ``workdir``
+    (work directories share their parent): :meth:`ns` is their CPU time so far, guests, serving
+    processes and speed probes, which the meter counts as the testbed's own."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir, self.group = os.path.abspath(workdir), run_group()
+
+    def accounts(self) -> list[dict]:
+        found = []
+        pattern = os.path.join(os.path.dirname(self.workdir), f"{names.PREFIX}-*", ACCOUNT)
+        for path in sorted(glob.glob(pattern)):
+            if os.path.dirname(path) == self.workdir:
+                continue
+            try:
+                with open(path) as f:
+                    account = json.load(f)
+            except (OSError, ValueError):  # being written, or gone with its guest
+                continue
+            if isinstance(account, dict) and account.get("group") == self.group:
+                found.append(account)
+        return found
+
+    def ns(self) -> int:
+        return sum(cgroup_usage_ns(a["cgroup"]) + hostload.process_ns(a["pid"]) + hostload.processes_ns(a["probes"])
+                   for a in self.accounts())
+
+
+def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None,
+                siblings: Siblings | None = None) -> None:
     """The host's end of the CPU meter: each line the guest sends is answered at once with
     ``<guest CPU ns> <host monotonic ns> <host CPUs busy ns> <testbed's own CPU ns>`` (the guest's,
-    this process's and the probe's: :mod:`testbed.hostload`), followed by ``<probe operations>
-    <probe ns>`` when a speed ``probe`` runs and has its first totals.  Ends when the guest's end
-    closes."""
+    this process's, the probe's and the ``siblings``': :mod:`testbed.hostload`), followed by
+    ``<probe operations> <probe ns>`` when a speed ``probe`` runs and has its first totals.  Ends
+    when the guest's end closes."""
     usage = os.open(os.path.join(cgroup, "cpuacct.usage"), os.O_RDONLY | os.O_CLOEXEC)
     # this process alone (its children are the guest's, already in the cgroup), the probe with its partner
     probes = [probe.pid] if probe is not None and probe.pid else []
@@ -80,6 +142,7 @@ def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | No
                 cpu_ns = int(os.pread(usage, 64, 0))
                 busy = hostload.busy_ns()
                 mine = cpu_ns + hostload.process_ns(os.getpid()) + hostload.processes_ns(probes)
+                mine += siblings.ns() if siblings is not None else 0
                 speed = probe.read() if probe is not None else None
                 tail = f" {speed[0]} {speed[1]}" if speed else ""
                 try:

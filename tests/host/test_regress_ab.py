@@ -43,4 +43,8 @@ def test_a_slowdown_in_one_of_two_guests_is_flagged(tmp_path):
     assert "the gate flagged kernel B: as it should" in out.stdout
     data = json.loads((tmp_path / "ab.json").read_text())
     assert data["right"] and data["paired"] and data["measured_pct"] > 5
+    # each side counts the other's idle guest and speed probe as the testbed's own (else every window showed
+    # their 20-25 % of a CPU as foreign load): alone on the machine, as the suite runs this module, the
+    # windows' foreign load was 0-3.5 % of a CPU here; a passing blip beyond 5 % is no failure
+    assert data["disturbed_windows"] <= 2, [r["foreign_cpu_pct"] for r in records(tmp_path / "a")]
     assert {r["arm"] for r in records(tmp_path / "a")} == {"a"} == {r["arm"] for r in records(tmp_path / "b")}

@@ -1,4 +1,5 @@
 """The host's foreign load: /proc/stat's busy time less the testbed's own, over a window."""
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,8 @@ import pytest
 from analysis.page import foreign_load_text
 from experiments.engine.counters import Reading
 from experiments.engine.verdict import evidence
-from testbed import hostload
+from testbed import hostload, measuring, names
+from testbed.backends import umlmeter
 from testbed.backends.base import CpuSample
 from testbed.record import Record
 
@@ -45,6 +47,45 @@ def test_a_process_tree_is_counted_with_its_children():
         hog.kill()
         hog.wait()
     assert hostload.process_ns(hog.pid) == 0  # gone
+
+
+def test_the_other_guests_of_one_measuring_run_are_the_testbeds_own(tmp_path, monkeypatch):
+    """A paired A/B's two sides carry their parent's pid (measuring.ENV): each counts the other side's
+    guest, serving process and speed probe as its own, and nothing of another run's guest."""
+    monkeypatch.setenv(measuring.ENV, "4242")
+
+    def guest(name, usage_ns, group="4242", pid=0):
+        workdir, cgroup = tmp_path / f"{names.PREFIX}-{name}-uml-x", tmp_path / f"cg-{name}"
+        workdir.mkdir()
+        cgroup.mkdir()
+        (cgroup / "cpuacct.usage").write_text(f"{usage_ns}\n")
+        monkeypatch.setenv(measuring.ENV, group)
+        umlmeter.write_account(str(workdir), str(cgroup), [])
+        monkeypatch.setenv(measuring.ENV, "4242")
+        if pid:  # the account of a side served by another process
+            account = json.loads((workdir / umlmeter.ACCOUNT).read_text())
+            (workdir / umlmeter.ACCOUNT).write_text(json.dumps({**account, "pid": pid}))
+        return workdir
+
+    me = guest("a", 7_000_000_000)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 0.3\n"
+                                "while time.time() < t: pass\ntime.sleep(5)"])
+    try:
+        time.sleep(0.5)
+        guest("b", 3_000_000_000, pid=sleeper.pid)  # the other side: its guest's 3 s and its process's
+        guest("c", 5_000_000_000, group="99")  # another run's guest: foreign
+        (tmp_path / f"{names.PREFIX}-d-uml-x").mkdir()
+        (tmp_path / f"{names.PREFIX}-d-uml-x" / umlmeter.ACCOUNT).write_text("{half")  # being written
+        siblings = umlmeter.Siblings(str(me))
+        assert [a["cgroup"] for a in siblings.accounts()] == [str(tmp_path / "cg-b")]
+        assert siblings.ns() >= 3_000_000_000 + 0.2e9
+        assert siblings.ns() < 3_000_000_000 + 2e9
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert siblings.ns() == 3_000_000_000  # its process gone: its guest's account stays counted
+    monkeypatch.delenv(measuring.ENV)
+    assert umlmeter.Siblings(str(me)).accounts() == []  # a run of its own: no sibling shares its group
 
 
 def _reading(cpu: CpuSample) -> Reading:
