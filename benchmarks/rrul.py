@@ -20,15 +20,25 @@ It prints per combination the unloaded round trip, the median, 90th and 99th per
 probe's losses and the goodput each way; then how much IPsec adds under load (its median against plain's, per
 queue) and how much fq_codel takes away (per profile).  ``--out DIR`` gets ``results.json`` (every round trip
 with its time) and ``report.html``: the round trip against time, and its CDF, as flent draws them.
+
+``--flent`` adds flent itself as the outside check: its ``ping`` test (Debian's flent 2.1.1: ICMP echo by
+iputils' ping, answered by the server's kernel, and UDP round trips by its own irtt client) runs from the same
+client to the same server at the same interval for the same time, beside the project's probe, and its
+medians, idle and under load, are printed beside the probe's.  What flent's RRUL would add, netperf's own
+flows, is not here: the load is iperf3's either way.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
+import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -41,10 +51,26 @@ from experiments.engine import iperf, probe
 PROBE_EVERY_S = 0.05
 #: The probe alone before the load: the unloaded round trip.
 IDLE_S = 2.0
+#: With --flent, this much longer before the load: flent's start (Python, its runners) inside a guest.
+FLENT_START_S = 3.0
 #: Flows each way, as RRUL.
 FLOWS_EACH_WAY = 4
 QUEUES = ("fifo", "fq_codel")
 IPERF_PORT = 5301
+#: flent's ping test's series, by the names this benchmark gives them.
+FLENT_SERIES = {"icmp": "Ping (ms) ICMP", "udp": "Ping (ms) UDP"}
+
+
+@dataclasses.dataclass
+class Series:
+    """One probe's round trips, in ms: before the load, and under it with their times (s from the load's start)."""
+
+    idle_ms: list[float]
+    loaded: list[tuple[float, float]]
+
+    @property
+    def rtts(self) -> list[float]:
+        return [ms for _, ms in self.loaded]
 
 
 @dataclasses.dataclass
@@ -58,6 +84,7 @@ class Run:
     sent: int  # probe packets sent under load
     up_mbps: float | None
     down_mbps: float | None
+    flent: dict[str, Series] = dataclasses.field(default_factory=dict)  # --flent: "icmp", "udp"
 
     @property
     def rtts(self) -> list[float]:
@@ -66,6 +93,27 @@ class Run:
     @property
     def lost(self) -> int:
         return max(0, self.sent - len(self.loaded))
+
+
+def flent_series(data: dict, load_start_unix: float, load_end_unix: float) -> dict[str, Series]:
+    """flent's ping test's round trips from its data file's contents ``data`` (its ``raw_values``: each sample's
+    unix time ``t`` and ``val`` in ms), split at the load's start and end (pure)."""
+    out = {}
+    raw = data.get("raw_values", {})
+    for name, series in FLENT_SERIES.items():
+        samples = [(v["t"], v["val"]) for v in raw.get(series, []) if v.get("val") is not None and "t" in v]
+        out[name] = Series([ms for t, ms in samples if t < load_start_unix],
+                           [(t - load_start_unix, ms) for t, ms in samples if load_start_unix <= t <= load_end_unix])
+    return out
+
+
+def read_flent(directory: str) -> dict:
+    """The contents of the one data file flent wrote into ``directory``."""
+    files = glob.glob(os.path.join(directory, "*.flent.gz"))
+    if len(files) != 1:
+        raise RuntimeError(f"flent wrote {len(files)} data files into {directory}, not one")
+    with gzip.open(files[0], "rt") as f:
+        return json.load(f)
 
 
 def goodput_each_way(report: dict) -> tuple[float | None, float | None]:
@@ -90,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "whatever the topology's other flows")
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: 10)")
     p.add_argument("--seconds", type=float, default=20.0, metavar="S", help="the load's length (default: 20)")
+    p.add_argument("--flent", action="store_true",
+                   help="run flent's ping test (ICMP and UDP) beside the probe, the outside check of its figures")
     add_bench_out(p, "rrul")
     add_kernel_options(p)
     return p
@@ -106,6 +156,8 @@ def check(args: argparse.Namespace) -> str | None:
         return why
     if not 5 <= args.seconds <= 600:
         return f"--seconds must be 5..600, not {args.seconds:g}"
+    if getattr(args, "flent", False) and not shutil.which("flent"):
+        return "--flent: flent is not installed (`sudo ./run install` installs Debian's)"
     return None
 
 
@@ -136,23 +188,39 @@ def measure(net, profile: str, queue: str, args) -> Run:
     cns, sns, addr = net.ns(client), net.ns(server), net.addr(server)
     idle: list[float] = []
     loaded: list[tuple[float, float]] = []
-    total_s = IDLE_S + args.seconds + 1.0
+    idle_s = IDLE_S + (FLENT_START_S if args.flent else 0.0)
+    total_s = idle_s + args.seconds + 1.0
     proc = iperf.popen_in(cns, probe.stream_argv(addr, PROBE_EVERY_S, total_s), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     started = time.monotonic()
+    flent = None
+    if args.flent:  # the same path, interval and time; its irtt client to the same server
+        flent_dir = tempfile.mkdtemp(prefix="itb-flent-")
+        flent = iperf.popen_in(cns, ["flent", "ping", "-H", addr, "-l", f"{total_s:.0f}", "-s", f"{PROBE_EVERY_S:g}",
+                                     "-D", flent_dir, "-f", "summary"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples: list[tuple[float, float]] = []
     reader = threading.Thread(target=_probe_lines, args=(proc, started, samples), daemon=True)
     reader.start()
-    time.sleep(IDLE_S)
+    time.sleep(idle_s)
     with iperf.Servers([iperf.Flow(sns, cns, addr)], IPERF_PORT, one_off=True):
-        load_at = time.monotonic() - started
+        load_at, load_at_unix = time.monotonic() - started, time.time()
         load = iperf.popen_in(cns, [iperf.check(), "-c", addr, "-p", str(IPERF_PORT), "-P", str(FLOWS_EACH_WAY),
                                     "--bidir", "-t", f"{args.seconds:g}", "-J"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = load.communicate(timeout=args.seconds + 60)
-        load_end = time.monotonic() - started
+        load_end, load_end_unix = time.monotonic() - started, time.time()
     proc.wait(timeout=10)
     reader.join(timeout=5)
+    flent_runs: dict[str, Series] = {}
+    if flent is not None:
+        said, _ = flent.communicate(timeout=60)
+        try:
+            flent_runs = flent_series(read_flent(flent_dir), load_at_unix, load_end_unix)
+        except (OSError, ValueError, RuntimeError) as e:
+            print(f"  flent gave no round trips (exit {flent.returncode}: {e}): {said.strip()[-300:]}", flush=True)
+        finally:
+            shutil.rmtree(flent_dir, ignore_errors=True)
     try:
         up, down = goodput_each_way(json.loads(out))
     except ValueError:
@@ -165,7 +233,7 @@ def measure(net, profile: str, queue: str, args) -> Run:
         elif t <= load_end:
             loaded.append((t - load_at, ms))
     sent = int((load_end - load_at) / PROBE_EVERY_S)
-    return Run(profile, queue, idle, loaded, sent, up, down)
+    return Run(profile, queue, idle, loaded, sent, up, down, flent_runs)
 
 
 def body(args) -> int:
@@ -209,6 +277,11 @@ def print_run(r: Run) -> None:
     print(f"{r.profile:>22s} {r.queue:>9s} {_f(statistics.median(r.idle_ms) if r.idle_ms else None, 2):>8s} "
           f"{loaded} "
           f"{r.lost:>5d} {_f(r.up_mbps, 2):>10s} {_f(r.down_mbps, 2):>7s}", flush=True)
+    for name, series in r.flent.items():
+        loaded = " ".join(f"{_f(probe.percentile(series.rtts, q)):>7s}" for q in (50, 90, 99))
+        idle = statistics.median(series.idle_ms) if series.idle_ms else None
+        print(f"{'flent ' + name:>32s} {_f(idle, 2):>8s} {loaded}   ({len(series.idle_ms)} idle, "
+              f"{len(series.loaded)} under load)", flush=True)
 
 
 def summary(runs: Sequence[Run]) -> list[str]:
@@ -223,6 +296,23 @@ def summary(runs: Sequence[Run]) -> list[str]:
         fifo = med.get((profile, "fifo"))
         if queue == "fq_codel" and m is not None and fifo is not None:
             lines.append(f"fq_codel takes {fifo - m:.1f} ms of the {fifo:.1f} ms median away ({profile}: {m:.1f} ms)")
+    lines += flent_agreement(runs)
+    return lines
+
+
+def flent_agreement(runs: Sequence[Run]) -> list[str]:
+    """flent's medians against the probe's, idle and under load, per run that had flent beside it (pure)."""
+    lines = []
+    for r in runs:
+        ours = (probe.percentile(r.idle_ms, 50), probe.percentile(r.rtts, 50))
+        for name, series in r.flent.items():
+            theirs = (probe.percentile(series.idle_ms, 50), probe.percentile(series.rtts, 50))
+            if None in ours or None in theirs:
+                lines.append(f"flent {name} ({r.profile}, {r.queue}): no round trips to compare")
+                continue
+            lines.append(f"flent {name} ({r.profile}, {r.queue}): median {theirs[1]:.2f} ms under load against the "
+                         f"probe's {ours[1]:.2f} ({100 * (ours[1] / theirs[1] - 1):+.1f} %), idle {theirs[0]:.3f} "
+                         f"against {ours[0]:.3f} ms ({ours[0] - theirs[0]:+.3f} ms)")
     return lines
 
 
@@ -238,11 +328,16 @@ def write_page(args, runs: Sequence[Run]) -> str:
         over_time.add_scatter(x=[t for t, _ in r.loaded], y=r.rtts, mode="lines", name=name)
         xs = sorted(r.rtts)
         cdf.add_scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines", name=name)
+        for probe_name, series in r.flent.items():
+            xs = sorted(series.rtts)
+            cdf.add_scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines",
+                            line={"dash": "dot"}, name=f"{name}: flent {probe_name}")
     sections = [
         benchpage.Section("Round trip against time", f"irtt every {PROBE_EVERY_S * 1000:g} ms beside "
                           f"{FLOWS_EACH_WAY} TCP flows each way; a gap is a lost probe.", over_time),
         benchpage.Section("Cumulative distribution", "The share of round trips at or below each delay: the further "
-                          "left, the less the queue keeps a packet waiting.", cdf),
+                          "left, the less the queue keeps a packet waiting. Dotted: flent's ping test beside the "
+                          "probe (--flent), the outside check.", cdf),
     ]
     data = {"benchmark": "rrul", "where": backends.current().label(), "kernel": os.uname().release,
             "topology": args.topology, "rate_mbit": args.rate, "seconds": args.seconds, "summary": summary(runs),

@@ -22,11 +22,12 @@ python=${PYTHON:-/usr/bin/python3}
 #   chromium-driver (a test drives the web demo's page in Chromium, through Selenium),
 #   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal),
 #   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike),
-#   irtt (the sweep's latency probe, as flent uses it), wireguard-tools (`wg show` beside the testbed's
-#   WireGuard; the testbed configures WireGuard over netlink and never runs it).
+#   irtt (the sweep's latency probe, as flent uses it), flent (its ping test, the outside check of that
+#   probe in `bench rrul --flent`), wireguard-tools (`wg show` beside the testbed's WireGuard; the
+#   testbed configures WireGuard over netlink and never runs it).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
               python3 python3-venv chromium chromium-driver ruby tmux
-              strongswan-charon strongswan-swanctl libstrongswan-standard-plugins irtt wireguard-tools)
+              strongswan-charon strongswan-swanctl libstrongswan-standard-plugins irtt flent wireguard-tools)
 
 say() { printf 'install: %s\n' "$*" >&2; }
 

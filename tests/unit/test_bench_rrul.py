@@ -1,6 +1,9 @@
 """bench rrul on captured output: iperf3's bidirectional summary, the words of its summary, its refusals."""
 from __future__ import annotations
 
+import gzip
+import json
+
 import pytest
 
 from benchmarks import rrul
@@ -48,3 +51,27 @@ def test_bad_options_are_refused_in_one_line():
                        (["--profiles", "aes-foo"], "--profiles:"), (["--rate", "0"], "--rate must be Mbit/s"),
                        (["--seconds", "2"], "--seconds must be 5..600")):
         assert says in rrul.check(parser.parse_args(argv)), argv
+
+
+def test_flents_round_trips_are_split_at_the_load_and_compared_with_the_probes(tmp_path):
+    # flent's data file keeps each sample's unix time and value in raw_values, by series name
+    data = {"raw_values": {"Ping (ms) ICMP": [{"t": 100.0 + i * 0.05, "val": 0.2 if i < 40 else 50.0}
+                                             for i in range(200)],
+                           "Ping (ms) UDP": [{"t": 100.0, "val": 0.6}, {"t": 103.0, "val": 50.4},
+                                             {"t": 104.0, "val": None}, {"t": 109.5, "val": 51.0}]}}
+    (tmp_path / "ping-2026-11-27T080000.000000.flent.gz").write_bytes(gzip.compress(json.dumps(data).encode()))
+    series = rrul.flent_series(rrul.read_flent(str(tmp_path)), 102.0, 109.0)
+    assert len(series["icmp"].idle_ms) == 40 and set(series["icmp"].idle_ms) == {0.2}
+    assert series["icmp"].loaded[0] == (0.0, 50.0) and len(series["icmp"].loaded) == 141
+    assert series["udp"].idle_ms == [0.6] and series["udp"].loaded == [(1.0, 50.4)]  # lost and late ones out
+    run = rrul.Run("none", "fifo", [0.5], [(0.0, 52.0), (0.05, 52.0)], 2, 9.2, 9.2, series)
+    assert rrul.flent_agreement([run]) == [
+        "flent icmp (none, fifo): median 50.00 ms under load against the probe's 52.00 (+4.0 %), idle 0.200 "
+        "against 0.500 ms (+0.300 ms)",
+        "flent udp (none, fifo): median 50.40 ms under load against the probe's 52.00 (+3.2 %), idle 0.600 "
+        "against 0.500 ms (-0.100 ms)"]
+    assert rrul.flent_agreement([rrul.Run("none", "fifo", [], [], 0, None, None, series)]) == [
+        "flent icmp (none, fifo): no round trips to compare", "flent udp (none, fifo): no round trips to compare"]
+    (tmp_path / "second.flent.gz").write_bytes(b"")
+    with pytest.raises(RuntimeError, match="2 data files"):
+        rrul.read_flent(str(tmp_path))
