@@ -1,0 +1,326 @@
+"""The unloaded round trip through a tunnel against what predicts it: the probe's accuracy.
+
+    sudo ipsec-testbed bench unloaded_rtt                      # vpn_gateway: none, aes-gcm-256; unshaped, 100, 10, 1
+    sudo ipsec-testbed bench unloaded_rtt --profiles aes-gcm-256,wireguard --rates 0,10 --rounds 6
+
+The sweep's latency probe (irtt) says how long a packet takes through the path; this checks it where the answer
+is known in advance.  On each path (unshaped: ``--rates 0``; or shaped by tbf as every sweep shapes it) and for
+each profile beside plain, the probe runs alone, ``--per-s`` round trips a second for ``--seconds``, with the
+CPU meter read around it; then ICMP echo (iputils' ping, answered by the server's kernel: no process of its own
+on the path) as the second tool.  The profiles take turns in ABBA order, ``--rounds`` times, and what a tunnel
+adds to plain's round trip is taken round by round (a pair's difference, with its 95 % interval over the
+rounds), so that the machine's drift falls on both alike.
+
+What the tunnel adds is predicted from two terms, each computed:
+
+- **its bytes' serialisation**: the tunnel's extra bytes per probe packet (:func:`ipsec.overhead.packet_overhead`),
+  request and reply, at the link's rate, where the link makes a lone packet wait for its bytes.  tbf does not:
+  it sends a packet at once when its bucket holds the packet's tokens, and between two probes the bucket fills
+  (it holds four frames or more), so an unloaded round trip through the shaper carries no serialisation: 0 at
+  every rate, and a veth has no rate.  What a NIC at that rate would add is printed beside it, for context;
+- **the emulator's CPU on the path**: inside User-Mode Linux the hosts and both gateways are one emulated CPU,
+  so the cipher's work on the packet's way is time on its way; the tunnel's CPU time per round trip beyond
+  plain's (the meter's count over the probe's run, per round trip) is that time.  On a host kernel, with a CPU
+  per task, the term is what the same count says, and small.
+
+The probe is accurate where what it measures the tunnel to add, less the prediction, is within
+``--tolerance`` (default 0.05 ms), the interval included.  ``--out DIR`` gets ``results.json`` (every run) and
+``report.html``.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+
+from benchmarks import _common
+from cli.options import add_bench_out, add_kernel_options, csv
+
+#: The rates of the default: unshaped (0), then the seeds' range.
+RATES = (0.0, 100.0, 10.0, 1.0)
+#: irtt's packet: IP and UDP headers and its 60-byte payload (the timestamps asked, nothing more: probe.LENGTH).
+IRTT_PAYLOAD_BYTES = 60
+ETHERNET_BYTES = 14
+_PING_TIME = re.compile(r"time=([0-9.]+) ms")
+
+
+@dataclasses.dataclass
+class Run:
+    """One profile on one path in one round: the two tools' round trips (ms) and the CPU per probe round trip."""
+
+    rate_mbit: float
+    profile: str
+    round: int
+    irtt_ms: list[float]
+    ping_ms: list[float]
+    cpu_us_per_rt: float | None  # the emulator's CPU time over the probe's run, per round trip answered
+
+    @property
+    def irtt_mean(self) -> float | None:
+        return statistics.fmean(self.irtt_ms) if self.irtt_ms else None
+
+    @property
+    def ping_mean(self) -> float | None:
+        return statistics.fmean(self.ping_ms) if self.ping_ms else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Added:
+    """What a profile adds to plain's round trip on one path, round by round: mean and 95 % half-width (ms)."""
+
+    mean: float
+    ci95: float | None
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """One profile on one path: what the tools measured it to add, the prediction, and whether they agree."""
+
+    rate_mbit: float
+    profile: str
+    irtt: Added
+    ping: Added | None
+    cpu_ms: Added  # the CPU term: the profile's CPU per round trip beyond plain's
+    residual: Added  # irtt's added round trip less the prediction, round by round
+    serialisation_ms: float  # what the shaper makes a lone packet wait for the tunnel's bytes (0 for tbf)
+    nic_ms: float  # what a NIC at the rate would add (context; 0 unshaped)
+    tolerance_ms: float
+
+    @property
+    def within(self) -> bool:
+        """Whether the residual's interval lies inside ±tolerance."""
+        ci = self.residual.ci95
+        return ci is not None and abs(self.residual.mean) + ci <= self.tolerance_ms
+
+
+def probe_packet_bytes(profile: str, ip_version: int = 4, mtu: int = 1500) -> tuple[int, int]:
+    """A probe packet's bytes on the wire plain and through ``profile`` (Ethernet frame; pure)."""
+    from ipsec.overhead import IP_HEADER_BYTES, packet_overhead
+
+    inner = IP_HEADER_BYTES[ip_version] + 8 + IRTT_PAYLOAD_BYTES
+    extra = packet_overhead(profile, "tunnel", ip_version, inner, mtu) if profile != "none" else 0
+    return inner + ETHERNET_BYTES, inner + extra + ETHERNET_BYTES
+
+
+def nic_serialisation_ms(profile: str, rate_mbit: float) -> float:
+    """What a NIC sending at ``rate_mbit`` adds to a round trip for the tunnel's bytes: request and reply (pure)."""
+    if rate_mbit <= 0:
+        return 0.0
+    plain, tunnel = probe_packet_bytes(profile)
+    return 2 * (tunnel - plain) * 8 / (rate_mbit * 1e6) * 1000
+
+
+def added(diffs: Sequence[float]) -> Added:
+    """The mean of the rounds' differences (tunnel less plain) with its t interval (pure)."""
+    from analysis.stats import Summary
+
+    s = Summary.of(list(diffs))
+    return Added(s.mean, s.ci95, s.n)
+
+
+def verdicts(runs: Sequence[Run], tolerance_ms: float) -> list[Verdict]:
+    """Per path and tunnel profile, its differences to plain round by round, and the prediction (pure)."""
+    out = []
+    keyed = {(r.rate_mbit, r.profile, r.round): r for r in runs}
+    for rate in sorted({r.rate_mbit for r in runs}, key=lambda x: (x != 0, -x)):
+        for profile in dict.fromkeys(r.profile for r in runs if r.rate_mbit == rate and r.profile != "none"):
+            rounds = sorted(k[2] for k in keyed if k[:2] == (rate, profile) and (rate, "none", k[2]) in keyed)
+            both = [(keyed[(rate, "none", n)], keyed[(rate, profile, n)]) for n in rounds]
+            both = [(p, t) for p, t in both if p.irtt_mean is not None and t.irtt_mean is not None
+                    and p.cpu_us_per_rt is not None and t.cpu_us_per_rt is not None]
+            if len(both) < 2:
+                continue
+            serialisation = 0.0  # tbf sends a lone packet at once: its bucket refills between probes
+            irtt = [t.irtt_mean - p.irtt_mean for p, t in both]
+            cpu = [(t.cpu_us_per_rt - p.cpu_us_per_rt) / 1000 for p, t in both]
+            pinged = [t.ping_mean - p.ping_mean for p, t in both if p.ping_mean is not None and t.ping_mean is not None]
+            out.append(Verdict(rate, profile, added(irtt), added(pinged) if len(pinged) >= 2 else None, added(cpu),
+                               added([i - (serialisation + c) for i, c in zip(irtt, cpu, strict=True)]),
+                               serialisation, nic_serialisation_ms(profile, rate), tolerance_ms))
+    return out
+
+
+def ping_times(output: str) -> list[float]:
+    """The round trips in ms of ping's per-reply lines (pure)."""
+    return [float(m.group(1)) for m in _PING_TIME.finditer(output)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from topologies import TOPOLOGIES
+
+    p = argparse.ArgumentParser(prog="ipsec-testbed bench unloaded_rtt", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
+                   help="tunnels beside plain (default: aes-gcm-256)")
+    p.add_argument("--rates", type=csv(float), default=RATES, metavar="MBIT,...",
+                   help="paths: 0 unshaped, else the shaped link's rate (default: 0,100,10,1)")
+    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
+                   help="network (default: %(default)s); the probe runs from its first client to its server")
+    p.add_argument("--seconds", type=float, default=4.0, metavar="S",
+                   help="each tool's run per profile, path and round (default: 4)")
+    p.add_argument("--per-s", type=float, default=50.0, metavar="N",
+                   help="round trips a second, each tool (default: 50)")
+    p.add_argument("--rounds", type=int, default=4, metavar="N", help="ABBA rounds per path (default: 4)")
+    p.add_argument("--tolerance", type=float, default=0.05, metavar="MS",
+                   help="how far the measured may lie from the predicted, its interval included (default: 0.05)")
+    add_bench_out(p, "unloaded_rtt")
+    add_kernel_options(p)
+    return p
+
+
+def check(args: argparse.Namespace) -> str | None:
+    """Why these options cannot run, in one line, or None."""
+    from topologies.shaping import MAX_RATE_MBIT
+
+    why = _common.profiles_and_rate_refusal(args.profiles, 1.0)
+    if why:
+        return why
+    bad = [r for r in args.rates if not (r == 0 or 0 < r <= MAX_RATE_MBIT)]
+    if bad or not args.rates:
+        return f"--rates: {', '.join(f'{r:g}' for r in bad) or 'none given'}; 0 (unshaped) or Mbit/s in " \
+               f"(0, {MAX_RATE_MBIT:g}]"
+    if not 1 <= args.seconds <= 60:
+        return f"--seconds must be 1..60, not {args.seconds:g}"
+    if not 1 <= args.per_s <= 100:
+        return f"--per-s must be 1..100 round trips a second, not {args.per_s:g}"
+    if args.rounds < 2:
+        return f"--rounds must be 2 or more (a difference's interval needs two), not {args.rounds}"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return _common.run_beside_plain("unloaded_rtt", args, check(args), "network namespaces, SAs, qdiscs", body)
+
+
+def in_guest(job) -> int:
+    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
+    return body(_common.options_of(job))
+
+
+def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
+    """Both tools, one after the other, on ``net`` as it is now (its profile and shaping set)."""
+    from experiments.engine import iperf, probe
+
+    client, server = net.spec.flows[0]
+    cns, addr = net.ns(client), net.addr(server)
+    interval = 1.0 / args.per_s
+    c0 = meter.sample()
+    proc = iperf.popen_in(cns, probe.stream_argv(addr, interval, args.seconds), stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True)
+    out, _ = proc.communicate(timeout=args.seconds + 30)
+    c1 = meter.sample()
+    irtt = [ms for line in out.splitlines() if (ms := probe.rtt_of_line(line)) is not None]
+    count = int(args.seconds * args.per_s)
+    ping = iperf.popen_in(cns, ["ping", "-n", "-i", f"{interval:g}", "-c", str(count), "-W", "1", addr],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    said, _ = ping.communicate(timeout=args.seconds * 2 + 30)
+    cpu = (c1.cpu_ns - c0.cpu_ns) / 1000 / len(irtt) if irtt else None
+    return Run(rate, profile, rnd, irtt, ping_times(said), cpu)
+
+
+def body(args) -> int:
+    """What the benchmark measures, on the kernel it runs on."""
+    from experiments.engine import probe
+    from experiments.engine.measure import switch_ipsec
+    from testbed import backends
+    from topologies import build_spec
+    from topologies.network import Network
+    from topologies.shaping import ShapingSpec
+
+    spec = build_spec(args.topology)
+    rates = sorted(args.rates, key=lambda r: (r != 0, -r))  # unshaped first: the network is built so
+    print(f"{backends.current().label()} ({os.uname().release}); {args.topology}; irtt then ping, "
+          f"{args.per_s:g} a second for {args.seconds:g} s each, {args.rounds} ABBA rounds per path", flush=True)
+    print(f"{'path':>10s} {'round':>5s} {'profile':>22s} {'irtt mean':>9s} {'median':>7s} {'ping mean':>9s} "
+          f"{'CPU µs/rt':>9s} {'answered':>8s}", flush=True)
+    runs: list[Run] = []
+    meter = backends.current().cpu_meter()
+    t0 = time.monotonic()
+    first = ShapingSpec(rate_mbit=rates[0]) if rates[0] else None
+    try:
+        with Network(spec, shaping=first) as net, probe.Servers([net.ns(spec.flows[0][1])]):
+            current = "none"
+            for rate in rates:
+                if rate and rate != rates[0]:
+                    net.reshape(ShapingSpec(rate_mbit=rate))
+                for rnd in range(args.rounds):
+                    for profile in args.profiles if rnd % 2 == 0 else args.profiles[::-1]:
+                        current = switch_ipsec(net, current, profile, "tunnel", (4,))
+                        run = measure(net, meter, rate, profile, rnd, args)
+                        runs.append(run)
+                        print_run(run, args)
+    finally:
+        meter.close()
+    print(f"{len(runs)} runs in {time.monotonic() - t0:.0f} s")
+    found = verdicts(runs, args.tolerance)
+    print_verdicts(found, args.tolerance)
+    print(f"report: {write_page(args, runs, found)}")
+    return 0
+
+
+def _path(rate: float) -> str:
+    return "unshaped" if not rate else f"{rate:g} Mbit/s"
+
+
+def _f(x: float | None, digits: int = 3) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def print_run(r: Run, args) -> None:
+    median = statistics.median(r.irtt_ms) if r.irtt_ms else None
+    print(f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {_f(r.irtt_mean):>9s} {_f(median):>7s} "
+          f"{_f(r.ping_mean):>9s} {_f(r.cpu_us_per_rt, 1):>9s} {len(r.irtt_ms):>4d}/{int(args.seconds * args.per_s)}",
+          flush=True)
+
+
+def _pm(a: Added | None) -> str:
+    if a is None:
+        return "–"
+    return f"{a.mean:+.3f} ± {a.ci95:.3f}" if a.ci95 is not None else f"{a.mean:+.3f}"
+
+
+def print_verdicts(found: Sequence[Verdict], tolerance_ms: float) -> None:
+    print("what the tunnel adds to plain's round trip, ms, round by round (95 % interval); the prediction: "
+          "the shaper's serialisation of its bytes (tbf: none for a lone packet) + its CPU per round trip")
+    print(f"{'path':>10s} {'profile':>22s} {'irtt':>16s} {'ping':>16s} {'CPU term':>16s} {'measured - predicted':>21s}"
+          f" {'a NIC would add':>15s}")
+    for v in found:
+        print(f"{_path(v.rate_mbit):>10s} {v.profile:>22s} {_pm(v.irtt):>16s} {_pm(v.ping):>16s} {_pm(v.cpu_ms):>16s} "
+              f"{_pm(v.residual):>21s} {v.nic_ms:>15.3f}  {'within' if v.within else 'NOT within'} "
+              f"±{tolerance_ms:g} ms")
+    good = sum(v.within for v in found)
+    print(f"{good} of {len(found)} paths and profiles within ±{tolerance_ms:g} ms of the prediction")
+
+
+def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
+    """The tunnel's added round trip against the prediction, per path and profile."""
+    from analysis import benchpage
+    from testbed import backends
+
+    fig = benchpage.figure("What the tunnel adds to the unloaded round trip", "path", "ms")
+    for profile in dict.fromkeys(v.profile for v in found):
+        mine = [v for v in found if v.profile == profile]
+        xs = [_path(v.rate_mbit) for v in mine]
+        fig.add_scatter(x=xs, y=[v.irtt.mean for v in mine], mode="markers", name=f"{profile}: irtt",
+                        error_y={"type": "data", "array": [v.irtt.ci95 or 0 for v in mine]})
+        fig.add_scatter(x=xs, y=[v.ping.mean if v.ping else None for v in mine], mode="markers",
+                        name=f"{profile}: ping", error_y={"type": "data", "array": [
+                            (v.ping.ci95 or 0) if v.ping else 0 for v in mine]})
+        fig.add_scatter(x=xs, y=[v.serialisation_ms + v.cpu_ms.mean for v in mine], mode="lines",
+                        line={"dash": "dash"}, name=f"{profile}: predicted (serialisation + CPU)")
+    sections = [benchpage.Section("Measured against predicted", f"Markers: what the tunnel adds to plain's round "
+                                  f"trip, round by round, with its 95 % interval; dashed: the prediction. The probe "
+                                  f"is accurate where the two agree within ±{args.tolerance:g} ms.", fig)]
+    data = {"benchmark": "unloaded_rtt", "where": backends.current().label(), "kernel": os.uname().release,
+            "topology": args.topology, "seconds": args.seconds, "per_s": args.per_s, "rounds": args.rounds,
+            "verdicts": [{**dataclasses.asdict(v), "within": v.within} for v in found],
+            "runs": [dataclasses.asdict(r) for r in runs]}
+    return benchpage.write(args.out, "unloaded_rtt: the probe against the prediction",
+                           f"{data['where']} ({data['kernel']}); {args.topology}", sections, data)

@@ -1,0 +1,64 @@
+"""bench unloaded_rtt on captured output: ping's lines, the prediction's terms, the verdicts, its refusals."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import unloaded_rtt as u
+
+# iputils ping 20240117's lines (trimmed), as it prints them in the client's namespace
+PING = """PING 10.0.2.2 (10.0.2.2) 56(84) bytes of data.
+64 bytes from 10.0.2.2: icmp_seq=1 ttl=62 time=0.412 ms
+64 bytes from 10.0.2.2: icmp_seq=2 ttl=62 time=0.398 ms
+64 bytes from 10.0.2.2: icmp_seq=3 ttl=62 time=1.05 ms
+
+--- 10.0.2.2 ping statistics ---
+3 packets transmitted, 3 received, 0% packet loss, time 41ms
+rtt min/avg/max/mdev = 0.398/0.620/1.050/0.304 ms
+"""
+
+
+def test_pings_round_trips_are_its_per_reply_lines():
+    assert u.ping_times(PING) == [0.412, 0.398, 1.05]
+    assert u.ping_times("") == []
+
+
+def test_a_nic_would_serialise_the_tunnels_bytes_both_ways():
+    plain, tunnel = u.probe_packet_bytes("aes-gcm-256")
+    assert plain == 14 + 20 + 8 + 60
+    assert tunnel - plain == 56  # outer IPv4 20, ESP header 8, IV 8, padding 2 + trailer 2, ICV 16
+    assert u.nic_serialisation_ms("aes-gcm-256", 1.0) == pytest.approx(2 * 56 * 8 / 1e6 * 1000)
+    assert u.nic_serialisation_ms("aes-gcm-256", 0) == 0.0
+    assert u.probe_packet_bytes("none") == (plain, plain)
+
+
+def _run(rate, profile, rnd, irtt_ms, cpu_us, ping_ms=None):
+    return u.Run(rate, profile, rnd, [irtt_ms] * 10, [ping_ms if ping_ms is not None else irtt_ms / 2] * 10, cpu_us)
+
+
+def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_its_cpu_term():
+    # the machine twice as slow in round 1: the differences stay, the means would not
+    runs = [_run(0, "none", 0, 0.40, 300), _run(0, "aes-gcm-256", 0, 0.50, 400),
+            _run(0, "aes-gcm-256", 1, 1.00, 800), _run(0, "none", 1, 0.80, 600),
+            _run(0, "none", 2, 0.41, 300), _run(0, "aes-gcm-256", 2, 0.51, 401),
+            _run(10, "none", 0, 0.40, 300), _run(10, "aes-gcm-256", 0, 0.80, 400),  # 0.3 ms beyond its CPU term
+            _run(10, "none", 1, 0.40, 300), _run(10, "aes-gcm-256", 1, 0.81, 401)]
+    unshaped, shaped = u.verdicts(runs, 0.05)
+    assert (unshaped.rate_mbit, unshaped.profile, unshaped.irtt.n) == (0, "aes-gcm-256", 3)
+    assert unshaped.irtt.mean == pytest.approx((0.1 + 0.2 + 0.1) / 3)
+    assert unshaped.cpu_ms.mean == pytest.approx((0.1 + 0.2 + 0.101) / 3)
+    assert unshaped.residual.mean == pytest.approx(-0.001 / 3) and unshaped.within
+    assert unshaped.serialisation_ms == 0.0 and unshaped.nic_ms == 0.0
+    assert unshaped.ping.mean == pytest.approx(unshaped.irtt.mean / 2)
+    assert shaped.residual.mean == pytest.approx((0.3 + 0.309) / 2) and not shaped.within
+    assert shaped.nic_ms == pytest.approx(u.nic_serialisation_ms("aes-gcm-256", 10))
+    # a path with one round of the pair cannot be judged: no interval
+    assert u.verdicts(runs[:2], 0.05) == []
+
+
+def test_bad_options_are_refused_in_one_line():
+    parser = u.build_parser()
+    assert u.check(parser.parse_args([])) is None
+    for argv, says in ((["--rates", "-1"], "--rates: -1; 0 (unshaped) or Mbit/s"),
+                       (["--profiles", "aes-foo"], "--profiles:"), (["--rounds", "1"], "--rounds must be 2"),
+                       (["--per-s", "500"], "--per-s must be 1..100"), (["--seconds", "0.5"], "--seconds must be")):
+        assert says in u.check(parser.parse_args(argv)), argv
