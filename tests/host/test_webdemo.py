@@ -10,6 +10,7 @@ channel between them.  With ``IPSEC_TESTBED_SCREENSHOT=PATH`` the page's screens
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -216,19 +217,37 @@ def test_the_page_runs_wireguard_and_says_why_its_packets_stay_sealed(no_leftove
     assert rc == 130, demo.text()
 
 
-@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
-def test_sigterm_or_a_closed_terminal_ends_the_demo_and_its_guest(no_leftovers, sig, status):
-    demo = Demo()
-    # the page's events: the network is up once the hello has come
-    deadline = time.monotonic() + 180
+def _events_until(demo: Demo, event: bytes, timeout_s: float = 180, action: dict | None = None) -> None:
+    """Read the page's events until one named ``event`` comes; ``action`` posted once the hello has."""
+    deadline = time.monotonic() + timeout_s
     with urllib.request.urlopen(urllib.request.Request(
-            f"http://127.0.0.1:{demo.port}/events?token={demo.token}"), timeout=180) as events:
+            f"http://127.0.0.1:{demo.port}/events?token={demo.token}"), timeout=timeout_s) as events:
         while time.monotonic() < deadline:
             line = events.readline()
-            if b'"event": "hello"' in line:
-                break
-        else:
-            pytest.fail("no hello from the demo")
+            if action is not None and b'"event": "hello"' in line:
+                req = urllib.request.Request(f"http://127.0.0.1:{demo.port}/action?token={demo.token}",
+                                             data=json.dumps(action).encode(),
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=30) as answer:
+                    assert answer.status == 202
+                action = None
+            if f'"event": "{event.decode()}"'.encode() in line:
+                return
+    pytest.fail(f"no {event.decode()} event from the demo")
+
+
+@pytest.mark.parametrize("moment", ["booting", "up", "traffic"])
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_sigterm_or_a_closed_terminal_ends_the_demo_and_its_guest(no_leftovers, sig, status, moment):
+    """At three moments: its guest booting (the page served, no network yet), the network up, the traffic
+    running (iperf3 and the round-trip probe in the namespaces)."""
+    demo = Demo()
+    if moment == "booting":
+        time.sleep(2)
+    elif moment == "up":
+        _events_until(demo, b"hello")
+    else:
+        _events_until(demo, b"goodput", action={"action": "traffic", "on": True})
     assert demo.stop(sig) == status, demo.text()
     assert "Traceback" not in demo.text() and "KeyboardInterrupt" not in demo.text(), demo.text()
     with pytest.raises(urllib.error.URLError):
