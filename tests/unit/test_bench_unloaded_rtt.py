@@ -17,9 +17,13 @@ rtt min/avg/max/mdev = 0.398/0.620/1.050/0.304 ms
 """
 
 
-def test_pings_round_trips_are_its_per_reply_lines():
+def test_pings_round_trips_are_its_per_reply_lines_and_its_echoes_answered_its_statistics():
     assert u.ping_times(PING) == [0.412, 0.398, 1.05]
     assert u.ping_times("") == []
+    assert u.ping_received(PING) == 3
+    flood = ("PING 10.0.2.2 (10.0.2.2) 56(84) bytes of data.\n\n--- 10.0.2.2 ping statistics ---\n"
+             "5000 packets transmitted, 4998 received, 0.04% packet loss, time 812ms\n")
+    assert u.ping_received(flood) == 4998 and u.ping_received("ping: connect: Network is unreachable") == 0
 
 
 def test_a_nic_would_serialise_the_tunnels_bytes_both_ways():
@@ -46,10 +50,12 @@ def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_its_cpu_te
     assert (unshaped.rate_mbit, unshaped.profile, unshaped.irtt.n) == (0, "aes-gcm-256", 3)
     assert unshaped.irtt.mean == pytest.approx((0.1 + 0.2 + 0.1) / 3)
     assert unshaped.cpu_ms.mean == pytest.approx((0.1 + 0.2 + 0.101) / 3)
-    assert unshaped.residual.mean == pytest.approx(-0.001 / 3) and unshaped.within
+    assert unshaped.residual.mean == pytest.approx(-0.001 / 3) and unshaped.within(unshaped.residual)
     assert unshaped.serialisation_ms == 0.0 and unshaped.nic_ms == 0.0
-    assert unshaped.ping.mean == pytest.approx(unshaped.irtt.mean / 2)
-    assert shaped.residual.mean == pytest.approx((0.3 + 0.309) / 2) and not shaped.within
+    assert unshaped.ping.mean == pytest.approx(unshaped.irtt.mean / 2)  # ping: half irtt's, so beyond the CPU term
+    assert unshaped.ping_residual.mean == pytest.approx(unshaped.ping.mean - unshaped.cpu_ms.mean)
+    assert not unshaped.within(unshaped.ping_residual)
+    assert shaped.residual.mean == pytest.approx((0.3 + 0.309) / 2) and not shaped.within(shaped.residual)
     assert shaped.nic_ms == pytest.approx(u.nic_serialisation_ms("aes-gcm-256", 10))
     # a path with one round of the pair cannot be judged: no interval
     assert u.verdicts(runs[:2], 0.05) == []
