@@ -22,8 +22,10 @@ What the tunnel adds is predicted from two terms, each computed:
   so the cipher's work on the packet's way is time on its way.  It is counted where nothing but the path runs:
   a ping flood (``ping -f``, :data:`FLOOD_COUNT` echoes, each sent when the last came back) keeps the CPU busy
   with round trips alone, and the meter's CPU time over it per echo is one round trip's work; the tunnel's beyond
-  plain's is the term.  (The CPU over the sparse probe's own run is no measure of it: the guest's timers and
-  the tools' processes between probes weigh ten times the path there.)  On a host kernel the same count says
+  plain's is the term.  It is counted on the unshaped path (``--rates`` must have 0), where the flood waits for
+  no shaper, and is the same on every path: the cipher's work does not depend on the link's rate.  (The CPU
+  over the sparse probe's own run is no measure of it: the guest's timers and the tools' processes between
+  probes weigh ten times the path there.)  On a host kernel the same count says
   how much CPU the tunnel's packets took, which there is not all time on the path.
 
 Each tool is judged: it is accurate where what it measures the tunnel to add, less the prediction, is within
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import statistics
@@ -51,7 +54,7 @@ RATES = (0.0, 100.0, 10.0, 1.0)
 IRTT_PAYLOAD_BYTES = 60
 ETHERNET_BYTES = 14
 #: Echoes of the flood that counts a round trip's CPU.
-FLOOD_COUNT = 5000
+FLOOD_COUNT = 20000
 _RECEIVED = re.compile(r"(\d+) received")
 _PING_TIME = re.compile(r"time=([0-9.]+) ms")
 
@@ -93,7 +96,7 @@ class Verdict:
     profile: str
     irtt: Added
     ping: Added | None
-    cpu_ms: Added  # the CPU term: the profile's CPU per round trip beyond plain's
+    cpu_ms: Added  # the CPU term: the profile's CPU per round trip beyond plain's, on the unshaped path
     residual: Added  # irtt's added round trip less the prediction, round by round
     ping_residual: Added | None  # ping's
     serialisation_ms: float  # what the shaper makes a lone packet wait for the tunnel's bytes (0 for tbf)
@@ -131,27 +134,43 @@ def added(diffs: Sequence[float]) -> Added:
     return Added(s.mean, s.ci95, s.n)
 
 
-def verdicts(runs: Sequence[Run], tolerance_ms: float) -> list[Verdict]:
-    """Per path and tunnel profile, its differences to plain round by round, and the prediction (pure)."""
-    out = []
+def _pairs(runs: Sequence[Run], rate: float, profile: str) -> list[tuple[Run, Run]]:
+    """Plain's run and the profile's of each round on one path, where both answered."""
     keyed = {(r.rate_mbit, r.profile, r.round): r for r in runs}
-    for rate in sorted({r.rate_mbit for r in runs}, key=lambda x: (x != 0, -x)):
-        for profile in dict.fromkeys(r.profile for r in runs if r.rate_mbit == rate and r.profile != "none"):
-            rounds = sorted(k[2] for k in keyed if k[:2] == (rate, profile) and (rate, "none", k[2]) in keyed)
-            both = [(keyed[(rate, "none", n)], keyed[(rate, profile, n)]) for n in rounds]
-            both = [(p, t) for p, t in both if p.irtt_mean is not None and t.irtt_mean is not None
-                    and p.cpu_us_per_rt is not None and t.cpu_us_per_rt is not None]
-            if len(both) < 2:
+    rounds = sorted(k[2] for k in keyed if k[:2] == (rate, profile) and (rate, "none", k[2]) in keyed)
+    return [(keyed[(rate, "none", n)], keyed[(rate, profile, n)]) for n in rounds]
+
+
+def less(a: Added | None, b: Added) -> Added | None:
+    """``a - b`` of two estimates measured apart (their intervals combined in quadrature; pure)."""
+    if a is None:
+        return None
+    ci = math.hypot(a.ci95, b.ci95) if a.ci95 is not None and b.ci95 is not None else None
+    return Added(a.mean - b.mean, ci, min(a.n, b.n))
+
+
+def verdicts(runs: Sequence[Run], tolerance_ms: float) -> list[Verdict]:
+    """Per path and tunnel profile, its differences to plain round by round, and the prediction, whose CPU term
+    is the unshaped path's (pure).  None without an unshaped path of two rounds or more for the profile."""
+    out = []
+    for profile in dict.fromkeys(r.profile for r in runs if r.profile != "none"):
+        flooded = [(p, t) for p, t in _pairs(runs, 0.0, profile)
+                   if p.cpu_us_per_rt is not None and t.cpu_us_per_rt is not None]
+        if len(flooded) < 2:
+            continue
+        cpu = added([(t.cpu_us_per_rt - p.cpu_us_per_rt) / 1000 for p, t in flooded])
+        serialisation = 0.0  # tbf sends a lone packet at once: its bucket refills between probes
+        predicted = Added(serialisation + cpu.mean, cpu.ci95, cpu.n)
+        for rate in sorted({r.rate_mbit for r in runs if r.profile == profile}, key=lambda x: (x != 0, -x)):
+            both = _pairs(runs, rate, profile)
+            irtt = [t.irtt_mean - p.irtt_mean for p, t in both if p.irtt_mean is not None and t.irtt_mean is not None]
+            ping = [t.ping_mean - p.ping_mean for p, t in both if p.ping_mean is not None and t.ping_mean is not None]
+            if len(irtt) < 2:
                 continue
-            serialisation = 0.0  # tbf sends a lone packet at once: its bucket refills between probes
-            irtt = [t.irtt_mean - p.irtt_mean for p, t in both]
-            cpu = [(t.cpu_us_per_rt - p.cpu_us_per_rt) / 1000 for p, t in both]
-            pinged = [(t.ping_mean - p.ping_mean, (t.cpu_us_per_rt - p.cpu_us_per_rt) / 1000) for p, t in both
-                      if p.ping_mean is not None and t.ping_mean is not None]
-            out.append(Verdict(rate, profile, added(irtt), added([d for d, _ in pinged]) if len(pinged) >= 2 else None,
-                               added(cpu), added([i - (serialisation + c) for i, c in zip(irtt, cpu, strict=True)]),
-                               added([d - (serialisation + c) for d, c in pinged]) if len(pinged) >= 2 else None,
-                               serialisation, nic_serialisation_ms(profile, rate), tolerance_ms))
+            by_ping = added(ping) if len(ping) >= 2 else None
+            out.append(Verdict(rate, profile, added(irtt), by_ping, cpu, less(added(irtt), predicted),
+                               less(by_ping, predicted), serialisation, nic_serialisation_ms(profile, rate),
+                               tolerance_ms))
     return out
 
 
@@ -204,6 +223,9 @@ def check(args: argparse.Namespace) -> str | None:
         return f"--seconds must be 1..60, not {args.seconds:g}"
     if not 1 <= args.per_s <= 100:
         return f"--per-s must be 1..100 round trips a second, not {args.per_s:g}"
+    if 0 not in args.rates:
+        return ("--rates must include 0: the unshaped path, where the CPU term is counted (a flood would fill a "
+                "shaped link)")
     if args.rounds < 2:
         return f"--rounds must be 2 or more (a difference's interval needs two), not {args.rounds}"
     return None
@@ -235,6 +257,8 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     ping = iperf.popen_in(cns, ["ping", "-n", "-i", f"{interval:g}", "-c", str(count), "-W", "1", addr],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     said, _ = ping.communicate(timeout=args.seconds * 2 + 30)
+    if rate:  # the flood would fill the shaped link: its wait, not the path's work, would be counted
+        return Run(rate, profile, rnd, irtt, ping_times(said), None)
     f0 = meter.sample()
     flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-W", "1", addr],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -1,6 +1,8 @@
 """bench unloaded_rtt on captured output: ping's lines, the prediction's terms, the verdicts, its refusals."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from benchmarks import unloaded_rtt as u
@@ -39,26 +41,31 @@ def _run(rate, profile, rnd, irtt_ms, cpu_us, ping_ms=None):
     return u.Run(rate, profile, rnd, [irtt_ms] * 10, [ping_ms if ping_ms is not None else irtt_ms / 2] * 10, cpu_us)
 
 
-def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_its_cpu_term():
+def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_the_unshaped_paths_cpu_term():
     # the machine twice as slow in round 1: the differences stay, the means would not
     runs = [_run(0, "none", 0, 0.40, 300), _run(0, "aes-gcm-256", 0, 0.50, 400),
             _run(0, "aes-gcm-256", 1, 1.00, 800), _run(0, "none", 1, 0.80, 600),
             _run(0, "none", 2, 0.41, 300), _run(0, "aes-gcm-256", 2, 0.51, 401),
-            _run(10, "none", 0, 0.40, 300), _run(10, "aes-gcm-256", 0, 0.80, 400),  # 0.3 ms beyond its CPU term
-            _run(10, "none", 1, 0.40, 300), _run(10, "aes-gcm-256", 1, 0.81, 401)]
+            _run(10, "none", 0, 0.40, None), _run(10, "aes-gcm-256", 0, 0.80, None),  # 0.27 ms beyond the term
+            _run(10, "none", 1, 0.40, None), _run(10, "aes-gcm-256", 1, 0.81, None)]
     unshaped, shaped = u.verdicts(runs, 0.05)
     assert (unshaped.rate_mbit, unshaped.profile, unshaped.irtt.n) == (0, "aes-gcm-256", 3)
     assert unshaped.irtt.mean == pytest.approx((0.1 + 0.2 + 0.1) / 3)
-    assert unshaped.cpu_ms.mean == pytest.approx((0.1 + 0.2 + 0.101) / 3)
-    assert unshaped.residual.mean == pytest.approx(-0.001 / 3) and unshaped.within(unshaped.residual)
+    term = (0.1 + 0.2 + 0.101) / 3
+    assert unshaped.cpu_ms.mean == pytest.approx(term) and shaped.cpu_ms == unshaped.cpu_ms  # the path's work
+    assert unshaped.residual.mean == pytest.approx(unshaped.irtt.mean - term)
+    assert unshaped.residual.ci95 == pytest.approx(math.hypot(unshaped.irtt.ci95, unshaped.cpu_ms.ci95))
+    assert not unshaped.within(unshaped.residual)  # the term's interval alone is 0.14 ms wide
     assert unshaped.serialisation_ms == 0.0 and unshaped.nic_ms == 0.0
-    assert unshaped.ping.mean == pytest.approx(unshaped.irtt.mean / 2)  # ping: half irtt's, so beyond the CPU term
-    assert unshaped.ping_residual.mean == pytest.approx(unshaped.ping.mean - unshaped.cpu_ms.mean)
-    assert not unshaped.within(unshaped.ping_residual)
-    assert shaped.residual.mean == pytest.approx((0.3 + 0.309) / 2) and not shaped.within(shaped.residual)
+    assert unshaped.ping.mean == pytest.approx(unshaped.irtt.mean / 2)
+    assert unshaped.ping_residual.mean == pytest.approx(unshaped.ping.mean - term)
+    assert shaped.residual.mean == pytest.approx(0.405 - term) and not shaped.within(shaped.residual)
     assert shaped.nic_ms == pytest.approx(u.nic_serialisation_ms("aes-gcm-256", 10))
-    # a path with one round of the pair cannot be judged: no interval
-    assert u.verdicts(runs[:2], 0.05) == []
+    tight = u.Verdict(0, "x", shaped.irtt, None, shaped.cpu_ms, u.Added(0.01, 0.03, 4), None, 0, 0, 0.05)
+    assert tight.within(tight.residual) and not tight.within(None)
+    assert not tight.within(u.Added(0.03, 0.03, 4)) and not tight.within(u.Added(0.0, None, 1))
+    # without the unshaped path's flood there is no CPU term, so no verdict
+    assert u.verdicts(runs[6:], 0.05) == [] and u.verdicts(runs[:2], 0.05) == []
 
 
 def test_bad_options_are_refused_in_one_line():
@@ -66,5 +73,6 @@ def test_bad_options_are_refused_in_one_line():
     assert u.check(parser.parse_args([])) is None
     for argv, says in ((["--rates", "-1"], "--rates: -1; 0 (unshaped) or Mbit/s"),
                        (["--profiles", "aes-foo"], "--profiles:"), (["--rounds", "1"], "--rounds must be 2"),
-                       (["--per-s", "500"], "--per-s must be 1..100"), (["--seconds", "0.5"], "--seconds must be")):
+                       (["--per-s", "500"], "--per-s must be 1..100"), (["--seconds", "0.5"], "--seconds must be"),
+                       (["--rates", "10,1"], "--rates must include 0")):
         assert says in u.check(parser.parse_args(argv)), argv
