@@ -316,6 +316,12 @@ def flent_agreement(runs: Sequence[Run]) -> list[str]:
     return lines
 
 
+def _cumulative(values: Sequence[float]) -> dict[str, list[float]]:
+    """A CDF's points: the values sorted, each with the share of values at or below it (pure)."""
+    xs = sorted(values)
+    return {"x": xs, "y": [(i + 1) / len(xs) for i in range(len(xs))]}
+
+
 def write_page(args, runs: Sequence[Run]) -> str:
     """The round trip against time and its CDF, per profile and queue, as flent draws them."""
     from analysis import benchpage
@@ -326,12 +332,10 @@ def write_page(args, runs: Sequence[Run]) -> str:
     for r in runs:
         name = f"{r.profile}, {r.queue}"
         over_time.add_scatter(x=[t for t, _ in r.loaded], y=r.rtts, mode="lines", name=name)
-        xs = sorted(r.rtts)
-        cdf.add_scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines", name=name)
+        cdf.add_scatter(**_cumulative(r.rtts), mode="lines", name=name)
         for probe_name, series in r.flent.items():
-            xs = sorted(series.rtts)
-            cdf.add_scatter(x=xs, y=[(i + 1) / len(xs) for i in range(len(xs))], mode="lines",
-                            line={"dash": "dot"}, name=f"{name}: flent {probe_name}")
+            cdf.add_scatter(**_cumulative(series.rtts), mode="lines", line={"dash": "dot"},
+                            name=f"{name}: flent {probe_name}")
     sections = [
         benchpage.Section("Round trip against time", f"irtt every {PROBE_EVERY_S * 1000:g} ms beside "
                           f"{FLOWS_EACH_WAY} TCP flows each way; a gap is a lost probe.", over_time),
