@@ -43,8 +43,11 @@ def test_a_slowdown_in_one_of_two_guests_is_flagged(tmp_path):
     assert "the gate flagged kernel B: as it should" in out.stdout
     data = json.loads((tmp_path / "ab.json").read_text())
     assert data["right"] and data["paired"] and data["measured_pct"] > 5
-    # each side counts the other's idle guest and speed probe as the testbed's own (else every window showed
-    # their 20-25 % of a CPU as foreign load): alone on the machine, as the suite runs this module, the
-    # windows' foreign load was 0-3.5 % of a CPU here; a passing blip beyond 5 % is no failure
-    assert data["disturbed_windows"] <= 2, [r["foreign_cpu_pct"] for r in records(tmp_path / "a")]
+    # each side counts the other's idle guest and speed probe as the testbed's own: counted as foreign load
+    # they were 20-25 % of a CPU in every window.  What else the machine runs adds to it: 0-3.5 % here, alone,
+    # as the suite runs this module, but 6-10 % in every window on the CI's machine (at 96eb9b6), so the
+    # bound is the median's, halfway to the double count
+    foreign = sorted(r["foreign_cpu_pct"] or 0.0 for r in records(tmp_path / "a") + records(tmp_path / "b"))
+    assert foreign[len(foreign) // 2] < 15.0, foreign
+    assert data["disturbed_windows"] == sum(x > 5.0 for x in foreign), (data, foreign)  # what --json says
     assert {r["arm"] for r in records(tmp_path / "a")} == {"a"} == {r["arm"] for r in records(tmp_path / "b")}

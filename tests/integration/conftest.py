@@ -6,6 +6,7 @@ and if they are started on a kernel without it every test errors, loudly.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import select
@@ -57,6 +58,25 @@ def ip(*args: str) -> str:
     if out.returncode:
         raise AssertionError(f"ip {' '.join(args)}: {out.stderr.strip()}")
     return out.stdout
+
+
+def losses(namespaces) -> str:
+    """Where packets went missing in ``namespaces``: each one's non-zero kernel drop and error counters
+    (nstat, /proc/net/xfrm_stat), its links' drop counts and its bridge ports' states, for the message
+    of a test that lost a packet."""
+    out = []
+    for ns in namespaces:
+        def run(*cmd, ns=ns):
+            return subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True).stdout
+        counters = [line for line in run("nstat", "-as").splitlines()
+                    if re.search(r"Drop|Discard|Err|Fail|NoRoute|Miss|Overflow|Prune", line)]
+        counters += [line for line in run("cat", "/proc/net/xfrm_stat").splitlines() if line.split()[-1:] != ["0"]]
+        links = [f"{link['ifname']} {link.get('operstate')} rx {link['stats64']['rx']['packets']} "
+                 f"(dropped {link['stats64']['rx']['dropped']}) tx {link['stats64']['tx']['packets']} "
+                 f"(dropped {link['stats64']['tx']['dropped']})" for link in json.loads(run("ip", "-s", "-j", "link"))]
+        out.append(f"{ns}: {' | '.join(counters) or 'no drop counted'}\n  links: {'; '.join(links)}"
+                   f"\n  bridge ports: {run('bridge', 'link').strip() or '-'}")
+    return "\n".join(out)
 
 
 @pytest.fixture

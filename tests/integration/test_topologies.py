@@ -6,9 +6,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import subprocess
+import time
 
 import pytest
-from conftest import capture, ip, ipsec_count
+from conftest import capture, ip, ipsec_count, losses
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.inet6 import ICMPv6EchoRequest, IPv6
 from scapy.layers.ipsec import ESP
@@ -70,7 +71,13 @@ def test_tunnel_mode_is_esp_on_the_untrusted_link_and_plaintext_on_the_lans(name
                 stack.enter_context(capture(ns, dev, str(tmp_path / f"wan{k}.pcap"), direction="out"))
             stack.enter_context(capture(lan_ns, lan_if, str(tmp_path / "lan.pcap")))
             r = ping(net, src, dst, family, count=4)
-            assert r.returncode == 0 and " 4 received" in r.stdout, r.stdout + r.stderr
+            if not (r.returncode == 0 and " 4 received" in r.stdout):
+                time.sleep(0.5)  # what was sent in the captures, then where it went missing
+                caught = {p: [f"{pkt.time:.6f} {pkt.summary()}" for pkt in rdpcap(p)]
+                          for p in [*(str(tmp_path / f"wan{k}.pcap") for k in range(len(wan_ifs))),
+                                    str(tmp_path / "lan.pcap")]}
+                pytest.fail(f"{r.stdout}{r.stderr}\ncaptured: {caught}\n"
+                            f"{losses(net.ns(n.name) for n in spec.nodes)}")
             # four requests out of the client, four replies out of the gateway: all eight in the captures
             # before tcpdump stops (a capture that stopped once it had not grown for settle's 0.3 s once
             # held seven, in a full run at 1b37f64)
