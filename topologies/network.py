@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import socket
 import subprocess
 import time
 
@@ -43,6 +44,8 @@ from topologies.spec import AddressPlan, Interface, Route, TopologySpec, plan_ad
 
 #: A neighbour entry that neither ages nor is probed (linux/neighbour.h)
 NUD_PERMANENT = 0x80
+#: A bridge port that forwards (linux/if_bridge.h)
+BR_STATE_FORWARDING = 3
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +166,41 @@ def wait_no_tentative(ipr, ns: str, timeout_s: float = 10.0) -> None:
     raise RuntimeError(f"{ns}: IPv6 addresses still tentative after {timeout_s:g} s: {tentative}")
 
 
+def wait_links_ready(namespaces, timeout_s: float = 10.0) -> None:
+    """Bounded wait until every link in ``namespaces`` is up as the kernel's link watch sees it (operstate
+    UP, set when it has given the device its queue) and every bridge port forwards.
+
+    Bringing a veth's two ends up gives them carrier at once, but the kernel passes the change on through
+    its link watch, deferred work that may run a second later (later still in User-Mode Linux on a busy
+    host); until it has run, a bridge port stays disabled and drops whatever reaches it without counting it.
+    Built without this wait, the road-warrior tunnel test lost its first one to three pings (0.2-0.6 s of
+    them, captured leaving the client and never reaching the gateway) in 2 of 50 runs in a row.
+    """
+    deadline = waiting.Deadline(timeout_s, interval_s=0.02)
+    t0, waited = time.monotonic(), []
+    for ns in namespaces:
+        with netns.iproute(ns) as ipr:
+            for _ in deadline.polls():
+                links = ipr.get_links()
+                down = [f"{link.get_attr('IFLA_IFNAME')} {link.get_attr('IFLA_OPERSTATE')}" for link in links
+                        if link.get_attr("IFLA_IFNAME") != "lo"
+                        and link.get_attr("IFLA_OPERSTATE") not in ("UP", "UNKNOWN")]
+                ports = [link for link in links if link.get_attr("IFLA_MASTER")]
+                if ports:
+                    states = {link["index"]: (link.get_attr("IFLA_PROTINFO") or {}) for link in
+                              ipr.get_links(family=socket.AF_BRIDGE)}
+                    down += [f"{link.get_attr('IFLA_IFNAME')} not forwarding" for link in ports
+                             if not states.get(link["index"])
+                             or states[link["index"]].get_attr("IFLA_BRPORT_STATE") != BR_STATE_FORWARDING]
+                if not down:
+                    break
+                waited.append(f"{ns}: {', '.join(down)}")
+            else:
+                raise RuntimeError(f"{ns}: links not up after {timeout_s:g} s: {', '.join(down)}")
+    if waited:
+        log.debug("links ready after %.3f s; waited for %s", time.monotonic() - t0, "; ".join(dict.fromkeys(waited)))
+
+
 class TestbedTopo(Topo):
     """A Mininet ``Topo`` built from a :class:`TopologySpec` (usable by ``mn --custom``)."""
 
@@ -228,6 +266,7 @@ class Network:
                 self.mininet = Mininet(topo=self.topo, controller=None, host=TestbedHost, build=False)
                 self._stack.callback(self._stop_mininet)
                 self.mininet.build()
+                wait_links_ready(self.ns(n.name) for n in self.spec.nodes)
                 self._pin_next_hops()
         except BaseException:
             self._stack.close()
