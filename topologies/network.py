@@ -171,8 +171,11 @@ def wait_links_ready(namespaces, timeout_s: float = 10.0) -> None:
     UP, set when it has given the device its queue) and every bridge port forwards.
 
     Bringing a veth's two ends up gives them carrier at once, but the kernel passes the change on through
-    its link watch, deferred work that may run a second later (later still in User-Mode Linux on a busy
-    host); until it has run, a bridge port stays disabled and drops whatever reaches it without counting it.
+    its link watch, deferred work that runs at once only for an urgent change and otherwise up to a second
+    later; until it has run, a bridge port stays disabled and drops whatever reaches it without counting it.
+    The port seen late was always the switch's first (index 2, its peer the first client's interface, index
+    2 in its own namespace): a likely reading is that the link watch takes a veth whose index equals its
+    peer's for a device of its own, whose change is not urgent (``linkwatch_urgent_event``).
     Built without this wait, the road-warrior tunnel test lost its first one to three pings (0.2-0.6 s of
     them, captured leaving the client and never reaching the gateway) in 2 of 50 runs in a row.
     """
