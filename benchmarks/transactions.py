@@ -73,6 +73,7 @@ class Window:
     cpu_busy_pct: float
     serialisation_ms: float
     bound: str
+    speed_ns: float | None = None  # the speed probe's ns per operation over the window (how slow the machine ran)
 
 
 def serialisation_s(kind: str, size: int, profile: str, mode: str, ip_version: int, rate_mbit: float,
@@ -109,7 +110,7 @@ def bound_of(cpu_busy_pct: float, serialisation_ms: float, mean_ms: float) -> st
 
 
 def window_of(kind: str, size: int, profile: str, repetition: int, times: Sequence[float], elapsed_s: float,
-              cpu_busy_pct: float, serialisation_ms: float) -> Window:
+              cpu_busy_pct: float, serialisation_ms: float, speed_ns: float | None = None) -> Window:
     """A :class:`Window` from its transactions' durations (s) and wall time (pure)."""
     ms = sorted(t * 1000 for t in times)
     if not ms:
@@ -118,7 +119,7 @@ def window_of(kind: str, size: int, profile: str, repetition: int, times: Sequen
     mean = statistics.fmean(ms)
     return Window(kind, size, profile, repetition, len(ms), elapsed_s, len(ms) / elapsed_s, mean,
                   statistics.median(ms), p99, cpu_busy_pct, serialisation_ms,
-                  bound_of(cpu_busy_pct, serialisation_ms, mean))
+                  bound_of(cpu_busy_pct, serialisation_ms, mean), speed_ns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,7 +286,8 @@ def body(args) -> int:
                                     c1 = meter.sample()
                                     busy = 100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus)
                                     ser = 1000 * serialisation_s(kind, size, profile, args.mode, args.ip, args.rate)
-                                    point.append(window_of(kind, size, profile, rep, times, took, busy, ser))
+                                    point.append(window_of(kind, size, profile, rep, times, took, busy, ser,
+                                                           speed_of(c0, c1)))
                                 rep += 1
                                 done = figures(point)
                                 if rep >= args.repetitions and all(f.precise(args.precision) for f in done):
@@ -302,6 +304,13 @@ def body(args) -> int:
               f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)})")
     print(f"report: {write_page(args, windows, idle)}")
     return 0
+
+
+def speed_of(c0, c1) -> float | None:
+    """The speed probe's ns per operation between two meter samples (None: no probe beside the guest)."""
+    if c0.probe is None or c1.probe is None or c1.probe[0] <= c0.probe[0]:
+        return None
+    return (c1.probe[1] - c0.probe[1]) / (c1.probe[0] - c0.probe[0])
 
 
 def _pct(value: float | None, ci: float | None) -> str:
