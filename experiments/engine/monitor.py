@@ -18,7 +18,7 @@ import contextlib
 import gc
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from experiments.engine.counters import (
     FlowCounters,
@@ -96,13 +96,15 @@ class Monitor:
         return self
 
     def _server_side(self) -> list:
-        """Every TCP connection on the servers' ports, in the receivers' namespaces."""
-        return [s for ns, port, _pid in self.receivers for s in self._diag[ns].tcp(local_ports=[port])]
+        """Every TCP connection on the servers' ports, in the receivers' namespaces (one request per
+        namespace and family, however many flows: :meth:`SockDiag.tcp`)."""
+        return [s for ns, ports in _by_namespace((ns, port) for ns, port, _pid in self.receivers).items()
+                for s in self._diag[ns].tcp(local_ports=ports)]
 
     def _client_side(self) -> list:
         """Every TCP connection to the servers' ports, in the senders' namespaces."""
-        return [s for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True)
-                for s in self._diag[ns].tcp(remote_ports=[port])]
+        pairs = ((ns, port) for ns, (_rns, port, _pid) in zip(self._senders, self.receivers, strict=True))
+        return [s for ns, ports in _by_namespace(pairs).items() for s in self._diag[ns].tcp(remote_ports=ports)]
 
     # -- readings ------------------------------------------------------------------------
     def shaper(self) -> QdiscCounters:
@@ -151,14 +153,24 @@ class Monitor:
         """How far each flow's connections are, as its server sees them: :data:`CONNECTED`, or
         which of iperf3's two connections is not up yet."""
         stages = []
+        on = {ns: self._diag[ns].tcp(local_ports=ports)
+              for ns, ports in _by_namespace((ns, port) for ns, port, _pid in self.receivers).items()}
         for ns, port, _pid in self.receivers:
-            new = [s for s in self._diag[ns].tcp(local_ports=[port]) if s.cookie not in self._earlier]
+            new = [s for s in on[ns] if s.local_port == port and s.cookie not in self._earlier]
             up = sum(s.state == ESTABLISHED for s in new)
             if up >= 2 or any((s.bytes_received or 0) > DATA_BYTES for s in new):
                 stages.append(CONNECTED)
             else:
                 stages.append("the control connection only" if up else "no connection yet")
         return stages
+
+
+def _by_namespace(pairs: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
+    """(namespace, port) pairs as the ports of each namespace, in their order (pure)."""
+    out: dict[str, list[int]] = {}
+    for ns, port in pairs:
+        out.setdefault(ns, []).append(port)
+    return out
 
 
 @contextlib.contextmanager

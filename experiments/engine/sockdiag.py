@@ -140,17 +140,31 @@ class SockDiag:
         self._seq = 0
 
     def tcp(self, local_ports: Iterable[int] = (), remote_ports: Iterable[int] = ()) -> list[TcpSocket]:
-        """The TCP connections with one of ``local_ports`` (or ``remote_ports``), IPv4 and IPv6."""
-        wanted = [(p, 0) for p in local_ports] + [(0, p) for p in remote_ports]
+        """The TCP connections with one of ``local_ports`` (or ``remote_ports``), IPv4 and IPv6.
+
+        One port: the kernel filters the dump.  More: one dump of the namespace's connections per family,
+        filtered here, so that reading 200 flows' counters is two requests, not 400 (each a round of system
+        calls, which inside User-Mode Linux took a 200-client window's readings to 0.10-0.17 s)."""
+        local, remote = set(local_ports), set(remote_ports)
+        wanted = [(p, 0) for p in local] + [(0, p) for p in remote]
         found: list[TcpSocket] = []
         for family in (socket.AF_INET, socket.AF_INET6):
+            if len(wanted) > 1:
+                found += [s for s in self._dump(family, 0, 0) if s.local_port in local or s.remote_port in remote]
+                continue
             for sport, dport in wanted:
-                self._seq += 1
-                self._sock.send(_request(family, sport, dport, self._seq))
-                done = False
-                while not done:
-                    sockets, done = parse_messages(self._sock.recv(1 << 16))
-                    found += sockets
+                found += self._dump(family, sport, dport)
+        return found
+
+    def _dump(self, family: int, sport: int, dport: int) -> list[TcpSocket]:
+        """One dump of ``family``'s TCP connections, the kernel filtering by ``sport``/``dport`` (0: any)."""
+        self._seq += 1
+        self._sock.send(_request(family, sport, dport, self._seq))
+        found: list[TcpSocket] = []
+        done = False
+        while not done:
+            sockets, done = parse_messages(self._sock.recv(1 << 16))
+            found += sockets
         return found
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from experiments.engine.counters import (
     parse_qdiscs,
     udp_counter,
 )
-from experiments.engine.monitor import Monitor
+from experiments.engine.monitor import CONNECTED, Monitor
 from experiments.engine.sockdiag import CLOSE_WAIT, ESTABLISHED, TcpSocket
 from experiments.engine.verdict import CPU_SATURATED, LINK_FULL, RECORD_NAMES, Evidence, classify, evidence
 from experiments.engine.waits import wait_all_connected, wait_for_flow, wait_servers_idle
@@ -302,3 +302,41 @@ def test_the_speed_probes_ns_per_operation_over_the_window_is_kept():
         dataclasses.replace(b, cpu=dataclasses.replace(b.cpu, probe=(1_400, 300_000_000)))
     # 400 operations in 100 ms of the probe's work: 250 us each
     assert evidence(a, b, [3000] * 20, 10.0, 1.0, 9.5).speed_probe_ns == pytest.approx(250_000)
+
+
+def test_many_flows_counters_are_one_request_per_namespace_and_family():
+    """200 road warriors' servers in one namespace: one dump per family, filtered here, not one per port."""
+    from experiments.engine.sockdiag import SockDiag
+
+    calls = []
+    everything = [TcpSocket(ESTABLISHED, i, 5201 + i, 40000 + i, 1000 * i, 0, None, None, None, 0) for i in range(5)]
+    diag = SockDiag.__new__(SockDiag)
+    diag._dump = lambda family, sport, dport: calls.append((family, sport, dport)) or (
+        list(everything) if (sport, dport) == (0, 0) else [s for s in everything if s.local_port == sport])
+    assert [s.cookie for s in diag.tcp(local_ports=[5201, 5203, 5203])] == [0, 2, 0, 2]  # IPv4, then IPv6
+    assert [(sport, dport) for _f, sport, dport in calls] == [(0, 0), (0, 0)]
+    calls.clear()
+    assert [s.cookie for s in diag.tcp(remote_ports=[40004, 40001])] == [1, 4, 1, 4]
+    calls.clear()
+    assert [s.cookie for s in diag.tcp(local_ports=[5202])] == [1, 1]  # one port: the kernel filters
+    assert [(sport, dport) for _f, sport, dport in calls] == [(5202, 0), (5202, 0)]
+
+    class Recording(FakeDiag):
+        def __init__(self, sockets):
+            super().__init__()
+            self.now, self.asked = sockets, []
+
+        def tcp(self, local_ports=(), remote_ports=()):
+            self.asked.append((list(local_ports), list(remote_ports)))
+            return [s for s in self.now if s.local_port in local_ports or s.remote_port in remote_ports]
+
+    server = Recording([TcpSocket(ESTABLISHED, 10 + i, 5201 + i // 2, 40000 + i, 300 if i % 2 == 0 else 5_000_000,
+                                  0, None, None, None, 0) for i in range(5)])  # ports 5201, 5202: both up; 5203: one
+    m = Monitor.__new__(Monitor)
+    m.receivers = [("server", 5201 + i, 1) for i in range(3)]
+    m._senders, m._diag = ["client"] * 3, {"server": server, "client": Recording([])}
+    m.transport, m.datagram_bytes, m._earlier = "tcp", 0, frozenset()
+    assert m.stages() == [CONNECTED, CONNECTED, "the control connection only"]
+    assert server.asked == [([5201, 5202, 5203], [])]  # one request for the three servers
+    assert m.flows().received == 900 + 10_000_000
+    assert m._diag["client"].asked == [([], [5201, 5202, 5203])]
