@@ -143,9 +143,7 @@ class FlowCounters:
     ``out_of_order``: bytes they held beyond a hole (the senders' SACKed segments), which
     crossed the network but TCP will count only when the hole is filled; ``busy_us``,
     ``rwnd_limited_us``, ``sndbuf_limited_us``, ``retransmits``: the senders' tcp_info (None for
-    UDP); ``sent_datagrams``: UDP only; ``received_ns``: the local monotonic nanoseconds before and
-    after the receivers' part was read, where it is timed apart from the senders' (:class:`Timed`
-    brackets the whole reading: with 200 clients, the senders' namespaces took most of it).
+    UDP); ``sent_datagrams``: UDP only.
     """
 
     received: int
@@ -156,15 +154,6 @@ class FlowCounters:
     retransmits: int | None = None      # TCP segments the senders retransmitted
     sent_datagrams: int | None = None   # UDP datagrams the senders' namespaces sent ...
     received_datagrams: int | None = None  # ... and the receivers' took in
-    received_ns: tuple[int, int] | None = None
-
-    def received_at(self, whole: Timed) -> tuple[float, int]:
-        """When the received bytes were read (the middle of their bracket, ns) and the bracket's width;
-        ``whole``: this reading as timed, whose bracket stands in where the receivers' was not timed."""
-        if self.received_ns is None:
-            return whole.at_ns, whole.spread_ns
-        before, after = self.received_ns
-        return (before + after) / 2, after - before
 
     @property
     def arrived(self) -> int:

@@ -18,7 +18,6 @@ import contextlib
 import gc
 import logging
 import os
-import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from experiments.engine.counters import (
@@ -117,20 +116,14 @@ class Monitor:
             received = sum(self._snmp[ns].udp("InDatagrams") for ns in dict.fromkeys(r[0] for r in self.receivers))
             sent = sum(self._snmp[ns].udp("OutDatagrams") for ns in dict.fromkeys(self._senders))
             return FlowCounters(received * self.datagram_bytes, received_datagrams=received, sent_datagrams=sent)
-        # The receivers first, timed on their own: the window's goodput is theirs, and with many clients
-        # the senders' namespaces take most of the reading.  The senders' SACKed bytes, read after it,
-        # move the sum only by what arrived beyond a hole meanwhile (a hole filled moves bytes from
-        # them to the receivers' count, the sum unchanged)
-        t0 = time.monotonic_ns()
         received = sum(s.bytes_received or 0 for s in self._server_side() if s.cookie not in self._earlier)
-        at = (t0, time.monotonic_ns())
         senders = [s for s in self._client_side() if s.cookie not in self._earlier]
         limits = [(s.busy_us, s.rwnd_limited_us, s.sndbuf_limited_us) for s in senders]
         ooo, retrans = sum(s.sacked_bytes for s in senders), sum(s.total_retrans for s in senders)
         if not limits or any(b is None for b, _, _ in limits):
-            return FlowCounters(received, ooo, retransmits=retrans, received_ns=at)
+            return FlowCounters(received, ooo, retransmits=retrans)
         return FlowCounters(received, ooo, sum(b for b, _, _ in limits), sum(r or 0 for _, r, _ in limits),
-                            sum(x or 0 for _, _, x in limits), retrans, received_ns=at)
+                            sum(x or 0 for _, _, x in limits), retrans)
 
     def read(self) -> Reading:
         """Every counter now, each timed (:class:`~experiments.engine.counters.Reading`)."""

@@ -105,8 +105,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
     qa, qb = a.shaper.value, b.shaper.value
     fa, fb = a.flows.value, b.flows.value
     t_shaper = (b.shaper.at_ns - a.shaper.at_ns) / _NS
-    (at_a, spread_a), (at_b, spread_b) = fa.received_at(a.flows), fb.received_at(b.flows)
-    t_recv = (at_b - at_a) / _NS
+    t_recv = (b.flows.at_ns - a.flows.at_ns) / _NS
     moved = fb.arrived - fa.arrived
     util = (qb.bytes - qa.bytes) * 8 / (rate_mbit * 1e6 * t_shaper)
     cpu_clock = (b.cpu.clock_ns - a.cpu.clock_ns) / _NS
@@ -146,7 +145,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         clock_skew=(cpu_clock - local) / local if local > 0 else 0.0,
         max_reading_spread_s=max(spreads) / _NS,
         # a reading placed at the middle of its bracket is off by at most half of it, at each end
-        goodput_uncertainty=(spread_a + spread_b) / 2 / _NS / t_recv,
+        goodput_uncertainty=(a.flows.spread_ns + b.flows.spread_ns) / 2 / _NS / t_recv,
         utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper,
         speed_probe_ns=speed, foreign_cpu_pct=foreign)
 

@@ -101,24 +101,6 @@ def test_evidence_figures_from_two_readings():
 
 
 
-def test_the_window_is_timed_by_the_receivers_reading_where_it_was_timed_apart():
-    # each reading took 0.2 s, the receivers' bytes read in its first 10 ms (200 clients' namespaces after)
-    def read(t_s: float, received: int) -> Reading:
-        ns = int(t_s * 1e9)
-        flows = FlowCounters(received, received_ns=(ns, ns + 10_000_000))
-        return Reading(Timed(QdiscCounters(0, 0, 0, 0, 0, 0), ns, ns + 1000), Timed(flows, ns, ns + 200_000_000),
-                       CpuSample(0, ns, (ns, ns + 1000)), parse_proc_stat(PROC_STAT))
-
-    ev = evidence(read(1.0, 0), read(3.0, 2_500_000), [], 10.0, 1.0, 9.5)
-    assert ev.window_s == pytest.approx(2.0)
-    assert ev.goodput_mbps == pytest.approx(10.0)
-    assert ev.goodput_uncertainty == pytest.approx(0.01 / 2.0)  # not the whole reading's 0.2 s: 0.1 of the window
-    # without the receivers' own bracket, the whole reading's stands in
-    plain = Reading(Timed(QdiscCounters(0, 0, 0, 0, 0, 0), 0, 1000), Timed(FlowCounters(0), 0, 200_000_000),
-                    CpuSample(0, 0, (0, 1000)), parse_proc_stat(PROC_STAT))
-    assert FlowCounters(0).received_at(plain.flows) == (100_000_000, 200_000_000)
-
-
 def test_the_evidence_is_recorded_by_its_fields_names():
     ev = dataclasses.replace(window(9.4, 0.99, 0.30, spread_ns=2_000_000, proc=PROC_STAT_LATER), retransmits=7,
                              loss_pct=None, sender_rwnd_limited=0.25, speed_probe_ns=1234.5)
