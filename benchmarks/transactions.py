@@ -287,7 +287,7 @@ def body(args) -> int:
                                     busy = 100.0 * (c1.cpu_ns - c0.cpu_ns) / ((c1.clock_ns - c0.clock_ns) * meter.cpus)
                                     ser = 1000 * serialisation_s(kind, size, profile, args.mode, args.ip, args.rate)
                                     point.append(window_of(kind, size, profile, rep, times, took, busy, ser,
-                                                           speed_of(c0, c1)))
+                                                           c0.probe_ns_until(c1)))
                                 rep += 1
                                 done = figures(point)
                                 if rep >= args.repetitions and all(f.precise(args.precision) for f in done):
@@ -304,13 +304,6 @@ def body(args) -> int:
               f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)})")
     print(f"report: {write_page(args, windows, idle)}")
     return 0
-
-
-def speed_of(c0, c1) -> float | None:
-    """The speed probe's ns per operation between two meter samples (None: no probe beside the guest)."""
-    if c0.probe is None or c1.probe is None or c1.probe[0] <= c0.probe[0]:
-        return None
-    return (c1.probe[1] - c0.probe[1]) / (c1.probe[0] - c0.probe[0])
 
 
 def _pct(value: float | None, ci: float | None) -> str:

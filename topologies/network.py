@@ -190,11 +190,11 @@ def wait_links_ready(namespaces, timeout_s: float = 10.0) -> None:
                         and link.get_attr("IFLA_OPERSTATE") not in ("UP", "UNKNOWN")]
                 ports = [link for link in links if link.get_attr("IFLA_MASTER")]
                 if ports:
-                    states = {link["index"]: (link.get_attr("IFLA_PROTINFO") or {}) for link in
-                              ipr.get_links(family=socket.AF_BRIDGE)}
+                    states = {link["index"]: info.get_attr("IFLA_BRPORT_STATE")
+                              for link in ipr.get_links(family=socket.AF_BRIDGE)
+                              if (info := link.get_attr("IFLA_PROTINFO"))}
                     down += [f"{link.get_attr('IFLA_IFNAME')} not forwarding" for link in ports
-                             if not states.get(link["index"])
-                             or states[link["index"]].get_attr("IFLA_BRPORT_STATE") != BR_STATE_FORWARDING]
+                             if states.get(link["index"]) != BR_STATE_FORWARDING]
                 if not down:
                     break
                 waited.append(f"{ns}: {', '.join(down)}")

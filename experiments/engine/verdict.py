@@ -122,9 +122,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
     if fa.sent_datagrams is not None and fb.sent_datagrams is not None and fb.sent_datagrams > fa.sent_datagrams:
         got = fb.received_datagrams - fa.received_datagrams
         loss = max(0.0, 100.0 * (1 - got / (fb.sent_datagrams - fa.sent_datagrams)))
-    speed = None
-    if a.cpu.probe and b.cpu.probe and b.cpu.probe[0] > a.cpu.probe[0]:
-        speed = (b.cpu.probe[1] - a.cpu.probe[1]) / (b.cpu.probe[0] - a.cpu.probe[0])
+    speed = a.cpu.probe_ns_until(b.cpu)
     foreign = None
     if a.cpu.host and b.cpu.host:
         foreign = hostload.foreign_pct(a.cpu.host[0], b.cpu.host[0], a.cpu.host[1], b.cpu.host[1],

@@ -66,6 +66,13 @@ class CpuSample:
     probe: tuple[int, int] | None = None
     host: tuple[int, int] | None = None
 
+    def probe_ns_until(self, later: CpuSample) -> float | None:
+        """The speed probe's ns per operation from this sample to ``later`` (how slow the machine ran);
+        None without a probe, or when it did no operation in between."""
+        if self.probe is None or later.probe is None or later.probe[0] <= self.probe[0]:
+            return None
+        return (later.probe[1] - self.probe[1]) / (later.probe[0] - self.probe[0])
+
 
 class CpuMeter(abc.ABC):
     """The CPU time of the kernel an experiment runs on, as finely as the backend can account it."""

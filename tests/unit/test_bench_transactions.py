@@ -70,11 +70,10 @@ def test_sizes_and_kinds_are_checked_before_anything_runs():
 
 
 def test_a_window_carries_the_speed_probes_ns_per_operation_or_none_without_a_probe():
-    from benchmarks.transactions import speed_of
     from testbed.backends.base import CpuSample
 
     a = CpuSample(0, 0, (0, 0), probe=(100, 1_000_000))
     b = CpuSample(0, 0, (0, 0), probe=(150, 8_500_000))
-    assert speed_of(a, b) == 150_000.0
-    assert speed_of(CpuSample(0, 0, (0, 0)), b) is None
-    assert speed_of(a, a) is None  # no operation in the window: no figure
+    assert a.probe_ns_until(b) == 150_000.0
+    assert CpuSample(0, 0, (0, 0)).probe_ns_until(b) is None
+    assert a.probe_ns_until(a) is None  # no operation in the window: no figure
