@@ -231,6 +231,12 @@ class Record:
     sender_sndbuf_limited: float | None = _doc("share of the window the sender was limited by its send buffer")
     clock_skew: float | None = _doc("disagreement of the two clocks the window was read with")
     reading_spread_s: float | None = _doc("longest time one set of counter readings took, s")
+    receive_backlog_start: int | None = _doc("packets in the kernel's receive backlog (/proc/net/softnet_stat, all "
+                                             "of the kernel's traffic) as the window opened: the shaper had sent "
+                                             "them, the receivers not yet taken them in; absent before Linux 5.10")
+    receive_backlog_end: int | None = _doc("... and as it closed")
+    receive_backlog_drops: int | None = _doc("packets the kernel dropped from its full receive backlog in the "
+                                             "window, after the shaper: the emulating CPU fell behind the link")
     # -- CPU -------------------------------------------------------------------------------------
     cpu_busy_pct: float | None = _doc("the emulating CPUs' busy share over the window, percent")
     cpu_s: float | None = _doc("CPU seconds the emulation used in the window")
@@ -287,7 +293,8 @@ class Record:
                                            "cpu_us_per_packet_measured", "iperf3_reports_lost", "concurrent_with",
                                            "foreign_cpu_pct", "probe_sent", "probe_lost", "probe_rtt_ms",
                                            "probe_rtt_p90_ms", "probe_rtt_p99_ms", "probe_up_ms", "probe_down_ms",
-                                           "idle_rtt_ms")
+                                           "idle_rtt_ms", "receive_backlog_start", "receive_backlog_end",
+                                           "receive_backlog_drops")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

@@ -11,12 +11,18 @@ placed where it really happened):
   UDP datagrams delivered (``Udp: InDatagrams`` of the server's namespace, :class:`SnmpReader`),
   counted by the testbed over its own window, not by iperf3 (:class:`FlowCounters`);
 - the **senders'** ``tcp_info`` time limited by the receive window or the send buffer;
+- the **kernel's receive backlog** (/proc/net/softnet_stat, :class:`KernelQueue`): the packets a
+  device handed to the receiving side and it has not processed yet, and those it dropped;
 - the **CPU** of the kernel the work runs on, from its backend's meter (for User-Mode Linux
   the host's nanosecond account of the whole guest, :class:`testbed.backends.umlmeter.GuestMeter`),
   and the guest's own /proc/stat split (system, softirq: :class:`ProcStat`).
 
-One moment's readings of all of them are a :class:`Reading`.  The parsers are pure and tested
-on captured data.
+One moment's readings of all of them are a :class:`Reading`.  The shaper and the receivers are
+read one right after the other and bracketed together, so that a window's goodput and the
+shaper's bytes span the same moments: with 200 clients the senders' namespaces take 0.05-0.15 s
+more, and a reading of the network at real-time priority holds its traffic up meanwhile, so a
+shaper read before them counted over other moments than the receivers (issue 46).  The parsers
+are pure and tested on captured data.
 """
 from __future__ import annotations
 
@@ -161,13 +167,61 @@ class FlowCounters:
 
 
 @dataclasses.dataclass(frozen=True)
+class KernelQueue:
+    """The kernel's receive backlog (/proc/net/softnet_stat, all CPUs): a device that hands a packet
+    to the receiving side (a veth does, for every packet it carries) queues it there until the CPU's
+    network work takes it up; beyond ``netdev_max_backlog`` packets it is dropped.
+
+    ``packets``: queued now (None from a kernel older than 5.10, which does not say);
+    ``dropped``: dropped since boot.  The kernel's, not the point's: every packet of the machine
+    counts, so as the point's it is an upper bound.
+    """
+
+    packets: int | None
+    dropped: int
+
+
+def parse_softnet(text: str) -> KernelQueue | None:
+    """/proc/net/softnet_stat's lines summed over the CPUs (pure): the second column is the packets
+    dropped, the twelfth (from Linux 5.10) the backlog's length, all in hex.  None without a line."""
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    if not rows:
+        return None
+    queued = sum(int(r[11], 16) for r in rows) if all(len(r) > 11 for r in rows) else None
+    return KernelQueue(queued, sum(int(r[1], 16) for r in rows))
+
+
+class SoftnetReader:
+    """/proc/net/softnet_stat, opened once (the same in every namespace: the CPUs' queues are shared)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd = os.open("/proc/net/softnet_stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # a kernel without it
+            self._fd = -1
+
+    def read(self) -> KernelQueue | None:
+        return parse_softnet(os.pread(self._fd, 1 << 16, 0).decode()) if self._fd >= 0 else None
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd = -1
+
+
+@dataclasses.dataclass(frozen=True)
 class Reading:
-    """Every counter of a point at one moment (each timed on its own)."""
+    """Every counter of a point at one moment.  ``shaper`` and ``flows`` share one bracket: the
+    shaper's counters, then the receivers' (the senders' part of ``flows``, read after them, holds
+    levels and times shared out over the window, which a moment's delay does not move);
+    ``kernel_queue``: the receive backlog at the end of that bracket (None where the kernel has no
+    account)."""
 
     shaper: Timed        # QdiscCounters
     flows: Timed         # FlowCounters
     cpu: CpuSample
     proc_stat: ProcStat
+    kernel_queue: KernelQueue | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,8 +33,10 @@ QUEUE_STANDING = 0.5
 #: in analysis.stats, shared with the reports, which mark the CPU cost of such points.
 CPU_SATURATED = CPU_SATURATED_PCT / 100
 #: Goodput may exceed what the shaper's bytes carry (at the overhead model's payload share)
-#: by this much before the two are called contradictory: the bytes in flight between the
-#: shaper and the receiving socket at the window's two ends differ by up to a few packets.
+#: by this much before the two are called contradictory: the model's payload share is the
+#: full-sized packets', and the senders' SACKed bytes are known a round trip late.  Packets the
+#: shaper had sent before the window and the receivers took in within it, from the kernel's
+#: receive backlog, are allowed for besides, as many as it held when the window opened.
 AGREEMENT = 0.02
 #: A window may carry this much more than the link's rate and its token bucket allow before it
 #: is called impossible: a frame at each end and the readings' timing (0.1 % at most seen).
@@ -74,6 +76,9 @@ class Evidence:
     shaper_lost: int = 0            # backlog samples that found no shaper (its qdisc was replaced)
     speed_probe_ns: float | None = None  # the speed probe's ns per operation over the window (how slow the machine ran)
     foreign_cpu_pct: float | None = None  # the host's CPU time on work not the testbed's, in % of one CPU (hostload)
+    receive_backlog_start: int | None = None  # packets in the kernel's receive backlog as the window opened ...
+    receive_backlog_end: int | None = None    # ... and as it closed (KernelQueue: None where the kernel does not say)
+    receive_backlog_drops: int | None = None  # packets the kernel dropped there in the window (its backlog was full)
 
     def record_fields(self) -> dict[str, Any]:
         """The evidence as a :class:`~testbed.record.Record`'s fields: every figure the record has, by its
@@ -128,6 +133,7 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         foreign = hostload.foreign_pct(a.cpu.host[0], b.cpu.host[0], a.cpu.host[1], b.cpu.host[1],
                                        b.cpu.clock_ns - a.cpu.clock_ns)
     spreads = [r.spread_ns for r in (a.shaper, a.flows, b.shaper, b.flows)]
+    qs = (a.kernel_queue, b.kernel_queue) if a.kernel_queue and b.kernel_queue else None
     spreads += [x.local_ns[1] - x.local_ns[0] for x in (a.cpu, b.cpu)]
     return Evidence(
         window_s=t_recv, goodput_mbps=moved * 8 / t_recv / 1e6, link_utilization=util,
@@ -145,7 +151,9 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         # a reading placed at the middle of its bracket is off by at most half of it, at each end
         goodput_uncertainty=(a.flows.spread_ns + b.flows.spread_ns) / 2 / _NS / t_recv,
         utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper,
-        speed_probe_ns=speed, foreign_cpu_pct=foreign)
+        speed_probe_ns=speed, foreign_cpu_pct=foreign,
+        receive_backlog_start=qs[0].packets if qs else None, receive_backlog_end=qs[1].packets if qs else None,
+        receive_backlog_drops=qs[1].dropped - qs[0].dropped if qs else None)
 
 
 def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[Bound, str]:
@@ -166,12 +174,15 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
     if ev.link_utilization > possible + ev.utilization_uncertainty:
         return Bound.ANOMALY, (f"the shaper sent {ev.link_utilization:.4f} of its rate over the window, more than "
                            f"its rate and bucket allow ({1 + burst_share:.4f})")
-    agree = 1 + AGREEMENT + ev.goodput_uncertainty + ev.utilization_uncertainty
+    held = (ev.receive_backlog_start or 0) / ev.link_packets if ev.link_packets > 0 else 0.0
+    agree = 1 + AGREEMENT + ev.goodput_uncertainty + ev.utilization_uncertainty + held
     if ev.shaper_goodput_mbps and ev.goodput_mbps > ev.shaper_goodput_mbps * agree \
             and ev.goodput_mbps - ev.shaper_goodput_mbps > 0.01:
+        queue = (f", {ev.receive_backlog_start} packets in the kernel's receive backlog as the window opened "
+                 "included" if ev.receive_backlog_start else "")
         return Bound.ANOMALY, (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the shaper let through "
-                           f"({ev.shaper_goodput_mbps:.3f} Mbit/s at the overhead model's payload share)")
-    if expected_mbps and ev.goodput_mbps > expected_mbps * (possible + ev.goodput_uncertainty):
+                           f"({ev.shaper_goodput_mbps:.3f} Mbit/s at the overhead model's payload share{queue})")
+    if expected_mbps and ev.goodput_mbps > expected_mbps * (possible + ev.goodput_uncertainty + held):
         return Bound.ANOMALY, (f"goodput {ev.goodput_mbps:.3f} Mbit/s is above what the link can carry in the window: "
                            f"its theoretical {expected_mbps:.3f} Mbit/s and its token bucket")
     queued = (ev.queue_busy or 0.0) >= QUEUE_STANDING or ev.link_drops > 0
@@ -180,10 +191,10 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
         return Bound.LINK, f"the shaper sent {ev.link_utilization:.3f} of its rate with {queue}"
     if ev.cpu_busy >= CPU_SATURATED or ev.proc_busy_pct >= KERNEL_BUSY_PCT:
         return Bound.CPU, (f"the emulating CPU was {ev.cpu_busy:.0%} busy while the shaper sent "
-                       f"{ev.link_utilization:.3f} of its rate")
+                           f"{ev.link_utilization:.3f} of its rate{_backlog_drops(ev)}")
     if ev.proc_busiest_cpu_pct >= BUSIEST_CPU_PCT:
         return Bound.CPU, (f"one CPU was {ev.proc_busiest_cpu_pct:.0f} % busy (all of them {ev.cpu_busy:.0%}) "
-                       f"while the shaper sent {ev.link_utilization:.3f} of its rate")
+                           f"while the shaper sent {ev.link_utilization:.3f} of its rate{_backlog_drops(ev)}")
     limits = []
     if ev.sender_rwnd_limited is not None and ev.sender_rwnd_limited >= 0.1:
         limits.append(f"the receive window held the sender back {ev.sender_rwnd_limited:.0%} of the time")
@@ -191,4 +202,14 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
         limits.append(f"the send buffer held the sender back {ev.sender_sndbuf_limited:.0%} of the time")
     if not limits:
         limits.append(f"the shaper sent {ev.link_utilization:.3f} of its rate, the CPU was {ev.cpu_busy:.0%} busy")
-    return Bound.OTHER, "; ".join(limits)
+    return Bound.OTHER, "; ".join(limits) + _backlog_drops(ev)
+
+
+def _backlog_drops(ev: Evidence) -> str:
+    """The words a reason gains when the receiving kernel dropped packets the shaper had let through
+    (its backlog full: the emulating CPU fell behind the link), else nothing (pure)."""
+    if not ev.receive_backlog_drops or ev.receive_backlog_drops <= 0:
+        return ""
+    share = f", {ev.receive_backlog_drops / ev.link_packets:.1%} of the shaper's" if ev.link_packets > 0 else ""
+    return (f"; the receiving kernel dropped {ev.receive_backlog_drops} packets{share} (its backlog full: "
+            "the emulating CPU fell behind the link)")

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from experiments.engine.counters import FlowCounters, QdiscCounters, Reading, Timed, parse_proc_stat
+from experiments.engine.counters import FlowCounters, KernelQueue, QdiscCounters, Reading, Timed, parse_proc_stat
 from experiments.engine.measure import Window, point_record
 from experiments.engine.plan import SweepSpec, plan_points
 from ipsec.overhead import expected_point_goodput_mbps
@@ -27,7 +27,8 @@ def reading(t_s: float, shaper_bytes: int, received: int, cpu_s: float) -> Readi
     ns = int(t_s * 1e9)
     shaper = QdiscCounters(shaper_bytes, shaper_bytes // 1500, 0, 0, 0, 0)
     return Reading(Timed(shaper, ns, ns + 1000), Timed(FlowCounters(received, 0, ns // 1000, 0, 0, 0), ns, ns + 1000),
-                   CpuSample(int(cpu_s * 1e9), ns, (ns, ns + 1000)), parse_proc_stat(PROC_STAT))
+                   CpuSample(int(cpu_s * 1e9), ns, (ns, ns + 1000)), parse_proc_stat(PROC_STAT),
+                   KernelQueue(int(t_s), 7 * int(t_s)))
 
 
 def window(goodput_mbps: float, utilization: float, shaper_lost: int = 0) -> Window:
@@ -53,6 +54,8 @@ def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
     assert {f: getattr(record, f) for f in CLIENTS} == CLIENTS
     assert (record.duration_s, record.warmup_s, record.window_start_unix) == (2.0, 0.3, 1_700_000_000.5)
     assert (record.keying, record.ike_sas, record.injected_instructions) == ("static", None, None)  # no arm
+    # the kernel's receive backlog at the window's two ends, and what it dropped in between
+    assert (record.receive_backlog_start, record.receive_backlog_end, record.receive_backlog_drops) == (1, 3, 14)
     assert record.kernel_release == platform.release() and record.time and not record.failed
     # an arm's record names the instructions its ESP path carried
     assert record_of(window(9.0, 0.99), dataclasses.replace(POINT, arm="b")).injected_instructions == 400
