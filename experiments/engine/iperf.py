@@ -100,21 +100,23 @@ def parse_iperf3(text: str, interrupted: bool = False) -> Result:
         raise IperfError(f"iperf3's end summary lacks a figure ({type(e).__name__}: {e}): {str(s)[:200]}") from None
 
 
-def listening(pid: int, port: int) -> bool:
-    """Whether process ``pid``'s network namespace has a TCP listener on ``port``.
+def listening(pid: int, port: int, transport: str = "tcp") -> bool:
+    """Whether process ``pid``'s network namespace has a TCP listener on ``port`` (``transport``
+    "udp": a UDP socket bound to it).
 
-    Reads /proc/PID/net/tcp{,6}, which shows the sockets of that process's
-    namespace: no extra process is spawned (spawning is slow inside UML).
+    Reads /proc/PID/net/tcp{,6} (udp{,6}), which shows the sockets of that process's
+    namespace: no extra process is spawned (spawning is slow inside UML), and no socket of
+    ours is opened that could race the server for the port.
     """
-    for table in ("tcp", "tcp6"):
+    for table in (transport, f"{transport}6"):
         try:
             with open(f"/proc/{pid}/net/{table}") as f:
                 next(f)
                 for line in f:
                     fields = line.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    if (transport == "udp" or fields[3] == "0A") and int(fields[1].rsplit(":", 1)[1], 16) == port:
                         return True
-        except (OSError, StopIteration):
+        except (OSError, StopIteration, IndexError):
             continue
     return False
 

@@ -27,7 +27,7 @@ import math
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from experiments.engine.iperf import popen_in
+from experiments.engine.iperf import listening, popen_in
 from testbed import waiting
 
 IRTT = "irtt"
@@ -151,7 +151,7 @@ class Servers:
                                 stderr=subprocess.DEVNULL)
                 self.procs.append(proc)
             for ns, proc in zip(self.namespaces, self.procs, strict=True):
-                waiting.until(lambda proc=proc: proc.poll() is not None or _listening(proc.pid),
+                waiting.until(lambda proc=proc: proc.poll() is not None or listening(proc.pid, PORT, "udp"),
                               5.0, f"irtt's server listening in {ns}", interval_s=0.02)
                 if proc.poll() is not None:
                     raise RuntimeError(f"irtt's server in {ns} ended at its start (exit {proc.returncode})")
@@ -171,19 +171,6 @@ class Servers:
                 proc.kill()
                 proc.wait()
         self.procs = []
-
-
-def _listening(pid: int) -> bool:
-    """Whether a UDP socket on :data:`PORT` is bound in the network namespace of process ``pid`` (its own
-    /proc view of udp and udp6: no socket of ours that could race the server for the port)."""
-    for table in ("udp", "udp6"):
-        try:
-            with open(f"/proc/{pid}/net/{table}") as f:
-                if any(line.split()[1].rsplit(":", 1)[1] == f"{PORT:04X}" for line in f.readlines()[1:]):
-                    return True
-        except (OSError, IndexError):
-            continue
-    return False
 
 
 def run(ns: str, server: str, duration_s: float, interval_s: float) -> subprocess.Popen:

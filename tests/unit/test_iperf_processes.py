@@ -2,6 +2,7 @@
 in iperf3's place (no root, no iperf3), for how the helpers start, wait for, read and end them."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -104,3 +105,17 @@ def test_clients_that_do_not_end_when_interrupted_are_killed_after_their_time(st
     started = time.monotonic()
     clients.end(0.2)
     assert proc.returncode == -9 and 0.1 <= time.monotonic() - started < 5 and clients.procs == []
+
+
+def test_a_port_is_listening_by_its_transport():
+    """A UDP socket bound to a port (irtt's server) counts for "udp" only; a TCP listener for "tcp" only, and a
+    TCP socket bound but not listening for neither."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp, socket.socket() as tcp, socket.socket() as idle:
+        udp.bind(("127.0.0.1", 0))
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen()
+        idle.bind(("127.0.0.1", 0))
+        u, t, i = (s.getsockname()[1] for s in (udp, tcp, idle))
+        assert iperf.listening(os.getpid(), u, "udp") and not iperf.listening(os.getpid(), u)
+        assert iperf.listening(os.getpid(), t) and not iperf.listening(os.getpid(), t, "udp")
+        assert not iperf.listening(os.getpid(), i) and not iperf.listening(os.getpid(), i, "udp")
