@@ -75,24 +75,19 @@ class Series:
 
 @dataclasses.dataclass
 class Run:
-    """One profile and queue: the round trips with their times (s from the load's start), and the goodput."""
+    """One profile and queue: the probe's round trips, as flent's are (:class:`Series`), and the goodput."""
 
     profile: str
     queue: str
-    idle_ms: list[float]
-    loaded: list[tuple[float, float]]  # (seconds since the load started, round trip in ms)
+    probe: Series
     sent: int  # probe packets sent under load
     up_mbps: float | None
     down_mbps: float | None
     flent: dict[str, Series] = dataclasses.field(default_factory=dict)  # --flent: "icmp", "udp"
 
     @property
-    def rtts(self) -> list[float]:
-        return [ms for _, ms in self.loaded]
-
-    @property
     def lost(self) -> int:
-        return max(0, self.sent - len(self.loaded))
+        return max(0, self.sent - len(self.probe.loaded))
 
 
 def flent_series(data: dict, load_start_unix: float, load_end_unix: float) -> dict[str, Series]:
@@ -233,7 +228,7 @@ def measure(net, profile: str, queue: str, args) -> Run:
         elif t <= load_end:
             loaded.append((t - load_at, ms))
     sent = int((load_end - load_at) / PROBE_EVERY_S)
-    return Run(profile, queue, idle, loaded, sent, up, down, flent_runs)
+    return Run(profile, queue, Series(idle, loaded), sent, up, down, flent_runs)
 
 
 def body(args) -> int:
@@ -273,20 +268,22 @@ def _f(x: float | None, digits: int = 1) -> str:
 
 
 def print_run(r: Run) -> None:
-    loaded = " ".join(f"{_f(probe.percentile(r.rtts, q)):>7s}" for q in (50, 90, 99))
-    print(f"{r.profile:>22s} {r.queue:>9s} {_f(statistics.median(r.idle_ms) if r.idle_ms else None, 2):>8s} "
-          f"{loaded} "
+    print(f"{r.profile:>22s} {r.queue:>9s} {_columns(r.probe)} "
           f"{r.lost:>5d} {_f(r.up_mbps, 2):>10s} {_f(r.down_mbps, 2):>7s}", flush=True)
     for name, series in r.flent.items():
-        loaded = " ".join(f"{_f(probe.percentile(series.rtts, q)):>7s}" for q in (50, 90, 99))
-        idle = statistics.median(series.idle_ms) if series.idle_ms else None
-        print(f"{'flent ' + name:>32s} {_f(idle, 2):>8s} {loaded}   ({len(series.idle_ms)} idle, "
+        print(f"{'flent ' + name:>32s} {_columns(series)}   ({len(series.idle_ms)} idle, "
               f"{len(series.loaded)} under load)", flush=True)
+
+
+def _columns(series: Series) -> str:
+    """A series' idle median and its 50th, 90th and 99th percentiles under load, as the table's columns."""
+    idle = statistics.median(series.idle_ms) if series.idle_ms else None
+    return f"{_f(idle, 2):>8s} " + " ".join(f"{_f(probe.percentile(series.rtts, q)):>7s}" for q in (50, 90, 99))
 
 
 def summary(runs: Sequence[Run]) -> list[str]:
     """What IPsec adds under load, per queue, and what fq_codel takes away, per profile, in words (pure)."""
-    med = {(r.profile, r.queue): probe.percentile(r.rtts, 50) for r in runs}
+    med = {(r.profile, r.queue): probe.percentile(r.probe.rtts, 50) for r in runs}
     lines = []
     for (profile, queue), m in med.items():
         base = med.get(("none", queue))
@@ -304,7 +301,7 @@ def flent_agreement(runs: Sequence[Run]) -> list[str]:
     """flent's medians against the probe's, idle and under load, per run that had flent beside it (pure)."""
     lines = []
     for r in runs:
-        ours = (probe.percentile(r.idle_ms, 50), probe.percentile(r.rtts, 50))
+        ours = (probe.percentile(r.probe.idle_ms, 50), probe.percentile(r.probe.rtts, 50))
         for name, series in r.flent.items():
             theirs = (probe.percentile(series.idle_ms, 50), probe.percentile(series.rtts, 50))
             if None in ours or None in theirs:
@@ -331,8 +328,8 @@ def write_page(args, runs: Sequence[Run]) -> str:
     cdf = benchpage.figure("Round trips under load, cumulative", "round trip, ms", "share of round trips")
     for r in runs:
         name = f"{r.profile}, {r.queue}"
-        over_time.add_scatter(x=[t for t, _ in r.loaded], y=r.rtts, mode="lines", name=name)
-        cdf.add_scatter(**_cumulative(r.rtts), mode="lines", name=name)
+        over_time.add_scatter(x=[t for t, _ in r.probe.loaded], y=r.probe.rtts, mode="lines", name=name)
+        cdf.add_scatter(**_cumulative(r.probe.rtts), mode="lines", name=name)
         for probe_name, series in r.flent.items():
             cdf.add_scatter(**_cumulative(series.rtts), mode="lines", line={"dash": "dot"},
                             name=f"{name}: flent {probe_name}")

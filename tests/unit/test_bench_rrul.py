@@ -21,7 +21,7 @@ def test_the_goodput_each_way_is_iperf3s_bidirectional_end_summary():
 
 def test_the_summary_says_what_ipsec_adds_and_what_fq_codel_takes_away():
     def run(profile, queue, ms):
-        return rrul.Run(profile, queue, [0.5], [(i * 0.05, ms) for i in range(20)], 20, 4.7, 4.6)
+        return rrul.Run(profile, queue, rrul.Series([0.5], [(i * 0.05, ms) for i in range(20)]), 20, 4.7, 4.6)
 
     runs = [run("none", "fifo", 50.0), run("aes-gcm-256", "fifo", 52.5), run("none", "fq_codel", 6.0),
             run("aes-gcm-256", "fq_codel", 7.0)]
@@ -30,7 +30,7 @@ def test_the_summary_says_what_ipsec_adds_and_what_fq_codel_takes_away():
         "aes-gcm-256 adds +1.0 ms to plain's 6.0 ms under load (fq_codel)",
         "fq_codel takes 44.0 ms of the 50.0 ms median away (none: 6.0 ms)",
         "fq_codel takes 45.5 ms of the 52.5 ms median away (aes-gcm-256: 7.0 ms)"]
-    assert runs[0].lost == 0 and rrul.Run("none", "fifo", [], [(0.0, 1.0)], 3, None, None).lost == 2
+    assert runs[0].lost == 0 and rrul.Run("none", "fifo", rrul.Series([], [(0.0, 1.0)]), 3, None, None).lost == 2
 
 
 def test_fq_codel_is_the_shapers_queue_when_asked():
@@ -64,13 +64,13 @@ def test_flents_round_trips_are_split_at_the_load_and_compared_with_the_probes(t
     assert len(series["icmp"].idle_ms) == 40 and set(series["icmp"].idle_ms) == {0.2}
     assert series["icmp"].loaded[0] == (0.0, 50.0) and len(series["icmp"].loaded) == 141
     assert series["udp"].idle_ms == [0.6] and series["udp"].loaded == [(1.0, 50.4)]  # lost and late ones out
-    run = rrul.Run("none", "fifo", [0.5], [(0.0, 52.0), (0.05, 52.0)], 2, 9.2, 9.2, series)
+    run = rrul.Run("none", "fifo", rrul.Series([0.5], [(0.0, 52.0), (0.05, 52.0)]), 2, 9.2, 9.2, series)
     assert rrul.flent_agreement([run]) == [
         "flent icmp (none, fifo): median 50.00 ms under load against the probe's 52.00 (+4.0 %), idle 0.200 "
         "against 0.500 ms (+0.300 ms)",
         "flent udp (none, fifo): median 50.40 ms under load against the probe's 52.00 (+3.2 %), idle 0.600 "
         "against 0.500 ms (-0.100 ms)"]
-    assert rrul.flent_agreement([rrul.Run("none", "fifo", [], [], 0, None, None, series)]) == [
+    assert rrul.flent_agreement([rrul.Run("none", "fifo", rrul.Series([], []), 0, None, None, series)]) == [
         "flent icmp (none, fifo): no round trips to compare", "flent udp (none, fifo): no round trips to compare"]
     (tmp_path / "second.flent.gz").write_bytes(b"")
     with pytest.raises(RuntimeError, match="2 data files"):
