@@ -175,7 +175,11 @@ def _measure_sweep(job: Job) -> int:
     if job.beside:
         print(f"WARNING: measured beside another testbed run, {job.beside}: its load is in every figure "
               "(each record's concurrent_with says so)", file=sys.stderr)
-    groups = by_point(load_existing(out_dir))
+    records = load_existing(out_dir)
+    dropped = backlog_drops_line(records)
+    if dropped:
+        print(dropped, file=sys.stderr)
+    groups = by_point(records)
     for line in unusable_profiles(spec, groups).values():
         print(line, file=sys.stderr)
     print(precision_line(job, counts["over_budget"], groups), file=sys.stderr)
@@ -184,6 +188,19 @@ def _measure_sweep(job: Job) -> int:
         print(missing, file=sys.stderr)
         return 0 if job.allow_failures else INCOMPLETE
     return 0
+
+
+def backlog_drops_line(records) -> str | None:
+    """One line on the windows in which the receiving kernel dropped packets the shaper had let through
+    (its receive backlog full: the emulating CPU fell behind the link), or None when none did (pure)."""
+    hit = [r for r in records if not r.failed and (r.receive_backlog_drops or 0) > 0]
+    if not hit:
+        return None
+    shares = [r.receive_backlog_drops / r.link_packets for r in hit if r.link_packets]
+    most = f", up to {max(shares):.1%} of the shaper's packets" if shares else ""
+    return (f"after the shaper: in {len(hit)} of {sum(1 for r in records if not r.failed)} windows the receiving "
+            f"kernel dropped packets from its full receive backlog{most}: the emulating CPU fell behind the link, "
+            "so the loss is the emulator's, not the link's (receive_backlog_drops)")
 
 
 def missing_line(job: Job, groups: dict | None = None) -> str | None:

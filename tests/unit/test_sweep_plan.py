@@ -644,3 +644,18 @@ def test_the_probe_takes_at_most_a_hundredth_of_the_slowest_link():
     assert spec.probe_per_s == script.fitting_probe_rate([0.5], [4]) and spec.latency_probe
     argv = SweepSpec(latency_probe=True, probe_per_s=20).to_argv()
     assert argv[argv.index("--probe-rate") + 1] == "20"
+
+
+def test_the_summary_says_when_the_receiving_kernel_dropped_what_the_shaper_let_through():
+    from experiments import runner
+
+    point = plan_points(SweepSpec(sizes=(500,), rates_mbit=(100,)))[0]
+    quiet = [record(point, link_packets=16_000, receive_backlog_drops=0), record(point, link_packets=16_000)]
+    assert runner.backlog_drops_line(quiet) is None  # none dropped, or a kernel that does not say
+    lossy = [*quiet, record(point, link_packets=13_920, receive_backlog_drops=1261),
+             record(point, link_packets=11_147, receive_backlog_drops=445),
+             record(point, failed=True, receive_backlog_drops=99)]
+    assert runner.backlog_drops_line(lossy) == (
+        "after the shaper: in 2 of 4 windows the receiving kernel dropped packets from its full receive backlog, "
+        "up to 9.1% of the shaper's packets: the emulating CPU fell behind the link, so the loss is the "
+        "emulator's, not the link's (receive_backlog_drops)")
