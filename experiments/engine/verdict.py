@@ -133,8 +133,8 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         foreign = hostload.foreign_pct(a.cpu.host[0], b.cpu.host[0], a.cpu.host[1], b.cpu.host[1],
                                        b.cpu.clock_ns - a.cpu.clock_ns)
     spreads = [r.spread_ns for r in (a.shaper, a.flows, b.shaper, b.flows)]
-    qs = (a.kernel_queue, b.kernel_queue) if a.kernel_queue and b.kernel_queue else None
     spreads += [x.local_ns[1] - x.local_ns[0] for x in (a.cpu, b.cpu)]
+    qs = (a.kernel_queue, b.kernel_queue) if a.kernel_queue and b.kernel_queue else None
     return Evidence(
         window_s=t_recv, goodput_mbps=moved * 8 / t_recv / 1e6, link_utilization=util,
         link_packets=qb.packets - qa.packets, link_drops=qb.drops - qa.drops,
