@@ -101,10 +101,15 @@ class Monitor:
         return self
 
     def _server_side(self) -> list:
-        """Every TCP connection on the servers' ports, in the receivers' namespaces (one request per
-        namespace and family, however many flows: :meth:`SockDiag.tcp`)."""
-        return [s for ns, ports in _by_namespace((ns, port) for ns, port, _pid in self.receivers).items()
-                for s in self._diag[ns].tcp(local_ports=ports)]
+        """Every TCP connection on the servers' ports, in the receivers' namespaces."""
+        return [s for sockets in self._servers_by_namespace().values() for s in sockets]
+
+    def _servers_by_namespace(self) -> dict[str, list]:
+        """The TCP connections on the servers' ports, by the receivers' namespace (one request per
+        namespace and family, however many flows: :meth:`SockDiag.tcp`); a port can repeat across
+        namespaces, so :meth:`stages` needs them kept apart."""
+        return {ns: self._diag[ns].tcp(local_ports=ports)
+                for ns, ports in _by_namespace((ns, port) for ns, port, _pid in self.receivers).items()}
 
     def _client_side(self) -> list:
         """Every TCP connection to the servers' ports, in the senders' namespaces."""
@@ -178,8 +183,7 @@ class Monitor:
         """How far each flow's connections are, as its server sees them: :data:`CONNECTED`, or
         which of iperf3's two connections is not up yet."""
         stages = []
-        on = {ns: self._diag[ns].tcp(local_ports=ports)
-              for ns, ports in _by_namespace((ns, port) for ns, port, _pid in self.receivers).items()}
+        on = self._servers_by_namespace()
         for ns, port, _pid in self.receivers:
             new = [s for s in on[ns] if s.local_port == port and s.cookie not in self._earlier]
             up = sum(s.state == ESTABLISHED for s in new)

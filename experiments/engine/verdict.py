@@ -208,7 +208,7 @@ def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0
 def _backlog_drops(ev: Evidence) -> str:
     """The words a reason gains when the receiving kernel dropped packets the shaper had let through
     (its backlog full: the emulating CPU fell behind the link), else nothing (pure)."""
-    if not ev.receive_backlog_drops or ev.receive_backlog_drops <= 0:
+    if (ev.receive_backlog_drops or 0) <= 0:
         return ""
     share = f", {ev.receive_backlog_drops / ev.link_packets:.1%} of the shaper's" if ev.link_packets > 0 else ""
     return (f"; the receiving kernel dropped {ev.receive_backlog_drops} packets{share} (its backlog full: "
