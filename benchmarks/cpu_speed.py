@@ -1,0 +1,189 @@
+"""Does each CPU of this machine run at one speed, and does one CPU's speed tell another's?
+
+    ipsec-testbed bench cpu_speed                    # 60 s, 1-s bins, every CPU this process may use
+    ipsec-testbed bench cpu_speed --seconds 120 --work arith
+
+The same fixed work runs on every CPU at once, one process pinned to each, counted in bins of ``--bin``
+seconds: by default the speed probe's operation (:mod:`testbed.speedprobe`: pipe round trips between two
+processes on the CPU and fresh pages faulted in, the kind of work a User-Mode Linux guest makes of every
+system call), or with ``--work arith`` a loop of arithmetic alone.  Nothing else should run meanwhile: it keeps
+every CPU busy, and a figure is only the machine's while nothing else measures.
+
+Per CPU it prints the operations per second, their coefficient of variation (CV) between bins, the slowest
+and the fastest bin against the mean, and how long the speed stayed on one side of its median (the median run,
+in seconds: a machine whose speed moves in runs of seconds needs windows much longer than that, or many of
+them, before a mean settles).  Then the correlation between each two CPUs' bins: a guest is pinned to the last
+CPU (:func:`testbed.backends.uml.guest_cpu`) and the speed probe times the first spare one, so the probe can
+put a guest's CPU costs at one speed only as far as that correlation goes.  Exit status 0 when it ran.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+#: Above this correlation between two CPUs' bins, one CPU's speed is taken to tell the other's.
+TRACKS = 0.7
+WORKS = ("switches", "arith")
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuSpeed:
+    """One CPU's bins, summarised."""
+
+    cpu: int
+    per_s: float  # operations per second, the mean over the bins
+    cv_pct: float  # between bins
+    slowest: float  # the slowest bin over the mean
+    fastest: float
+    run_s: float  # median length of a run of bins on one side of the median, in seconds
+
+
+def summarise(cpu: int, counts: Sequence[int], bin_s: float) -> CpuSpeed:
+    """A :class:`CpuSpeed` from one CPU's operations per bin (pure)."""
+    if len(counts) < 2:
+        raise ValueError(f"CPU {cpu}: {len(counts)} bins; a spread needs two")
+    mean = statistics.fmean(counts)
+    if mean <= 0:
+        raise ValueError(f"CPU {cpu}: no operation completed")
+    middle = statistics.median(counts)
+    sides = [c >= middle for c in counts]
+    runs, length = [], 1
+    for before, now in zip(sides, sides[1:], strict=False):
+        if now == before:
+            length += 1
+        else:
+            runs.append(length)
+            length = 1
+    runs.append(length)
+    return CpuSpeed(cpu, mean / bin_s, 100 * statistics.stdev(counts) / mean, min(counts) / mean,
+                    max(counts) / mean, statistics.median(runs) * bin_s)
+
+
+def correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Pearson's correlation of two equally long series (pure); None when either does not vary."""
+    n = min(len(a), len(b))
+    if n < 3:
+        raise ValueError(f"a correlation needs three bins or more, not {n}")
+    a, b = a[:n], b[:n]
+    ma, mb = statistics.fmean(a), statistics.fmean(b)
+    sa = math.fsum((x - ma) ** 2 for x in a)
+    sb = math.fsum((y - mb) ** 2 for y in b)
+    if sa == 0 or sb == 0:
+        return None
+    return math.fsum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True)) / math.sqrt(sa * sb)
+
+
+def _arith() -> None:
+    x = 0
+    for i in range(2000):
+        x += i * i
+
+
+def _worker(cpu: int, work: str, start: float, bins: int, bin_s: float, out) -> None:
+    """On ``cpu``: ``work`` until ``start + bins * bin_s`` (monotonic), the operations of each bin sent to ``out``."""
+    from testbed import speedprobe
+
+    os.sched_setaffinity(0, {cpu})
+    if work == "switches":
+        partner_in, to_partner = os.pipe()
+        from_partner, partner_out = os.pipe()
+        if os.fork() == 0:  # the partner, on the same CPU: echoes each byte until the worker is gone
+            os.close(to_partner)
+            os.close(from_partner)
+            while os.read(partner_in, 1):
+                os.write(partner_out, b"x")
+            os._exit(0)
+        os.close(partner_in)
+        os.close(partner_out)
+
+        def one() -> None:
+            speedprobe.operation(to_partner, from_partner)
+    else:
+        one = _arith
+    counts = [0] * bins
+    while time.monotonic() < start:
+        time.sleep(0.001)
+    end = start + bins * bin_s
+    while True:
+        one()
+        now = time.monotonic()
+        if now >= end:
+            break
+        counts[int((now - start) / bin_s)] += 1
+    out.send(counts)
+    out.close()
+
+
+def measure(cpus: Sequence[int], work: str, seconds: float, bin_s: float) -> dict[int, list[int]]:
+    """Every CPU's operations per bin, all of them working at once."""
+    bins = max(2, round(seconds / bin_s))
+    ctx = multiprocessing.get_context("fork")
+    start = time.monotonic() + 0.5  # every worker started and pinned before the first bin opens
+    pipes, procs = {}, []
+    try:
+        for cpu in cpus:
+            mine, theirs = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_worker, args=(cpu, work, start, bins, bin_s, theirs), daemon=True)
+            p.start()
+            theirs.close()
+            pipes[cpu] = mine
+            procs.append(p)
+        got = {cpu: pipe.recv() for cpu, pipe in pipes.items()}
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+    return got
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ipsec-testbed bench cpu_speed", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=60.0, help="how long (default: 60)")
+    p.add_argument("--bin", type=float, default=1.0, metavar="SECONDS", help="each bin (default: 1)")
+    p.add_argument("--work", choices=WORKS, default="switches",
+                   help="switches: the speed probe's operation (default); arith: arithmetic alone")
+    p.add_argument("--cpus", default=None, metavar="N,...",
+                   help="the CPUs (default: every one this process may use)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    allowed = sorted(os.sched_getaffinity(0))
+    try:
+        cpus = [int(c) for c in args.cpus.split(",")] if args.cpus else allowed
+    except ValueError:
+        sys.exit(f"cpu_speed: --cpus takes CPU numbers separated by commas, not {args.cpus!r}")
+    if not set(cpus) <= set(allowed) or len(set(cpus)) != len(cpus):
+        sys.exit(f"cpu_speed: --cpus {args.cpus}: each once, among those this process may use "
+                 f"({','.join(map(str, allowed))})")
+    if not 0.05 <= args.bin <= 60 or args.seconds < 3 * args.bin or args.seconds > 3600:
+        sys.exit("cpu_speed: --bin must be 0.05..60 s and --seconds 3 bins to 3600 s")
+    print(f"{len(cpus)} CPU(s) ({os.uname().release}); {args.work} on each at once, {args.seconds:g} s in bins of "
+          f"{args.bin:g} s", flush=True)
+    got = measure(cpus, args.work, args.seconds, args.bin)
+    speeds = [summarise(cpu, got[cpu], args.bin) for cpu in cpus]
+    print(f"{'CPU':>4s} {'ops/s':>10s} {'CV':>6s} {'slowest':>8s} {'fastest':>8s} {'median run':>11s}")
+    for s in speeds:
+        print(f"{s.cpu:>4d} {s.per_s:>10.0f} {s.cv_pct:>5.1f}% {s.slowest:>8.2f} {s.fastest:>8.2f} {s.run_s:>9.1f} s")
+    for i, a in enumerate(cpus):
+        for b in cpus[i + 1:]:
+            r = correlation(got[a], got[b])
+            said = ("does not vary" if r is None else
+                    "one tells the other's speed" if r >= TRACKS else
+                    "one does not tell the other's speed: a probe on one cannot set the other's costs to one speed")
+            print(f"CPUs {a} and {b}, bin by bin: correlation {'–' if r is None else f'{r:.2f}'}: {said}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
