@@ -145,6 +145,24 @@ class Figure:
 
         return within(self.per_s, self.per_s_ci95) and within(self.ratio, self.ratio_ci95)
 
+    def windows_needed(self, precision_pct: float, most: int = 1000) -> int | None:
+        """About how many windows this figure would take to be :meth:`precise` at the spread its windows had so
+        far (the transactions per second's, and the ratio's); None when more than ``most``, or no spread is known."""
+        from analysis.stats import repetitions_for, t_critical_95
+
+        need = [self.n]
+        for value, ci in ((self.per_s, self.per_s_ci95), (self.ratio, self.ratio_ci95)):
+            if value is None:
+                continue
+            if ci is None or not value or self.n < 2:
+                return None
+            spread = ci / abs(value) * math.sqrt(self.n) / t_critical_95(self.n - 1)  # the windows' CV
+            n = repetitions_for(spread, precision_pct / 100, most)
+            if n is None:
+                return None
+            need.append(n)
+        return max(need)
+
 
 def figures(windows: Sequence[Window], plain: str = "none") -> list[Figure]:
     """Every profile's :class:`Figure` at every point of ``windows`` (pure)."""
@@ -300,8 +318,11 @@ def body(args) -> int:
     print(f"{len(windows)} windows in {time.monotonic() - t0:.0f} s")
     imprecise = [f for f in figures(windows) if not f.precise(args.precision)]
     for f in imprecise:
+        need = f.windows_needed(args.precision)
         print(f"not within {args.precision:g} % after {f.n} windows: {f.kind} {f.size} B {f.profile} "
-              f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)})")
+              f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)}); at this "
+              f"spread {f'about {need} windows' if need else 'more than 1,000 windows'} "
+              f"(--max-repetitions, or a longer --duration)")
     print(f"report: {write_page(args, windows, idle)}")
     return 0
 

@@ -77,3 +77,16 @@ def test_a_window_carries_the_speed_probes_ns_per_operation_or_none_without_a_pr
     assert a.probe_ns_until(b) == 150_000.0
     assert CpuSample(0, 0, (0, 0)).probe_ns_until(b) is None
     assert a.probe_ns_until(a) is None  # no operation in the window: no figure
+
+
+def test_a_figure_short_of_its_precision_says_about_how_many_windows_would_reach_it():
+    def figure(n, per_s_ci, ratio=None, ratio_ci=None):
+        return bench.Figure("rr", 1, "x", n, 1000.0, per_s_ci, ratio, ratio_ci, 0.1, 0.2, 99.0, "cpu")
+
+    # 8 windows whose mean is known to ± 4 %: the CV is 4 % * sqrt(8) / t(7) = 4.8 %, and 2 % takes 25 windows
+    assert figure(8, 40.0).windows_needed(2.0) == 25
+    # the ratio, when it is the less precise of the two, sets the count
+    assert figure(8, 10.0, 0.8, 0.8 * 0.04).windows_needed(2.0) == 25
+    assert figure(8, 10.0, 0.8, 0.8 * 0.01).windows_needed(2.0) == 8  # already precise: the windows it has
+    assert figure(8, 400.0).windows_needed(2.0) is None  # far beyond 1,000
+    assert figure(1, None).windows_needed(2.0) is None
