@@ -31,7 +31,10 @@ trip of the same path for each profile before its first window: a one-byte rr tr
 the path plus what the two processes add.
 
 ``--out DIR`` gets ``results.json`` (every window) and ``report.html``.  Inside User-Mode Linux every host shares
-one emulated CPU: the figures are this machine's, not a network's, and the bound column says so.
+one emulated CPU: the figures are this machine's, not a network's, and the bound column says so.  They move
+with the speed of the host CPU the guest runs on, which on a shared machine can change by a third within seconds
+(``ipsec-testbed bench cpu_speed`` shows it): only more windows narrow the interval then, and a figure that
+stops short of ``--precision`` says about how many it would take.
 """
 from __future__ import annotations
 
