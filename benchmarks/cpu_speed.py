@@ -23,6 +23,7 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -90,18 +91,10 @@ def _worker(cpu: int, work: str, start: float, bins: int, bin_s: float, out) -> 
     """On ``cpu``: ``work`` until ``start + bins * bin_s`` (monotonic), the operations of each bin sent to ``out``."""
     from testbed import speedprobe
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the workers
     os.sched_setaffinity(0, {cpu})
     if work == "switches":
-        partner_in, to_partner = os.pipe()
-        from_partner, partner_out = os.pipe()
-        if os.fork() == 0:  # the partner, on the same CPU: echoes each byte until the worker is gone
-            os.close(to_partner)
-            os.close(from_partner)
-            while os.read(partner_in, 1):
-                os.write(partner_out, b"x")
-            os._exit(0)
-        os.close(partner_in)
-        os.close(partner_out)
+        to_partner, from_partner = speedprobe.partner()  # on the same CPU
 
         def one() -> None:
             speedprobe.operation(to_partner, from_partner)
@@ -170,7 +163,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.exit("cpu_speed: --bin must be 0.05..60 s and --seconds 3 bins to 3600 s")
     print(f"{len(cpus)} CPU(s) ({os.uname().release}); {args.work} on each at once, {args.seconds:g} s in bins of "
           f"{args.bin:g} s", flush=True)
-    got = measure(cpus, args.work, args.seconds, args.bin)
+    try:
+        got = measure(cpus, args.work, args.seconds, args.bin)
+    except KeyboardInterrupt:
+        print("cpu_speed: interrupted; nothing measured", file=sys.stderr)
+        return 130
     speeds = [summarise(cpu, got[cpu], args.bin) for cpu in cpus]
     print(f"{'CPU':>4s} {'ops/s':>10s} {'CV':>6s} {'slowest':>8s} {'fastest':>8s} {'median run':>11s}")
     for s in speeds:

@@ -123,14 +123,12 @@ def operation(to_partner: int, from_partner: int) -> None:
     pages.close()
 
 
-def _main(cpu: int, path: str) -> int:
-    # Ctrl-C reaches the whole foreground process group: the probe (and its partner) are ended by the process
-    # that started them (SIGTERM, or SIGKILL with it), never by the terminal's interrupt, and print nothing then
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.sched_setaffinity(0, {cpu})
+def partner() -> tuple[int, int]:
+    """Fork the partner of :func:`operation` (on this process's CPUs): it echoes each byte until this process is
+    gone.  Returns the two ends this process keeps: to the partner, from the partner."""
     partner_in, to_partner = os.pipe()
     from_partner, partner_out = os.pipe()
-    if os.fork() == 0:  # the partner: echoes each byte until the probe is gone
+    if os.fork() == 0:
         os.close(to_partner)
         os.close(from_partner)
         while os.read(partner_in, 1):
@@ -138,6 +136,15 @@ def _main(cpu: int, path: str) -> int:
         os._exit(0)
     os.close(partner_in)
     os.close(partner_out)
+    return to_partner, from_partner
+
+
+def _main(cpu: int, path: str) -> int:
+    # Ctrl-C reaches the whole foreground process group: the probe (and its partner) are ended by the process
+    # that started them (SIGTERM, or SIGKILL with it), never by the terminal's interrupt, and print nothing then
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.sched_setaffinity(0, {cpu})
+    to_partner, from_partner = partner()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with open(path, "r+b") as f:
         totals = mmap.mmap(f.fileno(), _LAYOUT.size)
