@@ -311,6 +311,8 @@ def body(args) -> int:
                                                            c0.probe_ns_until(c1)))
                                 rep += 1
                                 done = figures(point)
+                                print(progress(kind, size, rep, args.max_repetitions, done, time.monotonic() - t0),
+                                      flush=True)
                                 if rep >= args.repetitions and all(f.precise(args.precision) for f in done):
                                     break
                             windows += point
@@ -328,6 +330,15 @@ def body(args) -> int:
               f"(--max-repetitions, or a longer --duration)")
     print(f"report: {write_page(args, windows, idle)}")
     return 0
+
+
+def progress(kind: str, size: int, rounds: int, most: int, done: Sequence[Figure], elapsed_s: float) -> str:
+    """The line a finished round prints: each profile's transactions per second so far and how precise (pure)."""
+    said = []
+    for f in done:
+        ratio = f", ratio ± {_pct(f.ratio, f.ratio_ci95)}" if f.ratio is not None else ""
+        said.append(f"{f.profile} {f.per_s:,.0f}/s ± {_pct(f.per_s, f.per_s_ci95)}{ratio}")
+    return f"  {kind} {size} B, round {rounds} of at most {most} ({elapsed_s:.0f} s): {'; '.join(said)}"
 
 
 def _pct(value: float | None, ci: float | None) -> str:

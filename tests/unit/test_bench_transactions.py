@@ -90,3 +90,14 @@ def test_a_figure_short_of_its_precision_says_about_how_many_windows_would_reach
     assert figure(8, 10.0, 0.8, 0.8 * 0.01).windows_needed(2.0) == 8  # already precise: the windows it has
     assert figure(8, 400.0).windows_needed(2.0) is None  # far beyond 1,000
     assert figure(1, None).windows_needed(2.0) is None
+
+
+def test_each_round_says_how_far_the_figures_have_come():
+    windows = [bench.Window("rr", 1, profile, rep, 4000, 2.0, per_s, 0.5, 0.5, 1.0, 99.0, 0.01, "cpu")
+               for rep, (plain, gcm) in enumerate(((9000.0, 7000.0), (9400.0, 7300.0)))
+               for profile, per_s in (("none", plain), ("aes-gcm-256", gcm))]
+    line = bench.progress("rr", 1, 2, 50, bench.figures(windows), 23.4)
+    assert line.startswith("  rr 1 B, round 2 of at most 50 (23 s): none 9,200/s ± ")
+    assert "aes-gcm-256 7,150/s ± " in line and line.count("ratio ±") == 1
+    # after one round nothing has an interval yet, and no ratio is taken
+    assert bench.progress("rr", 1, 1, 50, bench.figures(windows[:2]), 1.0).endswith("aes-gcm-256 7,000/s ± –")
