@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
+import itertools
 import multiprocessing
 import os
 import signal
@@ -54,15 +54,7 @@ def summarise(cpu: int, counts: Sequence[int], bin_s: float) -> CpuSpeed:
     if mean <= 0:
         raise ValueError(f"CPU {cpu}: no operation completed")
     middle = statistics.median(counts)
-    sides = [c >= middle for c in counts]
-    runs, length = [], 1
-    for before, now in zip(sides, sides[1:], strict=False):
-        if now == before:
-            length += 1
-        else:
-            runs.append(length)
-            length = 1
-    runs.append(length)
+    runs = [len(list(run)) for _, run in itertools.groupby(c >= middle for c in counts)]
     return CpuSpeed(cpu, mean / bin_s, 100 * statistics.stdev(counts) / mean, min(counts) / mean,
                     max(counts) / mean, statistics.median(runs) * bin_s)
 
@@ -72,13 +64,10 @@ def correlation(a: Sequence[float], b: Sequence[float]) -> float | None:
     n = min(len(a), len(b))
     if n < 3:
         raise ValueError(f"a correlation needs three bins or more, not {n}")
-    a, b = a[:n], b[:n]
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    sa = math.fsum((x - ma) ** 2 for x in a)
-    sb = math.fsum((y - mb) ** 2 for y in b)
-    if sa == 0 or sb == 0:
+    try:
+        return statistics.correlation(a[:n], b[:n])
+    except statistics.StatisticsError:  # one series constant
         return None
-    return math.fsum((x - ma) * (y - mb) for x, y in zip(a, b, strict=True)) / math.sqrt(sa * sb)
 
 
 def _arith() -> None:
