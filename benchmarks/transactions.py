@@ -166,6 +166,15 @@ class Figure:
             need.append(n)
         return max(need)
 
+    def needed_said(self, precision_pct: float, most: int = 1000) -> str:
+        """:meth:`windows_needed` as the benchmark says it: a count, more than ``most``, or not yet known."""
+        need = self.windows_needed(precision_pct, most)
+        if need is not None:
+            return f"about {need} windows"
+        known = self.n >= 2 and all(ci is not None for value, ci in ((self.per_s, self.per_s_ci95),
+                                                                    (self.ratio, self.ratio_ci95)) if value)
+        return f"more than {most:,} windows" if known else "too few windows yet to tell how many it needs"
+
 
 def figures(windows: Sequence[Window], plain: str = "none") -> list[Figure]:
     """Every profile's :class:`Figure` at every point of ``windows`` (pure)."""
@@ -323,10 +332,9 @@ def body(args) -> int:
     print(f"{len(windows)} windows in {time.monotonic() - t0:.0f} s")
     imprecise = [f for f in figures(windows) if not f.precise(args.precision)]
     for f in imprecise:
-        need = f.windows_needed(args.precision)
         print(f"not within {args.precision:g} % after {f.n} windows: {f.kind} {f.size} B {f.profile} "
               f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)}); at this "
-              f"spread {f'about {need} windows' if need else 'more than 1,000 windows'} "
+              f"spread {f.needed_said(args.precision)} "
               f"(--max-repetitions, or a longer --duration)")
     print(f"report: {write_page(args, windows, idle)}")
     return 0

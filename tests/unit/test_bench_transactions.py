@@ -90,6 +90,11 @@ def test_a_figure_short_of_its_precision_says_about_how_many_windows_would_reach
     assert figure(8, 10.0, 0.8, 0.8 * 0.01).windows_needed(2.0) == 8  # already precise: the windows it has
     assert figure(8, 400.0).windows_needed(2.0) is None  # far beyond 1,000
     assert figure(1, None).windows_needed(2.0) is None
+    # and the line says which of the two a None was
+    assert figure(8, 40.0).needed_said(2.0) == "about 25 windows"
+    assert figure(8, 400.0).needed_said(2.0) == "more than 1,000 windows"
+    assert figure(1, None).needed_said(2.0) == "too few windows yet to tell how many it needs"
+    assert figure(8, 10.0, 0.8, None).needed_said(2.0) == "too few windows yet to tell how many it needs"
 
 
 def test_each_round_says_how_far_the_figures_have_come():
