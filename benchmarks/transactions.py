@@ -148,18 +148,30 @@ class Figure:
 
         return within(self.per_s, self.per_s_ci95) and within(self.ratio, self.ratio_ci95)
 
-    def windows_needed(self, precision_pct: float, most: int = 1000) -> int | None:
-        """About how many windows this figure would take to be :meth:`precise` at the spread its windows had so
-        far (the transactions per second's, and the ratio's); None when more than ``most``, or no spread is known."""
-        from analysis.stats import repetitions_for, t_critical_95
+    def _spreads(self) -> list[float] | None:
+        """The windows' CV behind each of the two figures that has one (transactions per second, the ratio);
+        None while one of them has no spread yet (one window, or no interval)."""
+        from analysis.stats import t_critical_95
 
-        need = [self.n]
+        out = []
         for value, ci in ((self.per_s, self.per_s_ci95), (self.ratio, self.ratio_ci95)):
             if value is None:
                 continue
             if ci is None or not value or self.n < 2:
                 return None
-            spread = ci / abs(value) * math.sqrt(self.n) / t_critical_95(self.n - 1)  # the windows' CV
+            out.append(ci / abs(value) * math.sqrt(self.n) / t_critical_95(self.n - 1))
+        return out
+
+    def windows_needed(self, precision_pct: float, most: int = 1000) -> int | None:
+        """About how many windows this figure would take to be :meth:`precise` at the spread its windows had so
+        far (the transactions per second's, and the ratio's); None when more than ``most``, or no spread is known."""
+        from analysis.stats import repetitions_for
+
+        spreads = self._spreads()
+        if spreads is None:
+            return None
+        need = [self.n]
+        for spread in spreads:
             n = repetitions_for(spread, precision_pct / 100, most)
             if n is None:
                 return None
@@ -168,12 +180,10 @@ class Figure:
 
     def needed_said(self, precision_pct: float, most: int = 1000) -> str:
         """:meth:`windows_needed` as the benchmark says it: a count, more than ``most``, or not yet known."""
+        if self._spreads() is None:
+            return "too few windows yet to tell how many it needs"
         need = self.windows_needed(precision_pct, most)
-        if need is not None:
-            return f"about {need} windows"
-        known = self.n >= 2 and all(ci is not None for value, ci in ((self.per_s, self.per_s_ci95),
-                                                                    (self.ratio, self.ratio_ci95)) if value)
-        return f"more than {most:,} windows" if known else "too few windows yet to tell how many it needs"
+        return f"about {need} windows" if need is not None else f"more than {most:,} windows"
 
 
 def figures(windows: Sequence[Window], plain: str = "none") -> list[Figure]:
