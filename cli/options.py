@@ -130,14 +130,20 @@ def add_uml_options(g) -> None:
                         "with everything built in")
     g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE", type=_uml_mem,
                    help="guest memory, e.g. 1G or 512M (default: %(default)s)")
+    g.add_argument("--uml-keep-awake", action=argparse.BooleanOptionalAction, default=False,
+                   help="keep the guest's host CPU from idling while it runs: a process of the lowest priority "
+                        "(SCHED_IDLE) spins on it and yields the moment the guest wakes, so lone packets find the "
+                        "emulator at full speed, not waking from a halted CPU (testbed/awake.py; costs a host "
+                        "CPU's power; default: %(default)s)")
 
 
 def kernel_choice(args: argparse.Namespace) -> KernelChoice:
-    """The :class:`~experiments.job.KernelChoice` of parsed ``--kernel``, ``--uml-*`` and
-    ``--no-speed-probe`` options (each at its default where the command has no such option)."""
+    """The :class:`~experiments.job.KernelChoice` of parsed ``--kernel``, ``--uml-*`` (``--uml-keep-awake``
+    among them) and ``--no-speed-probe`` options (each at its default where the command has no such option)."""
     return KernelChoice(kernel=getattr(args, "kernel", backends.AUTO), uml_kernel=getattr(args, "uml_kernel", None),
                         uml_modules=getattr(args, "uml_modules", None), uml_mem=getattr(args, "uml_mem", "2G"),
-                        speed_probe=not getattr(args, "no_speed_probe", False))
+                        speed_probe=not getattr(args, "no_speed_probe", False),
+                        keep_awake=bool(getattr(args, "uml_keep_awake", False)))
 
 
 def backend_options(args: argparse.Namespace) -> backends.Options:

@@ -36,7 +36,8 @@ class KernelChoice:
     ``kernel``: a backend's name or ``auto``; ``uml_kernel``: a UML kernel image (a path, or a
     name of :data:`testbed.umlkernel.NAMED`), None for the default; ``uml_modules``, ``uml_mem``: the
     guest's module directory and memory; ``speed_probe``: time a fixed workload on a spare host CPU
-    beside a guest; ``host_cpu``: pin the guest to this host CPU (a paired A/B puts both guests on one).
+    beside a guest; ``host_cpu``: pin the guest to this host CPU (a paired A/B puts both guests on one);
+    ``keep_awake``: keep the guest's host CPU from idling (:mod:`testbed.awake`).
     """
 
     kernel: str = backends.AUTO
@@ -45,6 +46,7 @@ class KernelChoice:
     uml_mem: str = "2G"
     speed_probe: bool = True
     host_cpu: int | None = None
+    keep_awake: bool = False
 
     def __post_init__(self) -> None:
         if self.kernel != backends.AUTO and self.kernel not in backends.names():

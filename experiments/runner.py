@@ -318,7 +318,8 @@ def elsewhere(job: Job, prog: str, *, interactive: bool = False,
     try:
         rc = choice.backend.run([sys.executable, *GUEST_ENTRY], interactive=interactive,
                                 modules=doctor.kernel_modules(), cpu=job.kernel.host_cpu,
-                                speed_probe=not interactive and job.kernel.speed_probe, channel_fds=channel_fds)
+                                speed_probe=not interactive and job.kernel.speed_probe, channel_fds=channel_fds,
+                                keep_awake=job.kernel.keep_awake)
     except backends.BackendError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 125

@@ -145,7 +145,8 @@ class KernelBackend(abc.ABC):
     @abc.abstractmethod
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None,
+            keep_awake: bool = False) -> int:
         """Run ``argv`` as root on this backend's kernel, with the host's files at the same paths,
         output streamed live; return its exit status (124: ``timeout_s`` ran out).
 
@@ -156,8 +157,9 @@ class KernelBackend(abc.ABC):
         spare host CPU beside a guest, for its CPU meter (:mod:`testbed.speedprobe`; ignored
         where there is no guest or no spare CPU); ``channel_fds`` are the job's end of a
         :class:`testbed.channel.Channel`, which the command finds in ``$IPSEC_TESTBED_CHANNEL``
-        (the caller closes its own copies after the call).  Whatever way the caller ends (even
-        SIGKILL), a guest and every process in it end with it: the lifeline.  Raises
+        (the caller closes its own copies after the call); ``keep_awake`` keeps a guest's host CPU from
+        idling while it runs (:mod:`testbed.awake`; ignored where there is no guest).  Whatever way the
+        caller ends (even SIGKILL), a guest and every process in it end with it: the lifeline.  Raises
         :class:`BackendError` when the command could not be run at all.
         """
 

@@ -80,7 +80,8 @@ class HostBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None,
+            keep_awake: bool = False) -> int:
         env = {**os.environ, GUEST_ENV: self.name}
         env.pop(channel.ENV, None)
         if channel_fds is not None:

@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 from testbed import channel, handoff, kernelbuild, names, umlkernel
+from testbed.awake import Spinner
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
     GUEST_ENV,
@@ -136,6 +137,9 @@ class UmlSpec:
     #: ``host_cpu`` and give its totals with every reading (:mod:`testbed.speedprobe`): how
     #: fast the machine ran over each window
     speed_probe: bool = False
+    #: keep ``host_cpu`` from idling while the guest runs (:class:`testbed.awake.Spinner`): lone packets then
+    #: find the emulator at full speed
+    keep_awake: bool = False
     #: Whether the host's stdout/stderr are terminals.  The guest's are consoles (ttys);
     #: where the host's are not, the guest command writes through a pipe instead, so
     #: it behaves as it would on the host (no colours or progress redraws in a CI log).
@@ -430,6 +434,10 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             probe = SpeedProbe(probe_cpu, workdir)
             held.callback(probe.close)
             spec = handing(spec, speed_probe=probe.method())
+        spinner = None
+        if spec.keep_awake and spec.host_cpu is not None:
+            spinner = Spinner(spec.host_cpu)
+            held.callback(spinner.close)
         _write_guest_files(spec, workdir)
 
         pipes = [os.pipe() for _ in range(3)]
@@ -454,9 +462,10 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             os.close(w)
         if guest_meter is not None:
             _close_all(guest_meter)
-            write_account(workdir, cgroup, [probe.pid] if probe is not None and probe.pid else [])
-            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe, Siblings(workdir)),
-                             daemon=True).start()
+            own = [p.pid for p in (probe, spinner) if p is not None and p.pid]  # the testbed's, not foreign load
+            write_account(workdir, cgroup, own)
+            threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe, Siblings(workdir),
+                                                       own), daemon=True).start()
         watcher, lifeline = _watch(proc.pid)
         held.callback(_stop_watcher, watcher, lifeline)
         held.callback(_kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused
@@ -573,9 +582,10 @@ def guest_cpu() -> int | None:
 def build_spec(command: Sequence[str], kernel: str | None = None, modules: str | None = None,
                mem: str = "2G", timeout_s: float | None = None, cwd: str | None = None,
                interactive: bool = False, boot_modules: Sequence[str] = (), cpu_meter: bool = True,
-               host_cpu: int | None = None, speed_probe: bool = False, with_channel: bool = False) -> UmlSpec:
+               host_cpu: int | None = None, speed_probe: bool = False, with_channel: bool = False,
+               keep_awake: bool = False) -> UmlSpec:
     """A :class:`UmlSpec` from command-line style options, finding kernel and modules; the guest
-    is pinned to ``host_cpu`` (default :func:`guest_cpu`)."""
+    is pinned to ``host_cpu`` (default :func:`guest_cpu`), kept from idling with ``keep_awake``."""
     chosen = choose_kernel(kernel)
     if chosen.origin == "recipe":  # a kernel of the cache: `ipsec-testbed kernel list` says when it last booted
         kernelbuild.touch_used(chosen.path)
@@ -590,7 +600,7 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
                    env=tuple(sorted(env.items())), stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
                    interactive=interactive, boot_modules=tuple(boot_modules), cpu_meter=cpu_meter,
                    host_cpu=guest_cpu() if host_cpu is None else host_cpu, speed_probe=speed_probe,
-                   channel=with_channel)
+                   channel=with_channel, keep_awake=keep_awake)
 
 
 class UmlBackend(KernelBackend):
@@ -633,10 +643,11 @@ class UmlBackend(KernelBackend):
 
     def run(self, argv: Sequence[str], *, cwd: str | None = None, timeout_s: float | None = None,
             interactive: bool = False, modules: Sequence[str] = (), output: BinaryIO | None = None,
-            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None) -> int:
+            cpu: int | None = None, speed_probe: bool = False, channel_fds: tuple[int, int] | None = None,
+            keep_awake: bool = False) -> int:
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
                           timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu,
-                          speed_probe=speed_probe, with_channel=channel_fds is not None)
+                          speed_probe=speed_probe, with_channel=channel_fds is not None, keep_awake=keep_awake)
         if output is not None:
             spec = dataclasses.replace(spec, stdout_tty=False, stderr_tty=False)
         return run(spec, stdout=output, stderr=output, channel_fds=channel_fds)

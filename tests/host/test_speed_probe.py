@@ -111,3 +111,44 @@ def test_the_meter_tells_a_window_beside_other_work_from_a_quiet_one(needs_uml, 
     quiet = foreign_pct(q0[1], q1[1], q0[2], q1[2], q1[0] - q0[0])
     loaded = foreign_pct(a[1], b[1], a[2], b[2], b[0] - a[0])
     assert quiet < FOREIGN_PCT < 60 < loaded, (quiet, loaded)
+
+
+GUEST_SLEEPS_BETWEEN_TWO_READINGS = """
+import time
+from testbed.backends.uml import UmlBackend
+meter = UmlBackend().cpu_meter()
+a = meter.sample(); time.sleep(1.5); b = meter.sample()
+print(b.cpu_ns - a.cpu_ns, b.host[1] - a.host[1], b.clock_ns - a.clock_ns)
+"""
+
+
+def _spinners_of_mine() -> list[int]:
+    """This process's children that are the keep-awake spinner (read from /proc, nothing signalled)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            argv = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and any(a.endswith(b"testbed/awake.py") for a in argv):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("awake", [True, False], ids=["--uml-keep-awake", "left to idle"])
+def test_a_kept_awake_guests_cpu_spins_while_the_guest_sleeps_and_counts_as_the_testbeds_own(needs_uml, awake):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the guest is not pinned, and there is no CPU of its own to keep awake")
+    out, err = io.BytesIO(), io.BytesIO()
+    spec = uml.build_spec([sys.executable, "-c", GUEST_SLEEPS_BETWEEN_TWO_READINGS], mem="512M",
+                          cwd=str(REPO), keep_awake=awake)
+    assert spec.keep_awake is awake and spec.host_cpu is not None
+    assert uml.run(spec, stdout=out, stderr=err) == 0, err.getvalue().decode()
+    guest_ns, own_ns, clock_ns = map(int, out.getvalue().decode().strip().splitlines()[-1].split())
+    beside = own_ns - guest_ns  # the testbed's own CPU beyond the guest's: the meter's server and the spinner
+    if awake:  # the sleeping guest left its CPU to the spinner, and the meter counts it as the testbed's
+        assert beside > 0.5 * clock_ns, (beside, clock_ns)
+    else:
+        assert beside < 0.2 * clock_ns, (beside, clock_ns)
+    assert _spinners_of_mine() == []  # ended with the guest

@@ -48,7 +48,11 @@ def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_the_unshap
             _run(0, "none", 2, 0.41, 300), _run(0, "aes-gcm-256", 2, 0.51, 401),
             _run(10, "none", 0, 0.40, None), _run(10, "aes-gcm-256", 0, 0.80, None),  # 0.27 ms beyond the term
             _run(10, "none", 1, 0.40, None), _run(10, "aes-gcm-256", 1, 0.81, None)]
-    unshaped, shaped = u.verdicts(runs, 0.05)
+    found = u.verdicts(runs, 0.05)
+    assert [v.statistic for v in found] == ["mean", "mean", "minimum", "minimum"]
+    unshaped, shaped = found[:2]
+    for mean, fast in zip(found[:2], found[2:], strict=True):  # each run one value: its mean is its minimum
+        assert (fast.irtt.mean, fast.ping.mean) == (pytest.approx(mean.irtt.mean), pytest.approx(mean.ping.mean))
     assert (unshaped.rate_mbit, unshaped.profile, unshaped.irtt.n) == (0, "aes-gcm-256", 3)
     assert unshaped.irtt.mean == pytest.approx((0.1 + 0.2 + 0.1) / 3)
     term = (0.1 + 0.2 + 0.101) / 3
@@ -66,6 +70,29 @@ def test_the_tunnels_added_round_trip_is_taken_round_by_round_against_the_unshap
     assert not tight.within(u.Added(0.03, 0.03, 4)) and not tight.within(u.Added(0.0, None, 1))
     # without the unshaped path's flood there is no CPU term, so no verdict
     assert u.verdicts(runs[6:], 0.05) == [] and u.verdicts(runs[:2], 0.05) == []
+
+
+def test_the_minimum_is_the_runs_lone_packet_at_full_speed():
+    assert u.summed([], "minimum") is None and u.summed([], "mean") is None
+    assert u.summed([0.3, 0.1, 0.2], "minimum") == 0.1 and u.summed(list(range(1, 201)), "mean") == 100.5
+
+    # the emulator slow on most packets (a factor: the tunnel's 0.1 ms of work taking 0.16), fast on a tenth
+    def bimodal(rate, profile, rnd, fast, slow, cpu_us):
+        ping = [fast] * 20 + [slow] * 180
+        return u.Run(rate, profile, rnd, ping, ping, cpu_us)
+
+    runs = [bimodal(0, "none", 0, 0.020, 0.105, 60), bimodal(0, "aes-gcm-256", 0, 0.045, 0.205, 85),
+            bimodal(0, "aes-gcm-256", 1, 0.046, 0.210, 86), bimodal(0, "none", 1, 0.021, 0.110, 61)]
+    mean, fast = u.verdicts(runs, 0.05)
+    assert mean.ping.mean == pytest.approx(0.9 * 0.1 + 0.1 * 0.025) and not mean.within(mean.ping_residual)
+    assert (fast.statistic, fast.ping.mean) == ("minimum", pytest.approx(0.025))
+    assert fast.ping_residual.mean == pytest.approx(0.0) and fast.within(fast.ping_residual)
+
+
+def test_the_guests_cpu_is_kept_awake_for_this_benchmark_unless_asked_not_to():
+    parser = u.build_parser()
+    assert parser.parse_args([]).uml_keep_awake is True
+    assert parser.parse_args(["--no-uml-keep-awake"]).uml_keep_awake is False
 
 
 def test_bad_options_are_refused_in_one_line():

@@ -486,8 +486,9 @@ def command_line_below_cli(path: Path) -> list[str]:
 
 
 #: The processes the testbed starts of its own, which are programs without being commands: the speed
-#: probe runs as a file of its own (``python -S``, no site-packages), pinned to a spare CPU.
-OWN_PROCESSES = {"testbed/speedprobe.py"}
+#: probe runs as a file of its own (``python -S``, no site-packages), pinned to a spare CPU, and so does
+#: the spinner that keeps a guest's CPU awake.
+OWN_PROCESSES = {"testbed/speedprobe.py", "testbed/awake.py"}
 
 
 @pytest.mark.parametrize("path", [p for p in modules() if p.parts[len(REPO.parts)] != "cli"
