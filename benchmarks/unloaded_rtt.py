@@ -313,7 +313,7 @@ def body(args) -> int:
     rates = sorted(args.rates, key=lambda r: (r != 0, -r))  # unshaped first: the network is built so
     print(f"{backends.current().label()} ({os.uname().release}); {args.topology}; irtt then ping, "
           f"{args.per_s:g} a second for {args.seconds:g} s each, {args.rounds} ABBA rounds per path; "
-          f"{awake_said(args)}", flush=True)
+          f"{awake_said()}", flush=True)
     print(f"{'path':>10s} {'round':>5s} {'profile':>22s} {'irtt mean':>9s} {'minimum':>7s} {'ping mean':>9s} "
           f"{'minimum':>7s} {'flood CPU µs/rt':>15s} {'answered':>8s}", flush=True)
     runs: list[Run] = []
@@ -349,17 +349,19 @@ def _f(x: float | None, digits: int = 3) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def keep_awake(args) -> bool:
-    """Whether the guest's host CPU was kept from idling (:mod:`testbed.awake`): asked, and in a guest."""
+def keep_awake() -> str:
+    """What kept the guest's host CPU from idling (:mod:`testbed.awake`), as the host handed it; "" for nothing."""
+    from testbed import handoff
+
+    return handoff.current().keep_awake
+
+
+def awake_said() -> str:
     from testbed import backends
 
-    return bool(getattr(args, "uml_keep_awake", False)) and backends.current().name == backends.UmlBackend.name
-
-
-def awake_said(args) -> str:
-    if keep_awake(args):
-        return "the guest's host CPU kept awake"
-    return "the guest's host CPU left to idle" if getattr(args, "uml_keep_awake", None) is not None else ""
+    if keep_awake():
+        return f"the guest's host CPU kept awake ({keep_awake()})"
+    return "the guest's host CPU left to idle" if backends.current().name == backends.UmlBackend.name else ""
 
 
 def print_run(r: Run, args) -> None:
@@ -417,9 +419,9 @@ def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
             f"±{args.tolerance:g} ms.", fig))
     data = {"benchmark": "unloaded_rtt", "where": backends.current().label(), "kernel": os.uname().release,
             "topology": args.topology, "seconds": args.seconds, "per_s": args.per_s, "rounds": args.rounds,
-            "keep_awake": keep_awake(args),
+            "keep_awake": keep_awake() or None,
             "verdicts": [{**dataclasses.asdict(v), "irtt_within": v.within(v.residual),
                           "ping_within": v.within(v.ping_residual)} for v in found],
             "runs": [dataclasses.asdict(r) for r in runs]}
     return benchpage.write(args.out, "unloaded_rtt: the probe against the prediction",
-                           f"{data['where']} ({data['kernel']}); {args.topology}; {awake_said(args)}", sections, data)
+                           f"{data['where']} ({data['kernel']}); {args.topology}; {awake_said()}", sections, data)

@@ -61,4 +61,5 @@ def machine_meta() -> dict:
     return {"kernel_release": platform.release(), **backend.metadata(), "cpu_model": cpu_model(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(),
             **({"host_cpu_model": handed.host_cpu_model} if handed.host_cpu_model else {}),
+            **({"keep_awake": handed.keep_awake} if handed.keep_awake else {}),
             "versions": dict(handed.versions) or tool_versions()}

@@ -38,6 +38,10 @@ class Spinner:
             ["setpriv", "--pdeathsig", "KILL", "--", sys.executable, "-S", os.path.abspath(__file__), str(cpu)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
 
+    def method(self) -> str:
+        """What keeps the CPU awake, for the record (meta.json's ``keep_awake``)."""
+        return f"a SCHED_IDLE spinner on host CPU {self.cpu}"
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None

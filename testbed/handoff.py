@@ -7,7 +7,8 @@ guest needs of the host travels as a :class:`Handoff`, JSON in :data:`ENV`:
 - ``versions`` and ``host_cpu_model``: found on the host, where the tools are (meta.json);
 - ``kernel``: which UML kernel the host chose and why (meta.json's ``kernel_*``);
 - ``cpu_meter_tty`` and ``speed_probe``: the guest's end of the host's CPU meter (a console line)
-  and how the speed probe on a spare host CPU times the windows.
+  and how the speed probe on a spare host CPU times the windows;
+- ``keep_awake``: what keeps the guest's host CPU from idling, if anything (:mod:`testbed.awake`; meta.json).
 
 On the host the parts are added as they are found (:func:`hand`); the UML backend writes the
 whole object into the guest's environment when it boots one.  In a guest :func:`received`
@@ -34,6 +35,7 @@ class Handoff:
     kernel: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     cpu_meter_tty: str = ""
     speed_probe: str = ""
+    keep_awake: str = ""
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

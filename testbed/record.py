@@ -653,6 +653,8 @@ class Meta(_MetaObject):
     versions: MetaVersions | None = _meta_field("the tools' versions", MetaVersions)
     cpu_accounting: str | None = _meta_field("how CPU time was accounted (the CPU meter)")
     speed_probe: str | None = _meta_field("what the speed probe timed (null: no probe)")
+    keep_awake: str | None = _meta_field("UML: what kept the guest's host CPU from idling (null: nothing, "
+                                         "--uml-keep-awake not given)")
     # -- what was measured -------------------------------------------------------------------------
     command_line: tuple[str, ...] | str | None = _meta_field("the latest run's command, as typed", tuple)
     sweep: Mapping[str, Any] | None = _meta_field("a sweep: its spec (experiments.engine.plan.SweepSpec.to_json)")

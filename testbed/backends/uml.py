@@ -438,6 +438,7 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
         if spec.keep_awake and spec.host_cpu is not None:
             spinner = Spinner(spec.host_cpu)
             held.callback(spinner.close)
+            spec = handing(spec, keep_awake=spinner.method())
         _write_guest_files(spec, workdir)
 
         pipes = [os.pipe() for _ in range(3)]

@@ -115,7 +115,9 @@ def test_the_meter_tells_a_window_beside_other_work_from_a_quiet_one(needs_uml, 
 
 GUEST_SLEEPS_BETWEEN_TWO_READINGS = """
 import time
+from experiments.machine import machine_meta
 from testbed.backends.uml import UmlBackend
+print(machine_meta().get("keep_awake", "-"))
 meter = UmlBackend().cpu_meter()
 a = meter.sample(); time.sleep(1.5); b = meter.sample()
 print(b.cpu_ns - a.cpu_ns, b.host[1] - a.host[1], b.clock_ns - a.clock_ns)
@@ -145,7 +147,10 @@ def test_a_kept_awake_guests_cpu_spins_while_the_guest_sleeps_and_counts_as_the_
                           cwd=str(REPO), keep_awake=awake)
     assert spec.keep_awake is awake and spec.host_cpu is not None
     assert uml.run(spec, stdout=out, stderr=err) == 0, err.getvalue().decode()
-    guest_ns, own_ns, clock_ns = map(int, out.getvalue().decode().strip().splitlines()[-1].split())
+    recorded, figures = out.getvalue().decode().strip().splitlines()[-2:]
+    guest_ns, own_ns, clock_ns = map(int, figures.split())
+    # every run's meta.json says what kept the CPU awake (machine_meta), or nothing
+    assert recorded == (f"a SCHED_IDLE spinner on host CPU {spec.host_cpu}" if awake else "-")
     beside = own_ns - guest_ns  # the testbed's own CPU beyond the guest's: the meter's server and the spinner
     if awake:  # the sleeping guest left its CPU to the spinner, and the meter counts it as the testbed's
         assert beside > 0.5 * clock_ns, (beside, clock_ns)
