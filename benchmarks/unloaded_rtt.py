@@ -81,14 +81,6 @@ class Run:
     ping_ms: list[float]
     cpu_us_per_rt: float | None  # the emulator's CPU time over a ping flood, per echo answered: a round trip's work
 
-    @property
-    def irtt_mean(self) -> float | None:
-        return summed(self.irtt_ms, "mean")
-
-    @property
-    def ping_mean(self) -> float | None:
-        return summed(self.ping_ms, "mean")
-
 
 def summed(ms: Sequence[float], statistic: str) -> float | None:
     """A run's round trips as one of :data:`STATISTICS` says (pure): their mean or their minimum; None without
@@ -365,9 +357,9 @@ def awake_said() -> str:
 
 
 def print_run(r: Run, args) -> None:
-    fast = [summed(ms, "minimum") for ms in (r.irtt_ms, r.ping_ms)]
-    print(f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {_f(r.irtt_mean):>9s} {_f(fast[0]):>7s} "
-          f"{_f(r.ping_mean):>9s} {_f(fast[1]):>7s} {_f(r.cpu_us_per_rt, 1):>15s} "
+    irtt, ping = ([_f(summed(ms, s)) for s in STATISTICS] for ms in (r.irtt_ms, r.ping_ms))
+    print(f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {irtt[0]:>9s} {irtt[1]:>7s} "
+          f"{ping[0]:>9s} {ping[1]:>7s} {_f(r.cpu_us_per_rt, 1):>15s} "
           f"{len(r.irtt_ms):>4d}/{int(args.seconds * args.per_s)}", flush=True)
 
 

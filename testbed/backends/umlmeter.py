@@ -122,16 +122,16 @@ class Siblings:
 
 
 def serve_meter(requests: int, replies: int, cgroup: str, probe: SpeedProbe | None = None,
-                siblings: Siblings | None = None, own: Sequence[int] | None = None) -> None:
+                siblings: Siblings | None = None, own: Sequence[int] = ()) -> None:
     """The host's end of the CPU meter: each line the guest sends is answered at once with
     ``<guest CPU ns> <host monotonic ns> <host CPUs busy ns> <testbed's own CPU ns>`` (the guest's,
-    this process's, the ``own`` processes' (default: the probe's) and the ``siblings``':
+    this process's, the ``own`` processes' (the speed probe, the spinner) and the ``siblings``':
     :mod:`testbed.hostload`), followed by ``<probe operations> <probe ns>`` when a speed ``probe`` runs
     and has its first totals.  Ends when the guest's end closes."""
     usage = os.open(os.path.join(cgroup, "cpuacct.usage"), os.O_RDONLY | os.O_CLOEXEC)
-    # this process alone (its children are the guest's, already in the cgroup), the probe with its partner,
-    # the spinner that keeps the guest's CPU awake
-    probes = list(own) if own is not None else [probe.pid] if probe is not None and probe.pid else []
+    # this process alone (its children are the guest's, already in the cgroup), and the testbed's own processes
+    # beside the guest (the probe with its partner, the spinner that keeps the guest's CPU awake)
+    probes = list(own)
     try:
         while True:
             try:

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from analysis.stats import at_common_speed
+from testbed import hostload
 from testbed.backends import uml
 from testbed.rundir import load_results
 
@@ -127,14 +128,13 @@ print(b.cpu_ns - a.cpu_ns, b.host[1] - a.host[1], b.clock_ns - a.clock_ns)
 def _spinners_of_mine() -> list[int]:
     """This process's children that are the keep-awake spinner (read from /proc, nothing signalled)."""
     found = []
-    for entry in os.listdir("/proc"):
+    for pid in hostload.children(os.getpid()):
         try:
-            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
-            argv = pathlib.Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
+            argv = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and any(a.endswith(b"testbed/awake.py") for a in argv):
-            found.append(int(entry))
+        if any(a.endswith(b"testbed/awake.py") for a in argv):
+            found.append(pid)
     return found
 
 
