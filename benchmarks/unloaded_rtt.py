@@ -3,13 +3,14 @@
     sudo ipsec-testbed bench unloaded_rtt                      # vpn_gateway: none, aes-gcm-256; unshaped, 100, 10, 1
     sudo ipsec-testbed bench unloaded_rtt --profiles aes-gcm-256,wireguard --rates 0,10 --rounds 6
 
-The sweep's latency probe (irtt) says how long a packet takes through the path; this checks it where the answer
-is known in advance.  On each path (unshaped: ``--rates 0``; or shaped by tbf as every sweep shapes it) and for
-each profile beside plain, the probe runs alone, ``--per-s`` round trips a second for ``--seconds``; then ICMP
-echo (iputils' ping, answered by the server's kernel: no process of its own on the path) as the second tool.
-The profiles take turns in ABBA order, ``--rounds`` times, and what a tunnel adds to plain's round trip is
-taken round by round (a pair's difference, with its 95 % interval over the rounds), so that the machine's
-drift falls on both alike.
+The sweep's latency probe says how long a packet takes through the path; this checks it where the answer is
+known in advance, for both of its tools (``sweep --probe-tool``), each run as a sweep runs it
+(:mod:`experiments.engine.probe`).  On each path (unshaped: ``--rates 0``; or shaped by tbf as every sweep shapes
+it) and for each profile beside plain, irtt runs alone, ``--per-s`` round trips a second for ``--seconds``; then
+ICMP echo (iputils' ping, answered by the server's kernel: no process of its own on the path), its packets
+irtt's size.  The profiles take turns in ABBA order, ``--rounds`` times, and what a tunnel adds to plain's round
+trip is taken round by round (a pair's difference, with its 95 % interval over the rounds), so that the
+machine's drift falls on both alike.
 
 What the tunnel adds is predicted from two terms, each computed:
 
@@ -20,9 +21,9 @@ What the tunnel adds is predicted from two terms, each computed:
   every rate, and a veth has no rate.  What a NIC at that rate would add is printed beside it, for context;
 - **the emulator's CPU on the path**: inside User-Mode Linux the hosts and both gateways are one emulated CPU,
   so the cipher's work on the packet's way is time on its way.  It is counted where nothing but the path runs:
-  a ping flood (``ping -f``, :data:`FLOOD_COUNT` echoes, each sent when the last came back) keeps the CPU busy
-  with round trips alone, and the meter's CPU time over it per echo is one round trip's work; the tunnel's beyond
-  plain's is the term.  It is counted on the unshaped path (``--rates`` must have 0), where the flood waits for
+  a ping flood (``ping -f``, :data:`FLOOD_COUNT` echoes of the probe's size, each sent when the last came back)
+  keeps the CPU busy with round trips alone, and the meter's CPU time over it per echo is one round trip's work;
+  the tunnel's beyond plain's is the term.  It is counted on the unshaped path (``--rates`` must have 0), where the flood waits for
   no shaper, and is the same on every path: the cipher's work does not depend on the link's rate.  (The CPU
   over the sparse probe's own run is no measure of it: the guest's timers and the tools' processes between
   probes weigh ten times the path there.)  On a host kernel the same count says
@@ -39,7 +40,7 @@ and the minimum is like for like with the prediction, while the mean says what a
 
 Each tool and statistic is judged: accurate where what it measures the tunnel to add, less the prediction, is
 within ``--tolerance`` (default 0.05 ms), the interval included.  ping, with no process at the far end, measures the
-path; irtt (the probe) adds its own processes' scheduling at both ends, which in a guest is the larger noise.
+path; irtt adds its own processes' scheduling at both ends, which in a guest is the larger noise.
 ``--out DIR`` gets ``results.json`` (every run) and ``report.html``.
 """
 from __future__ import annotations
@@ -51,6 +52,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -59,15 +61,15 @@ from cli.options import add_bench_out, add_kernel_options, csv
 
 #: The rates of the default: unshaped (0), then the seeds' range.
 RATES = (0.0, 100.0, 10.0, 1.0)
-#: irtt's packet: IP and UDP headers and its 60-byte payload (the timestamps asked, nothing more: probe.LENGTH).
-IRTT_PAYLOAD_BYTES = 60
+#: The probe's packet: IP and UDP (irtt) or ICMP (ping) headers and 60 bytes (irtt's payload with the timestamps
+#: asked, nothing more: probe.LENGTH; ping's echo data: probe.PING_PAYLOAD).
+PROBE_PAYLOAD_BYTES = 60
 ETHERNET_BYTES = 14
 #: Echoes of the flood that counts a round trip's CPU.
 FLOOD_COUNT = 20000
 #: Each run's round trips summed up as: their mean, and their minimum (:func:`summed`).
 STATISTICS = ("mean", "minimum")
 _RECEIVED = re.compile(r"(\d+) received")
-_PING_TIME = re.compile(r"time=([0-9.]+) ms")
 
 
 @dataclasses.dataclass
@@ -125,7 +127,7 @@ def probe_packet_bytes(profile: str, ip_version: int = 4, mtu: int = 1500) -> tu
     """A probe packet's bytes on the wire plain and through ``profile`` (Ethernet frame; pure)."""
     from ipsec.overhead import IP_HEADER_BYTES, packet_overhead
 
-    inner = IP_HEADER_BYTES[ip_version] + 8 + IRTT_PAYLOAD_BYTES
+    inner = IP_HEADER_BYTES[ip_version] + 8 + PROBE_PAYLOAD_BYTES
     extra = packet_overhead(profile, "tunnel", ip_version, inner, mtu) if profile != "none" else 0
     return inner + ETHERNET_BYTES, inner + extra + ETHERNET_BYTES
 
@@ -194,11 +196,6 @@ def _verdicts(runs: Sequence[Run], tolerance_ms: float, statistic: str) -> list[
 def _differences(pairs: Sequence[tuple[float | None, float | None]]) -> list[float]:
     """Tunnel less plain of each round where both have a figure (pure)."""
     return [t - p for p, t in pairs if p is not None and t is not None]
-
-
-def ping_times(output: str) -> list[float]:
-    """The round trips in ms of ping's per-reply lines (pure)."""
-    return [float(m.group(1)) for m in _PING_TIME.finditer(output)]
 
 
 def ping_received(output: str) -> int:
@@ -271,25 +268,24 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
 
     client, server = net.spec.flows[0]
     cns, addr = net.ns(client), net.addr(server)
-    interval = 1.0 / args.per_s
-    proc = iperf.popen_in(cns, probe.stream_argv(addr, interval, args.seconds), stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, text=True)
-    out, _ = proc.communicate(timeout=args.seconds + 30)
-    irtt = [ms for line in out.splitlines() if (ms := probe.rtt_of_line(line)) is not None]
-    count = int(args.seconds * args.per_s)
-    ping = iperf.popen_in(cns, ["ping", "-n", "-i", f"{interval:g}", "-c", str(count), "-W", "1", addr],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    said, _ = ping.communicate(timeout=args.seconds * 2 + 30)
+    rtts = {}
+    for tool in probe.TOOLS:  # the sweep's probe, each tool as a sweep runs it
+        got = probe.trips(probe.run(cns, addr, args.seconds, 1.0 / args.per_s, tool), args.seconds * 2 + 30)
+        if isinstance(got, str):
+            print(f"bench unloaded_rtt: {profile} at {_path(rate)}, round {rnd}: {got}", file=sys.stderr)
+        rtts[tool] = [] if isinstance(got, str) else [t.rtt_ms for t in got if t.rtt_ms is not None]
+    irtt, ping = rtts[probe.IRTT], rtts[probe.PING]
     if rate:  # the flood would fill the shaped link: its wait, not the path's work, would be counted
-        return Run(rate, profile, rnd, irtt, ping_times(said), None)
+        return Run(rate, profile, rnd, irtt, ping, None)
     f0 = meter.sample()
-    flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-W", "1", addr],
+    flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-s", str(probe.PING_PAYLOAD),
+                                 "-W", "1", addr],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     flooded, _ = flood.communicate(timeout=120)
     f1 = meter.sample()
     answered = ping_received(flooded)
     cpu = (f1.cpu_ns - f0.cpu_ns) / 1000 / answered if answered else None
-    return Run(rate, profile, rnd, irtt, ping_times(said), cpu)
+    return Run(rate, profile, rnd, irtt, ping, cpu)
 
 
 def body(args) -> int:

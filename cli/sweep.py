@@ -40,6 +40,7 @@ from experiments.engine.plan import (
     MAX_PROBE_PER_S,
     MIN_PROBE_PER_S,
     PROBE_MOST_SHARE,
+    PROBE_TOOLS,
     SweepSpec,
     probe_share,
 )
@@ -148,14 +149,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave out the plain profile (no IPsec), which is otherwise always measured: for "
                         "suites that watch IPsec alone; the IPsec/plain figures then have nothing to divide by")
     g.add_argument("--no-latency-probe", dest="latency_probe", action="store_false",
-                   help="time no round trips: by default irtt probes the first flow's path every 100 ms through "
-                        "each window (the round trip under load: median, 90th and 99th percentile, losses) and "
-                        "for 0.3 s before it (the unloaded reference); the records' probe_* and idle_rtt_ms")
+                   help="time no round trips: by default a probe (--probe-tool) times the first flow's path every "
+                        "100 ms through each window (the round trip under load: median, 90th and 99th percentile, "
+                        "losses) and for 0.3 s before it (the unloaded reference: its median and least); the "
+                        "records' probe_*, idle_rtt_ms and idle_rtt_min_ms")
     g.add_argument("--probe-rate", dest="probe_per_s", type=float, default=None, metavar="PER_S",
                    help=f"the latency probe's round trips a second, {MIN_PROBE_PER_S:g} to {MAX_PROBE_PER_S:g}, "
                         f"refused where its packets would take more than {PROBE_MOST_SHARE * 100:g}%% of the slowest "
                         f"link beside the flows it times (default: {d.probe_per_s:g}, fewer on a link below 1 "
                         "Mbit/s, as many as fit there)")
+    g.add_argument("--probe-tool", choices=PROBE_TOOLS, default=d.probe_tool,
+                   help="the latency probe's tool, as flent names them: irtt (UDP; times each way too: the records' "
+                        "probe_up_ms and probe_down_ms) or ping (ICMP echo, answered by the server's kernel: the "
+                        "round trip alone, without irtt's processes on the path; `bench unloaded_rtt` checks "
+                        "both against what predicts them) (default: %(default)s)")
     g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
@@ -200,7 +207,8 @@ def spec_from(args):
                      warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
                      socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
                      budget_s=args.budget or None, latency_probe=args.latency_probe,
-                     probe_per_s=args.probe_per_s or fitting_probe_rate(args.rates, args.ip))
+                     probe_per_s=args.probe_per_s or fitting_probe_rate(args.rates, args.ip),
+                     probe_tool=args.probe_tool)
 
 
 def job_from(args: argparse.Namespace, argv: list[str]) -> Job:

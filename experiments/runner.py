@@ -107,11 +107,11 @@ def kernel_for_wireguard() -> str | None:
 
 
 def check_tools(job: Job | None = None) -> None:
-    """The programs a sweep starts, found before anything is built or booted (irtt where the job probes
-    round trips)."""
+    """The programs a sweep starts, found before anything is built or booted (the probe's tool where the job
+    probes round trips)."""
     tools = [("iperf3", "iperf3"), ("mnexec", "mininet")]
     if job is not None and isinstance(job.work, SweepWork) and job.work.spec.latency_probe:
-        tools.append(("irtt", "irtt"))
+        tools.append({"irtt": ("irtt", "irtt"), "ping": ("ping", "iputils-ping")}[job.work.spec.probe_tool])
     for tool, package in tools:
         if not shutil.which(tool):
             raise Refused(f"{tool} not found: install Debian's {package} package "

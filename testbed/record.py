@@ -251,17 +251,20 @@ class Record:
                                          "(all CPUs' busy time less the guest's, this run's own processes' and the "
                                          "speed probe's), percent of one CPU; above 5 the window is marked "
                                          "(testbed.hostload)")
-    probe_sent: int | None = _doc("round trips the latency probe sent within the window (irtt, every 100 ms from "
-                                  "the first flow's client to its server: experiments.engine.probe)")
+    probe_sent: int | None = _doc("round trips the latency probe sent within the window (irtt, or ping with the run's "
+                                  "probe_tool ping; every 100 ms from the first flow's client to its server: "
+                                  "experiments.engine.probe)")
     probe_lost: int | None = _doc("of those, how many got no reply")
     probe_rtt_ms: float | None = _doc("the probe's median round trip under the window's load, ms")
     probe_rtt_p90_ms: float | None = _doc("its 90th percentile, ms")
     probe_rtt_p99_ms: float | None = _doc("its 99th percentile, ms")
     probe_up_ms: float | None = _doc("the median one-way delay from the client to the server, ms (both ends on "
-                                     "this machine's clock)")
+                                     "this machine's clock; irtt only)")
     probe_down_ms: float | None = _doc("the median one-way delay from the server to the client, ms")
     idle_rtt_ms: float | None = _doc("the probe's median round trip just before the point's flows started "
                                      "(the unloaded reference), ms")
+    idle_rtt_min_ms: float | None = _doc("the least of those round trips: the path at the emulator's full speed, "
+                                         "as bench unloaded_rtt judges the probe, ms")
     # -- how it was measured ---------------------------------------------------------------------
     keying: Keying = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
                           "authenticated by a pre-shared key or RSA signatures)", Keying.STATIC)
@@ -293,8 +296,8 @@ class Record:
                                            "cpu_us_per_packet_measured", "iperf3_reports_lost", "concurrent_with",
                                            "foreign_cpu_pct", "probe_sent", "probe_lost", "probe_rtt_ms",
                                            "probe_rtt_p90_ms", "probe_rtt_p99_ms", "probe_up_ms", "probe_down_ms",
-                                           "idle_rtt_ms", "receive_backlog_start", "receive_backlog_end",
-                                           "receive_backlog_drops")
+                                           "idle_rtt_ms", "idle_rtt_min_ms", "receive_backlog_start",
+                                           "receive_backlog_end", "receive_backlog_drops")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

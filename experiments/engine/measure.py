@@ -119,7 +119,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             if monitor.backlog() == 0:
                 break
         idle = probe.result(probe.run(flows[0].client_ns, flows[0].server_addr, probe.IDLE_S,
-                                      probe.IDLE_INTERVAL_S), PROBE_WAIT_S)
+                                      probe.IDLE_INTERVAL_S, spec.probe_tool), PROBE_WAIT_S)
     loaded = None
     try:
         with clients, no_gc(), realtime():
@@ -129,7 +129,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             clients.start_next(following)
             if spec.latency_probe:  # from now to past the window's end; its round trips within the window count
                 loaded = probe.run(flows[0].client_ns, flows[0].server_addr,
-                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, 1 / spec.probe_per_s)
+                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, 1 / spec.probe_per_s,
+                                   spec.probe_tool)
             sleep_until(opens)
             clients.settle_next()
             window = read_window(monitor, opens + spec.duration_s, spec.duration_s)
@@ -143,9 +144,8 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             record = with_probe(record, idle, under)
         return record
     finally:
-        if loaded is not None and loaded.poll() is None:  # the point failed: its probe goes with it
-            loaded.kill()
-            loaded.wait()
+        if loaded is not None:  # the point failed: its probe goes with it
+            loaded.stop()
 
 
 def with_probe(record: Record, idle: probe.Summary | str | None, under: probe.Summary | str) -> Record:
@@ -154,6 +154,7 @@ def with_probe(record: Record, idle: probe.Summary | str | None, under: probe.Su
     changes: dict = {}
     if isinstance(idle, probe.Summary) and idle.rtt_median_ms is not None:
         changes[FIELD.idle_rtt_ms] = idle.rtt_median_ms
+        changes[FIELD.idle_rtt_min_ms] = idle.rtt_min_ms
     if isinstance(under, str):
         why = f"the latency probe had no result: {under}"
     elif under.sent and not under.received:

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from experiments.engine.probe import TOOLS as PROBE_TOOLS
 from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
 from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES
@@ -66,7 +67,8 @@ PROBE_MOST_SHARE = 0.01
 
 def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4) -> float:
     """The share of a ``rate_mbit`` link the latency probe's packets take each way at ``per_s`` (pure): irtt's
-    smallest packet, its 60-byte UDP payload with the headers a shaper counts."""
+    smallest packet, its 60-byte UDP payload with the headers a shaper counts (ping's echo is the same size:
+    :data:`experiments.engine.probe.PING_PAYLOAD`)."""
     packet = PROBE_PAYLOAD_BYTES + UDP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
     return per_s * packet * 8 / (rate_mbit * 1e6)
 
@@ -121,8 +123,10 @@ class SweepSpec:
     #: time round trips beside the flows in every window, and before them (irtt: experiments.engine.probe);
     #: the sweep's command turns it on, the reproductions and the regression suites keep their figures without
     latency_probe: bool = False
-    #: ... that many round trips a second in each window (irtt's interval: 1 / this)
+    #: ... that many round trips a second in each window (the interval: 1 / this)
     probe_per_s: float = DEFAULT_PROBE_PER_S
+    #: ... by this tool: irtt (UDP, each way timed) or ping (ICMP echo, answered by the kernel)
+    probe_tool: str = PROBE_TOOLS[0]
 
     def __post_init__(self) -> None:
         profiles = tuple(dict.fromkeys(parse_profile(p).name for p in self.profiles))
@@ -199,6 +203,8 @@ class SweepSpec:
                 or not MIN_PROBE_PER_S <= self.probe_per_s <= MAX_PROBE_PER_S:
             raise ValueError(f"the probe's rate must be round trips a second in {MIN_PROBE_PER_S:g}.."
                              f"{MAX_PROBE_PER_S:g}, not {self.probe_per_s!r}")
+        if self.probe_tool not in PROBE_TOOLS:
+            raise ValueError(f"the probe's tool must be one of {', '.join(PROBE_TOOLS)}, not {self.probe_tool!r}")
         if self.latency_probe:
             share = probe_share(self.probe_per_s, min(self.rates_mbit), max(self.ip_versions))
             if share > PROBE_MOST_SHARE:
@@ -258,8 +264,11 @@ class SweepSpec:
             argv.append("--no-plain")
         if not self.latency_probe:
             argv.append("--no-latency-probe")
-        elif self.probe_per_s != DEFAULT_PROBE_PER_S:
-            argv += ["--probe-rate", _number(self.probe_per_s)]
+        else:
+            if self.probe_per_s != DEFAULT_PROBE_PER_S:
+                argv += ["--probe-rate", _number(self.probe_per_s)]
+            if self.probe_tool != PROBE_TOOLS[0]:
+                argv += ["--probe-tool", self.probe_tool]
         if self.keying is not Keying.STATIC:
             argv += ["--keying", self.keying]
         return argv

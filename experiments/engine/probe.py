@@ -1,36 +1,49 @@
-"""The latency probe: round trips across a point's path beside its bulk flows, and before them, by irtt.
+"""The latency probe: round trips across a point's path beside its bulk flows, and before them.
 
-irtt (Debian's ``irtt``, the tool flent uses for its latency probes) sends small UDP packets on a fixed
-schedule from the first flow's client to an irtt server in its server's namespace and times each round
-trip, and each way (both ends are on this machine's clock)::
+Two tools, as flent has them (``sweep --probe-tool``):
 
-    before the window: irtt client, 0.3 s at 10 ms      the unloaded round trip (the reference)
-    the window:        irtt client every 100 ms, from the warm-up's end to past the window's; the
-                       round trips sent within the window count: their median, 90th and 99th percentile
-                       (of a 2-second window's 20: the 99th is about its largest), losses
+- **irtt** (Debian's ``irtt``, flent's UDP latency probe; the default) sends small UDP packets on a fixed
+  schedule from the first flow's client to an irtt server in its server's namespace and times each round trip,
+  and each way (both ends are on this machine's clock);
+- **ping** (iputils', ICMP echo) is answered by the server's kernel, with no process of its own on the path:
+  the round trip alone, no one-way delays, but the path's own figure where a guest's process wake-ups weigh
+  (``bench unloaded_rtt`` checks both against what predicts them).  Its echoes carry :data:`PING_PAYLOAD`
+  bytes, so that the packet is irtt's size.
+
+Either runs::
+
+    before the window: 0.3 s at 10 ms                   the unloaded round trip (the reference): its median,
+                                                        and its least (the path at the emulator's full speed)
+    the window:        every 100 ms, from the warm-up's end to past the window's; the round trips sent within
+                       the window count: their median, 90th and 99th percentile (of a 2-second window's 20: the
+                       99th is about its largest), losses
 
 The probe adds 10 small packets a second in each direction by default (``--probe-rate``, 1 to 100, refused
-where they would take more than 1 % of the slowest link: :func:`experiments.engine.plan.probe_share`; 60-byte
-UDP payloads, about
-8 kbit/s with their headers: 0.08 % of a 10 Mbit/s link, whose capacity it shares with the flows), the
-least flent's probes send; ``bench probe_overhead`` measures, paired, whether the goodput it rides beside
-changes.  A window whose probe lost every reply is marked ``other`` by the caller with the reason, never
+where they would take more than 1 % of the slowest link: :func:`experiments.engine.plan.probe_share`; 88-byte
+IPv4 packets, about 8 kbit/s with their headers: 0.08 % of a 10 Mbit/s link, whose capacity it shares with the
+flows), the least flent's probes send; ``bench probe_overhead`` measures, paired, whether the goodput it rides
+beside changes.  A window whose probe lost every reply is marked ``other`` by the caller with the reason, never
 given a round trip of zero.
 
-:func:`summarise` is pure and reads irtt's JSON (``-o -``): the unit tests feed it captured output.
+:func:`irtt_trips` reads irtt's JSON (``-o -``) and :func:`ping_trips` ping's lines (``-D``), both pure, into
+:class:`Trip` s that :func:`summary_of` sums up: the unit tests feed them captured output.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import re
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 
 from experiments.engine.iperf import listening, popen_in
 from testbed import waiting
 
-IRTT = "irtt"
+IRTT, PING = "irtt", "ping"
+#: The probe's tools (``sweep --probe-tool``), the default first.
+TOOLS = (IRTT, PING)
 #: irtt's default port: the servers listen there in the server namespaces, nowhere else.
 PORT = 2112
 #: The probe's interval before the window (a short burst; under load: the spec's ``probe_per_s``).
@@ -38,20 +51,37 @@ IDLE_INTERVAL_S = 0.01
 IDLE_S = 0.3
 #: irtt's packets: the smallest it sends (its header, 60 bytes of UDP payload with the timestamps asked).
 LENGTH = 0
+#: ping's echo data: 60 bytes, so that an echo is irtt's packet's size (8 bytes of ICMP header for UDP's 8).
+PING_PAYLOAD = 60
+#: How long either tool waits for a reply before it counts the packet lost.
+TIMEOUT_S = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Trip:
+    """One probe packet: when it was sent (Unix time) and its round trip in ms (None: lost); irtt also times
+    each way."""
+
+    sent_unix: float
+    rtt_ms: float | None
+    up_ms: float | None = None
+    down_ms: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Summary:
-    """Round trips of one probe run (milliseconds), within a window when one was given: irtt's round trip is
-    the client's receive time less its send time less the server's time between receiving and replying."""
+    """Round trips of one probe run (milliseconds), within a window when one was given.  irtt's round trip is
+    the client's receive time less its send time less the server's time between receiving and replying;
+    ping's is its reply's kernel receive time less its send time."""
 
     sent: int
     received: int
     rtt_median_ms: float | None
     rtt_p90_ms: float | None
     rtt_p99_ms: float | None
-    up_median_ms: float | None     # client to server, on the one clock
+    up_median_ms: float | None     # client to server, on the one clock (irtt only)
     down_median_ms: float | None   # server to client
+    rtt_min_ms: float | None = None
 
     @property
     def lost(self) -> int:
@@ -75,38 +105,90 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
-def summarise(output: Mapping | str, start_unix: float | None = None, end_unix: float | None = None) -> Summary:
-    """The :class:`Summary` of irtt's JSON ``output``; with ``start_unix``/``end_unix`` only the round trips
-    sent within that span of wall-clock time count."""
+def summary_of(trips: Sequence[Trip], start_unix: float | None = None, end_unix: float | None = None) -> Summary:
+    """The :class:`Summary` of ``trips``; with ``start_unix``/``end_unix`` only those sent within that span of
+    wall-clock time count."""
+    mine = [t for t in trips if (start_unix is None or t.sent_unix >= start_unix)
+            and (end_unix is None or t.sent_unix < end_unix)]
+    rtts = [t.rtt_ms for t in mine if t.rtt_ms is not None]
+    ups = [t.up_ms for t in mine if t.rtt_ms is not None and t.up_ms is not None]
+    downs = [t.down_ms for t in mine if t.rtt_ms is not None and t.down_ms is not None]
+    return Summary(len(mine), len(rtts), percentile(rtts, 50), percentile(rtts, 90), percentile(rtts, 99),
+                   percentile(ups, 50), percentile(downs, 50), min(rtts, default=None))
+
+
+def irtt_trips(output: Mapping | str) -> list[Trip]:
+    """The packets of irtt's JSON ``output`` (pure)."""
     data = json.loads(output) if isinstance(output, str) else output
-    trips = data.get("round_trips") or []
-    rtts, ups, downs, sent = [], [], [], 0
-    for trip in trips:
+    out = []
+    for trip in data.get("round_trips") or []:
         sent_at = ((trip.get("timestamps") or {}).get("client") or {}).get("send") or {}
         wall = sent_at.get("wall")
         if wall is None:
             continue
-        at = wall / 1e9
-        if (start_unix is not None and at < start_unix) or (end_unix is not None and at >= end_unix):
-            continue
-        sent += 1
-        if str(trip.get("lost", "false")) != "false":
-            continue
         delay = trip.get("delay") or {}
-        if delay.get("rtt") is not None:
-            rtts.append(delay["rtt"] / 1e6)
-        if delay.get("send") is not None:
-            ups.append(delay["send"] / 1e6)
-        if delay.get("receive") is not None:
-            downs.append(delay["receive"] / 1e6)
-    return Summary(sent, len(rtts), percentile(rtts, 50), percentile(rtts, 90), percentile(rtts, 99),
-                   percentile(ups, 50), percentile(downs, 50))
+        if str(trip.get("lost", "false")) != "false" or delay.get("rtt") is None:
+            out.append(Trip(wall / 1e9, None))
+            continue
+        out.append(Trip(wall / 1e9, delay["rtt"] / 1e6,
+                        delay["send"] / 1e6 if delay.get("send") is not None else None,
+                        delay["receive"] / 1e6 if delay.get("receive") is not None else None))
+    return out
 
 
-def client_argv(server: str, duration_s: float, interval_s: float) -> list[str]:
+def summarise(output: Mapping | str, start_unix: float | None = None, end_unix: float | None = None) -> Summary:
+    """The :class:`Summary` of irtt's JSON ``output``, within the span when one is given."""
+    return summary_of(irtt_trips(output), start_unix, end_unix)
+
+
+#: A reply's line of ``ping -D``: ``[1764293000.123456] 68 bytes from 198.18.3.2: icmp_seq=3 ttl=62 time=0.061 ms``
+_PING_REPLY = re.compile(r"^\[(\d+(?:\.\d+)?)\] \d+ bytes from .*\bicmp_seq=(\d+)\b.*\btime=([0-9.]+) ms")
+_PING_SENT = re.compile(r"^(\d+) packets transmitted", re.MULTILINE)
+
+
+def ping_trips(output: str, interval_s: float, started_unix: float | None = None) -> list[Trip]:
+    """The echoes of ``ping -D -i interval_s``'s ``output`` (pure), sequence numbers 1 to the count its summary
+    says it sent.  An answered echo was sent its round trip before the reply's timestamp; one without an answer
+    ``interval_s`` per sequence number from the nearest answered one (or from ``started_unix``, the probe's
+    start, when none was answered).  A duplicate reply counts once; an error reply (``From ... Destination
+    Host Unreachable``) is no answer."""
+    answered: dict[int, tuple[float, float]] = {}
+    for line in output.splitlines():
+        m = _PING_REPLY.match(line)
+        if m and "(DUP!)" not in line:
+            seq, rtt = int(m.group(2)), float(m.group(3))
+            answered.setdefault(seq, (float(m.group(1)) - rtt / 1000, rtt))
+    m = _PING_SENT.search(output)
+    sent = max([int(m.group(1)) if m else 0, *answered])
+    if not answered and started_unix is None:
+        return []  # nothing to place the lost echoes in time by
+    known = sorted(answered)
+    out = []
+    for seq in range(1, sent + 1):
+        if seq in answered:
+            out.append(Trip(answered[seq][0], answered[seq][1]))
+            continue
+        if known:
+            near = min(known, key=lambda k: abs(k - seq))
+            at = answered[near][0] + (seq - near) * interval_s
+        else:
+            at = started_unix + (seq - 1) * interval_s
+        out.append(Trip(at, None))
+    return out
+
+
+def client_argv(server: str, duration_s: float, interval_s: float, tool: str = IRTT) -> list[str]:
+    """The probe's client towards ``server`` for ``duration_s``, a packet every ``interval_s``: irtt printing
+    its JSON, or ping a line per reply with its timestamp."""
+    if tool == PING:
+        count = max(1, math.ceil(duration_s / interval_s - 1e-6))  # covering the duration
+        return [PING, "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PING_PAYLOAD),
+                "-W", str(TIMEOUT_S), server]
+    if tool != IRTT:
+        raise ValueError(f"no probe tool {tool!r}: one of {', '.join(TOOLS)}")
     host = f"[{server}]" if ":" in server else server
     return [IRTT, "client", "-Q", "-d", f"{duration_s:.3f}s", "-i", f"{interval_s * 1000:g}ms", "-l", str(LENGTH),
-            "--timeouts=1s", "-o", "-", f"{host}:{PORT}"]
+            f"--timeouts={TIMEOUT_S}s", "-o", "-", f"{host}:{PORT}"]
 
 
 #: irtt's units of a duration, as its per-packet lines print them, in milliseconds.
@@ -173,24 +255,53 @@ class Servers:
         self.procs = []
 
 
-def run(ns: str, server: str, duration_s: float, interval_s: float) -> subprocess.Popen:
-    """irtt's client in ``ns`` towards ``server`` for ``duration_s``, started now; its JSON on stdout."""
-    return popen_in(ns, client_argv(server, duration_s, interval_s), stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True)
+@dataclasses.dataclass
+class Running:
+    """A probe's client started: its process, and what reading its output needs."""
+
+    proc: subprocess.Popen
+    tool: str
+    interval_s: float
+    started_unix: float
+
+    def stop(self) -> None:
+        """End it now, if it still runs (its point failed)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def result(proc: subprocess.Popen, timeout_s: float, start_unix: float | None = None,
-           end_unix: float | None = None) -> Summary | str:
-    """What a client run said: its :class:`Summary` (within the span), or why there is none."""
+def run(ns: str, server: str, duration_s: float, interval_s: float, tool: str = IRTT) -> Running:
+    """The probe's client (``tool``) in ``ns`` towards ``server`` for ``duration_s``, started now."""
+    started = time.time()
+    return Running(popen_in(ns, client_argv(server, duration_s, interval_s, tool), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True), tool, interval_s, started)
+
+
+def trips(running: Running, timeout_s: float) -> list[Trip] | str:
+    """Every packet a client run sent, once it ended, or why there are none."""
+    proc, tool = running.proc, running.tool
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return f"irtt's client did not end within {timeout_s:.0f} s"
+        return f"{tool}'s client did not end within {timeout_s:.0f} s"
+    if tool == PING:
+        # ping exits 1 when an echo went unanswered (its lines say which), 2 on an error of its own
+        if proc.returncode not in (0, 1) or not _PING_SENT.search(out):
+            return f"ping failed (exit {proc.returncode}): {(err.strip() or out.strip())[:300]}"
+        return ping_trips(out, running.interval_s, running.started_unix)
     if proc.returncode != 0:
         return f"irtt's client failed (exit {proc.returncode}): {err.strip()[:300]}"
     try:
-        return summarise(out, start_unix, end_unix)
+        return irtt_trips(out)
     except (ValueError, TypeError, AttributeError) as e:
         return f"irtt's output was not its JSON: {e}"
+
+
+def result(running: Running, timeout_s: float, start_unix: float | None = None,
+           end_unix: float | None = None) -> Summary | str:
+    """What a client run said: its :class:`Summary` (within the span), or why there is none."""
+    got = trips(running, timeout_s)
+    return got if isinstance(got, str) else summary_of(got, start_unix, end_unix)

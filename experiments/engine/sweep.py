@@ -210,8 +210,8 @@ def _run_sweep(spec: SweepSpec, run_dir: str, progress: Progress | None, command
             with Network(topo, shaping=ShapingSpec(rate_mbit=rates[0])) as net, \
                     iperf.Servers(_flows(net, spec.ip_versions[0])) as servers, \
                     monitor_for(net, servers, meter) as monitor, rundir.open_results(run_dir) as out, \
-                    (probe.Servers([net.ns(net.spec.flows[0][1])]) if spec.latency_probe
-                     else contextlib.nullcontext()):
+                    (probe.Servers([net.ns(net.spec.flows[0][1])])
+                     if spec.latency_probe and spec.probe_tool == probe.IRTT else contextlib.nullcontext()):
                 rounds.net, rounds.servers, rounds.monitor, rounds.out = net, servers, monitor, out
                 rounds.ahead = Ahead(net, spec, servers)
                 gc.freeze()  # what exists now lives as long as the sweep: later collections skip it

@@ -15,7 +15,7 @@ from testbed.backends import CpuSample
 from testbed.record import FIELDS
 from topologies.shaping import ShapingSpec
 
-PROBE_FIELDS = {f for f in FIELDS if f.startswith("probe_")} | {"idle_rtt_ms"}
+PROBE_FIELDS = {f for f in FIELDS if f.startswith(("probe_", "idle_rtt"))}
 
 SPEC = SweepSpec()
 POINT = dataclasses.replace(plan_points(SPEC)[0], rate_mbit=10.0, size_bytes=1460)

@@ -126,3 +126,80 @@ def test_a_live_chart_reads_each_round_trip_from_irtts_lines_in_any_unit():
     argv = probe.stream_argv("fc00::3", 0.25, 86400)
     assert argv[:2] == ["irtt", "client"] and "-Q" not in argv and "-o" not in argv  # a line per round trip
     assert argv[-1] == f"[fc00::3]:{probe.PORT}" and "250ms" in argv and "86400s" in argv
+
+
+PING_CAPTURED = (Path(__file__).parent / "fixtures" / "ping" / "loopback.txt").read_text()
+
+
+def test_pings_echoes_are_its_reply_lines_each_sent_its_round_trip_before_its_timestamp():
+    # ping -n -D -i 0.02 -c 15 -s 60 -W 1 127.0.0.1, captured (iputils 20221126)
+    trips = probe.ping_trips(PING_CAPTURED, 0.02)
+    assert len(trips) == 15 and all(t.up_ms is None for t in trips)  # the round trip alone
+    assert trips[0] == probe.Trip(pytest.approx(1795829880.356432 - 0.035e-3), 0.035)
+    s = probe.summary_of(trips)
+    assert (s.sent, s.received, s.rtt_min_ms, s.rtt_median_ms) == (15, 15, 0.035, 0.052)
+    assert s.rtt_p99_ms == pytest.approx(0.060, abs=0.001) and s.up_median_ms is None
+    inside = probe.summary_of(trips, trips[5].sent_unix, trips[10].sent_unix)
+    assert inside.sent == 5 and inside.rtt_min_ms == 0.048  # echoes 6 to 10
+
+
+def test_an_unanswered_echo_is_lost_at_its_place_in_the_schedule_and_never_a_round_trip():
+    # the capture with echoes 4, 5 and 15 unanswered, as ping prints it then: no line, and its count
+    lines = [ln for ln in PING_CAPTURED.splitlines() if not any(f"icmp_seq={n} " in ln for n in (4, 5, 15))]
+    output = "\n".join(lines).replace("15 received, 0% packet loss", "12 received, 20% packet loss")
+    trips = probe.ping_trips(output, 0.02)
+    assert len(trips) == 15 and [i + 1 for i, t in enumerate(trips) if t.rtt_ms is None] == [4, 5, 15]
+    assert trips[3].sent_unix == pytest.approx(trips[2].sent_unix + 0.02)  # from the nearest answered
+    assert trips[14].sent_unix == pytest.approx(trips[13].sent_unix + 0.02)
+    s = probe.summary_of(trips, trips[3].sent_unix, trips[6].sent_unix)
+    assert (s.sent, s.received, s.lost) == (3, 1, 2)
+    # nothing answered: placed from the probe's start, so a window still counts what it sent
+    silent = "PING 198.18.3.2 (198.18.3.2) 60(88) bytes of data.\n\n--- 198.18.3.2 ping statistics ---\n" \
+             "4 packets transmitted, 0 received, 100% packet loss, time 301ms\n"
+    lost = probe.ping_trips(silent, 0.1, started_unix=1000.0)
+    assert [t.sent_unix for t in lost] == pytest.approx([1000.0, 1000.1, 1000.2, 1000.3])
+    assert probe.summary_of(lost, 1000.05, 1000.25).sent == 2 and probe.ping_trips(silent, 0.1) == []
+
+
+def test_a_duplicate_reply_counts_once_and_an_error_reply_is_no_answer():
+    output = ("[1000.000100] 68 bytes from 198.18.3.2: icmp_seq=1 ttl=62 time=0.100 ms\n"
+              "[1000.000200] 68 bytes from 198.18.3.2: icmp_seq=1 ttl=62 time=0.200 ms (DUP!)\n"
+              "[1000.100000] From 198.18.1.1 icmp_seq=2 Destination Host Unreachable\n"
+              "[1000.200150] 68 bytes from 198.18.3.2: icmp_seq=3 ttl=62 time=150 ms\n"
+              "3 packets transmitted, 2 received, +1 duplicates, +1 errors, 33.3333% packet loss, time 200ms\n")
+    trips = probe.ping_trips(output, 0.1)
+    assert [t.rtt_ms for t in trips] == [0.1, None, 150.0]  # a reply over 100 ms is printed whole
+    assert trips[1].sent_unix == pytest.approx(1000.1, abs=1e-3)
+
+
+def test_the_ping_client_sends_echoes_of_irtts_size_at_the_interval_for_the_duration():
+    argv = probe.client_argv("2001:db8:0:3::2", 2.55, 0.02, probe.PING)
+    assert argv[0] == "ping" and argv[-1] == "2001:db8:0:3::2" and "-D" in argv  # timestamps to place them
+    assert argv[argv.index("-c") + 1] == "128" and argv[argv.index("-i") + 1] == "0.02"
+    assert argv[argv.index("-s") + 1] == "60"  # + 8 of ICMP = irtt's 60 + 8 of UDP: the same packet
+    assert probe.client_argv("198.18.3.2", 0.3, 0.01, probe.PING)[argv.index("-c") + 1] == "30"
+    with pytest.raises(ValueError, match="no probe tool 'netperf'"):
+        probe.client_argv("198.18.3.2", 1, 0.1, "netperf")
+
+
+def test_the_record_keeps_the_unloaded_references_least_round_trip_beside_its_median():
+    idle = probe.summary_of(probe.ping_trips(PING_CAPTURED, 0.02))
+    got = with_probe(Record(goodput_mbps=9.2, bound=Bound.LINK), idle, idle)
+    assert (got.idle_rtt_ms, got.idle_rtt_min_ms) == (0.052, 0.035) and got.probe_up_ms is None
+
+
+def test_a_sweep_that_probes_by_ping_needs_ping_before_anything_boots(monkeypatch):
+    from experiments import runner
+    from experiments.engine.plan import SweepSpec
+    from experiments.job import Job, SweepWork
+    from testbed.errors import Refused
+
+    missing = set()
+    monkeypatch.setattr(runner.shutil, "which", lambda tool: None if tool in missing else f"/usr/bin/{tool}")
+    by_ping = Job(SweepWork(SweepSpec(latency_probe=True, probe_tool="ping")))
+    missing.add("irtt")
+    runner.check_tools(by_ping)  # irtt is not needed
+    missing.add("ping")
+    with pytest.raises(Refused, match=r"ping not found: install Debian's iputils-ping package"):
+        runner.check_tools(by_ping)
+    runner.check_tools(Job(SweepWork(SweepSpec(latency_probe=False, probe_tool="ping"))))
