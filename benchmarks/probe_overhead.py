@@ -2,6 +2,7 @@
 
     sudo ipsec-testbed bench probe_overhead                           # vpn_gateway, aes-gcm-256, 10 Mbit/s
     sudo ipsec-testbed bench probe_overhead --rate 100 --pairs 6 --sizes 100,1460
+    sudo ipsec-testbed bench probe_overhead --probe-tool ping          # the probe's ICMP echo instead of irtt
 
 Runs ``ipsec-testbed sweep`` as a user would, one repetition per run, alternately with the latency probe
 (the default) and with ``--no-latency-probe``, in ABBA order (on, off, off, on, ...) so that a drift of the
@@ -21,6 +22,7 @@ import time
 
 from benchmarks import _common
 from experiments import runner
+from experiments.engine.probe import TOOLS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=10.0, help="Mbit/s (default: %(default)s)")
     ap.add_argument("--sizes", default="100,1460", help="TCP MSS, comma-separated (default: %(default)s)")
     ap.add_argument("--pairs", type=int, default=4, help="runs with the probe and without, each (default: 4)")
+    ap.add_argument("--probe-tool", choices=TOOLS, default=TOOLS[0],
+                    help="the probe's tool in the runs with it (the sweep's --probe-tool; default: %(default)s)")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("probe_overhead: needs root; run with sudo")
@@ -47,13 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     for k, on in enumerate(order):
         out = os.path.join(base, f"{k:02d}-{'probe' if on else 'none'}")
         print(f"run {k + 1} of {len(order)}: {'with' if on else 'without'} the probe", flush=True)
-        rc = runner.run_apart(_common.sweep_job(words + ([] if on else ["--no-latency-probe"]), out))
+        rc = runner.run_apart(_common.sweep_job(
+            words + (["--probe-tool", args.probe_tool] if on else ["--no-latency-probe"]), out))
         if rc != 0:
             sys.exit(f"probe_overhead: the sweep failed (exit {rc}); its directory: {out}")
         for r in load_results(out):
             goodput[(r.profile, r.size_bytes)][on].append(r.goodput_mbps)
     print(f"\n{len(order)} sweeps in {time.monotonic() - t0:.0f} s; {args.topology}, {args.rate:g} Mbit/s, "
-          f"one repetition per sweep\n")
+          f"one repetition per sweep, the probe by {args.probe_tool}\n")
     print(f"{'profile':>14s} {'size':>5s} {'with probe':>11s} {'without':>9s} {'difference (95 % CI)':>24s} "
           f"{'own interval':>13s}  verdict")
     for (profile, size), by in sorted(goodput.items()):

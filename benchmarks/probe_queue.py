@@ -6,8 +6,10 @@
 Where a shaped link bounds a point, the flows keep the shaper's queue filled, and a probe packet sent the
 data's way waits behind what is queued: the queue's mean backlog over the window (the monitor samples it every
 0.1 s: the record's ``queue_mean_bytes``) divided by the link's rate is the wait the queue predicts.  The probe
-times the same wait its own way, irtt's one-way delay from the client to the server on one clock
-(``probe_up_ms``).  Per rate this prints how many link-bound points were compared, their ratio
+times the same wait its own way: irtt's one-way delay from the client to the server on one clock
+(``probe_up_ms``); ping (``sweep --probe-tool ping``), which times the round trip alone, by its median under
+load less the unloaded one (``probe_rtt_ms - idle_rtt_ms``: a sweep's flows go one way, so the replies' way
+has no queue).  Per rate this prints how many link-bound points were compared, their ratio
 measured / predicted (median, least, most) and how many lie within ±10 % of the prediction.  Points bound by
 anything but the link are left out (their queue is not the wait).
 
@@ -48,13 +50,24 @@ def configured_wait_ms(rate_mbit: float, backend: str | None, latency_ms: float 
     return (1 - CUBIC_BETA / 2) * limit / spec.rate_bytes_per_s * 1000
 
 
+def queue_delay_ms(r) -> float | None:
+    """The probe's delay the data's way in record ``r`` (pure): irtt's one-way delay, or ping's round trip
+    less the unloaded one; None without either."""
+    if r.probe_up_ms is not None:
+        return r.probe_up_ms
+    if r.probe_rtt_ms is not None and r.idle_rtt_ms is not None:
+        return r.probe_rtt_ms - r.idle_rtt_ms
+    return None
+
+
 def compare_configured(records) -> dict[float, list[float]]:
     """measured / configured-size-predicted queueing delay of each link-bound probed TCP point, by rate (pure)."""
     ratios: dict[float, list[float]] = collections.defaultdict(list)
     for r in records:
-        if r.bound is not Bound.LINK or r.probe_up_ms is None or not r.rate_mbit or r.transport != "tcp":
+        delay = queue_delay_ms(r)
+        if r.bound is not Bound.LINK or delay is None or not r.rate_mbit or r.transport != "tcp":
             continue
-        ratios[r.rate_mbit].append(r.probe_up_ms / configured_wait_ms(r.rate_mbit, r.backend))
+        ratios[r.rate_mbit].append(delay / configured_wait_ms(r.rate_mbit, r.backend))
     return ratios
 
 
@@ -62,11 +75,12 @@ def compare(records) -> dict[float, list[float]]:
     """measured / predicted queueing delay of each link-bound probed point, by rate (pure)."""
     ratios: dict[float, list[float]] = collections.defaultdict(list)
     for r in records:
-        if r.bound is not Bound.LINK or r.probe_up_ms is None or not r.queue_mean_bytes or not r.rate_mbit:
+        delay = queue_delay_ms(r)
+        if r.bound is not Bound.LINK or delay is None or not r.queue_mean_bytes or not r.rate_mbit:
             continue
         predicted_ms = r.queue_mean_bytes / (r.rate_mbit * 1e6 / 8) * 1000
         if predicted_ms > 0:
-            ratios[r.rate_mbit].append(r.probe_up_ms / predicted_ms)
+            ratios[r.rate_mbit].append(delay / predicted_ms)
     return ratios
 
 
@@ -91,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ratios = compare(records)
     if not ratios:
         sys.exit(f"probe_queue: no link-bound point with the probe in {run_dir} (measured with --no-latency-probe?)")
-    _table(ratios, "the probe's one-way delay the data's way / the queue's mean backlog over the link's rate")
+    _table(ratios, "the probe's delay the data's way (irtt's one-way delay, or ping's round trip less the unloaded "
+           "one) / the queue's mean backlog over the link's rate")
     print()
     _table(compare_configured(records), f"the same delay / (1 - {CUBIC_BETA:g} / 2) of the full queue's wait, the "
            "tbf's limit over its rate (nothing measured: the queue's configured size)",

@@ -22,10 +22,10 @@ What the tunnel adds is predicted from two terms, each computed:
 - **the emulator's CPU on the path**: inside User-Mode Linux the hosts and both gateways are one emulated CPU,
   so the cipher's work on the packet's way is time on its way.  It is counted where nothing but the path runs:
   a ping flood (``ping -f``, :data:`FLOOD_COUNT` echoes of the probe's size, each sent when the last came back)
-  keeps the CPU busy with round trips alone, and the meter's CPU time over it per echo is one round trip's work;
-  the tunnel's beyond plain's is the term.  It is counted on the unshaped path (``--rates`` must have 0), where the flood waits for
-  no shaper, and is the same on every path: the cipher's work does not depend on the link's rate.  (The CPU
-  over the sparse probe's own run is no measure of it: the guest's timers and the tools' processes between
+  keeps the CPU busy with round trips alone, and the meter's CPU time over it per echo is one round trip's work; the
+  tunnel's beyond plain's is the term.  It is counted on the unshaped path (``--rates`` must have 0), where the
+  flood waits for no shaper, and is the same on every path: the cipher's work does not depend on the link's rate.
+  (The CPU over the sparse probe's own run is no measure of it: the guest's timers and the tools' processes between
   probes weigh ten times the path there.)  On a host kernel the same count says
   how much CPU the tunnel's packets took, which there is not all time on the path.
 

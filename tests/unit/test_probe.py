@@ -97,6 +97,10 @@ def test_the_queue_check_compares_link_bound_probed_points_only():
     unprobed = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=62_500.0)
     empty = Record(rate_mbit=100.0, bound=Bound.LINK, queue_mean_bytes=0.0, probe_up_ms=1.0)
     assert compare([fine, cpu, unprobed, empty]) == {10.0: [pytest.approx(1.02)]}
+    # ping times no way alone: its round trip less the unloaded one is the data's way's wait
+    pinged = Record(rate_mbit=10.0, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_rtt_ms=50.5, idle_rtt_ms=0.5)
+    no_idle = Record(rate_mbit=10.0, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_rtt_ms=50.5)
+    assert compare([pinged, no_idle]) == {10.0: [pytest.approx(1.0)]}
 
 
 def test_the_queues_configured_size_predicts_a_tcp_flows_mean_wait():
