@@ -315,8 +315,8 @@ def body(args) -> int:
                                 for profile in order:
                                     current = switch_ipsec(net, current, profile, args.mode, (args.ip,))
                                     if profile not in idle:  # irtt's unloaded round trip, the check
-                                        got = probe.result(probe.run(cns, addr, probe.IDLE_S, probe.IDLE_INTERVAL_S),
-                                                           10.0)
+                                        got = probe.result(probe.run(cns, addr, probe.IDLE_S,
+                                                                     probe.IDLE_INTERVAL_S, probe.IRTT), 10.0)
                                         idle[profile] = got.rtt_median_ms if isinstance(got, probe.Summary) else None
                                     if args.warmup:
                                         transactions.exchange(cns, addr, args.ip, kind, size, args.warmup)

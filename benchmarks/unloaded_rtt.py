@@ -269,7 +269,7 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     client, server = net.spec.flows[0]
     cns, addr = net.ns(client), net.addr(server)
     rtts = {}
-    for tool in probe.TOOLS:  # the sweep's probe, each tool as a sweep runs it
+    for tool in (probe.IRTT, probe.PING):  # the sweep's probe, each tool as a sweep runs it
         got = probe.trips(probe.run(cns, addr, args.seconds, 1.0 / args.per_s, tool), args.seconds * 2 + 30)
         if isinstance(got, str):
             print(f"bench unloaded_rtt: {profile} at {_path(rate)}, round {rnd}: {got}", file=sys.stderr)

@@ -159,10 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"link beside the flows it times (default: {d.probe_per_s:g}, fewer on a link below 1 "
                         "Mbit/s, as many as fit there)")
     g.add_argument("--probe-tool", choices=PROBE_TOOLS, default=d.probe_tool,
-                   help="the latency probe's tool, as flent names them: irtt (UDP; times each way too: the records' "
-                        "probe_up_ms and probe_down_ms) or ping (ICMP echo, answered by the server's kernel: the "
-                        "round trip alone, without irtt's processes on the path; `bench unloaded_rtt` checks "
-                        "both against what predicts them) (default: %(default)s)")
+                   help="the latency probe's tool, as flent names them: ping (ICMP echo, answered by the server's "
+                        "kernel: the round trip alone, the path's own figure; `bench unloaded_rtt` checks both "
+                        "tools against what predicts them) or irtt (UDP to an irtt server; times each way too: the "
+                        "records' probe_up_ms and probe_down_ms, with its own processes on the path) "
+                        "(default: %(default)s)")
     g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "

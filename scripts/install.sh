@@ -17,13 +17,14 @@ python=${PYTHON:-/usr/bin/python3}
 # What the testbed runs, and why:
 #   iproute2 (ip, tc: the independent checker in tests), iperf3 (measurements),
 #   mininet (mnexec), user-mode-linux (an ESP-capable kernel when the host has none),
-#   kmod (modprobe inside UML), iputils-ping, tcpdump (scapy compiles capture filters with it),
+#   kmod (modprobe inside UML), iputils-ping (ping: the sweep's latency probe), tcpdump (scapy compiles
+#   capture filters with it),
 #   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
 #   chromium-driver (a test drives the web demo's page in Chromium, through Selenium),
 #   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal),
 #   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike),
-#   irtt (the sweep's latency probe, as flent uses it), flent (its ping test, the outside check of that
-#   probe in `bench rrul --flent`), wireguard-tools (`wg show` beside the testbed's WireGuard; the
+#   irtt (the sweep's other latency probe, the demo's and `bench rrul`'s, as flent uses it), flent (its
+#   ping test, the outside check of that probe in `bench rrul --flent`), wireguard-tools (`wg show` beside the testbed's WireGuard; the
 #   testbed configures WireGuard over netlink and never runs it).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
               python3 python3-venv chromium chromium-driver ruby tmux

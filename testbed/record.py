@@ -251,8 +251,8 @@ class Record:
                                          "(all CPUs' busy time less the guest's, this run's own processes' and the "
                                          "speed probe's), percent of one CPU; above 5 the window is marked "
                                          "(testbed.hostload)")
-    probe_sent: int | None = _doc("round trips the latency probe sent within the window (irtt, or ping with the run's "
-                                  "probe_tool ping; every 100 ms from the first flow's client to its server: "
+    probe_sent: int | None = _doc("round trips the latency probe sent within the window (ping, or irtt: the run's "
+                                  "probe_tool; every 100 ms from the first flow's client to its server: "
                                   "experiments.engine.probe)")
     probe_lost: int | None = _doc("of those, how many got no reply")
     probe_rtt_ms: float | None = _doc("the probe's median round trip under the window's load, ms")

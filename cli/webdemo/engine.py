@@ -9,7 +9,7 @@ the actions in order:
   the sweep's own iperf3 helpers (:mod:`experiments.engine.iperf`: the server is waited for until it
   listens); the server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
 - the SAs: every second, ``ip -s xfrm state`` on each IPsec end (keys hidden unless asked);
-- the round trip: irtt (the sweep's latency probe, :mod:`experiments.engine.probe`) from the first client
+- the round trip: irtt (one of the sweep's latency probe's tools, :mod:`experiments.engine.probe`) from the first client
   to its server every 250 ms for as long as the demo runs, each reply an ``rtt`` event, so that the chart
   shows the delay under load beside the goodput, with IPsec and without;
 - none for captures: a capture runs in the main thread, for a few seconds at most.

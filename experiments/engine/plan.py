@@ -125,7 +125,7 @@ class SweepSpec:
     latency_probe: bool = False
     #: ... that many round trips a second in each window (the interval: 1 / this)
     probe_per_s: float = DEFAULT_PROBE_PER_S
-    #: ... by this tool: irtt (UDP, each way timed) or ping (ICMP echo, answered by the kernel)
+    #: ... by this tool: ping (ICMP echo, answered by the kernel) or irtt (UDP, each way timed)
     probe_tool: str = PROBE_TOOLS[0]
 
     def __post_init__(self) -> None:
@@ -283,6 +283,8 @@ class SweepSpec:
         data = dict(data)
         if "omit_s" in data:
             data = {"warmup_s": data.pop("omit_s"), **data}  # a warmup_s given as well wins
+        if "probe_tool" not in data:
+            data["probe_tool"] = "irtt"  # written before ping was the probe's default, irtt was its one tool
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 

@@ -1,5 +1,5 @@
 """The latency probe on the kernel: irtt's round trips beside a sweep's flows, through plain, IPsec and WireGuard;
-ping's, as the probe's other tool, through IPsec.
+ping's (the default tool) through IPsec.
 
 At 10 Mbit/s behind tbf the flows fill the shaper's queue: the round trip under load is the queue's wait,
 tens of milliseconds, where the unloaded one is below a few; every window's probe sent its packets and got
@@ -29,7 +29,7 @@ def records(path) -> list[dict]:
 
 def test_the_round_trip_under_load_is_the_queues_wait_and_the_unloaded_one_is_not(tmp_path):
     spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256", "wireguard"), rates_mbit=(10,),
-                     sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
+                     sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True, probe_tool="irtt")
     run_sweep(spec, str(tmp_path))
     got = records(tmp_path)
     assert {r["profile"] for r in got} == {"none", "aes-gcm-256", "wireguard"}
@@ -45,11 +45,11 @@ def test_the_round_trip_under_load_is_the_queues_wait_and_the_unloaded_one_is_no
 
 def test_a_probe_with_no_server_marks_its_points_other_with_the_reason(tmp_path, monkeypatch):
     # a port where no irtt server listens: every request goes unanswered
-    monkeypatch.setattr(probe, "client_argv", lambda server, d, i, tool=probe.IRTT: [
+    monkeypatch.setattr(probe, "client_argv", lambda server, d, i, tool: [
         probe.IRTT, "client", "-Q", "-d", f"{d:.3f}s", "-i", f"{i * 1000:g}ms", "--timeouts=200ms", "-o", "-",
         f"[{server}]:9" if ":" in server else f"{server}:9"])
     spec = SweepSpec(topology="host_to_host", profiles=("none",), rates_mbit=(10,), sizes=(1000,), repetitions=1,
-                     duration_s=1, warmup_s=0.3, latency_probe=True)
+                     duration_s=1, warmup_s=0.3, latency_probe=True, probe_tool="irtt")
     run_sweep(spec, str(tmp_path))
     (r,) = records(tmp_path)
     assert r["bound"] == "other" and "latency probe" in r["bound_reason"], r
@@ -59,7 +59,8 @@ def test_a_probe_with_no_server_marks_its_points_other_with_the_reason(tmp_path,
 
 def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_path):
     spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), rates_mbit=(10,), sizes=(1460,),
-                     repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True, probe_tool="ping")
+                     repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
+    assert spec.probe_tool == "ping"  # the default
     run_sweep(spec, str(tmp_path))
     got = records(tmp_path)
     assert {r["profile"] for r in got} == {"none", "aes-gcm-256"}
@@ -74,7 +75,7 @@ def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_pa
 def test_echoes_that_expire_on_the_way_are_lost_and_mark_the_point_other(tmp_path, monkeypatch):
     # a hop limit of 1: the first gateway answers every echo with "Time to live exceeded", no echo reply comes
     real = probe.client_argv
-    monkeypatch.setattr(probe, "client_argv", lambda server, d, i, tool=probe.PING: [
+    monkeypatch.setattr(probe, "client_argv", lambda server, d, i, tool: [
         *real(server, d, i, tool)[:-1], "-t", "1", server])
     spec = SweepSpec(topology="vpn_gateway", profiles=("none",), rates_mbit=(10,), sizes=(1000,), repetitions=1,
                      duration_s=1, warmup_s=0.3, latency_probe=True, probe_tool="ping")

@@ -82,10 +82,11 @@ def test_a_record_gains_the_probe_and_a_probe_that_lost_everything_makes_the_poi
 
 
 def test_the_client_is_told_what_to_send_and_where():
-    argv = probe.client_argv("2001:db8:0:3::2", 2.55, 0.02)
+    argv = probe.client_argv("2001:db8:0:3::2", 2.55, 0.02, probe.IRTT)
     assert argv[:2] == ["irtt", "client"] and argv[-1] == "[2001:db8:0:3::2]:2112"
     assert argv[argv.index("-d") + 1] == "2.550s" and argv[argv.index("-i") + 1] == "20ms"
-    assert probe.client_argv("198.18.3.2", 0.3, 0.01)[-1] == "198.18.3.2:2112"
+    assert probe.client_argv("198.18.3.2", 0.3, 0.01, probe.IRTT)[-1] == "198.18.3.2:2112"
+    assert "--timeouts=250ms,500ms,1s,2s" in argv  # its handshake tried again when a loaded guest drops it
 
 
 def test_the_queue_check_compares_link_bound_probed_points_only():
