@@ -207,9 +207,9 @@ def bound_text(a: Aggregate) -> str:
 
 
 #: What the latency column says.
-RTT_HELP = ("the latency probe's median round trip during the window, with the point's flows (irtt every 100 ms "
-            "on the first flow's path; the records have its 90th and 99th percentiles and one-way delays), and in "
-            "brackets the same just before the flows started")
+RTT_HELP = ("the latency probe's median round trip during the window, with the point's flows (every 100 ms on the "
+            "first flow's path, by ping or irtt: meta.json's spec says which; the records have its 90th and 99th "
+            "percentiles, and irtt's one-way delays), and in brackets the same just before the flows started")
 
 
 def rtt_text(a: Aggregate) -> str:
