@@ -120,7 +120,7 @@ class SweepSpec:
     #: seconds of measuring after which no repetition beyond ``repetitions`` is started
     #: (None: no limit); the later rates' minimum repetitions are always measured
     budget_s: float | None = None
-    #: time round trips beside the flows in every window, and before them (irtt: experiments.engine.probe);
+    #: time round trips beside the flows in every window, and before them (experiments.engine.probe);
     #: the sweep's command turns it on, the reproductions and the regression suites keep their figures without
     latency_probe: bool = False
     #: ... that many round trips a second in each window (the interval: 1 / this)

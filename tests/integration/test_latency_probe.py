@@ -58,12 +58,13 @@ def test_a_probe_with_no_server_marks_its_points_other_with_the_reason(tmp_path,
 
 
 def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_path):
-    spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), rates_mbit=(10,), sizes=(1460,),
-                     repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
+    spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), ip_versions=(4, 6), rates_mbit=(10,),
+                     sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
     assert spec.probe_tool == "ping"  # the default
     run_sweep(spec, str(tmp_path))
     got = records(tmp_path)
-    assert {r["profile"] for r in got} == {"none", "aes-gcm-256"}
+    assert sorted((r["profile"], r["ip_version"]) for r in got) == [
+        ("aes-gcm-256", 4), ("aes-gcm-256", 6), ("none", 4), ("none", 6)]  # ICMPv6 echo as well
     for r in got:
         assert r["bound"] == "link", r
         assert 17 <= r["probe_sent"] <= 21 and r["probe_lost"] == 0, r
