@@ -105,6 +105,11 @@ def readings_after(driver, trace: int, skip: int, n: int) -> list[float]:
     return goodput_readings(driver, trace)[before + skip:before + skip + n]
 
 
+def link_figure(readings: list[float]) -> float:
+    """The upper quartile of a link-bound flow's half-second goodput readings."""
+    return statistics.quantiles(readings, n=4, method="inclusive")[2]
+
+
 def click(driver, element_id: str) -> None:
     driver.find_element("id", element_id).click()
 
@@ -174,10 +179,12 @@ def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers
         assert page_state(driver, "window.demoState.markers") >= 3  # traffic on, IPsec off, IPsec on
         assert page_state(driver, "window.demoState.errors") == []
 
-        # 10 Mbit/s, MSS 1460: AES-GCM-256's 57 bytes more per packet cost about 4 % of the goodput
-        assert statistics.median(plain) > statistics.median(with_ipsec) * 1.01, (plain, with_ipsec)
-        assert statistics.median(plain) > statistics.median(again) * 1.01, (plain, again)
-        assert 8.0 < statistics.median(with_ipsec) < 10.0
+        # 10 Mbit/s, MSS 1460: AES-GCM-256's 57 bytes more per packet cost about 4 % of the goodput.  A half-second
+        # reading falls below the link's figure whenever other work takes the guest's host CPU (the suite's other
+        # guests), and rises above it for no longer than the queue holds: the upper quartile is the link's figure
+        assert link_figure(plain) > link_figure(with_ipsec) * 1.01, (plain, with_ipsec)
+        assert link_figure(plain) > link_figure(again) * 1.01, (plain, again)
+        assert 8.0 < link_figure(with_ipsec) < 10.0
 
         shot = os.environ.get("IPSEC_TESTBED_SCREENSHOT") or str(tmp_path / "demo-web.png")
         driver.execute_script("document.getElementById('step-next').click(); "
