@@ -61,9 +61,6 @@ from cli.options import add_bench_out, add_kernel_options, csv
 
 #: The rates of the default: unshaped (0), then the seeds' range.
 RATES = (0.0, 100.0, 10.0, 1.0)
-#: The probe's packet: IP and UDP (irtt) or ICMP (ping) headers and 60 bytes (irtt's payload with the timestamps
-#: asked, nothing more: probe.LENGTH; ping's echo data: probe.PING_PAYLOAD).
-PROBE_PAYLOAD_BYTES = 60
 ETHERNET_BYTES = 14
 #: Echoes of the flood that counts a round trip's CPU.
 FLOOD_COUNT = 20000
@@ -125,9 +122,11 @@ class Verdict:
 
 def probe_packet_bytes(profile: str, ip_version: int = 4, mtu: int = 1500) -> tuple[int, int]:
     """A probe packet's bytes on the wire plain and through ``profile`` (Ethernet frame; pure)."""
+    from experiments.engine.probe import PAYLOAD_BYTES
     from ipsec.overhead import IP_HEADER_BYTES, packet_overhead
 
-    inner = IP_HEADER_BYTES[ip_version] + 8 + PROBE_PAYLOAD_BYTES
+    # IP, then UDP (irtt) or ICMP (ping): 8 bytes either way, then the probe's payload
+    inner = IP_HEADER_BYTES[ip_version] + 8 + PAYLOAD_BYTES
     extra = packet_overhead(profile, "tunnel", ip_version, inner, mtu) if profile != "none" else 0
     return inner + ETHERNET_BYTES, inner + extra + ETHERNET_BYTES
 
@@ -278,7 +277,7 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     if rate:  # the flood would fill the shaped link: its wait, not the path's work, would be counted
         return Run(rate, profile, rnd, irtt, ping, None)
     f0 = meter.sample()
-    flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-s", str(probe.PING_PAYLOAD),
+    flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-s", str(probe.PAYLOAD_BYTES),
                                  "-W", "1", addr],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     flooded, _ = flood.communicate(timeout=120)

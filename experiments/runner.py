@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from experiments import reproduce
+from experiments.engine import probe
 from experiments.engine.plan import estimate_seconds, plan_points, precision_of, unmeasured, unusable_profiles
 from experiments.engine.sweep import by_point, run_sweep, summary
 from experiments.engine.sweep import note_interrupted as note_sweep_interrupted
@@ -111,7 +112,8 @@ def check_tools(job: Job | None = None) -> None:
     probes round trips)."""
     tools = [("iperf3", "iperf3"), ("mnexec", "mininet")]
     if job is not None and isinstance(job.work, SweepWork) and job.work.spec.latency_probe:
-        tools.append({"irtt": ("irtt", "irtt"), "ping": ("ping", "iputils-ping")}[job.work.spec.probe_tool])
+        tool = job.work.spec.probe_tool
+        tools.append((tool, probe.PACKAGES[tool]))
     for tool, package in tools:
         if not shutil.which(tool):
             raise Refused(f"{tool} not found: install Debian's {package} package "

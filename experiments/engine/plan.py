@@ -34,6 +34,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from analysis.stats import at_common_speed, t_critical_95
+from experiments.engine.probe import IRTT
+from experiments.engine.probe import PAYLOAD_BYTES as PROBE_PAYLOAD_BYTES
 from experiments.engine.probe import TOOLS as PROBE_TOOLS
 from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
@@ -68,13 +70,10 @@ PROBE_MOST_SHARE = 0.01
 def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4) -> float:
     """The share of a ``rate_mbit`` link the latency probe's packets take each way at ``per_s`` (pure): irtt's
     smallest packet, its 60-byte UDP payload with the headers a shaper counts (ping's echo is the same size:
-    :data:`experiments.engine.probe.PING_PAYLOAD`)."""
+    :data:`experiments.engine.probe.PAYLOAD_BYTES`)."""
     packet = PROBE_PAYLOAD_BYTES + UDP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
     return per_s * packet * 8 / (rate_mbit * 1e6)
 
-
-#: irtt's payload at its smallest (``-l 0``: its header and the timestamps asked for).
-PROBE_PAYLOAD_BYTES = 60
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,7 +283,7 @@ class SweepSpec:
         if "omit_s" in data:
             data = {"warmup_s": data.pop("omit_s"), **data}  # a warmup_s given as well wins
         if "probe_tool" not in data:
-            data["probe_tool"] = "irtt"  # written before ping was the probe's default, irtt was its one tool
+            data["probe_tool"] = IRTT  # written before ping was the probe's default, irtt was its one tool
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
 

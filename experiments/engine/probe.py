@@ -5,7 +5,7 @@ Two tools, as flent has them (``sweep --probe-tool``):
 - **ping** (iputils', ICMP echo; the default) sends echo requests from the first flow's client to its server,
   whose kernel answers them, with no process of its own on the path: the round trip alone, the path's own
   figure where a guest's process wake-ups weigh (``bench unloaded_rtt`` checks both tools against what predicts
-  them), with no handshake to lose under load.  Its echoes carry :data:`PING_PAYLOAD` bytes, so that the packet
+  them), with no handshake to lose under load.  Its echoes carry :data:`PAYLOAD_BYTES` bytes, so that the packet
   is irtt's size;
 - **irtt** (Debian's ``irtt``, flent's UDP latency probe) sends small UDP packets on a fixed schedule to an irtt
   server in the server's namespace and times each round trip, and each way (both ends are on this machine's
@@ -45,6 +45,8 @@ from testbed import waiting
 IRTT, PING = "irtt", "ping"
 #: The probe's tools (``sweep --probe-tool``), the default first.
 TOOLS = (PING, IRTT)
+#: The Debian package of each tool's program.
+PACKAGES = {PING: "iputils-ping", IRTT: "irtt"}
 #: irtt's default port: the servers listen there in the server namespaces, nowhere else.
 PORT = 2112
 #: The probe's interval before the window (a short burst; under load: the spec's ``probe_per_s``).
@@ -52,10 +54,11 @@ IDLE_INTERVAL_S = 0.01
 IDLE_S = 0.3
 #: irtt's packets: the smallest it sends (its header, 60 bytes of UDP payload with the timestamps asked).
 LENGTH = 0
-#: ping's echo data: 60 bytes, so that an echo is irtt's packet's size (8 bytes of ICMP header for UDP's 8).
-PING_PAYLOAD = 60
-#: How long either tool waits for a reply before it counts the packet lost.
-TIMEOUT_S = 1
+#: The probe's payload: irtt's at its smallest (``-l 0``: its header and the timestamps asked), and ping's echo
+#: data, so that an echo is irtt's packet's size (8 bytes of ICMP header for UDP's 8).
+PAYLOAD_BYTES = 60
+#: How long ping waits for an echo's reply before it counts the echo lost.
+PING_TIMEOUT_S = 1
 #: irtt's waits for its server's reply to its opening handshake, one try after another: a flood that fills the
 #: guest's CPU can drop the first (a single try of 1 s once marked a point ``other``: 2026-11-28).
 IRTT_OPEN_TIMEOUTS = "250ms,500ms,1s,2s"
@@ -186,8 +189,8 @@ def client_argv(server: str, duration_s: float, interval_s: float, tool: str) ->
     its JSON, or ping a line per reply with its timestamp."""
     if tool == PING:
         count = max(1, math.ceil(duration_s / interval_s - 1e-6))  # covering the duration
-        return [PING, "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PING_PAYLOAD),
-                "-W", str(TIMEOUT_S), server]
+        return [PING, "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PAYLOAD_BYTES),
+                "-W", str(PING_TIMEOUT_S), server]
     if tool != IRTT:
         raise ValueError(f"no probe tool {tool!r}: one of {', '.join(TOOLS)}")
     host = f"[{server}]" if ":" in server else server
