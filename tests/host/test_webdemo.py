@@ -174,14 +174,15 @@ def test_the_page_switches_ipsec_and_the_goodput_and_packets_follow(no_leftovers
 
         click(driver, "ipsec-toggle")
         until(driver, "document.body.dataset.ipsec === 'on'", "IPsec to be switched on again")
-        again = readings_after(driver, 0, 2, 4)
+        again = readings_after(driver, 0, 2, 8)
         assert all(p["proto"] == "ESP" for p in capture(driver)["captured"])
         assert page_state(driver, "window.demoState.markers") >= 3  # traffic on, IPsec off, IPsec on
         assert page_state(driver, "window.demoState.errors") == []
 
         # 10 Mbit/s, MSS 1460: AES-GCM-256's 57 bytes more per packet cost about 4 % of the goodput.  A half-second
         # reading falls below the link's figure whenever other work takes the guest's host CPU (the suite's other
-        # guests), and rises above it for no longer than the queue holds: the upper quartile is the link's figure
+        # guests), and rises above it for no longer than the queue holds: the upper quartile of eight is the link's
+        # figure (of four it leaned on the one burst that drained the queue: 9.1, 8.1, 10.2, 9.32 read as 9.54)
         assert link_figure(plain) > link_figure(with_ipsec) * 1.01, (plain, with_ipsec)
         assert link_figure(plain) > link_figure(again) * 1.01, (plain, again)
         assert 8.0 < link_figure(with_ipsec) < 10.0
