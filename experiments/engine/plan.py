@@ -39,7 +39,7 @@ from experiments.engine.probe import PAYLOAD_BYTES as PROBE_PAYLOAD_BYTES
 from experiments.engine.probe import TOOLS as PROBE_TOOLS
 from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
-from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES
+from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES, packet_overhead
 from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import chunks
 from testbed.hostload import FOREIGN_PCT
@@ -67,11 +67,15 @@ MIN_PROBE_PER_S, MAX_PROBE_PER_S = 1.0, 100.0
 PROBE_MOST_SHARE = 0.01
 
 
-def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4) -> float:
+def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4, profile: str = "none",
+                mode: str = "tunnel") -> float:
     """The share of a ``rate_mbit`` link the latency probe's packets take each way at ``per_s`` (pure): irtt's
     smallest packet, its 60-byte UDP payload with the headers a shaper counts (ping's echo is the same size:
-    :data:`experiments.engine.probe.PAYLOAD_BYTES`)."""
-    packet = PROBE_PAYLOAD_BYTES + UDP_HEADER_BYTES + IP_HEADER_BYTES[ip_version] + ETHERNET_HEADER_BYTES
+    :data:`experiments.engine.probe.PAYLOAD_BYTES`), and what ``profile`` adds to it where the link carries the
+    tunnel (:func:`ipsec.overhead.packet_overhead`).  The spec's limit (:data:`PROBE_MOST_SHARE`) counts plain
+    packets; ``bench probe_overhead`` counts the tunnel's, the goodput a link-bound point gives up to the probe."""
+    inner = PROBE_PAYLOAD_BYTES + UDP_HEADER_BYTES + IP_HEADER_BYTES[ip_version]
+    packet = inner + packet_overhead(profile, mode, ip_version, inner) + ETHERNET_HEADER_BYTES
     return per_s * packet * 8 / (rate_mbit * 1e6)
 
 

@@ -626,6 +626,11 @@ def test_the_probe_takes_at_most_a_hundredth_of_the_slowest_link():
     # irtt's smallest packet: 60 bytes of payload, UDP, IPv4 and the Ethernet header a shaper counts
     assert probe_share(10, 1.0) == pytest.approx(10 * 102 * 8 / 1e6)
     assert probe_share(10, 1.0, ip_version=6) == pytest.approx(10 * 122 * 8 / 1e6)
+    # through a tunnel the link carries the tunnel's bytes too: AES-GCM-256's 56 (outer IPv4 20, ESP 8, IV 8,
+    # padding 2 and trailer 2, ICV 16), WireGuard's 68 (outer IPv4 20, UDP 8, its header 16, padding 8, tag 16)
+    assert probe_share(10, 10.0, 4, "aes-gcm-256") == pytest.approx(10 * (102 + 56) * 8 / 1e7)
+    assert probe_share(10, 10.0, 4, "wireguard") == pytest.approx(10 * (102 + 68) * 8 / 1e7)
+    assert probe_share(10, 10.0, 4, "none") == probe_share(10, 10.0)
     assert SweepSpec(rates_mbit=(1.0, 10.0), latency_probe=True).probe_per_s == 10  # 0.8 % of 1 Mbit/s
     with pytest.raises(ValueError, match=r"--probe-rate 100 at 1 Mbit/s: .* 8\.2% of the link.* at most 12\.3"):
         SweepSpec(rates_mbit=(1.0, 10.0), latency_probe=True, probe_per_s=100)
