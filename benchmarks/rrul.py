@@ -7,7 +7,8 @@ flent's RRUL ("Realtime Response Under Load") loads a link with four TCP flows i
 trips beside them: how long a packet waits behind bulk transfer, the bufferbloat question.  flent drives its load
 with netperf, which Debian's main archive does not have, so this runs the same shape with the project's own
 parts: iperf3 (``-P 4 --bidir``: four flows up, four down) from the first flow's client to its server through
-the shaped link, and irtt (the sweep's latency probe) every 50 ms over the same path for the whole test.  Each
+the shaped link, and the sweep's latency probe (``--probe-tool``: ICMP echo by ping, its default, or irtt) every
+50 ms over the same path for the whole test.  Each
 combination of profile and queue runs ``--seconds`` loaded, after 2 s of the probe alone (the unloaded round
 trip):
 
@@ -30,6 +31,7 @@ flows, is not here: the load is iperf3's either way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import gzip
@@ -47,7 +49,7 @@ from benchmarks import _common
 from cli.options import add_bench_out, add_kernel_options, csv
 from experiments.engine import iperf, probe
 
-#: The probe's interval (flent's RRUL pings every 200 ms by default; irtt at 50 ms gives 20 samples a second).
+#: The probe's interval (flent's RRUL pings every 200 ms by default; 50 ms gives 20 samples a second).
 PROBE_EVERY_S = 0.05
 #: The probe alone before the load: the unloaded round trip.
 IDLE_S = 2.0
@@ -133,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "whatever the topology's other flows")
     p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: 10)")
     p.add_argument("--seconds", type=float, default=20.0, metavar="S", help="the load's length (default: 20)")
+    p.add_argument("--probe-tool", choices=probe.TOOLS, default=probe.TOOLS[0],
+                   help="the probe's tool, as the sweep's --probe-tool: ICMP echo (ping, answered by the server's "
+                        "kernel) or irtt (UDP to its own server) (default: %(default)s)")
     p.add_argument("--flent", action="store_true",
                    help="run flent's ping test (ICMP and UDP) beside the probe, the outside check of its figures")
     add_bench_out(p, "rrul")
@@ -185,7 +190,7 @@ def measure(net, profile: str, queue: str, args) -> Run:
     loaded: list[tuple[float, float]] = []
     idle_s = IDLE_S + (FLENT_START_S if args.flent else 0.0)
     total_s = idle_s + args.seconds + 1.0
-    proc = iperf.popen_in(cns, probe.stream_argv(addr, PROBE_EVERY_S, total_s), stdout=subprocess.PIPE,
+    proc = iperf.popen_in(cns, probe.stream_argv(addr, PROBE_EVERY_S, total_s, args.probe_tool), stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, text=True)
     started = time.monotonic()
     flent = None
@@ -241,13 +246,16 @@ def body(args) -> int:
 
     spec = build_spec(args.topology)
     print(f"{backends.current().label()} ({os.uname().release}); {args.topology}, {args.rate:g} Mbit/s, "
-          f"{FLOWS_EACH_WAY} TCP flows each way for {args.seconds:g} s, irtt every {PROBE_EVERY_S * 1000:g} ms",
+          f"{FLOWS_EACH_WAY} TCP flows each way for {args.seconds:g} s, {args.probe_tool} every "
+          f"{PROBE_EVERY_S * 1000:g} ms",
           flush=True)
     print(f"{'profile':>22s} {'queue':>9s} {'idle ms':>8s} {'median':>7s} {'p90':>7s} {'p99':>7s} {'lost':>5s} "
           f"{'up Mbit/s':>10s} {'down':>7s}", flush=True)
     runs: list[Run] = []
     t0 = time.monotonic()
-    with Network(spec, shaping=ShapingSpec(rate_mbit=args.rate)) as net, probe.Servers([net.ns(spec.flows[0][1])]):
+    irtt = args.probe_tool == probe.IRTT or args.flent  # flent's ping test times UDP by irtt too
+    with Network(spec, shaping=ShapingSpec(rate_mbit=args.rate)) as net, \
+            (probe.Servers([net.ns(spec.flows[0][1])]) if irtt else contextlib.nullcontext()):
         current = "none"
         for queue in args.queues:
             net.reshape(ShapingSpec(rate_mbit=args.rate, queue=queue))
@@ -334,7 +342,7 @@ def write_page(args, runs: Sequence[Run]) -> str:
             cdf.add_scatter(**_cumulative(series.rtts), mode="lines", line={"dash": "dot"},
                             name=f"{name}: flent {probe_name}")
     sections = [
-        benchpage.Section("Round trip against time", f"irtt every {PROBE_EVERY_S * 1000:g} ms beside "
+        benchpage.Section("Round trip against time", f"{args.probe_tool} every {PROBE_EVERY_S * 1000:g} ms beside "
                           f"{FLOWS_EACH_WAY} TCP flows each way; a gap is a lost probe.", over_time),
         benchpage.Section("Cumulative distribution", "The share of round trips at or below each delay: the further "
                           "left, the less the queue keeps a packet waiting. Dotted: flent's ping test beside the "

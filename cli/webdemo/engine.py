@@ -9,9 +9,10 @@ the actions in order:
   the sweep's own iperf3 helpers (:mod:`experiments.engine.iperf`: the server is waited for until it
   listens); the server's interval lines (every 0.5 s, ``--forceflush``) become ``goodput`` events;
 - the SAs: every second, ``ip -s xfrm state`` on each IPsec end (keys hidden unless asked);
-- the round trip: irtt (one of the sweep's latency probe's tools, :mod:`experiments.engine.probe`) from the first client
-  to its server every 250 ms for as long as the demo runs, each reply an ``rtt`` event, so that the chart
-  shows the delay under load beside the goodput, with IPsec and without;
+- the round trip: ICMP echo by ping (the sweep's latency probe's default tool, :mod:`experiments.engine.probe`,
+  answered by the server's kernel) from the first client to its server every 250 ms for as long as the demo
+  runs, each reply an ``rtt`` event, so that the chart shows the delay under load beside the goodput, with
+  IPsec and without;
 - none for captures: a capture runs in the main thread, for a few seconds at most.
 
 It ends when the host's end closes (the page's process ended) or the host says ``quit``; the
@@ -48,7 +49,7 @@ REPORT_EVERY_S = 0.5
 #: How long iperf3's client has to end its test when traffic goes off, before it is killed.
 STOP_S = 5
 SA_EVERY_S = 1.0
-#: How often the round trip is timed (4 small UDP packets a second each way: 0.03 % of a 10 Mbit/s link).
+#: How often the round trip is timed (4 small echoes a second each way: 0.03 % of a 10 Mbit/s link).
 RTT_EVERY_S = 0.25
 
 
@@ -115,7 +116,7 @@ class Engine:
             self.traffic(False)
             if self._rtt_proc is not None and self._rtt_proc.poll() is None:
                 self._rtt_proc.terminate()
-            rtt.join(timeout=10)  # its irtt server ends with it
+            rtt.join(timeout=10)
             self.send("bye")
 
     def act(self, a: dict) -> None:
@@ -206,19 +207,18 @@ class Engine:
         """Time the round trip from the first client to its server until the demo ends: an ``rtt`` event
         per reply (a lost one sends none: the chart's line has a gap)."""
         client, server = self.net.spec.flows[0]
-        argv = probe.stream_argv(self.net.addr(server), RTT_EVERY_S, TRAFFIC_S)
+        argv = probe.stream_argv(self.net.addr(server), RTT_EVERY_S, TRAFFIC_S, probe.PING)
         try:
-            with probe.Servers([self.net.ns(server)]):
-                while not self._stop.is_set():
-                    self._rtt_proc = iperf.popen_in(self.net.ns(client), argv, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.DEVNULL, text=True)
-                    for line in self._rtt_proc.stdout:
-                        ms = probe.rtt_of_line(line)
-                        if ms is not None:
-                            self.send("rtt", ms=round(ms, 3), ipsec=self.ipsec_on, profile=self.profile)
-                    self._rtt_proc.wait()
-                    # irtt ends when its server stops answering for long (the path was down): again, soon
-                    self._stop.wait(1.0)
+            while not self._stop.is_set():
+                self._rtt_proc = iperf.popen_in(self.net.ns(client), argv, stdout=subprocess.PIPE,
+                                                stderr=subprocess.DEVNULL, text=True)
+                for line in self._rtt_proc.stdout:
+                    ms = probe.rtt_of_line(line)
+                    if ms is not None:
+                        self.send("rtt", ms=round(ms, 3), ipsec=self.ipsec_on, profile=self.profile)
+                self._rtt_proc.wait()
+                # ping ends at its count, or at its start where the path has no route yet: again, soon
+                self._stop.wait(1.0)
         except Exception as e:  # noqa: BLE001 (the demo goes on without the round trip, and says why)
             self.send("error", text=f"the round trip cannot be timed: {one_line(e)}")
 

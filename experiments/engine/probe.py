@@ -202,16 +202,31 @@ def client_argv(server: str, duration_s: float, interval_s: float, tool: str) ->
 _UNITS_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0}
 
 
-def stream_argv(server: str, interval_s: float, duration_s: float) -> list[str]:
-    """irtt's client printing a line per round trip as it comes back (``seq=3 rtt=49.3ms rd=... sd=...``),
-    for ``duration_s`` (a live chart's: :func:`rtt_of_line` reads the lines)."""
+def stream_argv(server: str, interval_s: float, duration_s: float, tool: str) -> list[str]:
+    """The probe's client printing a line per round trip as it comes back, for ``duration_s`` (a live chart's:
+    :func:`rtt_of_line` reads the lines): ping's (``68 bytes from 198.18.3.1: icmp_seq=3 ttl=62 time=49.3 ms``;
+    an echo without a reply prints none) or irtt's (``seq=3 rtt=49.3ms rd=... sd=...``, its server in the
+    server's namespace: :class:`Servers`)."""
+    if tool == PING:
+        count = max(1, math.ceil(duration_s / interval_s - 1e-6))
+        return [PING, "-n", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PAYLOAD_BYTES),
+                "-W", str(PING_TIMEOUT_S), server]
+    if tool != IRTT:
+        raise ValueError(f"no probe tool {tool!r}: one of {', '.join(TOOLS)}")
     host = f"[{server}]" if ":" in server else server
     return [IRTT, "client", "-d", f"{duration_s:.0f}s", "-i", f"{interval_s * 1000:g}ms", "-l", str(LENGTH),
             "--timeouts=1s", f"{host}:{PORT}"]
 
 
+#: A reply's line of ping without ``-D`` (a live chart's): ``68 bytes from 198.18.3.1: icmp_seq=3 ttl=62 time=0.061 ms``
+_PING_LIVE = re.compile(r"^\d+ bytes from .*\bicmp_seq=\d+\b.*\btime=([0-9.]+) ms")
+
+
 def rtt_of_line(line: str) -> float | None:
-    """The round trip in ms of one of irtt's per-packet lines, or None for its other lines (pure)."""
+    """The round trip in ms of one of ping's reply lines or irtt's per-packet lines (:func:`stream_argv`), or
+    None for their other lines, a duplicate reply's among them (pure)."""
+    if m := _PING_LIVE.match(line):
+        return None if "(DUP!)" in line else float(m.group(1))
     fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
     text = fields.get("rtt")
     if not text or not line.startswith("seq="):

@@ -128,9 +128,32 @@ def test_a_live_chart_reads_each_round_trip_from_irtts_lines_in_any_unit():
                   "                RTT   104µs   148µs   159µs   183µs  34.2µs", "", "seq=5 rtt=fast",
                   "[127.0.0.1:2199] [WaitForPackets] waiting 520µs for final packets"):
         assert probe.rtt_of_line(other) is None, other
-    argv = probe.stream_argv("fc00::3", 0.25, 86400)
+    argv = probe.stream_argv("fc00::3", 0.25, 86400, probe.IRTT)
     assert argv[:2] == ["irtt", "client"] and "-Q" not in argv and "-o" not in argv  # a line per round trip
     assert argv[-1] == f"[fc00::3]:{probe.PORT}" and "250ms" in argv and "86400s" in argv
+
+
+def test_a_live_chart_reads_each_round_trip_from_pings_reply_lines():
+    # the captured loopback run's reply lines, less the timestamp -D puts first (the live chart's ping has no -D)
+    captured = (Path(__file__).parent / "fixtures" / "ping" / "loopback.txt").read_text().splitlines()
+    live = [line.split("] ", 1)[1] for line in captured if line.startswith("[")]
+    assert [probe.rtt_of_line(line) for line in live[:4]] == [0.035, 0.049, 0.052, 0.054] and len(live) == 15
+    assert all(probe.rtt_of_line(line) is None for line in captured)  # -D's lines are the sweep's, not the chart's
+    assert probe.rtt_of_line("68 bytes from 198.18.3.1: icmp_seq=12 ttl=62 time=49.3 ms\n") == pytest.approx(49.3)
+    assert probe.rtt_of_line("68 bytes from fc00::3: icmp_seq=2 ttl=62 time=1204 ms") == pytest.approx(1204.0)
+    for other in ("PING 127.0.0.1 (127.0.0.1) 60(88) bytes of data.",
+                  "68 bytes from 127.0.0.1: icmp_seq=1 ttl=64 time=0.047 ms (DUP!)",  # counted once, at the first
+                  "From 198.18.2.1 icmp_seq=3 Destination Host Unreachable", "--- 127.0.0.1 ping statistics ---",
+                  "4 packets transmitted, 4 received, 0% packet loss, time 3070ms",
+                  "rtt min/avg/max/mdev = 0.035/0.045/0.053/0.006 ms"):
+        assert probe.rtt_of_line(other) is None, other
+    argv = probe.stream_argv("198.18.3.1", 0.25, 86400, probe.PING)
+    # runs as long as asked, an echo of the probe's size every 250 ms; no -D, so a line is read as it comes
+    assert argv[0] == "ping" and argv[-1] == "198.18.3.1" and "-D" not in argv
+    assert argv[argv.index("-i") + 1] == "0.25" and argv[argv.index("-c") + 1] == str(86400 * 4)
+    assert argv[argv.index("-s") + 1] == str(probe.PAYLOAD_BYTES)
+    with pytest.raises(ValueError, match="no probe tool 'netperf'"):
+        probe.stream_argv("198.18.3.1", 0.25, 10, "netperf")
 
 
 PING_CAPTURED = (Path(__file__).parent / "fixtures" / "ping" / "loopback.txt").read_text()
