@@ -263,8 +263,9 @@ class Record:
     probe_down_ms: float | None = _doc("the median one-way delay from the server to the client, ms")
     idle_rtt_ms: float | None = _doc("the probe's median round trip just before the point's flows started "
                                      "(the unloaded reference), ms")
-    idle_rtt_min_ms: float | None = _doc("the least of those round trips: the path at the emulator's full speed, "
-                                         "as bench unloaded_rtt judges the probe, ms")
+    idle_rtt_min_ms: float | None = _doc("the path at the emulator's full speed, ms: by ping, the least round trip of "
+                                         "a flood of 50 echoes just after those (the guest does not sleep between "
+                                         "them); by irtt, the least of those round trips")
     # -- how it was measured ---------------------------------------------------------------------
     keying: Keying = _doc("how the SAs were made: static (over netlink), ike or ike-rsa (negotiated by IKEv2 daemons, "
                           "authenticated by a pre-shared key or RSA signatures)", Keying.STATIC)

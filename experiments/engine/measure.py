@@ -120,6 +120,9 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
                 break
         idle = probe.result(probe.run(flows[0].client_ns, flows[0].server_addr, probe.IDLE_S,
                                       probe.IDLE_INTERVAL_S, spec.probe_tool), PROBE_WAIT_S)
+        if spec.probe_tool == probe.PING and isinstance(idle, probe.Summary):
+            least = probe.flood_least(flows[0].client_ns, flows[0].server_addr, PROBE_WAIT_S)
+            idle = dataclasses.replace(idle, rtt_min_ms=least if isinstance(least, float) else None)
     loaded = None
     try:
         with clients, no_gc(), realtime():

@@ -13,8 +13,9 @@ Two tools, as flent has them (``sweep --probe-tool``):
 
 Either runs::
 
-    before the window: 0.3 s at 10 ms                   the unloaded round trip (the reference): its median,
-                                                        and its least (the path at the emulator's full speed)
+    before the window: 0.3 s at 10 ms                   the unloaded round trip (the reference): its median
+                       ping: then a flood of 50 echoes  the least round trip: the path at the emulator's full
+                                                        speed (irtt: the reference's own least)
     the window:        every 100 ms, from the warm-up's end to past the window's; the round trips sent within
                        the window count: their median, 90th and 99th percentile (of a 2-second window's 20: the
                        99th is about its largest), losses
@@ -59,6 +60,9 @@ LENGTH = 0
 PAYLOAD_BYTES = 60
 #: How long ping waits for an echo's reply before it counts the echo lost.
 PING_TIMEOUT_S = 1
+#: ping's reference least: a flood of this many echoes after the unloaded reference, each sent as the last came
+#: back (:func:`flood_least`).
+FLOOD_ECHOES = 50
 #: irtt's waits for its server's reply to its opening handshake, one try after another: a flood that fills the
 #: guest's CPU can drop the first (a single try of 1 s once marked a point ``other``: 2026-11-28).
 IRTT_OPEN_TIMEOUTS = "250ms,500ms,1s,2s"
@@ -200,6 +204,43 @@ def client_argv(server: str, duration_s: float, interval_s: float, tool: str) ->
 
 #: irtt's units of a duration, as its per-packet lines print them, in milliseconds.
 _UNITS_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def flood_argv(server: str) -> list[str]:
+    """ping's flood of :data:`FLOOD_ECHOES` echoes of the probe's size towards ``server``, its summary alone."""
+    return [PING, "-n", "-q", "-f", "-c", str(FLOOD_ECHOES), "-s", str(PAYLOAD_BYTES), "-W", str(PING_TIMEOUT_S),
+            server]
+
+
+#: ping's summary of its round trips: ``rtt min/avg/max/mdev = 0.018/0.023/0.103/0.012 ms``
+_PING_RTTS = re.compile(r"^(?:rtt|round-trip) min/avg/max/mdev = ([0-9.]+)/[0-9.]+/[0-9.]+/[0-9.]+ ms", re.MULTILINE)
+
+
+def least_of(output: str) -> float | None:
+    """The least round trip in ms of ping's summary in ``output``, or None when it answered none (pure)."""
+    m = _PING_RTTS.search(output)
+    return float(m.group(1)) if m else None
+
+
+def flood_least(ns: str, server: str, timeout_s: float) -> float | str:
+    """The least round trip of a flood of echoes from ``ns`` to ``server`` (:func:`flood_argv`), or why there is
+    none.  Between two sparse echoes a User-Mode Linux guest sleeps and its host CPU halts, and the echo that
+    wakes it finds the emulator slow: the least of the reference's 30 sparse echoes says as much of the host's
+    wake-up as of the path (``docs/measurements.md``, 2026-11-28).  A flood sends each echo as the last came
+    back, so the guest does not sleep between them; its least is the path at the emulator's full speed, what
+    ``bench unloaded_rtt`` gets from sparse echoes only with the guest's host CPU kept awake.  50 echoes take a
+    few milliseconds, and through a shaper the first ones pass on the bucket's tokens before any waits."""
+    proc = popen_in(ns, flood_argv(server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"ping's flood did not end within {timeout_s:.0f} s"
+    least = least_of(out)
+    if least is None:
+        return f"ping's flood had no reply (exit {proc.returncode}): {(err.strip() or out.strip())[:300]}"
+    return least
 
 
 def stream_argv(server: str, interval_s: float, duration_s: float, tool: str) -> list[str]:

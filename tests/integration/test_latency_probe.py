@@ -57,12 +57,23 @@ def test_a_probe_with_no_server_marks_its_points_other_with_the_reason(tmp_path,
     assert not irtt_processes()
 
 
-def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_path):
+def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_path, monkeypatch):
     spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256",), ip_versions=(4, 6), rates_mbit=(10,),
                      sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True)
     assert spec.probe_tool == "ping"  # the default
+    floods = []
+    real_flood = probe.flood_least
+
+    def flood(ns, server, timeout_s):
+        floods.append(real_flood(ns, server, timeout_s))
+        return floods[-1]
+
+    monkeypatch.setattr(probe, "flood_least", flood)
     run_sweep(spec, str(tmp_path))
     got = records(tmp_path)
+    # the reference's least is its flood's, one flood per window, each answered (IPv6 too)
+    assert len(floods) == len(got) and all(isinstance(ms, float) for ms in floods), floods
+    assert sorted(r["idle_rtt_min_ms"] for r in got) == sorted(floods)
     assert sorted((r["profile"], r["ip_version"]) for r in got) == [
         ("aes-gcm-256", 4), ("aes-gcm-256", 6), ("none", 4), ("none", 6)]  # ICMPv6 echo as well
     for r in got:

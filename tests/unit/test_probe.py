@@ -231,3 +231,15 @@ def test_a_sweep_that_probes_by_ping_needs_ping_before_anything_boots(monkeypatc
     with pytest.raises(Refused, match=r"ping not found: install Debian's iputils-ping package"):
         runner.check_tools(by_ping)
     runner.check_tools(Job(SweepWork(SweepSpec(latency_probe=False, probe_tool="ping"))))
+
+
+def test_the_reference_least_is_a_floods_read_from_pings_summary():
+    captured = (Path(__file__).parent / "fixtures" / "ping" / "loopback.txt").read_text()
+    assert probe.least_of(captured) == 0.035  # rtt min/avg/max/mdev = 0.035/0.051/0.061/0.005 ms
+    assert probe.least_of("rtt min/avg/max/mdev = 0.018/0.023/0.103/0.012 ms, ipg/ewma 0.086/0.021 ms") == 0.018
+    unanswered = "--- 198.18.3.1 ping statistics ---\n50 packets transmitted, 0 received, 100% packet loss, time 1ms\n"
+    assert probe.least_of(unanswered) is None and probe.least_of("") is None
+    argv = probe.flood_argv("fc00::3")
+    assert argv[0] == "ping" and argv[-1] == "fc00::3" and "-f" in argv and "-q" in argv
+    assert argv[argv.index("-c") + 1] == str(probe.FLOOD_ECHOES)
+    assert argv[argv.index("-s") + 1] == str(probe.PAYLOAD_BYTES)
