@@ -37,6 +37,9 @@ every sparse echo took about twice its CPU back to back, through the tunnel as p
 slowed even a kept-awake guest by as much (``docs/measurements.md``).  So the guest's host CPU is kept awake
 during this benchmark (``--uml-keep-awake``, :mod:`testbed.awake`; ``--no-uml-keep-awake`` to let it halt),
 and the minimum is like for like with the prediction, while the mean says what a user's sparse packets get.
+A third figure is ping's alone: the **flood** of each run, the least round trip of a flood of 50 echoes after
+its sparse ones (:func:`experiments.engine.probe.flood_least`), which is what a sweep records as its unloaded
+reference's least (``idle_rtt_min_ms``): a flood gives the guest no time to sleep, kept awake or not.
 
 Each tool and statistic is judged: accurate where what it measures the tunnel to add, less the prediction, is
 within ``--tolerance`` (default 0.05 ms), the interval included.  ping, with no process at the far end, measures the
@@ -65,7 +68,7 @@ ETHERNET_BYTES = 14
 #: Echoes of the flood that counts a round trip's CPU.
 FLOOD_COUNT = 20000
 #: Each run's round trips summed up as: their mean, and their minimum (:func:`summed`).
-STATISTICS = ("mean", "minimum")
+STATISTICS = ("mean", "minimum", "flood")
 _RECEIVED = re.compile(r"(\d+) received")
 
 
@@ -79,6 +82,7 @@ class Run:
     irtt_ms: list[float]
     ping_ms: list[float]
     cpu_us_per_rt: float | None  # the emulator's CPU time over a ping flood, per echo answered: a round trip's work
+    flood_ms: float | None = None  # the least round trip of the sweep's reference flood (ping's; None: no reply)
 
 
 def summed(ms: Sequence[float], statistic: str) -> float | None:
@@ -87,6 +91,14 @@ def summed(ms: Sequence[float], statistic: str) -> float | None:
     if not ms:
         return None
     return statistics.fmean(ms) if statistic == "mean" else min(ms)
+
+
+def figure_of(run: Run, tool: str, statistic: str) -> float | None:
+    """One tool's figure of ``run`` as ``statistic`` says (pure): its sparse round trips summed up, or for the
+    flood ping's flood least (irtt has none)."""
+    if statistic == "flood":
+        return run.flood_ms if tool == "ping" else None
+    return summed(run.irtt_ms if tool == "irtt" else run.ping_ms, statistic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,10 +116,10 @@ class Verdict:
 
     rate_mbit: float
     profile: str
-    irtt: Added
+    irtt: Added | None  # None for the flood: ping's alone
     ping: Added | None
     cpu_ms: Added  # the CPU term: the profile's CPU per round trip beyond plain's, on the unshaped path
-    residual: Added  # irtt's added round trip less the prediction, round by round
+    residual: Added | None  # irtt's added round trip less the prediction, round by round
     ping_residual: Added | None  # ping's
     serialisation_ms: float  # what the shaper makes a lone packet wait for the tunnel's bytes (0 for tbf)
     nic_ms: float  # what a NIC at the rate would add (context; 0 unshaped)
@@ -181,12 +193,13 @@ def _verdicts(runs: Sequence[Run], tolerance_ms: float, statistic: str) -> list[
         predicted = Added(serialisation + cpu.mean, cpu.ci95, cpu.n)
         for rate in sorted({r.rate_mbit for r in runs if r.profile == profile}, key=lambda x: (x != 0, -x)):
             both = _pairs(runs, rate, profile)
-            irtt = _differences([(summed(p.irtt_ms, statistic), summed(t.irtt_ms, statistic)) for p, t in both])
-            ping = _differences([(summed(p.ping_ms, statistic), summed(t.ping_ms, statistic)) for p, t in both])
-            if len(irtt) < 2:
+            irtt = _differences([(figure_of(p, "irtt", statistic), figure_of(t, "irtt", statistic)) for p, t in both])
+            ping = _differences([(figure_of(p, "ping", statistic), figure_of(t, "ping", statistic)) for p, t in both])
+            if len(irtt) < 2 and len(ping) < 2:
                 continue
+            by_irtt = added(irtt) if len(irtt) >= 2 else None
             by_ping = added(ping) if len(ping) >= 2 else None
-            out.append(Verdict(rate, profile, added(irtt), by_ping, cpu, less(added(irtt), predicted),
+            out.append(Verdict(rate, profile, by_irtt, by_ping, cpu, less(by_irtt, predicted),
                                less(by_ping, predicted), serialisation, nic_serialisation_ms(profile, rate),
                                tolerance_ms, statistic))
     return out
@@ -274,8 +287,12 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
             print(f"bench unloaded_rtt: {profile} at {_path(rate)}, round {rnd}: {got}", file=sys.stderr)
         rtts[tool] = [] if isinstance(got, str) else [t.rtt_ms for t in got if t.rtt_ms is not None]
     irtt, ping = rtts[probe.IRTT], rtts[probe.PING]
+    least = probe.flood_least(cns, addr, 10.0)  # the sweep's reference least, as a sweep takes it
+    if isinstance(least, str):
+        print(f"bench unloaded_rtt: {profile} at {_path(rate)}, round {rnd}: {least}", file=sys.stderr)
+    flood_ms = least if isinstance(least, float) else None
     if rate:  # the flood would fill the shaped link: its wait, not the path's work, would be counted
-        return Run(rate, profile, rnd, irtt, ping, None)
+        return Run(rate, profile, rnd, irtt, ping, None, flood_ms)
     f0 = meter.sample()
     flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-s", str(probe.PAYLOAD_BYTES),
                                  "-W", "1", addr],
@@ -284,7 +301,7 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     f1 = meter.sample()
     answered = ping_received(flooded)
     cpu = (f1.cpu_ns - f0.cpu_ns) / 1000 / answered if answered else None
-    return Run(rate, profile, rnd, irtt, ping, cpu)
+    return Run(rate, profile, rnd, irtt, ping, cpu, flood_ms)
 
 
 def body(args) -> int:
@@ -302,7 +319,7 @@ def body(args) -> int:
           f"{args.per_s:g} a second for {args.seconds:g} s each, {args.rounds} ABBA rounds per path; "
           f"{awake_said()}", flush=True)
     print(f"{'path':>10s} {'round':>5s} {'profile':>22s} {'irtt mean':>9s} {'minimum':>7s} {'ping mean':>9s} "
-          f"{'minimum':>7s} {'flood CPU µs/rt':>15s} {'answered':>8s}", flush=True)
+          f"{'minimum':>7s} {'flood of 50':>11s} {'flood CPU µs/rt':>15s} {'answered':>8s}", flush=True)
     runs: list[Run] = []
     meter = backends.current().cpu_meter()
     t0 = time.monotonic()
@@ -352,9 +369,9 @@ def awake_said() -> str:
 
 
 def print_run(r: Run, args) -> None:
-    irtt, ping = ([_f(summed(ms, s)) for s in STATISTICS] for ms in (r.irtt_ms, r.ping_ms))
+    irtt, ping = ([_f(summed(ms, s)) for s in ("mean", "minimum")] for ms in (r.irtt_ms, r.ping_ms))
     print(f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {irtt[0]:>9s} {irtt[1]:>7s} "
-          f"{ping[0]:>9s} {ping[1]:>7s} {_f(r.cpu_us_per_rt, 1):>15s} "
+          f"{ping[0]:>9s} {ping[1]:>7s} {_f(r.flood_ms):>11s} {_f(r.cpu_us_per_rt, 1):>15s} "
           f"{len(r.irtt_ms):>4d}/{int(args.seconds * args.per_s)}", flush=True)
 
 
@@ -375,6 +392,8 @@ def print_verdicts(found: Sequence[Verdict], tolerance_ms: float) -> None:
     for statistic in STATISTICS:
         mine = [v for v in found if v.statistic == statistic]
         for tool, pick in (("irtt", lambda v: v.residual), ("ping", lambda v: v.ping_residual)):
+            if not any(pick(v) for v in mine):
+                continue  # irtt has no flood
             good = sum(v.within(pick(v)) for v in mine)
             print(f"{tool}, {statistic} of each run: {good} of {len(mine)} paths and profiles within "
                   f"±{tolerance_ms:g} ms of the prediction")
@@ -392,8 +411,10 @@ def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
         for profile in dict.fromkeys(v.profile for v in found):
             mine = [v for v in found if v.profile == profile and v.statistic == statistic]
             xs = [_path(v.rate_mbit) for v in mine]
-            fig.add_scatter(x=xs, y=[v.irtt.mean for v in mine], mode="markers", name=f"{profile}: irtt",
-                            error_y={"type": "data", "array": [v.irtt.ci95 or 0 for v in mine]})
+            if any(v.irtt for v in mine):
+                fig.add_scatter(x=xs, y=[v.irtt.mean if v.irtt else None for v in mine], mode="markers",
+                                name=f"{profile}: irtt", error_y={"type": "data", "array": [
+                                    (v.irtt.ci95 or 0) if v.irtt else 0 for v in mine]})
             fig.add_scatter(x=xs, y=[v.ping.mean if v.ping else None for v in mine], mode="markers",
                             name=f"{profile}: ping", error_y={"type": "data", "array": [
                                 (v.ping.ci95 or 0) if v.ping else 0 for v in mine]})

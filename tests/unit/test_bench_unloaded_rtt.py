@@ -87,6 +87,25 @@ def test_the_minimum_is_the_runs_lone_packet_at_full_speed():
     assert fast.ping_residual.mean == pytest.approx(0.0) and fast.within(fast.ping_residual)
 
 
+def test_the_flood_is_the_sweeps_reference_least_judged_for_ping_alone():
+    # sparse echoes slow (the guest asleep between them), the flood of 50 at full speed: the sweep's figure
+    def run(profile, rnd, sparse, flood, cpu_us):
+        return u.Run(0, profile, rnd, [sparse * 3] * 10, [sparse] * 10, cpu_us, flood)
+
+    runs = [run("none", 0, 0.05, 0.018, 48), run("aes-gcm-256", 0, 0.12, 0.040, 66),
+            run("aes-gcm-256", 1, 0.15, 0.041, 67), run("none", 1, 0.06, 0.019, 48),
+            run("none", 2, 0.05, None, 48), run("aes-gcm-256", 2, 0.12, 0.039, 66)]  # round 2: no flood answered
+    by = {v.statistic: v for v in u.verdicts(runs, 0.05)}
+    assert set(by) == {"mean", "minimum", "flood"}
+    flood = by["flood"]
+    assert flood.irtt is None and flood.residual is None  # irtt has no flood
+    assert (flood.ping.mean, flood.ping.n) == (pytest.approx(0.022), 2)  # rounds 0 and 1: 0.022, 0.022
+    term = (0.018 + 0.019 + 0.018) / 3  # the CPU term, from every round's 20000-echo flood
+    assert flood.ping_residual.mean == pytest.approx(0.022 - term) and flood.within(flood.ping_residual)
+    assert not by["minimum"].within(by["minimum"].ping_residual)  # the sparse echoes' least: 0.08 ms added
+    assert u.figure_of(runs[0], "irtt", "flood") is None and u.figure_of(runs[0], "ping", "minimum") == 0.05
+
+
 def test_the_guests_cpu_is_kept_awake_for_this_benchmark_unless_asked_not_to():
     parser = u.build_parser()
     assert parser.parse_args([]).uml_keep_awake is True
