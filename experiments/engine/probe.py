@@ -222,6 +222,16 @@ def least_of(output: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _ended(proc: subprocess.Popen, timeout_s: float, what: str) -> tuple[str, str] | str:
+    """What ``proc`` printed (its output, its errors) once it ended, or why it did not (killed after ``timeout_s``)."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return f"{what} did not end within {timeout_s:.0f} s"
+
+
 def flood_least(ns: str, server: str, timeout_s: float) -> float | str:
     """The least round trip of a flood of echoes from ``ns`` to ``server`` (:func:`flood_argv`), or why there is
     none.  Between two sparse echoes a User-Mode Linux guest sleeps and its host CPU halts, and the echo that
@@ -231,12 +241,10 @@ def flood_least(ns: str, server: str, timeout_s: float) -> float | str:
     ``bench unloaded_rtt`` gets from sparse echoes only with the guest's host CPU kept awake.  50 echoes take a
     few milliseconds, and through a shaper the first ones pass on the bucket's tokens before any waits."""
     proc = popen_in(ns, flood_argv(server), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return f"ping's flood did not end within {timeout_s:.0f} s"
+    said = _ended(proc, timeout_s, "ping's flood")
+    if isinstance(said, str):
+        return said
+    out, err = said
     least = least_of(out)
     if least is None:
         return f"ping's flood had no reply (exit {proc.returncode}): {(err.strip() or out.strip())[:300]}"
@@ -344,12 +352,10 @@ def run(ns: str, server: str, duration_s: float, interval_s: float, tool: str) -
 def trips(running: Running, timeout_s: float) -> list[Trip] | str:
     """Every packet a client run sent, once it ended, or why there are none."""
     proc, tool = running.proc, running.tool
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        return f"{tool}'s client did not end within {timeout_s:.0f} s"
+    said = _ended(proc, timeout_s, f"{tool}'s client")
+    if isinstance(said, str):
+        return said
+    out, err = said
     if tool == PING:
         # ping exits 1 when an echo went unanswered (its lines say which), 2 on an error of its own
         if proc.returncode not in (0, 1) or not _PING_SENT.search(out):
