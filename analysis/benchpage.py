@@ -36,10 +36,12 @@ class Section:
 
 
 def figure(title: str, x_title: str, y_title: str, log_x: bool = False) -> go.Figure:
-    """An empty figure in the page's look."""
+    """An empty figure in the page's look.  Its x axis is logarithmic with ``log_x``; otherwise plotly takes its
+    type from the data: numbers on a linear axis, names (paths, tests and sizes) as categories, which a linear
+    axis would not draw at all."""
     fig = go.Figure()
     fig.update_layout(title=title, **LAYOUT)
-    fig.update_xaxes(title=x_title, type="log" if log_x else "linear", **({"dtick": 1} if log_x else {}))
+    fig.update_xaxes(title=x_title, **({"type": "log", "dtick": 1} if log_x else {}))
     fig.update_yaxes(title=y_title, rangemode="tozero")
     return fig
 

@@ -215,3 +215,21 @@ def test_png_reader_on_a_known_image(tmp_path):
     png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 3, 2, 8, 2, 0, 0, 0))
            + chunk(b"IDAT", zlib.compress(b"\x01" + sub0 + b"\x04" + paeth1)) + chunk(b"IEND", b""))
     assert read_png(png).tolist() == [[list(p) for p in row] for row in pixels]
+
+
+def test_a_benchmarks_page_draws_markers_at_named_x_values(chromium, tmp_path):
+    # unloaded_rtt's paths and transactions' tests are names on x: on a linear axis plotly drew none of them
+    from analysis import benchpage
+
+    fig = benchpage.figure("What the tunnel adds to the unloaded round trip", "path", "ms")
+    paths = ["unshaped", "100 Mbit/s", "10 Mbit/s", "1 Mbit/s"]
+    fig.add_scatter(x=paths, y=[0.025, 0.022, 0.018, 0.022], mode="markers", name="ping",
+                    error_y={"type": "data", "array": [0.006, 0.005, 0.008, 0.005]})
+    page = benchpage.write(str(tmp_path / "run"), "unloaded_rtt", "synthetic",
+                           [benchpage.Section("Measured against predicted", "how to read it", fig)], {})
+    dom = run_chromium(chromium, tmp_path, "--dump-dom", Path(page).as_uri()).stdout.decode()
+    svg = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    points = re.findall(r'<path class="point[^"]*" transform="translate\(([^)]*)\)"', svg)
+    assert len(points) == len(paths), "one marker per path"
+    ticks = re.findall(r'class="xtick"[^>]*>.*?>([^<]+)</text>', svg)
+    assert [t for t in ticks if t in paths] == paths, ticks  # the axis names the paths

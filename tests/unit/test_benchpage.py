@@ -22,6 +22,14 @@ def test_the_page_holds_every_figure_with_plotly_once_and_the_numbers_beside_it(
     assert json.loads((tmp_path / "run" / "results.json").read_text()) == {"rows": [{"tunnels": 1}]}
 
 
+def test_an_axis_of_names_is_drawn_as_categories_and_one_of_numbers_as_numbers():
+    # unloaded_rtt's paths and transactions' tests on x: a linear axis drew none of their markers (2026-11-28)
+    paths = benchpage.figure("What the tunnel adds", "path", "ms")
+    paths.add_scatter(x=["unshaped", "100 Mbit/s"], y=[0.02, 0.03], mode="markers")
+    assert paths.layout.xaxis.type is None  # plotly's own choice: a category axis for names
+    assert benchpage.figure("Goodput", "tunnels (log)", "Mbit/s", log_x=True).layout.xaxis.type == "log"
+
+
 def test_both_files_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     # through the run directory's one atomic write: a benchmark killed mid-write leaves the old file
     written = []
