@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             sys.exit(f"probe_overhead: the sweep failed (exit {rc}); its directory: {out}")
         for r in load_results(out):
-            goodput[(r.profile, r.size_bytes, r.ip_version)][on].append(r.goodput_mbps)
-            link_bound[(r.profile, r.size_bytes, r.ip_version)] &= r.bound is Bound.LINK
+            point = (r.profile, r.size_bytes, r.ip_version)
+            goodput[point][on].append(r.goodput_mbps)
+            link_bound[point] &= r.bound is Bound.LINK
     print(f"\n{len(order)} sweeps in {time.monotonic() - t0:.0f} s; {args.topology}, {args.rate:g} Mbit/s, "
           f"one repetition per sweep, the probe by {args.probe_tool}\n")
     print(f"{'profile':>14s} {'size':>5s} {'with probe':>11s} {'without':>9s} {'difference (95 % CI)':>24s} "

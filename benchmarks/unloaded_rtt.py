@@ -294,9 +294,8 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     if rate:  # the flood would fill the shaped link: its wait, not the path's work, would be counted
         return Run(rate, profile, rnd, irtt, ping, None, flood_ms)
     f0 = meter.sample()
-    flood = iperf.popen_in(cns, ["ping", "-n", "-q", "-f", "-c", str(FLOOD_COUNT), "-s", str(probe.PAYLOAD_BYTES),
-                                 "-W", "1", addr],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    flood = iperf.popen_in(cns, probe.flood_argv(addr, FLOOD_COUNT), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
     flooded, _ = flood.communicate(timeout=120)
     f1 = meter.sample()
     answered = ping_received(flooded)
@@ -407,9 +406,9 @@ def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
     sections = []
     said = {"mean": "the mean of each run's sparse round trips", "minimum": "the least of each run's sparse round "
             "trips", "flood": "the least of each run's flood of 50 echoes (ping's alone: a sweep's idle_rtt_min_ms)"}
+    short = {"mean": "each run's mean", "minimum": "each run's least", "flood": "each run's flood of 50"}
     colour = {"irtt": "#636efa", "ping": "#ef553b", "predicted": "#00cc96"}  # a tool's the same in every figure
     for statistic in STATISTICS:
-        short = {"mean": "each run's mean", "minimum": "each run's least", "flood": "each run's flood of 50"}
         fig = benchpage.figure(f"What the tunnel adds to the unloaded round trip: {short[statistic]}", "path", "ms")
         for profile in dict.fromkeys(v.profile for v in found):
             mine = [v for v in found if v.profile == profile and v.statistic == statistic]

@@ -192,24 +192,36 @@ def client_argv(server: str, duration_s: float, interval_s: float, tool: str) ->
     """The probe's client towards ``server`` for ``duration_s``, a packet every ``interval_s``: irtt printing
     its JSON, or ping a line per reply with its timestamp."""
     if tool == PING:
-        count = max(1, math.ceil(duration_s / interval_s - 1e-6))  # covering the duration
-        return [PING, "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PAYLOAD_BYTES),
-                "-W", str(PING_TIMEOUT_S), server]
+        return _ping_argv(server, _echoes(duration_s, interval_s), "-D", "-i", f"{interval_s:g}")
     if tool != IRTT:
         raise ValueError(f"no probe tool {tool!r}: one of {', '.join(TOOLS)}")
-    host = f"[{server}]" if ":" in server else server
     return [IRTT, "client", "-Q", "-d", f"{duration_s:.3f}s", "-i", f"{interval_s * 1000:g}ms", "-l", str(LENGTH),
-            f"--timeouts={IRTT_OPEN_TIMEOUTS}", "-o", "-", f"{host}:{PORT}"]
+            f"--timeouts={IRTT_OPEN_TIMEOUTS}", "-o", "-", _irtt_address(server)]
+
+
+def _ping_argv(server: str, count: int, *options: str) -> list[str]:
+    """ping sending ``count`` echoes of the probe's size towards ``server``, as ``options`` say how (every
+    ping of the probe's: its client's, the live chart's, the reference's flood)."""
+    return [PING, "-n", *options, "-c", str(count), "-s", str(PAYLOAD_BYTES), "-W", str(PING_TIMEOUT_S), server]
+
+
+def _echoes(duration_s: float, interval_s: float) -> int:
+    """The echoes that cover ``duration_s`` at one every ``interval_s``."""
+    return max(1, math.ceil(duration_s / interval_s - 1e-6))
+
+
+def _irtt_address(server: str) -> str:
+    """irtt's server at ``server`` (an IPv6 address in brackets), its port."""
+    return f"[{server}]:{PORT}" if ":" in server else f"{server}:{PORT}"
 
 
 #: irtt's units of a duration, as its per-packet lines print them, in milliseconds.
 _UNITS_MS = {"ns": 1e-6, "µs": 1e-3, "us": 1e-3, "ms": 1.0, "s": 1000.0}
 
 
-def flood_argv(server: str) -> list[str]:
-    """ping's flood of :data:`FLOOD_ECHOES` echoes of the probe's size towards ``server``, its summary alone."""
-    return [PING, "-n", "-q", "-f", "-c", str(FLOOD_ECHOES), "-s", str(PAYLOAD_BYTES), "-W", str(PING_TIMEOUT_S),
-            server]
+def flood_argv(server: str, count: int = FLOOD_ECHOES) -> list[str]:
+    """ping's flood of ``count`` echoes of the probe's size towards ``server``, its summary alone."""
+    return _ping_argv(server, count, "-q", "-f")
 
 
 #: ping's summary of its round trips: ``rtt min/avg/max/mdev = 0.018/0.023/0.103/0.012 ms``
@@ -257,14 +269,11 @@ def stream_argv(server: str, interval_s: float, duration_s: float, tool: str) ->
     an echo without a reply prints none) or irtt's (``seq=3 rtt=49.3ms rd=... sd=...``, its server in the
     server's namespace: :class:`Servers`)."""
     if tool == PING:
-        count = max(1, math.ceil(duration_s / interval_s - 1e-6))
-        return [PING, "-n", "-i", f"{interval_s:g}", "-c", str(count), "-s", str(PAYLOAD_BYTES),
-                "-W", str(PING_TIMEOUT_S), server]
+        return _ping_argv(server, _echoes(duration_s, interval_s), "-i", f"{interval_s:g}")
     if tool != IRTT:
         raise ValueError(f"no probe tool {tool!r}: one of {', '.join(TOOLS)}")
-    host = f"[{server}]" if ":" in server else server
     return [IRTT, "client", "-d", f"{duration_s:.0f}s", "-i", f"{interval_s * 1000:g}ms", "-l", str(LENGTH),
-            "--timeouts=1s", f"{host}:{PORT}"]
+            "--timeouts=1s", _irtt_address(server)]
 
 
 #: A reply's line of ping without ``-D`` (a live chart's): ``68 bytes from 198.18.3.1: icmp_seq=3 ttl=62 time=0.061 ms``
