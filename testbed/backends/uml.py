@@ -50,23 +50,19 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
-import termios
 import threading
 import time
-import tty
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 from testbed import channel, handoff, kernelbuild, names, umlkernel
 from testbed.awake import Spinner
+from testbed.backends import guest
 from testbed.backends.base import (
     DEFAULT_OPTIONS,
-    GUEST_ENV,
     BackendError,
     CpuMeter,
     KernelBackend,
@@ -92,9 +88,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODULES_ROOT = umlkernel.DEBIAN_MODULES_ROOT
 
-#: Environment variables not handed to the guest: they describe the host session.
-_ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO_|TMUX|WAYLAND_|OLDPWD$|PWD$"
-                       r"|SHLVL$|_$)")
 MEM_PATTERN = re.compile(r"^[1-9][0-9]*[KMG]$")
 
 
@@ -219,81 +212,19 @@ def handing(spec: UmlSpec, **fields) -> UmlSpec:
 
 
 def guest_env(host_env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The host environment as the guest command gets it, plus :data:`~testbed.backends.base.GUEST_ENV`."""
-    env = {k: v for k, v in host_env.items()
-           if re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k) and not _ENV_SKIP.match(k)}
-    env[GUEST_ENV] = UmlBackend.name
-    path = env.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    # The testbed's own commands (.venv/bin) first, even when sudo reset PATH.
-    venv_bin = os.path.dirname(os.path.abspath(sys.executable))
-    if venv_bin not in path.split(":"):
-        path = f"{venv_bin}:{path}"
-    env["PATH"] = path
-    env.setdefault("HOME", "/root")
-    # Mininet imports distutils.version.  Where the standard library still has distutils
-    # (Python 3.11), the guest takes it rather than setuptools' stand-in, which imports
-    # all of setuptools first: a second of every Python start inside the guest.
-    if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "distutils", "version.py")):
-        env.setdefault("SETUPTOOLS_USE_DISTUTILS", "stdlib")
-    if sys.stdout.isatty():
-        # The guest's console has no size; programs that lay out for a terminal need one.
-        size = shutil.get_terminal_size()
-        env.setdefault("COLUMNS", str(size.columns))
-        env.setdefault("LINES", str(size.lines))
-    return tuple(sorted(env.items()))
+    """The host environment as the guest command gets it (:func:`testbed.backends.guest.guest_env`)."""
+    return guest.guest_env(host_env, UmlBackend.name)
 
 
-#: Open files a guest's command may raise its limit to (its init raises the hard limit; the soft stays 1024).
-NOFILE = 65536
+NOFILE = guest.NOFILE
+plan_modprobe_wrapper = guest.plan_modprobe_wrapper
 
 
 def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     """The guest's init (PID 1) as shell text.  Pure: the tests read it."""
     q = shlex.quote
-    modtree = "/run/itb-modules"
-    lines = [
-        "#!/bin/sh",
-        "# IPsec Testbed: init for one User-Mode Linux guest (generated; see testbed/uml.py)",
-        "mount -t proc proc /proc",
-        "mount -t sysfs sysfs /sys",
-        # A tmpfs on /run hides the host's /run/netns and pid files: the guest keeps its own.
-        "mount -t tmpfs -o mode=755 tmpfs /run",
-        "mkdir -p /run/netns /run/ipsec-testbed",
-        # /dev is the guest's own devtmpfs (mounted by its kernel), which lacks these.
-        "mkdir -p /dev/shm /dev/pts",
-        "mount -t tmpfs tmpfs /dev/shm",
-        "mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts",
-        "mount --bind /dev/pts/ptmx /dev/ptmx 2>/dev/null",
-        "mount -t tmpfs tmpfs /sys/fs/cgroup 2>/dev/null",
-        "hostname itb-uml",
-        "ip link set lo up",
-        # 200 road warriors hold a few thousand descriptors (their shells, iperf3's pipes, a
-        # sock_diag socket per namespace): the hard limit allows it, and a sweep of many clients
-        # raises its own soft limit (testbed.netns.ensure_open_files).  Not the soft limit for
-        # everything: mnexec closes every descriptor up to it when it starts a node, 65,536 slow
-        # system calls in UML for each node of every network.
-        f"ulimit -Hn {NOFILE}",
-    ]
-    if spec.modules_dir:
-        lines += [
-            f"mkdir -p {modtree}/lib/modules",
-            f'ln -s {q(spec.modules_dir)} "{modtree}/lib/modules/$(uname -r)"',
-            f"echo {q(workdir + '/modprobe')} > /proc/sys/kernel/modprobe",
-            # Boot modules are best effort: a module built into a custom kernel is not
-            # an error, and `doctor` reports what is really usable.  One process loads them
-            # all (each process start is slow in UML); only if that fails are they tried
-            # one by one, to say which is missing.
-            f"/sbin/modprobe -q -a -d {modtree} {' '.join(spec.boot_modules)} 2>/dev/null || "
-            f"for m in {' '.join(spec.boot_modules)}; do",
-            f"  /sbin/modprobe -d {modtree} $m 2>/dev/null || echo \"itb-init: module $m not loaded\" >/dev/console",
-            "done",
-        ]
-        if not spec.on_demand_modules:
-            # Everything the testbed uses is loaded now.  Without a helper the kernel builds the
-            # crypto instances it looks up (rfc4106(gcm(aes)), authenc(hmac(sha1),cbc(aes)), ...)
-            # from the loaded templates at once, instead of first starting the wrapper twice per
-            # name (14 processes and 1.2 s for the first AES-GCM SA).
-            lines.append("echo > /proc/sys/kernel/modprobe")
+    lines = guest.plan_base_lines("User-Mode Linux", "itb-uml")
+    lines += guest.plan_module_lines(spec.modules_dir, spec.boot_modules, workdir, spec.on_demand_modules)
     if spec.interactive:
         env = dict(spec.env)
         size = f" rows {env['LINES']} cols {env['COLUMNS']}" if "LINES" in env and "COLUMNS" in env else ""
@@ -305,39 +236,10 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         lines += [f"stty -F {METER_TTY} raw -echo"]
     if spec.channel:
         lines += [f"stty -F {channel.GUEST_TTY} raw -echo"]
-    lines += [
-        f"cd {q(spec.cwd)} || {{ echo 126 > {q(workdir + '/status')}; echo o > /proc/sysrq-trigger; }}",
-        f"echo started > {q(workdir + '/started')}",
-    ]
-    if spec.interactive:  # tty1 as the controlling terminal of a new session
-        run = f"setsid -w -c {shlex.join(spec.command)} </dev/tty1 >/dev/tty1 2>&1"
-    else:
-        redirect = []
-        for fd, tty, is_tty in ((1, "/dev/tty1", spec.stdout_tty), (2, "/dev/tty2", spec.stderr_tty)):
-            if is_tty:
-                redirect.append(f"{fd}>{tty}")
-            else:
-                lines += [f"mkfifo /run/itb-fd{fd}", f"cat /run/itb-fd{fd} >{tty} &"]
-                redirect.append(f"{fd}>/run/itb-fd{fd}")
-        run = f"{shlex.join(spec.command)} </dev/null {' '.join(redirect)}"
-    lines += [
-        run,
-        "rc=$?",
-        "wait",  # the pipes' readers: all output is out before the status is
-        f"echo $rc > {q(workdir + '/status.tmp')}",
-        f"mv {q(workdir + '/status.tmp')} {q(workdir + '/status')}",
-        "sync",
-        "echo o > /proc/sysrq-trigger",
-        "sleep 60",
-    ]
+    lines += guest.plan_command_lines(spec.command, spec.cwd, workdir,
+                                      (("/dev/tty1", spec.stdout_tty), ("/dev/tty2", spec.stderr_tty)),
+                                      terminal="/dev/tty1" if spec.interactive else None)
     return "\n".join(lines) + "\n"
-
-
-def plan_modprobe_wrapper(modules_dir: str | None) -> str:
-    """The script the guest kernel calls for on-demand module loads."""
-    if not modules_dir:
-        return "#!/bin/sh\nexit 1\n"
-    return '#!/bin/sh\nexec /sbin/modprobe -d /run/itb-modules "$@"\n'
 
 
 def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
@@ -374,25 +276,6 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
         "con=null", f"con0=null,fd:{con0}", f"con1={tty1_channel}", f"con2=null,fd:{tty2}", *meter,
         f"umid={uml_id}", f"uml_dir={names.STATE_DIR}/uml/",
     ]
-
-
-def _pump(src: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> None:
-    """Copy a pipe to ``dst`` as it arrives (and keep the tail when asked)."""
-    with os.fdopen(src, "rb", buffering=0) as f:
-        while True:
-            chunk = f.read(65536)
-            if not chunk:
-                return
-            if keep is not None:
-                keep.append(chunk)
-                del keep[:-64]
-            if dst is not None:
-                try:
-                    dst.write(chunk)
-                    dst.flush()
-                except BrokenPipeError:
-                    dst = None  # the reader went away (`| head`); keep draining the guest
-
 
 
 def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None = None,
@@ -439,7 +322,7 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             spinner = Spinner(spec.host_cpu)
             held.callback(spinner.close)
             spec = handing(spec, keep_awake=spinner.method())
-        _write_guest_files(spec, workdir)
+        guest.write_guest_files(workdir, plan_init_script(spec, workdir), spec.modules_dir)
 
         pipes = [os.pipe() for _ in range(3)]
         write_fds = (pipes[0][1], pipes[1][1], pipes[2][1])
@@ -448,89 +331,47 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
         if cgroup is not None:
             to_guest, from_guest = os.pipe(), os.pipe()
             meter_fds = [to_guest[1], from_guest[0]]  # ours: closed, the meter's thread reads end-of-file
-            held.callback(_close_all, meter_fds)
+            held.callback(guest.close_all, meter_fds)
             guest_meter = (to_guest[0], from_guest[1])
         cmd = plan_command_line(spec, workdir, uml_id, write_fds, guest_meter, cgroup, channel_fds)
         log.debug("booting UML: %s", shlex.join(cmd))
         if spec.interactive:
-            held.enter_context(_raw_terminal())
+            held.enter_context(guest.raw_terminal(UmlError))
         proc = subprocess.Popen(
             cmd, stdin=None if spec.interactive else subprocess.DEVNULL,
             stdout=None if spec.interactive else subprocess.DEVNULL, stderr=subprocess.STDOUT,
             pass_fds=write_fds + (guest_meter or ()) + (channel_fds or ()), start_new_session=True)
-        held.callback(_kill_if_running, proc)
+        held.callback(guest.kill_if_running, proc)
         for _, w in pipes:
             os.close(w)
         if guest_meter is not None:
-            _close_all(guest_meter)
+            guest.close_all(guest_meter)
             own = [p.pid for p in (probe, spinner) if p is not None and p.pid]  # the testbed's, not foreign load
             write_account(workdir, cgroup, own)
             threading.Thread(target=serve_meter, args=(meter_fds[1], meter_fds[0], cgroup, probe, Siblings(workdir),
                                                        own), daemon=True).start()
-        watcher, lifeline = _watch(proc.pid)
-        held.callback(_stop_watcher, watcher, lifeline)
-        held.callback(_kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused
-        pumps = [threading.Thread(target=_pump, args=(pipes[0][0], None, console), daemon=True),
-                 threading.Thread(target=_pump, args=(pipes[1][0], stdout), daemon=True),
-                 threading.Thread(target=_pump, args=(pipes[2][0], stderr), daemon=True)]
+        watcher, lifeline = guest.watch(proc.pid)
+        held.callback(guest.stop_watcher, watcher, lifeline)
+        held.callback(guest.kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused
+        pumps = [threading.Thread(target=guest.pump, args=(pipes[0][0], None, console), daemon=True),
+                 threading.Thread(target=guest.pump, args=(pipes[1][0], stdout), daemon=True),
+                 threading.Thread(target=guest.pump, args=(pipes[2][0], stderr), daemon=True)]
         for t in pumps:
             t.start()
         try:
             proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            guest.kill(proc)
             stderr.write(f"ipsec-testbed uml: time limit of {spec.timeout_s:g} s reached; guest killed\n".encode())
             stderr.flush()
             return 124
         for t in pumps:
             t.join(timeout=5)
-        status_file = f"{workdir}/status"
-        if os.path.exists(status_file):
-            with open(status_file) as f:
-                return int(f.read().strip() or 1)
+        status = guest.read_status(workdir)
+        if status is not None:
+            return status
         raise UmlError(_death(b"".join(console).decode(errors="replace"), spec, proc.returncode,
                               time.monotonic() - started, booted=os.path.exists(f"{workdir}/started")))
-
-
-def _write_guest_files(spec: UmlSpec, workdir: str) -> None:
-    """The guest's init script and its modprobe wrapper, in ``workdir``."""
-    for name, text in (("init.sh", plan_init_script(spec, workdir)),
-                       ("modprobe", plan_modprobe_wrapper(spec.modules_dir))):
-        with open(f"{workdir}/{name}", "w") as f:
-            f.write(text)
-        os.chmod(f"{workdir}/{name}", 0o755)
-
-
-@contextlib.contextmanager
-def _raw_terminal():
-    """Standard input's terminal in raw mode (keystrokes go to the guest's tty as typed, Ctrl-C included),
-    restored after."""
-    if not os.isatty(0):
-        raise UmlError("an interactive guest needs a terminal on standard input")
-    saved = termios.tcgetattr(0)
-    tty.setraw(0)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(termios.error, OSError):  # the terminal may be gone (SIGHUP)
-            termios.tcsetattr(0, termios.TCSADRAIN, saved)
-
-
-def _kill_if_running(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        _kill(proc)
-
-
-def _stop_watcher(watcher: subprocess.Popen, lifeline: int) -> None:
-    watcher.kill()
-    watcher.wait()
-    os.close(lifeline)
-
-
-def _close_all(fds) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
 
 
 def _death(console: str, spec: UmlSpec, returncode: int, seconds: float, booted: bool) -> str:
@@ -545,33 +386,6 @@ def _death(console: str, spec: UmlSpec, returncode: int, seconds: float, booted:
     if cause:
         lines.append(f"cause: {cause}")
     return "\n".join(lines)
-
-
-def _watch(pgid: int) -> tuple[subprocess.Popen, int]:
-    """A watcher that kills the guest's process group when this process dies, however it dies.
-
-    ``setpriv --pdeathsig`` reaches only the guest kernel's main process; its helpers and
-    the guest's user processes (ptraced by it) are re-parented and can run on.  The
-    watcher blocks reading a pipe whose write end only this process holds (returned, to
-    be closed after the guest is gone): SIGKILL, a closed terminal or a crash close it,
-    and the watcher kills the whole group.
-    """
-    r, w = os.pipe()  # not inherited by other children (O_CLOEXEC)
-    try:
-        watcher = subprocess.Popen(
-            [sys.executable, "-S", "-c", f"import os, sys\nsys.stdin.buffer.read()\n"
-                                          f"try: os.killpg({pgid}, 9)\nexcept OSError: pass\n"],
-            stdin=r, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    finally:
-        os.close(r)
-    return watcher, w
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill the whole guest: linux.uml forks helper processes into its session."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 def guest_cpu() -> int | None:
