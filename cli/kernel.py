@@ -5,6 +5,8 @@
     ipsec-testbed kernel list             every kernel built: name, version, source, key, size, build time, last used
     ipsec-testbed kernel show NAME        how NAME was built and where its configuration differs from Debian's
     ipsec-testbed kernel remove NAME...   remove built kernels (by name, key or directory)
+    ipsec-testbed kernel fetch            Debian's x86-64 kernel for the counted backend (--kernel qemu), and its
+                                          counting plugin built
 
 NAME is what ``--uml-kernel`` and ``regress --ab`` take (:mod:`testbed.kernelsource`).
 """
@@ -65,6 +67,12 @@ def add_parser(sub) -> None:
     s.add_argument("--all", action="store_true", help="every difference, not only the data path's "
                    "(net, crypto, xfrm, the scheduler and timers, the stack)")
     s.set_defaults(func=cmd_show)
+    f = verbs.add_parser("fetch", help="fetch Debian's x86-64 kernel for the counted backend (--kernel qemu)",
+                         description="Download Debian's current linux-image-amd64 and busybox-static with apt-get "
+                         "download and unpack them into the cache (nothing is installed on this machine), then "
+                         "build the emulator plugin that counts the guest's instructions; print the kernel's path. "
+                         "At once when they are there already.")
+    f.set_defaults(func=cmd_fetch)
     r = verbs.add_parser("remove", help="remove built kernels from the cache")
     r.add_argument("names", nargs="+", metavar="NAME", help="a kernel name, a key or a build directory")
     r.set_defaults(func=cmd_remove)
@@ -88,6 +96,23 @@ def cmd_build(args: argparse.Namespace) -> int:
         print("\nipsec-testbed kernel build: interrupted; nothing cached", file=sys.stderr)
         return 130
     print(built.path)
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from testbed import qemukernel
+    from testbed.backends import qemu
+
+    def say(message: str) -> None:
+        print(f"kernel: {message}", file=sys.stderr)
+
+    try:
+        kernel = qemukernel.fetch(say)
+        qemu.build_plugin(say)
+    except (qemukernel.KernelUnavailableError, qemu.QemuError, OSError) as e:
+        print(f"ipsec-testbed kernel fetch: {e}", file=sys.stderr)
+        return 1
+    print(kernel.path)
     return 0
 
 

@@ -108,9 +108,9 @@ def cmd_uml(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise SystemExit("ipsec-testbed uml: give a command after --, e.g. `ipsec-testbed uml -- ipsec-testbed doctor`")
-    guest = backends.get("uml", backend_options(args))
+    guest = backends.get(args.kernel, backend_options(args))
     if guest.inside():
-        raise SystemExit("ipsec-testbed uml: already inside a UML guest; run the command directly")
+        raise SystemExit(f"ipsec-testbed uml: already inside a {guest.title} guest; run the command directly")
     try:
         return guest.run(command, timeout_s=args.timeout, interactive=args.interactive,
                          modules=doctor.kernel_modules())
@@ -285,13 +285,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "several run directories are compared side by side. Reads files only; no root needed.",
                        add_help=False)  # main() hands `report ...` to cli.report before parsing
 
-    p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux",
-                       description="Boot a User-Mode Linux kernel with the host filesystem as its root, load "
+    p = sub.add_parser("uml", help="run a command as root inside User-Mode Linux (or the counted guest)",
+                       description="Boot a User-Mode Linux kernel (--kernel qemu: the counted backend's x86-64 "
+                       "kernel in QEMU) with the host filesystem as its root, load "
                        "the IPsec and tc modules, run COMMAND as root in the current directory, stream its "
                        "output live and exit with its status (124: time limit, 125: the guest could not run).",
                        epilog="example: sudo ipsec-testbed uml --timeout 600 -- "
                               ".venv/bin/python -m pytest tests/integration",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kernel", choices=[n for n in backends.names() if not backends.get(n).runs_here], default="uml",
+                   help="the guest: uml (User-Mode Linux), or qemu (the counted backend: an x86-64 kernel in QEMU's "
+                        "emulator, whose clock counts instructions) (default: %(default)s)")
     add_uml_options(p)
     p.add_argument("--timeout", type=positive_seconds, metavar="SECONDS", help="kill the guest after this long")
     p.add_argument("-i", "--interactive", action="store_true",

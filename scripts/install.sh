@@ -22,12 +22,14 @@ python=${PYTHON:-/usr/bin/python3}
 #   procps, psmisc, python3-venv (the .venv), chromium (renders report.html in tests),
 #   chromium-driver (a test drives the web demo's page in Chromium, through Selenium),
 #   ruby (the tests evaluate the Vagrantfile, which is Ruby), tmux (a test drives the demo in a terminal),
+#   qemu-system-x86, gcc and libc6-dev (the counted backend, --kernel qemu: an x86-64 kernel in QEMU's emulator
+#   and the plugin that counts its instructions, built here),
 #   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike),
 #   irtt (the sweep's other latency probe, the demo's and `bench rrul`'s, as flent uses it), flent (its
 #   ping test, the outside check of that probe in `bench rrul --flent`), wireguard-tools (`wg show` beside the testbed's WireGuard; the
 #   testbed configures WireGuard over netlink and never runs it).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
-              python3 python3-venv chromium chromium-driver ruby tmux
+              python3 python3-venv chromium chromium-driver ruby tmux qemu-system-x86 gcc libc6-dev
               strongswan-charon strongswan-swanctl libstrongswan-standard-plugins irtt flent wireguard-tools)
 
 say() { printf 'install: %s\n' "$*" >&2; }
@@ -45,6 +47,10 @@ if [[ ${1:-} == --check ]]; then
     if [[ -x $venv/bin/python ]] && "$venv/bin/python" -c 'import sys; from testbed import umlkernel
 sys.exit(0 if umlkernel.needs_build() else 1)'; then
         say "Debian's linux.uml cannot boot on this CPU, and the project's UML kernel is not built"; rc=1
+    fi
+    if [[ -x $venv/bin/python ]] && ! "$venv/bin/python" -c 'import sys; from testbed import qemukernel
+sys.exit(0 if qemukernel.debian() else 1)'; then
+        say "the counted backend's kernel is not fetched (ipsec-testbed kernel fetch)"; rc=1
     fi
     exit $rc
 fi
@@ -99,6 +105,13 @@ if [[ ! -f $stamp || $here/setup.py -nt $stamp || $here/pyproject.toml -nt $stam
     "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]"
     touch "$stamp"
+fi
+
+# The counted backend's kernel (Debian's linux-image-amd64, downloaded and unpacked into the cache, not installed)
+# and its instruction-counting plugin: once, then at once.
+if ! "$venv/bin/ipsec-testbed" kernel fetch >/dev/null; then
+    say "could not fetch the counted backend's kernel (above); \`sudo $venv/bin/ipsec-testbed kernel fetch\` tries again"
+    exit 1
 fi
 
 # A UML kernel that boots on this CPU: Debian's where its FPU buffer holds this CPU's XSAVE area,

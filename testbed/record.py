@@ -247,6 +247,16 @@ class Record:
     cpu_softirq_pct: float | None = _doc("... of it in softirq, percent")
     cpu_busiest_pct: float | None = _doc("the busiest CPU's busy share, percent")
     speed_probe_ns: float | None = _doc("the speed probe's time for its workload over the window, ns")
+    clock: str | None = _doc("what the CPU meter counted: instructions (the counted backend: the guest's instructions, "
+                             "counted by QEMU's emulator, the same on every machine; the cpu_s figures are then absent "
+                             "and the instructions figures stand for them); absent: time (CPU seconds on this "
+                             "machine, which its speed moves)")
+    instructions: int | None = _doc("with clock instructions: the instructions the guest executed in the window, all "
+                                    "of its work (kernel, network, crypto, iperf3)")
+    instructions_per_packet: float | None = _doc("... per packet the shaper sent")
+    instructions_per_byte: float | None = _doc("... per byte of goodput")
+    wall_s: float | None = _doc("with clock instructions: the host's wall-clock seconds the window took (its own "
+                                "length is in the guest's time, which counts instructions)")
     foreign_cpu_pct: float | None = _doc("the host's CPU time on work that was not the testbed's over the window "
                                          "(all CPUs' busy time less the guest's, this run's own processes' and the "
                                          "speed probe's), percent of one CPU; above 5 the window is marked "
@@ -298,7 +308,9 @@ class Record:
                                            "foreign_cpu_pct", "probe_sent", "probe_lost", "probe_rtt_ms",
                                            "probe_rtt_p90_ms", "probe_rtt_p99_ms", "probe_up_ms", "probe_down_ms",
                                            "idle_rtt_ms", "idle_rtt_min_ms", "receive_backlog_start",
-                                           "receive_backlog_end", "receive_backlog_drops")
+                                           "receive_backlog_end", "receive_backlog_drops", "clock",
+                                           "instructions", "instructions_per_packet", "instructions_per_byte",
+                                           "wall_s")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

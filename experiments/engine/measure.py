@@ -177,7 +177,7 @@ def point_record(net, point: Point, spec: SweepSpec, monitor: Monitor, window: W
     # TCP at an MSS or with bulk writes, UDP datagrams (fragmented or not): the link's goodput
     expected = expected_point_goodput_mbps(point, spec.mtu, spec.pmtu)
     ev = dataclasses.replace(evidence(window.first, window.last, window.backlog, point.rate_mbit, monitor.meter.cpus,
-                                      expected), shaper_lost=window.shaper_lost)
+                                      expected, monitor.meter.clock), shaper_lost=window.shaper_lost)
     bucket = burst_bytes(net.shaping, spec.mtu) * 8 / (point.rate_mbit * 1e6 * ev.window_s)
     bound, why = classify(ev, expected, bucket)
     return Record(

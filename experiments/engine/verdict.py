@@ -22,6 +22,7 @@ from typing import Any
 from analysis.stats import BUSIEST_CPU_PCT, CPU_SATURATED_PCT, KERNEL_BUSY_PCT
 from experiments.engine.counters import Reading
 from testbed import hostload
+from testbed.backends.base import INSTRUCTIONS, TIME
 from testbed.record import FIELDS, Bound
 
 #: The shaper counts as the bottleneck when it sent at least this share of its rate ...
@@ -79,6 +80,8 @@ class Evidence:
     receive_backlog_start: int | None = None  # packets in the kernel's receive backlog as the window opened ...
     receive_backlog_end: int | None = None    # ... and as it closed (KernelQueue: None where the kernel does not say)
     receive_backlog_drops: int | None = None  # packets the kernel dropped there in the window (its backlog was full)
+    clock: str = TIME               # what the meter's CPU ns count: time, or a counted guest's instructions
+    wall_s: float | None = None     # the host's wall-clock seconds between the readings (a counted guest's)
 
     def record_fields(self) -> dict[str, Any]:
         """The evidence as a :class:`~testbed.record.Record`'s fields: every figure the record has, by its
@@ -90,12 +93,16 @@ class Evidence:
         """
         fields = {RECORD_NAMES.get(f.name, f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
         moved_gb = self.goodput_mbps * self.window_s / 8e3
-        return {name: value for name, value in fields.items() if name in FIELDS} | {
-            "bytes": round(moved_gb * 1e9),
-            "cpu_busy_pct": 100.0 * self.cpu_busy,
-            "cpu_s_per_gb": self.cpu_s / moved_gb if moved_gb > 0 else None,
-            "cpu_us_per_packet": self.cpu_s * 1e6 / self.link_packets if self.link_packets else None,
-        }
+        out = {name: value for name, value in fields.items() if name in FIELDS} | {
+            "bytes": round(moved_gb * 1e9), "cpu_busy_pct": 100.0 * self.cpu_busy}
+        if self.clock == INSTRUCTIONS:  # a count, never in the columns of CPU time (one instruction per ns)
+            instructions = round(self.cpu_s * _NS)
+            return out | {"cpu_s": None, "instructions": instructions,
+                          "instructions_per_packet": instructions / self.link_packets if self.link_packets else None,
+                          "instructions_per_byte": instructions / (moved_gb * 1e9) if moved_gb > 0 else None}
+        return out | {"clock": None, "wall_s": None,
+                      "cpu_s_per_gb": self.cpu_s / moved_gb if moved_gb > 0 else None,
+                      "cpu_us_per_packet": self.cpu_s * 1e6 / self.link_packets if self.link_packets else None}
 
 
 #: The evidence's figures a record names otherwise: /proc/stat's shares are the kernel's CPU figures.
@@ -105,8 +112,9 @@ RECORD_NAMES = {"proc_busy_pct": "cpu_kernel_busy_pct", "proc_system_pct": "cpu_
 
 
 def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, cpus: float,
-             expected_mbps: float | None) -> Evidence:
-    """The :class:`Evidence` of the window between readings ``a`` and ``b``."""
+             expected_mbps: float | None, clock: str = TIME) -> Evidence:
+    """The :class:`Evidence` of the window between readings ``a`` and ``b`` (``clock``: what the CPU meter
+    counts)."""
     qa, qb = a.shaper.value, b.shaper.value
     fa, fb = a.flows.value, b.flows.value
     t_shaper = (b.shaper.at_ns - a.shaper.at_ns) / _NS
@@ -153,7 +161,8 @@ def evidence(a: Reading, b: Reading, backlog: Sequence[int], rate_mbit: float, c
         utilization_uncertainty=(a.shaper.spread_ns + b.shaper.spread_ns) / 2 / _NS / t_shaper,
         speed_probe_ns=speed, foreign_cpu_pct=foreign,
         receive_backlog_start=qs[0].packets if qs else None, receive_backlog_end=qs[1].packets if qs else None,
-        receive_backlog_drops=qs[1].dropped - qs[0].dropped if qs else None)
+        receive_backlog_drops=qs[1].dropped - qs[0].dropped if qs else None, clock=clock,
+        wall_s=(b.cpu.wall_ns - a.cpu.wall_ns) / _NS if a.cpu.wall_ns and b.cpu.wall_ns else None)
 
 
 def classify(ev: Evidence, expected_mbps: float | None, burst_share: float = 0.0) -> tuple[Bound, str]:

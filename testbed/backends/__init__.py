@@ -37,6 +37,7 @@ from testbed.backends.base import (
     Options,
 )
 from testbed.backends.host import HostBackend
+from testbed.backends.qemu import QemuBackend
 from testbed.backends.uml import UmlBackend
 from testbed.capabilities import ESP_NEEDS, Needs, Probe
 
@@ -52,6 +53,7 @@ __all__ = [
     "Leftover",
     "Options",
     "HostBackend",
+    "QemuBackend",
     "UmlBackend",
     "register",
     "unregister",
@@ -80,6 +82,7 @@ def unregister(name: str) -> None:
 
 register(HostBackend)
 register(UmlBackend)
+register(QemuBackend)
 
 
 def names() -> tuple[str, ...]:

@@ -57,7 +57,8 @@ class CpuSample:
     monotonic clock just before and just after the reading, which bound when it was taken;
     ``probe``: a speed probe's (operations, ns) so far, where one runs beside the kernel
     (:mod:`testbed.speedprobe`); ``host``: the host's CPUs' busy ns and the testbed's own CPU ns so
-    far (:mod:`testbed.hostload`), where the meter reads them.
+    far (:mod:`testbed.hostload`), where the meter reads them; ``wall_ns``: the host's monotonic clock at the
+    reading, where the meter's own clock is not the host's (a counted guest's).
     """
 
     cpu_ns: int
@@ -65,6 +66,7 @@ class CpuSample:
     local_ns: tuple[int, int]
     probe: tuple[int, int] | None = None
     host: tuple[int, int] | None = None
+    wall_ns: int | None = None
 
     def probe_ns_until(self, later: CpuSample) -> float | None:
         """The speed probe's ns per operation from this sample to ``later`` (how slow the machine ran);
@@ -72,6 +74,11 @@ class CpuSample:
         if self.probe is None or later.probe is None or later.probe[0] <= self.probe[0]:
             return None
         return (later.probe[1] - self.probe[1]) / (later.probe[0] - self.probe[0])
+
+
+#: The clocks a :class:`CpuMeter` can count on (its ``clock``; a record's and meta.json's ``clock``).
+TIME = "time"
+INSTRUCTIONS = "instructions"
 
 
 class CpuMeter(abc.ABC):
@@ -83,6 +90,9 @@ class CpuMeter(abc.ABC):
     cpus: float = 1.0
     #: What the speed probe beside the kernel times, for meta.json ("": no probe).
     speed_probe: str = ""
+    #: What ``cpu_ns`` counts: :data:`TIME` (CPU time on this machine) or :data:`INSTRUCTIONS` (a counted guest's
+    #: instructions, one per ns of its clock: the same work gives the same count on every machine).
+    clock: ClassVar[str] = TIME
 
     @abc.abstractmethod
     def read(self) -> tuple[int, int]:

@@ -37,10 +37,10 @@ def window(goodput_mbps: float, utilization: float, shaper_lost: int = 0) -> Win
     return Window(a, b, [3000] * 20, shaper_lost, 1_700_000_000.5)
 
 
-def record_of(win: Window, point=POINT):
+def record_of(win: Window, point=POINT, clock="time"):
     net = types.SimpleNamespace(shaping=ShapingSpec(rate_mbit=10.0, burst_bytes=15_000), esp_slowdown=400,
                                 negotiated_sas=lambda: [])
-    monitor = types.SimpleNamespace(meter=types.SimpleNamespace(cpus=1.0))
+    monitor = types.SimpleNamespace(meter=types.SimpleNamespace(cpus=1.0, clock=clock))
     return point_record(net, point, SPEC, monitor, win, types.SimpleNamespace(record_fields=lambda: CLIENTS))
 
 
@@ -66,7 +66,24 @@ def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
     empty = {f for f in FIELDS if getattr(record, f) is None}
     assert empty == {"injected_instructions", "ike_sas", "loss_pct", "clients_sending_s", "error", "backend",
                      "speed_probe_ns", "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured",
-                     "concurrent_with", "foreign_cpu_pct", *PROBE_FIELDS}
+                     "concurrent_with", "foreign_cpu_pct", *PROBE_FIELDS, *COUNTED_FIELDS}
+
+
+#: What only a counted guest's record has (its meter counts instructions).
+COUNTED_FIELDS = ("clock", "instructions", "instructions_per_packet", "instructions_per_byte", "wall_s")
+
+
+def test_a_counted_guests_record_has_instructions_where_a_timed_one_has_cpu_seconds():
+    timed = record_of(window(9.0, 0.99))
+    counted = record_of(window(9.0, 0.99), clock="instructions")
+    # the meter's 0.6 s of CPU are 600 million instructions (one per ns of the guest's clock), never CPU seconds
+    assert (counted.clock, counted.instructions) == ("instructions", 600_000_000)
+    assert counted.cpu_s is None and counted.cpu_s_per_gb is None and counted.cpu_us_per_packet is None
+    assert counted.instructions_per_packet == pytest.approx(600_000_000 / timed.link_packets)
+    assert counted.instructions_per_byte == pytest.approx(600_000_000 / timed.bytes)
+    assert counted.cpu_busy_pct == timed.cpu_busy_pct == pytest.approx(30.0)  # a share, on either clock
+    assert timed.clock is None and timed.instructions is None and timed.cpu_s == pytest.approx(0.6)
+    assert "clock" not in timed.to_json() and counted.to_json()["clock"] == "instructions"
 
 
 def test_backlog_samples_that_found_no_shaper_make_the_point_an_anomaly():

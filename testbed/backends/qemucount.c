@@ -1,0 +1,102 @@
+/*
+ * IPsec Testbed: the counted backend's instruction counter, a plugin of QEMU's emulator (TCG).
+ *
+ * It counts every instruction the guest executes, kernel and user alike (one inline add per instruction,
+ * placed by the translator), and, when the guest executes the marker instruction
+ *
+ *     nopl 0x4942544d(%rax,%rax,1)      0f 1f 84 00 4d 54 42 49      ("MTBI": a NOP no compiler emits)
+ *
+ * it copies the count into `marked` and bumps `marks`, at that very instruction of the guest's stream.  The
+ * guest's CPU meter executes the marker and then asks the host, which reads `marked` from the file both map
+ * (its path is the plugin's argument counts=PATH): the reading is where the guest took it, whatever the host's
+ * latency (testbed/backends/qemu.py).
+ *
+ * Written against QEMU's plugin interface version 1 (QEMU 7.x, Debian 12's qemu-system-x86), declared here
+ * for the few calls it makes: Debian ships no plugin header.  Built by testbed/backends/qemu.py with the
+ * host's gcc on first use.
+ */
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef uint64_t plugin_id;
+struct qemu_plugin_tb;
+struct qemu_plugin_insn;
+struct qemu_info;
+enum cb_flags { CB_NO_REGS = 0 };
+enum inline_op { INLINE_ADD_U64 = 0 };
+
+void qemu_plugin_register_vcpu_tb_trans_cb(plugin_id id, void (*cb)(plugin_id, struct qemu_plugin_tb *));
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb);
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t idx);
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn);
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn);
+void qemu_plugin_register_vcpu_insn_exec_inline(struct qemu_plugin_insn *insn, enum inline_op op, void *ptr,
+                                                uint64_t imm);
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn, void (*cb)(unsigned int, void *),
+                                            enum cb_flags flags, void *userdata);
+
+EXPORT int qemu_plugin_version = 1;
+
+/* The shared page: what the host reads. */
+struct counts {
+    volatile uint64_t count;   /* instructions executed so far */
+    volatile uint64_t marked;  /* `count` at the last marker */
+    volatile uint64_t marks;   /* markers executed so far */
+};
+
+static struct counts *counts;
+static const unsigned char MARKER[8] = {0x0f, 0x1f, 0x84, 0x00, 'M', 'T', 'B', 'I'};
+
+static void at_marker(unsigned int vcpu, void *userdata)
+{
+    (void)vcpu;
+    (void)userdata;
+    counts->marked = counts->count;
+    counts->marks++;
+}
+
+static void translated(plugin_id id, struct qemu_plugin_tb *tb)
+{
+    (void)id;
+    size_t n = qemu_plugin_tb_n_insns(tb);
+    for (size_t i = 0; i < n; i++) {
+        struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+        qemu_plugin_register_vcpu_insn_exec_inline(insn, INLINE_ADD_U64, (void *)&counts->count, 1);
+        if (qemu_plugin_insn_size(insn) == sizeof MARKER &&
+            memcmp(qemu_plugin_insn_data(insn), MARKER, sizeof MARKER) == 0) {
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, at_marker, CB_NO_REGS, NULL);
+        }
+    }
+}
+
+EXPORT int qemu_plugin_install(plugin_id id, const struct qemu_info *info, int argc, char **argv)
+{
+    (void)info;
+    const char *path = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "counts=", 7) == 0) {
+            path = argv[i] + 7;
+        }
+    }
+    if (path == NULL) {
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    void *page = mmap(NULL, sizeof(struct counts), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (page == MAP_FAILED) {
+        return -1;
+    }
+    counts = page;
+    qemu_plugin_register_vcpu_tb_trans_cb(id, translated);
+    return 0;
+}

@@ -1,0 +1,122 @@
+"""The counted backend (`--kernel qemu`): a real x86-64 kernel in QEMU's emulator, its exit statuses and output,
+its instruction counts, a sweep's records on it, and what a killed run leaves (boots real QEMU guests)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import CLI, REPO, run_cli
+
+from testbed import qemukernel
+from testbed.backends import qemu
+from testbed.waiting import Deadline
+
+
+@pytest.fixture
+def needs_qemu():
+    why = qemu.QemuBackend().unavailable()
+    if why:
+        pytest.fail(f"the counted backend cannot run here: {why}", pytrace=False)
+
+
+def test_exit_status_and_both_outputs_come_back(needs_qemu):
+    out = run_cli("uml", "--kernel", "qemu", "--", "sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 7",
+                  timeout=300)
+    assert out.returncode == 7
+    assert out.stdout.strip() == "to-stdout"
+    assert out.stderr.strip().endswith("to-stderr")
+
+
+def test_the_guest_is_debians_x86_kernel_on_the_fixed_cpu_with_esp(needs_qemu, tmp_path):
+    esp_sa = ("ip netns add itb-esp && ip -n itb-esp xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp "
+              "spi 0x100 mode transport aead 'rfc4106(gcm(aes))' 0x" + "11" * 36 + " 128 && "
+              "grep -A2 '^name *: rfc4106(gcm(aes))' /proc/crypto | grep -m1 '^driver' | cut -d: -f2")
+    out = run_cli("uml", "--kernel", "qemu", "--", "sh", "-c",
+                  f"pwd; uname -r; echo $IPSEC_TESTBED_BACKEND; grep -m1 'model name' /proc/cpuinfo | cut -d: -f2; "
+                  f"{esp_sa}", cwd=str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stderr
+    where, release, backend, *rest = out.stdout.split("\n")
+    assert (where, backend) == (str(tmp_path), "qemu")
+    assert release == qemukernel.select().release  # Debian's, as fetched: not the host's kernel
+    assert "Westmere" in rest[0]
+    # the x86 driver (AES-NI, which the emulator runs), not the generic C code UML has
+    assert "aesni" in rest[1], out.stdout
+
+
+WORKLOAD = """
+import hashlib, sys
+from testbed.backends import current
+meter = current().cpu_meter()
+counts = []
+for _ in range(3):
+    a = meter.sample()
+    hashlib.sha256(bytes(8 << 20)).digest()
+    b = meter.sample()
+    counts.append(b.cpu_ns - a.cpu_ns)
+print(*counts)
+"""
+
+
+def _workload_counts() -> list[int]:
+    out = run_cli("uml", "--kernel", "qemu", "--", sys.executable, "-P", "-c", WORKLOAD, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return [int(x) for x in out.stdout.split()]
+
+
+def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy_the_host(needs_qemu):
+    quiet = _workload_counts()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        busy = _workload_counts()
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    # hashing 8 MB is some hundred million instructions: counted, not timed, the n-th time costs the same in
+    # both boots however busy the host (the n-th, not every: a process's memory is not the same the first
+    # time and the third, in any kernel)
+    assert len(quiet) == len(busy) == 3 and min(quiet) > 50_000_000
+    for q, b in zip(quiet, busy, strict=True):
+        assert abs(q - b) / q < 0.001, (quiet, busy)
+
+
+def test_a_sweeps_records_carry_instructions_not_cpu_seconds(needs_qemu, tmp_path):
+    out_dir = tmp_path / "run"
+    done = subprocess.run([*CLI, "sweep", "--kernel", "qemu", "--out", str(out_dir), "--rates", "1000",
+                           "--sizes", "1460", "--profiles", "aes-gcm-256", "--no-plain", "--repetitions", "2",
+                           "--duration", "1", "--no-latency-probe", "--no-report"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    for r in records:
+        assert r["backend"] == "qemu" and r["clock"] == "instructions"
+        assert r.get("cpu_s") is r.get("cpu_s_per_gb") is r.get("cpu_us_per_packet") is None
+        assert r["instructions"] > 0 and r["wall_s"] > 0
+        assert r["instructions_per_packet"] == pytest.approx(r["instructions"] / r["link_packets"])
+        assert r["instructions_per_byte"] == pytest.approx(r["instructions"] / r["bytes"])
+    # unshaped, the guest's one CPU is the bound: every window is all instructions, and its packets as many
+    a, b = (r["instructions_per_packet"] for r in records)
+    assert abs(a - b) / a < 0.01, records
+    meta = json.loads((out_dir / "meta.json").read_text())
+    assert meta["clock"] == "instructions" and meta["backend"] == "qemu"
+
+
+def test_a_killed_run_takes_its_guest_with_it_and_clean_removes_what_is_left(needs_qemu):
+    proc = subprocess.Popen([*CLI, "uml", "--kernel", "qemu", "--", "sleep", "600"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in Deadline(60, 0.2).polls():
+        if qemu.QemuBackend().leftovers():
+            break
+    guests = [g for g in qemu.QemuBackend().leftovers() if g.kind == "QEMU guest"]
+    assert guests and all(g.live for g in guests)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for _ in Deadline(30, 0.2).polls():
+        if not any(g.kind == "QEMU guest" for g in qemu.QemuBackend().leftovers()):
+            break
+    assert not any(g.kind == "QEMU guest" for g in qemu.QemuBackend().leftovers())
+    assert run_cli("clean").returncode == 0
+    assert not qemu.QemuBackend().leftovers()

@@ -1,0 +1,145 @@
+"""The counted backend's plans (no root, no QEMU): its kernel's initramfs, the guest's init script, QEMU's command
+line, the meter's protocol."""
+import mmap
+import os
+import socket
+import stat
+import threading
+
+import pytest
+
+from testbed import backends, qemukernel
+from testbed.backends import qemu
+
+KERNEL = qemukernel.QemuKernel("/k/vmlinuz", "debian", "test", modules_dir="/k/lib/modules/6.1.0-1-amd64",
+                               version="6.1.1-1", release="6.1.0-1-amd64", busybox="/k/bin/busybox")
+
+
+def spec(**changes) -> qemu.QemuSpec:
+    return qemu.QemuSpec(**{"command": ("python3", "-m", "cli.job"), "kernel": KERNEL, "cwd": "/work",
+                            "env": (("A", "1"),), "boot_modules": ("esp4", "veth"), **changes})
+
+
+def read_cpio(data: bytes) -> list[tuple[str, int, bytes]]:
+    """An independent reader of the "newc" format, as the kernel's initramfs unpacker reads it."""
+    out, at = [], 0
+    while True:
+        assert data[at:at + 6] == b"070701"
+        fields = [int(data[at + 6 + 8 * i:at + 14 + 8 * i], 16) for i in range(13)]
+        mode, size, namesize = fields[1], fields[6], fields[11]
+        name = data[at + 110:at + 110 + namesize - 1].decode()
+        at = (at + 110 + namesize + 3) & ~3
+        body = data[at:at + size]
+        at = (at + size + 3) & ~3
+        if name == "TRAILER!!!":
+            assert at == len(data)
+            return out
+        out.append((name, mode, body))
+
+
+def test_the_initramfs_archive_holds_every_file_whole_and_is_the_same_each_time():
+    files = [("bin", stat.S_IFDIR | 0o755, b""), ("bin/busybox", stat.S_IFREG | 0o755, b"\x7fELF" + bytes(1001)),
+             ("init", stat.S_IFREG | 0o755, b"#!/bin/busybox sh\n")]
+    data = qemukernel.plan_cpio(files)
+    assert read_cpio(data) == files
+    assert data == qemukernel.plan_cpio(files) and len(data) % 4 == 0
+
+
+def test_the_modules_that_reach_the_host_load_after_what_they_need(tmp_path):
+    (tmp_path / "modules.dep").write_text(
+        "kernel/fs/9p/9p.ko: kernel/net/9p/9pnet.ko kernel/fs/fscache/fscache.ko kernel/fs/netfs/netfs.ko\n"
+        "kernel/net/9p/9pnet.ko:\nkernel/fs/fscache/fscache.ko: kernel/fs/netfs/netfs.ko\nkernel/fs/netfs/netfs.ko:\n"
+        "kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virtio_ring.ko\n"
+        "kernel/drivers/virtio/virtio_ring.ko:\n")
+    (tmp_path / "modules.builtin").write_text("kernel/drivers/virtio/virtio_pci.ko\n")
+    order = qemukernel.modules_in_order(str(tmp_path), ["virtio_pci", "9pnet_virtio", "9p"])
+    names = [os.path.basename(m) for m in order]
+    assert names == ["virtio_ring.ko", "9pnet.ko", "9pnet_virtio.ko", "netfs.ko", "fscache.ko", "9p.ko"]
+    with pytest.raises(qemukernel.KernelUnavailableError, match="virtio_console"):
+        qemukernel.modules_in_order(str(tmp_path), ["virtio_console"])
+
+
+def test_the_initramfs_init_mounts_the_host_files_and_hands_over():
+    text = qemukernel.plan_initramfs_init(["kernel/a/virtio_ring.ko", "kernel/b/9p.ko"])
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/busybox sh"
+    insmods = [line for line in lines if "insmod" in line]
+    assert ["virtio_ring.ko" in insmods[0], "9p.ko" in insmods[1]] == [True, True]
+    mount = next(line for line in lines if "mount -t 9p" in line)
+    assert "cache=loose" in mount and qemukernel.ROOT_TAG in mount and lines.index(mount) > lines.index(insmods[-1])
+    assert lines[-1] == 'exec /bin/busybox switch_root /root "$init"'
+
+
+def test_an_x86_image_is_told_from_anything_else(tmp_path):
+    image = tmp_path / "bzImage"
+    image.write_bytes(bytes(0x202) + b"HdrS" + bytes(100))
+    other = tmp_path / "linux"
+    other.write_bytes(b"\x7fELF" + bytes(1000))
+    assert qemukernel.image_error(str(image)) is None
+    assert "not an x86 kernel image" in qemukernel.image_error(str(other))
+    assert "no such file" in qemukernel.image_error(str(tmp_path / "none"))
+    assert backends.booting(str(image)) is qemu.QemuBackend
+
+
+def test_the_guest_init_mounts_its_own_dev_keeps_its_writes_and_names_its_lines():
+    text = qemu.plan_init_script(spec(), "/tmp/itb-abc-qemu-x")
+    lines = text.splitlines()
+    dev = lines.index("mount -t devtmpfs dev /dev")
+    assert dev < lines.index("mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts")
+    assert "echo 0 > /proc/sys/vm/dirty_writeback_centisecs" in lines  # no writeback in a window
+    assert "echo never > /sys/kernel/mm/transparent_hugepage/enabled" in lines
+    assert f"export TMPDIR={qemu.GUEST_TMP}" in lines and "export A=1" in lines
+    # stdout and stderr are serial ports (a console would spin on the host's every write), found by name
+    assert not any(line.startswith("ln -sf /dev/hvc") for line in lines)
+    assert "modprobe" in text and "esp4 veth" in text
+    run = next(line for line in lines if line.startswith("python3 -m cli.job"))
+    assert run == "python3 -m cli.job </dev/null 1>/run/itb-fd1 2>/run/itb-fd2"
+    assert "cat /run/itb-fd1 >/dev/itb.stdout &" in lines
+    assert lines[-3:] == ["sync", "echo o > /proc/sysrq-trigger", "sleep 60"]
+    interactive = qemu.plan_init_script(spec(interactive=True), "/w").splitlines()
+    assert "ln -sf /dev/hvc0 /dev/itb.terminal" in interactive
+    assert any(line.startswith("setsid -w -c python3 -m cli.job </dev/itb.terminal") for line in interactive)
+
+
+def test_qemu_counts_on_one_fixed_cpu_with_no_kvm_and_the_plugin():
+    cmd = qemu.plan_command_line(spec(channel=True), "/w", "itb-abc123-qemu",
+                                 {"console": 3, "stdout": 4, "stderr": 5, "meter": 6, "channel": 7}, "/p/count.so")
+    joined = " ".join(cmd)
+    assert cmd[cmd.index("-icount") + 1] == "shift=0,sleep=off"
+    assert cmd[cmd.index("-cpu") + 1] == "Westmere" and cmd[cmd.index("-smp") + 1] == "1"
+    assert cmd[cmd.index("-accel") + 1].startswith("tcg") and "kvm" not in joined
+    assert cmd[cmd.index("-plugin") + 1] == "/p/count.so,counts=/w/counts"
+    assert cmd[cmd.index("-name") + 1] == "itb-abc123-qemu"
+    assert "-nodefaults" in cmd and "-no-reboot" in cmd
+    assert "itb.init=/w/init.sh" in cmd[cmd.index("-append") + 1]
+    devices = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-device"]
+    assert [d.split(",")[0] for d in devices] == ["virtio-serial-pci"] + ["virtserialport"] * 4
+    assert [d.split("name=")[1] for d in devices[1:]] == ["itb.stdout", "itb.stderr", "itb.meter", "itb.channel"]
+    assert "socket,fd=6,id=meter" in cmd and "socket,id=console,fd=3" in cmd
+    assert cmd[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]  # it dies with the process that booted it
+
+
+def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
+    page = tmp_path / "counts"
+    page.write_bytes(bytes(mmap.PAGESIZE))
+    host, guest = socket.socketpair()
+    threading.Thread(target=qemu.serve_counts, args=(host, str(page)), daemon=True).start()
+    with open(page, "r+b") as f:
+        shared = mmap.mmap(f.fileno(), qemu._COUNTS.size)
+        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7)
+    guest.sendall(b"?\n")
+    count, marks, host_ns = (int(x) for x in guest.makefile().readline().split())
+    assert (count, marks) == (1_000_000, 7) and host_ns > 0  # the marker's count, not the running one
+    guest.close()
+
+
+def test_the_marker_is_a_nop_the_plugin_knows():
+    with open(qemu.PLUGIN_SOURCE) as f:
+        source = f.read()
+    assert "{0x0f, 0x1f, 0x84, 0x00, 'M', 'T', 'B', 'I'}" in source
+    assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"MTBI" == qemu.MARKER
+
+
+def test_the_counted_backend_is_chosen_by_name_only():
+    assert "qemu" in backends.names() and not qemu.QemuBackend.auto
+    assert qemu.CountingMeter.clock == backends.base.INSTRUCTIONS != backends.HostBackend().cpu_meter().clock
