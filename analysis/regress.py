@@ -38,8 +38,35 @@ METRICS: dict[str, tuple[str, str, int]] = {
     FIELD.goodput_mbps: ("goodput", "Mbit/s", 1),
     FIELD.cpu_s_per_gb: ("CPU per GB", "s/GB", -1),
     FIELD.cpu_us_per_packet: ("CPU per packet", "µs", -1),
+    FIELD.instructions_per_packet: ("instructions per packet", "instructions", -1),
+    FIELD.instructions_per_byte: ("instructions per byte", "instructions", -1),
 }
 DEFAULT_METRICS = (FIELD.goodput_mbps,)
+#: A cost timed and the same cost counted (the counted backend's records have the second, never the first).
+COUNTED = {FIELD.cpu_us_per_packet: FIELD.instructions_per_packet, FIELD.cpu_s_per_gb: FIELD.instructions_per_byte}
+
+
+def clock_of(records: Sequence[Record]) -> str:
+    """What the records' CPU figures count: ``instructions`` (all of them, the counted backend's) or ``time``;
+    :class:`RegressError` when they mix the two (one chart, one baseline, one clock)."""
+    clocks = {r.clock or "time" for r in records if not r.failed}
+    if len(clocks) > 1:
+        raise RegressError("the records mix CPU time and counted instructions (runs on the counted backend and on "
+                           "another): compare each with its own kind")
+    return clocks.pop() if clocks else "time"
+
+
+def on_clock(metrics: Sequence[str], records: Sequence[Record]) -> tuple[str, ...]:
+    """``metrics`` as the records can answer them: a CPU cost named in time is judged in instructions where the
+    records count instructions (a suite's defaults name the timed cost), and a counted one refused where they
+    time it."""
+    if clock_of(records) == "instructions":
+        return tuple(dict.fromkeys(COUNTED.get(m, m) for m in metrics))
+    counted = [m for m in metrics if m in COUNTED.values()]
+    if counted:
+        raise RegressError(f"{METRICS[counted[0]][0]} is counted only on the counted backend (--kernel qemu); "
+                           "this run timed its CPU")
+    return tuple(metrics)
 
 
 class RegressError(ValueError):
@@ -285,6 +312,7 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Record], max_drop: fl
     """One verdict per baseline point and metric; :class:`RegressError` when a point is missing
     from the run, or a metric from the baseline or the run."""
     _check_metrics(metrics)
+    metrics = on_clock(metrics, records)
     present = {agg.point for agg in aggregate(records)}
     verdicts, missing = [], []
     for p in baseline["points"]:
@@ -295,6 +323,10 @@ def compare(baseline: Mapping[str, Any], records: Sequence[Record], max_drop: fl
         for metric in metrics:
             then, now = p.get(metric), _samples(records, point, metric)
             if not then:
+                other = COUNTED.get(metric) or next((t for t, c in COUNTED.items() if c == metric), None)
+                if other and p.get(other):  # the same cost on the other clock
+                    raise RegressError("the baseline and the run count CPU on different clocks (one timed, one "
+                                       "counted on --kernel qemu): make the baseline on the run's backend")
                 raise RegressError(f"the baseline has no {METRICS[metric][0]} for {point_fields(point)} (a baseline "
                                    "made by an older version keeps goodput only: make it again)")
             if not now:
@@ -367,6 +399,7 @@ def compare_arms(records: Sequence[Record], meta: Meta | Mapping[str, Any], base
     if not paired:
         return compare(make_baseline(then, meta), now, max_drop, confidence, metrics)
     _check_metrics(metrics)
+    metrics = on_clock(metrics, records)
     verdicts = []
     for agg in aggregate(then):
         point = agg.point

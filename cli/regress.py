@@ -308,7 +308,9 @@ def _write_json(path: str, verdicts, args: argparse.Namespace, extra: dict | Non
 
 #: --metrics names -> record fields (analysis.regress.METRICS)
 REGRESS_METRICS = {"goodput": FIELD.goodput_mbps, "cpu-per-gb": FIELD.cpu_s_per_gb,
-                   "cpu-per-packet": FIELD.cpu_us_per_packet}
+                   "cpu-per-packet": FIELD.cpu_us_per_packet,
+                   "instructions-per-packet": FIELD.instructions_per_packet,
+                   "instructions-per-byte": FIELD.instructions_per_byte}
 
 
 def regress_metrics(text: str) -> tuple[str, ...]:

@@ -170,7 +170,8 @@ def test_each_metric_is_judged_in_its_own_direction():
     assert base["points"][0][FIELD.cpu_s_per_gb] == [120.0, 121.0, 119.5]
     # the same goodput, but every gigabyte costs 10% more CPU: only the CPU metrics regress
     dearer = run([95.1, 95.0, 95.2], [132.0, 133.1, 131.4])
-    verdicts = regress.compare(base, dearer, metrics=tuple(regress.METRICS))
+    timed = tuple(m for m in regress.METRICS if m not in regress.COUNTED.values())  # the counted are refused here
+    verdicts = regress.compare(base, dearer, metrics=timed)
     assert [(v.label, v.regressed) for v in verdicts] == [
         ("goodput", False), ("CPU per GB", True), ("CPU per packet", True)]
     assert verdicts[1].worse(0.05) == "CPU per GB rose by more than 5%" and verdicts[1].limit(0.05) == 1.05
@@ -206,3 +207,37 @@ def test_inject_slowdown_takes_what_its_help_promises(value, ok, capsys):
         assert "is not a percentage in [0, 100)" in capsys.readouterr().err
     help_text = " ".join(parser._subparsers._group_actions[0].choices["regress"].format_help().split())
     assert "0 makes two identical arms (a false-alarm check)" in help_text
+
+
+def counted(ipps, arm="", clock="instructions"):
+    """Records of the counted backend: instructions per packet where a timed run has CPU per packet."""
+    return [dataclasses.replace(r, arm=arm, clock=clock, instructions_per_packet=ipp, instructions=int(ipp * 1000),
+                                link_packets=1000)
+            for r, ipp in zip(records([100.0] * len(ipps), profile="aes-gcm-256"), ipps, strict=True)]
+
+
+def test_a_counted_run_is_judged_on_instructions_where_a_timed_one_is_on_cpu_time(tmp_path):
+    # the suite names CPU per packet; a counted run answers it in instructions per packet
+    base = regress.make_baseline(counted([59_000, 59_010, 58_990, 59_005]), META, "runs/a")
+    now = counted([59_700, 59_690, 59_710, 59_705])  # +1.2 %
+    verdicts = regress.compare(base, now, 0.005, 0.95, (FIELD.goodput_mbps, FIELD.cpu_us_per_packet))
+    assert [v.metric for v in verdicts] == [FIELD.goodput_mbps, FIELD.instructions_per_packet]
+    assert verdicts[1].regressed and verdicts[1].ratio == pytest.approx(1.0118, abs=1e-3)
+    # arms of one counted run, pair by pair: identical arms pass, +1 % is flagged
+    arms = counted([59_000, 59_050, 58_990, 59_020], "a") + counted([59_010, 59_040, 59_000, 59_015], "b") + \
+        counted([59_590, 59_640, 59_580, 59_610], "c")
+    same = regress.compare_arms(arms, META, "a", "b", 0.005, 0.95, (FIELD.cpu_us_per_packet,))
+    slower = regress.compare_arms(arms, META, "a", "c", 0.005, 0.95, (FIELD.cpu_us_per_packet,))
+    assert (same[0].metric, same[0].regressed, slower[0].regressed) == (FIELD.instructions_per_packet, False, True)
+
+
+def test_instructions_and_cpu_time_never_share_a_comparison():
+    timed_base = regress.make_baseline(records([95.0, 95.2, 95.1], profile="aes-gcm-256"), META)
+    with pytest.raises(regress.RegressError, match="mix CPU time and counted instructions"):
+        regress.clock_of(counted([1.0, 2.0]) + records([95.0]))
+    with pytest.raises(regress.RegressError, match="counted only on the counted backend"):
+        regress.compare(timed_base, records([95.0, 95.1]), metrics=(FIELD.instructions_per_packet,))
+    with_cpu = [dataclasses.replace(r, cpu_us_per_packet=3.0) for r in records([95.0, 95.1, 95.2], "aes-gcm-256")]
+    with pytest.raises(regress.RegressError, match="different clocks"):
+        regress.compare(regress.make_baseline(with_cpu, META), counted([59_000, 59_010]),
+                        metrics=(FIELD.cpu_us_per_packet,))
