@@ -42,6 +42,7 @@ from ipsec.ike import Unsupported, child_proposals, is_ike
 from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES, packet_overhead
 from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import chunks
+from testbed.backends.base import INSTRUCTIONS
 from testbed.hostload import FOREIGN_PCT
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
 from topologies import build_spec
@@ -484,7 +485,9 @@ def precise(spec: SweepSpec, records: Sequence[Record]) -> bool:
     if short_of_quiet(spec, records):
         return False
     ok = [r for r in records if usable(r)]
-    for field, target in ((FIELD.goodput_mbps, spec.precision_pct), (FIELD.cpu_s_per_gb, spec.cpu_precision_pct)):
+    # the CPU's cost as the records have it: timed, or counted (the counted backend's, never in CPU seconds)
+    cost = FIELD.instructions_per_byte if any(r.clock == INSTRUCTIONS for r in ok) else FIELD.cpu_s_per_gb
+    for field, target in ((FIELD.goodput_mbps, spec.precision_pct), (cost, spec.cpu_precision_pct)):
         values = [v for v in (getattr(r, field) for r in ok) if isinstance(v, (int, float))]
         ci = relative_ci(values)
         if values and (ci is None or ci > target / 100):

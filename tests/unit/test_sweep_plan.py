@@ -166,6 +166,9 @@ def recs(goodputs, cpu=None, **extra):
     (recs([9.50, 9.51], foreign_cpu_pct=40.0), True),    # precise, but beside other work on the host: again
     (recs([9.50], foreign_cpu_pct=40.0) + recs([9.51, 9.50], foreign_cpu_pct=1.0), False),  # two quiet ones
     (recs([9.50, 9.51], foreign_cpu_pct=5.0), False),    # at the threshold: quiet
+    # counted: the cost is instructions per byte (no CPU seconds), with the same target
+    (recs([9.50, 9.51], cpu=[None, None], clock="instructions", instructions_per_byte=60.0), False),
+    ([Record(goodput_mbps=9.5, clock="instructions", instructions_per_byte=i) for i in (60.0, 78.0)], True),
 ])
 def test_a_point_is_repeated_until_precise_or_at_the_most(records, more):
     spec = SweepSpec(repetitions=2, max_repetitions=8, precision_pct=2, cpu_precision_pct=10)
