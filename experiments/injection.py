@@ -31,7 +31,7 @@ import os
 import platform
 from collections.abc import Callable, Sequence
 
-from analysis.regress import arm_records, by_repetition, judge_paired, pairs_of
+from analysis.regress import arm_records, by_repetition, judge_paired, on_clock, pairs_of
 from experiments.engine.plan import SweepSpec
 from ipsec.slowdown import MAX_INSTRUCTIONS
 from testbed import names, umlkernel
@@ -75,8 +75,8 @@ class Calibration:
     kernel: str
     suite: str
     point: str                 # the point, in words
-    us_per_packet: float       # c0: the CPU cost per packet with nothing added
-    us_per_instruction: float  # k
+    us_per_packet: float       # c0: the CPU cost per packet with nothing added (µs; the counted backend: instructions)
+    us_per_instruction: float  # k (in the same unit)
     instructions: int          # the calibration's slowed arm
     repetitions: int
     measured: str              # when (UTC, ISO 8601)
@@ -134,16 +134,23 @@ def effect(records: Sequence[Record], arm: str, base: str = "a", confidence: flo
     two-sided interval: the geometric mean of the repetitions' ratios, pair by pair (the arms'
     repetitions of one number are measured side by side; :func:`analysis.regress.judge_paired`)."""
     top = ipsec_cpu_bound(records)
+    metric = metric_of(top)
     then, now = arm_records(top, base), arm_records(top, arm)
     point = Group.of(then[0] if then else top[0])
-    pairs = pairs_of(then, now, point, METRIC)
+    pairs = pairs_of(then, now, point, metric)
     if len(pairs) < 2:
         raise InjectionError(f"the CPU-bound point has {len(pairs)} pairs of measured repetitions in arms "
                              f"{base} and {arm}: at least 2 are needed")
     ratio, _bound, _df, _regressed, low, high = judge_paired(pairs, 0.5, confidence, -1)
     insns = {r.injected_instructions or 0 for r in now}
-    return Effect(arm, max(insns), ratio, low, high, len(by_repetition(then, point, METRIC)),
-                  len(by_repetition(now, point, METRIC)))
+    return Effect(arm, max(insns), ratio, low, high, len(by_repetition(then, point, metric)),
+                  len(by_repetition(now, point, metric)))
+
+
+def metric_of(records: Sequence[Record]) -> str:
+    """The cost per packet the slowdown is defined on, as the records have it: CPU time, or instructions (the
+    counted backend's)."""
+    return on_clock((METRIC,), records)[0]
 
 
 def calibrate_from(records: Sequence[Record], kernel: str, suite: str) -> Calibration:
@@ -151,7 +158,7 @@ def calibrate_from(records: Sequence[Record], kernel: str, suite: str) -> Calibr
     top = ipsec_cpu_bound(records)
     e = effect(records, "b")
     base = arm_records(top, "a")
-    a = list(by_repetition(base, Group.of(base[0]), METRIC).values())
+    a = list(by_repetition(base, Group.of(base[0]), metric_of(top)).values())
     c0 = math.fsum(a) / len(a)
     if e.low <= 1.0 or e.instructions <= 0:
         raise InjectionError(f"the calibration could not measure the added cost: {e.instructions} instructions "
