@@ -287,24 +287,29 @@ def fig_cpu(aggs: Sequence[Aggregate], colors: Mapping[Any, str] | None = None) 
     CPU-seconds per GB divides the CPU time the runner measured by the data delivered, so links
     of different rates compare directly; error bars are 95 % confidence intervals.
     """
-    usable = [a for a in aggs if a.cpu_s_per_gb is not None]
+    usable = [a for a in aggs if a.cost is not None]
+    counted = any(a.counted for a in usable)
     panels = group_panels(usable)
-    fig = _make_grid(panels, shared_y=False, y_title="CPU time per GB (s/GB)")
+    unit = "instructions/B" if counted else "s/GB"
+    fig = _make_grid(panels, shared_y=False,
+                     y_title="instructions per byte (counted)" if counted else "CPU time per GB (s/GB)")
     fig.update_layout(title=_title(
-        "CPU cost per gigabyte delivered",
-        "CPU-seconds spent per GB of goodput · lower is better · error bars: 95 % confidence interval"))
+        "Instructions per byte delivered" if counted else "CPU cost per gigabyte delivered",
+        ("the guest's instructions per byte of goodput, counted by the emulator (--kernel qemu): the same on every "
+         "machine" if counted else "CPU-seconds spent per GB of goodput")
+        + " · lower is better · error bars: 95 % confidence interval"))
     if not panels:
         return _no_data(fig, "no CPU measurements in these results")
     colors = colors or profile_colors(a.profile for a in aggs)
     seen: set[Bound | None] = set()
     for i, panel, profile, series, color, label, legend in _lines(panels, colors, seen):
         fig.add_trace(_measured_trace(
-            series, [a.cpu_s_per_gb for a in series], profile, label, color, [a.bound for a in series], legend,
-            customdata=[[a.cpu_s_per_gb.n, fmt_num(a.cpu_s_per_gb.ci95),
+            series, [a.cost for a in series], profile, label, color, [a.bound for a in series], legend,
+            customdata=[[a.cost.n, fmt_num(a.cost.ci95),
                          (fmt_num(a.cpu[FIELD.cpu_busy_pct].mean) + " %" if FIELD.cpu_busy_pct in a.cpu else "–")
                          + (" (saturated: this cost follows the goodput)" if a.cpu_saturated else "")]
                         for a in series],
-            hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} s/GB ± %{{customdata[1]}}"
+            hovertemplate=(f"<b>{html.escape(label)}</b><br>size %{{x}} B<br>%{{y:.3g}} {unit} ± %{{customdata[1]}}"
                            " (n=%{customdata[0]})<br>CPU busy %{customdata[2]}<extra></extra>"),
             meta={"kind": "cpu_s_per_gb", "profile": profile, "rate_mbit": panel.point.rate_mbit},
         ), **_cell(panels, i))

@@ -255,12 +255,23 @@ def any_at_common_speed(aggs: Sequence[Aggregate]) -> bool:
 
 def cpu_cost_marked(a: Aggregate) -> bool:
     """Whether the point has a CPU cost, taken with its CPU saturated (shown with SATURATED_MARK)."""
-    return a.cpu_s_per_gb is not None and a.cpu_saturated
+    return a.cost is not None and a.cpu_saturated
+
+
+#: What a counted cost is, for a table's caption.
+COUNTED_HELP = ("instructions per byte of goodput, counted by the emulator on the counted backend (--kernel qemu): "
+                "all of the guest's work, the same on every machine; not CPU seconds")
+
+
+def cost_header(aggs: Sequence[Aggregate]) -> str:
+    """The CPU cost column's name: CPU seconds per GB, or instructions per byte where the points were counted (a
+    table holds one clock: a report refuses to mix them, analysis.regress.clock_of)."""
+    return "insn/B" if any(a.counted for a in aggs) else "CPU s/GB"
 
 
 def cpu_cost_text(a: Aggregate) -> str:
-    """The point's CPU-seconds per GB (± 95 % CI), marked when its CPU was saturated."""
-    text = summary_text(a.cpu_s_per_gb)
+    """The point's CPU cost per byte (± 95 % CI) on its clock, marked when its CPU was saturated."""
+    text = summary_text(a.cost)
     return f"{text} {SATURATED_MARK}" if cpu_cost_marked(a) else text
 
 

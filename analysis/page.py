@@ -19,6 +19,7 @@ from analysis.format import (
     SATURATED_MARK,
     any_at_common_speed,
     bound_text,
+    cost_header,
     cpu_cost_marked,
     cpu_cost_text,
     cpu_ratio_text,
@@ -204,10 +205,10 @@ def _points_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], colors: Ma
     varying = varying_scenario_keys(aggs)
     head = (["scenario"] if varying else []) + ["profile", "rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)",
                                                  "±95 % CI", "min – max", "theoretical (Mbit/s)",
-                                                 "IPsec / plain", "penalty = wire + other", "CPU s/GB",
+                                                 "IPsec / plain", "penalty = wire + other", cost_header(aggs),
                                                  "CPU ratio", "bound"]
     numeric = {"rate (Mbit/s)", "size (B)", "n", "mean goodput (Mbit/s)", "±95 % CI", "min – max",
-               "theoretical (Mbit/s)", "IPsec / plain", "penalty = wire + other", "CPU s/GB", "CPU ratio",
+               "theoretical (Mbit/s)", "IPsec / plain", "penalty = wire + other", cost_header(aggs), "CPU ratio",
                "RTT ms (idle)"}
     probed = any(a.rtt_ms is not None for a in aggs)
     if probed:
@@ -345,7 +346,7 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mappin
     figures = [("throughput", "Goodput vs payload size", fig_throughput(aggs, colors))]
     if ratios:
         figures.append(("normalized", "Normalized goodput (IPsec / plain)", fig_normalized(ratios, colors)))
-    if any(a.cpu_s_per_gb is not None for a in aggs):
+    if any(a.cost is not None for a in aggs):
         figures.append(("cpu", "CPU cost per gigabyte", fig_cpu(aggs, colors)))
     if len(compare) > 1:
         figures.append(("compare", "Comparison of runs", fig_compare(compare, colors)))

@@ -213,6 +213,17 @@ class Aggregate(_PointFields):
         return self.cpu.get(FIELD.cpu_s_per_gb)
 
     @property
+    def counted(self) -> bool:
+        """Whether its CPU cost was counted in instructions (the counted backend) rather than timed."""
+        return FIELD.instructions_per_byte in self.cpu
+
+    @property
+    def cost(self) -> Summary | None:
+        """Its CPU cost per byte delivered, on its own clock: instructions per byte where it was counted, CPU
+        seconds per GB where it was timed (never the one in place of the other: :attr:`counted` says which)."""
+        return self.cpu.get(FIELD.instructions_per_byte) if self.counted else self.cpu_s_per_gb
+
+    @property
     def cpu_saturated(self) -> bool:
         """Whether the CPU doing the work was saturated, on the mean of the repetitions.
 
@@ -445,7 +456,8 @@ class Ratio(_PointFields):
     """An IPsec point against the plain baseline at the same point.
 
     ``goodput`` is IPsec goodput / plain goodput (1.0 = no cost); ``cpu_s_per_gb`` is IPsec
-    CPU-seconds per GB / plain CPU-seconds per GB (2.0 = twice the CPU for the same data).
+    CPU-seconds per GB / plain CPU-seconds per GB (2.0 = twice the CPU for the same data), or, counted, the
+    same of instructions per byte.
     """
 
     point: Group  # the IPsec aggregate's point (profile included)
@@ -498,8 +510,8 @@ def normalize(aggregates: Sequence[Aggregate]) -> list[Ratio]:
             log.info("point %s: no plain baseline at the same point; no ratio", a.point.to_json())
             continue
         cpu = None
-        if a.cpu_s_per_gb is not None and base.cpu_s_per_gb is not None:
-            cpu = ratio_of_means(a.cpu_s_per_gb, base.cpu_s_per_gb)
+        if a.cost is not None and base.cost is not None and a.counted == base.counted:
+            cpu = ratio_of_means(a.cost, base.cost)
         out.append(Ratio(point=a.point, ipsec=a, plain=base,
                          goodput=ratio_of_means(a.goodput, base.goodput), cpu_s_per_gb=cpu))
     return out

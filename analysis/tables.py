@@ -8,12 +8,14 @@ from rich.table import Table
 
 from analysis.format import (
     AT_COMMON_SPEED_HELP,
+    COUNTED_HELP,
     RTT_HELP,
     SATURATED_HELP,
     SATURATED_MARK,
     any_at_common_speed,
     bound_text,
     compare_key,
+    cost_header,
     cpu_cost_marked,
     cpu_cost_text,
     fmt_mean_ci,
@@ -58,7 +60,8 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     """
     varying = varying_scenario_keys(aggs)
     by_ipsec = ratio_index(ratios)
-    headers = ["profile", "rate Mbit/s", "size B", "mean Mbit/s", "±95% CI", "n", "IPsec/plain", "CPU s/GB", "bound"]
+    cost = cost_header(aggs)
+    headers = ["profile", "rate Mbit/s", "size B", "mean Mbit/s", "±95% CI", "n", "IPsec/plain", cost, "bound"]
     if varying:
         headers.insert(0, "scenario")
     rows, styles, sections = [], [], []
@@ -89,11 +92,13 @@ def terminal_table(aggs: Sequence[Aggregate], ratios: Sequence[Ratio], title: st
     if seen:
         captions.append("bound: " + "; ".join(f"{b.label} = {b.meaning}" for b in CAUTION_ORDER if b in seen))
     if any(cpu_cost_marked(a) for a in ordered):
-        captions.append(f"CPU s/GB {SATURATED_MARK}: {SATURATED_HELP}")
+        captions.append(f"{cost} {SATURATED_MARK}: {SATURATED_HELP}")
     if any_at_common_speed(ordered):
         captions.append(f"CPU s/GB: {AT_COMMON_SPEED_HELP}")
     if probed:
         captions.append(f"RTT ms: {RTT_HELP}")
+    if cost == "insn/B":
+        captions.append(f"insn/B: {COUNTED_HELP}")
     if captions:
         table.caption = "\n".join(captions)
         table.caption_justify = "left"

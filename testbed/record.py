@@ -386,7 +386,7 @@ class TransactionRecord(Record):
 #: the kernel's own account and on its busiest CPU, the system and softirq shares, CPU seconds
 #: per gigabyte delivered (at the run's common speed, and as measured).
 CPU_FIELDS = ("cpu_busy_pct", "cpu_kernel_busy_pct", "cpu_busiest_pct", "cpu_system_pct", "cpu_softirq_pct",
-              "cpu_s_per_gb", "cpu_s_per_gb_measured")
+              "cpu_s_per_gb", "cpu_s_per_gb_measured", "instructions_per_byte", "instructions_per_packet")
 #: The CPU costs the report brings to the run's common machine speed (:meth:`Record.at_speed`).
 SPEED_ADJUSTED = ("cpu_s_per_gb", "cpu_us_per_packet")
 #: What an IPsec point shares with the plain baseline it is compared with: its point, but for
