@@ -26,8 +26,9 @@ import subprocess
 import sys
 import sysconfig
 import termios
+import threading
 import tty
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 from testbed.backends.base import GUEST_ENV, BackendError
@@ -39,6 +40,50 @@ _ENV_SKIP = re.compile(r"^(SSH_|DISPLAY$|XAUTHORITY$|DBUS_|XDG_RUNTIME_DIR$|SUDO
 NOFILE = 65536
 #: Where the guest's init links the module directory for ``modprobe -d``.
 MODULE_TREE = "/run/itb-modules"
+#: A guest's memory, as ``--uml-mem`` takes it.
+MEM_PATTERN = re.compile(r"^[1-9][0-9]*[KMG]$")
+
+
+def check_spec(command: Sequence[str], mem: str, timeout_s: float | None, cwd: str) -> None:
+    """What every guest's spec must be: a command, a memory size, a positive time limit, an absolute directory;
+    ValueError naming the field otherwise."""
+    if not command:
+        raise ValueError("command: give the command to run in the guest, e.g. `uml -- ipsec-testbed doctor`")
+    if not MEM_PATTERN.match(mem):
+        raise ValueError(f"mem: {mem!r} is not a size like 512M or 2G")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"timeout_s: must be positive, not {timeout_s}")
+    if not os.path.isabs(cwd):
+        raise ValueError(f"cwd: must be an absolute path, not {cwd!r}")
+
+
+class HostLine:
+    """Inside a guest: its line to the host's CPU meter (a console or serial port at ``path``), on which one
+    question (a line) gets one line of integers back.  Thread-safe."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        self._lock = threading.Lock()
+        self._buffer = b""
+
+    def ask(self, first: Callable[[], None] | None = None) -> tuple[int, ...]:
+        """The host's answer; ``first`` runs just before the question, under the line's lock."""
+        with self._lock:
+            if first is not None:
+                first()
+            os.write(self._fd, b"?\n")
+            while b"\n" not in self._buffer:
+                chunk = os.read(self._fd, 256)
+                if not chunk:
+                    raise BackendError("the host's CPU meter closed its line")
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+        return tuple(int(field) for field in line.split())
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def guest_env(host_env: Mapping[str, str], backend: str) -> tuple[tuple[str, str], ...]:

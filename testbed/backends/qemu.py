@@ -132,14 +132,7 @@ class QemuSpec:
     cpu_model: str = CPU_MODEL
 
     def __post_init__(self) -> None:
-        if not self.command:
-            raise ValueError("command: give the command to run in the guest, e.g. `uml -- ipsec-testbed doctor`")
-        if not re.match(r"^[1-9][0-9]*[KMG]$", self.mem):
-            raise ValueError(f"mem: {self.mem!r} is not a size like 512M or 2G")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ValueError(f"timeout_s: must be positive, not {self.timeout_s}")
-        if not os.path.isabs(self.cwd):
-            raise ValueError(f"cwd: must be an absolute path, not {self.cwd!r}")
+        guest.check_spec(self.command, self.mem, self.timeout_s, self.cwd)
 
     def lines(self) -> list[tuple[str, str]]:
         """The guest's lines to the host this run has, in their order on the bus."""
@@ -290,9 +283,7 @@ class CountingMeter(CpuMeter):
 
     def __init__(self, path: str) -> None:
         self.cpus = 1.0  # one vCPU
-        self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-        self._lock = threading.Lock()
-        self._buffer = b""
+        self._line = guest.HostLine(path)
         self._marks = None
         # the marker and a return, in a page of its own: a call executes it where the reading is taken
         self._code = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
@@ -304,28 +295,17 @@ class CountingMeter(CpuMeter):
         return sample.cpu_ns, sample.clock_ns
 
     def sample(self) -> CpuSample:
-        with self._lock:
-            at = time.monotonic_ns()
-            self._mark()
-            os.write(self._fd, b"?\n")
-            while b"\n" not in self._buffer:
-                chunk = os.read(self._fd, 256)
-                if not chunk:
-                    raise BackendError("the host's instruction meter closed its line")
-                self._buffer += chunk
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            count, marks, host_ns = (int(x) for x in line.split())
-            if self._marks is not None and marks != self._marks + 1:
-                raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
-            self._marks = marks
+        at = time.monotonic_ns()
+        count, marks, host_ns = self._line.ask(first=self._mark)
+        if self._marks is not None and marks != self._marks + 1:
+            raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
+        self._marks = marks
         # the count is the marker's; the clock's reading just before it stands for when (the guest's clock counts
         # the same instructions)
         return CpuSample(count, at, (at, at), wall_ns=host_ns)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._line.close()
         with contextlib.suppress(BufferError):  # the marker's function still holds the page
             self._code.close()
 

@@ -47,7 +47,6 @@ import dataclasses
 import logging
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -88,7 +87,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODULES_ROOT = umlkernel.DEBIAN_MODULES_ROOT
 
-MEM_PATTERN = re.compile(r"^[1-9][0-9]*[KMG]$")
+MEM_PATTERN = guest.MEM_PATTERN
 
 
 class UmlError(BackendError):
@@ -149,14 +148,7 @@ class UmlSpec:
     channel: bool = False
 
     def __post_init__(self) -> None:
-        if not self.command:
-            raise ValueError("command: give the command to run inside UML, e.g. `uml -- ipsec-testbed doctor`")
-        if not MEM_PATTERN.match(self.mem):
-            raise ValueError(f"mem: {self.mem!r} is not a size like 512M or 2G")
-        if self.timeout_s is not None and self.timeout_s <= 0:
-            raise ValueError(f"timeout_s: must be positive, not {self.timeout_s}")
-        if not os.path.isabs(self.cwd):
-            raise ValueError(f"cwd: must be an absolute path, not {self.cwd!r}")
+        guest.check_spec(self.command, self.mem, self.timeout_s, self.cwd)
 
 
 def find_kernel(path: str | None = None) -> str:

@@ -16,12 +16,12 @@ import glob
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Sequence
 
 from testbed import hostload, measuring, names, waiting
-from testbed.backends.base import BackendError, CpuMeter, CpuSample
+from testbed.backends.base import CpuMeter, CpuSample
+from testbed.backends.guest import HostLine
 from testbed.speedprobe import SpeedProbe
 
 log = logging.getLogger(__name__)
@@ -170,9 +170,7 @@ class GuestMeter(CpuMeter):
     def __init__(self, path: str, speed_probe: str = "") -> None:
         self.cpus = 1.0  # UML is uniprocessor
         self.speed_probe = speed_probe
-        self._fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-        self._lock = threading.Lock()
-        self._buffer = b""
+        self._line = HostLine(path)
 
     def read(self) -> tuple[int, int]:
         return self._read()[:2]
@@ -186,17 +184,7 @@ class GuestMeter(CpuMeter):
     def _read(self) -> tuple[int, ...]:
         """The host's reply: CPU ns, clock ns, the host's busy ns and the testbed's own ns, then the probe's
         operations and ns when it has them."""
-        with self._lock:
-            os.write(self._fd, b"?\n")
-            while b"\n" not in self._buffer:
-                chunk = os.read(self._fd, 256)
-                if not chunk:
-                    raise BackendError("the host's CPU meter closed its channel")
-                self._buffer += chunk
-            line, self._buffer = self._buffer.split(b"\n", 1)
-        return tuple(int(field) for field in line.split())
+        return self._line.ask()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._line.close()
