@@ -139,11 +139,11 @@ def power(args, spec: SweepSpec, say) -> None:
 
     # what one extra BPF instruction on the ESP path adds to the instructions per packet, measured (cached)
     cal = injection.calibrated("bench-counted", spec, injection.kernel_identity("qemu"),
-                               lambda s, run_dir: 0 if measure(s, run_dir) else 1, args.out, say)
+                               lambda s, run_dir: 0 if measure(s, run_dir) else 1, args.out, say,
+                               instructions=injection.COUNTED_CALIBRATION_INSTRUCTIONS)
     n = cal.instructions_for(PLANTED * 100)
-    say(f"power: +1 % = {n} extra BPF instructions per ESP packet ({cal.us_per_instruction:.2f} instructions of the "
-        f"guest each, against {cal.us_per_packet:.0f} per packet); {args.trials} trials of arms a (0), b ({n}), "
-        f"c (0), {args.power_pairs} pairs each")
+    say(f"power: +1 % = {n} extra BPF instructions per ESP packet ({cal.describe()}); {args.trials} trials of arms "
+        f"a (0), b ({n}), c (0), {args.power_pairs} pairs each")
     seen = alarms = 0
     walls, effects = [], []
     for trial in range(args.trials):

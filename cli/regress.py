@@ -254,7 +254,8 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
         job = suite_job(args, out)
         cal = injection.calibrated(
             args.suite, job.work.spec, injection.kernel_identity(args.kernel, args.uml_kernel),
-            lambda spec, run_dir: sweep(_with(job, spec, run_dir)), out, say, args.recalibrate)
+            lambda spec, run_dir: sweep(_with(job, spec, run_dir)), out, say, args.recalibrate,
+            injection.calibration_instructions(_clock(args.kernel)))
         n = cal.instructions_for(pct)
         run_dir = os.path.join(out, "ab")
         say(f"suite {args.suite} with arms a (nothing added) and b (a {pct:g} % slowdown: {n} extra instructions "
@@ -269,9 +270,10 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     except (regress.RegressError, injection.InjectionError, ResultsError, ValueError, RuntimeError, OSError) as err:
         print(f"{prog}: {err}", file=sys.stderr)
         return 2
+    cost = "CPU" if cal.unit == "µs" else "instructions"
     measured = (f"injected slowdown: {pct:g} % requested ({n} extra instructions per ESP packet), "
-                f"{e.pct:+.1f} % measured (CPU per packet at {cal.point}, arm b / arm a = {e.ratio:.3f} pair by pair, "
-                f"95 % CI {e.low:.3f}..{e.high:.3f}, {e.n_base} and {e.n_arm} repetitions)")
+                f"{e.pct:+.1f} % measured ({cost} per packet at {cal.point}, arm b / arm a = {e.ratio:.3f} pair by "
+                f"pair, 95 % CI {e.low:.3f}..{e.high:.3f}, {e.n_base} and {e.n_arm} repetitions)")
     flagged = _report_verdicts(args, verdicts, [measured], ("arm a", "arm b")) == 1
     print(measured)
     # a sensitivity check: it passes when the gate saw the slowdown (or, at 0 %, saw nothing)
@@ -285,6 +287,14 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
                                                 "high": e.high, "calibration": vars(cal),
                                                 "run_dir": run_dir})
     return status
+
+
+def _clock(kernel: str) -> str:
+    """What the CPU meter of ``--kernel``'s backend counts (``auto``: time; the counted backend is never chosen by
+    it)."""
+    from testbed import backends
+
+    return backends.get(kernel).clock if kernel in backends.names() else backends.base.TIME
 
 
 def _with(job: Job, spec, out_dir: str) -> Job:

@@ -127,6 +127,8 @@ class KernelBackend(abc.ABC):
     runs_here: ClassVar[bool] = False
     #: How long a shaper's token bucket must last on this kernel: how late its timers may fire.
     shaper_burst_s: ClassVar[float] = 0.004
+    #: What its CPU meter counts (:attr:`CpuMeter.clock`): time, or instructions (a counted guest's).
+    clock: ClassVar[str] = TIME
 
     def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
         self.options = options

@@ -388,6 +388,7 @@ def run(spec: QemuSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None 
         held.callback(guest.stop_watcher, watcher, lifeline)
         held.callback(guest.kill_if_running, proc)  # before the watcher goes: the group is gone, its id may be reused
         own_output = proc.stderr if spec.interactive else proc.stdout
+
         def pumping(fd: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> threading.Thread:
             return threading.Thread(target=guest.pump, args=(os.dup(fd), dst, keep), daemon=True)
 
@@ -506,6 +507,7 @@ class QemuBackend(KernelBackend):
     name = "qemu"
     title = "QEMU (counted)"
     auto = False  # chosen by name: its figures are instructions, not time
+    clock = INSTRUCTIONS
     note = ("the kernel runs in QEMU's emulator at one instruction per ns of its own clock: CPU costs are instructions "
             "(the same on every machine), throughput is what a 1-GIPS x86-64 CPU carries; cache misses and lock "
             "contention cost nothing here")

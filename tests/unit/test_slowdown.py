@@ -141,6 +141,19 @@ def test_calibration_turns_a_measured_cost_into_instructions():
         injection.calibrate_from(arm_run([50, 52, 48, 50], [50, 52, 48, 50.1], b_insns=6000), "k", "s")
     with pytest.raises(injection.InjectionError, match="at most"):
         dataclasses.replace(cal, us_per_instruction=1e-6).instructions_for(10)
+    assert cal.unit == "µs" and "ns per extra instruction" in cal.describe()
+
+
+def test_a_counted_calibration_is_in_instructions_and_near_what_it_plants():
+    counted = [dataclasses.replace(r, clock="instructions", instructions_per_packet=r.cpu_us_per_packet * 1000,
+                                   cpu_us_per_packet=None)
+               for r in arm_run([59.0, 59.1, 58.9, 59.0], [60.3, 60.4, 60.2, 60.3], b_insns=500)]
+    cal = injection.calibrate_from(counted, "qemu:x", "counted")
+    assert cal.unit == "instructions" and math.isclose(cal.us_per_packet, 59_000)
+    assert math.isclose(cal.us_per_instruction, 1300 / 500, rel_tol=1e-3)  # guest instructions per BPF one
+    assert cal.instructions_for(1) == round(590 / 2.6) and "instructions of the guest" in cal.describe()
+    assert injection.calibration_instructions("instructions") == injection.COUNTED_CALIBRATION_INSTRUCTIONS < \
+        injection.calibration_instructions("time") == injection.CALIBRATION_INSTRUCTIONS
 
 
 def test_calibrations_are_cached_per_kernel_and_suite(tmp_path):
