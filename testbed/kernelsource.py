@@ -147,13 +147,24 @@ def parse(text: str, cwd: str | None = None) -> KernelName:
         raise KernelNameError(f"kernel {text!r}: @REF goes with a git work tree, and {path} is a file")
     if TARBALL.search(path):
         return KernelName(text, path, "tarball", patches=tuple(patches), configs=tuple(configs))
-    if os.access(path, os.X_OK):
+    if os.access(path, os.X_OK) or x86_image(path):
         if patches or configs:
             raise KernelNameError(f"kernel {text!r}: {path} is a built kernel image; a patch or a configuration goes "
                                   "with its source (a tarball or PATH@REF)")
         return KernelName(text, path, "image")
-    raise KernelNameError(f"kernel {text!r}: {path} is neither an executable UML kernel image nor a source tarball "
-                          "(.tar, .tar.gz, .tar.xz, .tar.bz2) nor a git tree")
+    raise KernelNameError(f"kernel {text!r}: {path} is neither an executable UML kernel image, an x86 bzImage (the "
+                          "counted backend's), a source tarball (.tar, .tar.gz, .tar.xz, .tar.bz2) nor a git tree")
+
+
+def x86_image(path: str) -> bool:
+    """Whether ``path`` is an x86 kernel image (Linux's boot protocol header: "HdrS" at 0x202), which the counted
+    backend boots."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0x202)
+            return f.read(4) == b"HdrS"
+    except OSError:
+        return False
 
 
 def _check_fragment(text: str, path: str) -> None:

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
-from testbed import names
+from testbed import kernelsource, names
 from testbed.rundir import publish_directory, write_json
 
 #: Debian's package that names the current x86-64 kernel (it depends on ``linux-image-<release>``).
@@ -50,8 +50,6 @@ INIT_PARAM = "itb.init"
 #: when the guest syncs, as its init does before it powers off).
 MOUNT_OPTIONS = "trans=virtio,version=9p2000.L,msize=512000,cache=loose,access=any"
 ORIGINS = ("debian", "user")
-#: Linux's x86 boot protocol: a bzImage has "HdrS" at this offset.
-_HDRS_OFFSET = 0x202
 
 
 class KernelUnavailableError(RuntimeError):
@@ -99,12 +97,7 @@ def qemu_dir() -> str:
 
 def is_bzimage(path: str) -> bool:
     """Whether ``path`` is an x86 kernel image QEMU can boot with ``-kernel`` (Linux's boot protocol header)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(_HDRS_OFFSET)
-            return f.read(4) == b"HdrS"
-    except OSError:
-        return False
+    return kernelsource.x86_image(path)
 
 
 def image_error(path: str) -> str | None:

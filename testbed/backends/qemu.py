@@ -421,6 +421,8 @@ def run(spec: QemuSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None 
 
 #: Console lines that say why a guest died, and the cause in one line.
 _CAUSES = (
+    (re.compile(r"^qemu: |qemu-system-x86_64: .*(kernel|initrd)", re.I | re.M),
+     "QEMU could not load the kernel image (above): give an x86-64 bzImage (make bzImage's arch/x86/boot/bzImage)"),
     (re.compile(r"qemu-system-x86_64: .*(CPU model|unable to find CPU|invalid|not supported|could not)", re.I),
      "QEMU refused its command line (above): check --uml-kernel and the CPU model"),
     (re.compile(r"VFS: Unable to mount root|No working init found|itb-initramfs: the host files"),

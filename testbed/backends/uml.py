@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
-from testbed import channel, handoff, kernelbuild, names, umlkernel
+from testbed import channel, handoff, kernelbuild, kernelsource, names, umlkernel
 from testbed.awake import Spinner
 from testbed.backends import guest
 from testbed.backends.base import (
@@ -424,6 +424,8 @@ class UmlBackend(KernelBackend):
 
     @classmethod
     def image_error(cls, path: str) -> str | None:
+        if kernelsource.x86_image(path):
+            return f"{path} is an x86 bzImage, not a UML kernel (the counted backend boots it: --kernel qemu)"
         try:
             find_kernel(path)
         except UmlError as e:

@@ -74,7 +74,7 @@ def test_every_form_of_name_is_read(tmp_path):
     ("{tree}@no-such-ref", "'no-such-ref' is not a tag, branch or commit"),
     ("{image}@v1", "@REF goes with a git work tree"),
     ("{image}+patch:{patch}", "is a built kernel image; a patch"),
-    ("{notes}", "neither an executable UML kernel image nor a source tarball"),
+    ("{notes}", "neither an executable UML kernel image, an x86 bzImage"),
 ])
 def test_a_bad_name_is_one_line_naming_it(tmp_path, text, words):
     frag = tmp_path / "ok.config"

@@ -143,3 +143,17 @@ def test_the_marker_is_a_nop_the_plugin_knows():
 def test_the_counted_backend_is_chosen_by_name_only():
     assert "qemu" in backends.names() and not qemu.QemuBackend.auto
     assert qemu.CountingMeter.clock == backends.base.INSTRUCTIONS != backends.HostBackend().cpu_meter().clock
+
+
+def test_an_x86_image_goes_to_the_counted_backend_and_a_failed_boot_says_why(tmp_path):
+    from experiments.job import KernelChoice
+    from testbed import kernelsource
+
+    image = tmp_path / "bzImage"
+    image.write_bytes(bytes(0x202) + b"HdrS" + bytes(100))  # not executable: a bzImage need not be
+    assert kernelsource.parse(str(image)).kind == "image"
+    assert KernelChoice.named(str(image)).kernel == "qemu"
+    assert "not a UML kernel" in backends.UmlBackend.image_error(str(image))
+    why = qemu._death("qemu: linux kernel too old to load a ram disk\n", spec(), 1, 0.1, booted=False)
+    assert why.splitlines()[0].startswith("the counted guest failed to boot")
+    assert "linux kernel too old" in why and why.splitlines()[-1].startswith("cause: QEMU could not load the kernel")
