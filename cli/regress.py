@@ -408,16 +408,21 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
             identity = injection.kernel_identity(on_a.kernel.kernel, on_a.kernel.uml_kernel)
             cal = injection.calibrated(args.suite, job.work.spec, identity,
                                        lambda spec, run_dir: sweep(_with(on_a, spec, run_dir)), out, say,
-                                       args.recalibrate)
+                                       args.recalibrate, injection.calibration_instructions(_clock(on_a.kernel.kernel)))
             n = cal.instructions_for(pct)
             arms = ((0,), (n,))  # the same BPF program in both, B's made slower
             say(f"B's guest with its ESP path {pct:g} % slower ({n} extra instructions per ESP packet), "
                 "A's with the same program adding none")
         cpu = guest_cpu()
-        say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, both guests on host CPU "
-            f"{cpu if cpu is not None else 'any'}, taking turns window by window (ABBA), {reps} windows each, "
-            f"into {out}")
-        dir_a, dir_b = ab.run_paired(ab.paired_jobs(job, kernels, reps, cpu, arms), out, say)
+        jobs = ab.paired_jobs(job, kernels, reps, cpu, arms)
+        if all(ab.counted(side.kernel) for side in jobs.values()):
+            say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, each at its own pace (counted: their "
+                f"windows need no turns), paired by their order, {reps} windows each, into {out}")
+        else:
+            say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, both guests on host CPU "
+                f"{cpu if cpu is not None else 'any'}, taking turns window by window (ABBA), {reps} windows each, "
+                f"into {out}")
+        dir_a, dir_b = ab.run_paired(jobs, out, say)
         records = ab.as_arms(load_results(dir_a), load_results(dir_b))
         verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
                                         args.confidence / 100, args.metrics)

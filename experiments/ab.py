@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from experiments import runner
 from experiments.engine import turns
 from experiments.job import Job, KernelChoice
+from testbed import backends
 
 
 def _on(job: Job, kernel: str, out_dir: str, **spec_changes) -> Job:
@@ -94,9 +95,19 @@ def paired_jobs(job: Job, kernels: tuple[str, str], repetitions: int, cpu: int |
     for (label, kernel), side_arms in zip(zip("ab", kernels, strict=True), arms, strict=True):
         side = _on(job, kernel, os.path.join(job.out_dir, label), repetitions=repetitions,
                    max_repetitions=repetitions, arms=tuple(side_arms))
+        if counted(side.kernel):  # its windows are counted: no turn, no shared CPU, nothing to pair them in time
+            out[label] = side
+            continue
         out[label] = side.with_(work=dataclasses.replace(side.work, turns=os.path.join(turns_dir, label)),
                                 kernel=side.kernel.with_(host_cpu=cpu))
     return out
+
+
+def counted(choice: KernelChoice) -> bool:
+    """Whether the kernel of ``choice`` runs on a backend whose meter counts instructions: its windows' figures do not
+    depend on what else the machine does, so two such sides run at once, each at its own pace, and pair up
+    by their order (the n-th window of each)."""
+    return choice.kernel in backends.names() and backends.get(choice.kernel).clock == backends.base.INSTRUCTIONS
 
 
 def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = lambda s: None,
@@ -122,7 +133,9 @@ def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = 
                 procs[label] = runner.spawn(job, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
         say(f"both kernels booting; their output in {logs['a']} and {logs['b']}")
-        paired = turns.take_turns(turns_dir, lambda label: procs[label].poll() is None, say, timeout_s)
+        paired = None  # counted sides take no turns
+        if any(job.work.turns for job in jobs.values()):
+            paired = turns.take_turns(turns_dir, lambda label: procs[label].poll() is None, say, timeout_s)
         for proc in procs.values():
             proc.wait()
     finally:
@@ -140,7 +153,8 @@ def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = 
                 tail = f.read()[-1500:].strip()
             raise RuntimeError(f"the sweep on kernel {label.upper()} failed (exit {proc.returncode}); the end of "
                                f"{logs[label]}:\n{tail}")
-    say(f"{paired} windows measured on both kernels, each beside the other's")
+    say(f"{paired} windows measured on both kernels, each beside the other's" if paired is not None else
+        "both kernels measured, each at its own pace")
     return os.path.join(out_dir, "a"), os.path.join(out_dir, "b")
 
 

@@ -60,3 +60,18 @@ def test_two_guests_are_refused_in_one_line_where_they_do_not_fit(monkeypatch, t
     why = two_guests_fit("2G")
     assert why == "two guests of 2G need 5.0 GiB with room for the host, and 3.8 GiB is available"
     assert two_guests_fit("1G") is None
+
+
+def test_two_counted_kernels_run_at_once_each_at_its_own_pace(tmp_path):
+    images = []
+    for name in ("a", "b"):
+        image = tmp_path / f"bzImage-{name}"
+        image.write_bytes(bytes(0x202) + b"HdrS" + bytes(64))
+        images.append(str(image))
+    jobs = ab.paired_jobs(suite_job(str(tmp_path)), tuple(images), 8, cpu=1)
+    # counted: no turns to wait for, no CPU to share; the n-th windows pair up by their order
+    assert all(ab.counted(j.kernel) for j in jobs.values())
+    assert [(j.kernel.kernel, j.kernel.uml_kernel, j.work.turns, j.kernel.host_cpu) for j in jobs.values()] == [
+        ("qemu", images[0], None, None), ("qemu", images[1], None, None)]
+    mixed = ab.paired_jobs(suite_job(str(tmp_path)), (images[0], "uml"), 8, cpu=1)
+    assert mixed["b"].work.turns and mixed["b"].kernel.host_cpu == 1 and not ab.counted(mixed["b"].kernel)
