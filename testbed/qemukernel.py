@@ -211,6 +211,9 @@ def select(requested: str | None = None) -> QemuKernel:
         if why:
             raise KernelUnavailableError(f"--uml-kernel {why}")
         path = os.path.abspath(requested)
+        for known in fetched():  # Debian's, named by its path: its modules are beside it
+            if os.path.realpath(known.path) == os.path.realpath(path):
+                return dataclasses.replace(known, reason="--uml-kernel was given")
         config = next((c for c in (os.path.join(os.path.dirname(path), "..", "..", "..", ".config"),
                                    os.path.join(os.path.dirname(path), "config")) if os.path.isfile(c)), None)
         return QemuKernel(path, "user", "--uml-kernel was given", config=config,
