@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
-                        "packet's way out of an IPsec endpoint (0: nothing added). The regression gate's "
+                        "packet's way out of an IPsec endpoint (0: none added; every arm carries the same chain "
+                        "of filters, so that they differ in these alone). The regression gate's "
                         "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
     return p

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from experiments import runner
 from experiments.engine import turns
 from experiments.job import Job, KernelChoice
+from ipsec.slowdown import filters_for
 from testbed import backends
 
 
@@ -94,7 +95,8 @@ def paired_jobs(job: Job, kernels: tuple[str, str], repetitions: int, cpu: int |
     out = {}
     for (label, kernel), side_arms in zip(zip("ab", kernels, strict=True), arms, strict=True):
         side = _on(job, kernel, os.path.join(job.out_dir, label), repetitions=repetitions,
-                   max_repetitions=repetitions, arms=tuple(side_arms))
+                   max_repetitions=repetitions, arms=tuple(side_arms),
+                   arm_filters=filters_for([n for side in arms for n in side]))  # one chain on both sides
         if counted(side.kernel):  # its windows are counted: no turn, no shared CPU, nothing to pair them in time
             out[label] = side
             continue

@@ -39,6 +39,9 @@ from testbed.backends.base import INSTRUCTIONS
 from testbed.record import FIELD, Group, Record
 from testbed.rundir import atomic_write, load_results
 
+#: Bumped when what a calibration measures changes (2: every arm carries the same chain of filters, arm a
+#: with nothing to burn in them, so that the arms differ in the extra instructions alone).
+REVISION = 2
 #: Extra instructions of the calibration's slowed arm: enough for a change far above the noise.
 CALIBRATION_INSTRUCTIONS = 6000
 #: ... on a counted backend, whose noise is far smaller: near the slowdowns it plants, since an extra BPF
@@ -218,7 +221,7 @@ def calibrated(suite: str, spec: SweepSpec, kernel: str, measure: Callable[[Swee
     cached, or measured now with ``measure(spec, run_dir)`` (a sweep; returns its exit status) and cached."""
     # the suite's name and what it measures: a changed suite is calibrated again
     what = json.dumps(spec.to_json(), sort_keys=True) + (f"+{instructions}" if instructions != CALIBRATION_INSTRUCTIONS
-                                                         else "")
+                                                         else "") + f"/{REVISION}"
     suite = f"{suite}:{hashlib.sha256(what.encode()).hexdigest()[:10]}"
     cal = None if recalibrate else load_calibration(kernel, suite)
     if cal is not None:

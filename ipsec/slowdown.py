@@ -70,21 +70,30 @@ def bytecode(burn: int) -> str:
     return ",".join([str(len(insns)), *(f"{c} {t} {f} {k}" for c, t, f, k in insns)])
 
 
-def chunks(instructions: int) -> list[int]:
-    """How ``instructions`` extra instructions are spread over filters (each at most :data:`CHUNK`)."""
+def chunks(instructions: int, filters: int = 0) -> list[int]:
+    """How ``instructions`` extra instructions are spread over filters (each at most :data:`CHUNK`), over at least
+    ``filters`` of them (the rest burning none: arms of one A/B carry the same chain, so that they differ in the
+    burn alone, not in the filters' own cost)."""
     if isinstance(instructions, bool) or not isinstance(instructions, int) \
             or not 0 <= instructions <= MAX_INSTRUCTIONS:
         raise ValueError(f"extra instructions must be 0..{MAX_INSTRUCTIONS}, not {instructions!r}")
     full, rest = divmod(instructions, CHUNK)
-    return [CHUNK] * full + ([rest] if rest else [])
+    out = [CHUNK] * full + ([rest] if rest else [])
+    return out + [0] * (filters - len(out))
 
 
-def batch(interfaces: Iterable[str], instructions: int) -> str:
-    """``tc -batch`` lines that put the cost on ``interfaces`` (of one namespace, none yet with clsact)."""
+def filters_for(instructions: Iterable[int]) -> int:
+    """The filters the largest of ``instructions`` takes: the chain every arm of an A/B carries."""
+    return max((len(chunks(n)) for n in instructions), default=0)
+
+
+def batch(interfaces: Iterable[str], instructions: int, filters: int = 0) -> str:
+    """``tc -batch`` lines that put the cost on ``interfaces`` (of one namespace, none yet with clsact), over at
+    least ``filters`` filters."""
     lines = []
     for ifname in interfaces:
         lines.append(f"qdisc add dev {ifname} clsact")
-        for pref, burn in enumerate(chunks(instructions), 1):
+        for pref, burn in enumerate(chunks(instructions, filters), 1):
             lines.append(f'filter add dev {ifname} egress pref {pref} bpf bytecode "{bytecode(burn)}"')
     return "\n".join(lines) + "\n"
 
@@ -100,13 +109,14 @@ def _tc_batch(netns: str, text: str, what: str) -> None:
         raise RuntimeError(f"{what} in {netns} failed: {detail[-1] if detail else proc.returncode}{hint}")
 
 
-def install(where: Sequence[tuple[str, Sequence[str]]], instructions: int) -> None:
+def install(where: Sequence[tuple[str, Sequence[str]]], instructions: int, filters: int = 0) -> None:
     """Put ``instructions`` extra instructions per ESP packet on the way out of each
-    (namespace, interfaces); 0 puts nothing (see :func:`remove`)."""
-    if instructions == 0:
+    (namespace, interfaces), over at least ``filters`` filters; none of either puts nothing (see :func:`remove`)."""
+    if instructions == 0 and filters == 0:
         return
     for netns, interfaces in where:
-        _tc_batch(netns, batch(interfaces, instructions), f"adding {instructions} instructions on the ESP path")
+        _tc_batch(netns, batch(interfaces, instructions, filters),
+                  f"adding {instructions} instructions on the ESP path")
     log.debug("ESP path slowed by %d instructions per packet on %s", instructions, where)
 
 

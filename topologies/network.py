@@ -258,6 +258,7 @@ class Network:
         self._ike_up = False
         self._wireguard: list[wireguard.DevicePlan] = []  # the WireGuard devices up now
         self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
+        self._esp_filters = 0  # ... over this many filters at least
         self._stack = contextlib.ExitStack()
         self.build_s = 0.0
 
@@ -521,25 +522,26 @@ class Network:
         """The extra BPF instructions every ESP packet costs now (0: none; see :meth:`slow_esp`)."""
         return self._esp_slowdown
 
-    def slow_esp(self, instructions: int) -> None:
+    def slow_esp(self, instructions: int, filters: int = 0) -> None:
         """Make every ESP packet cost ``instructions`` extra BPF instructions on its way out of an
-        IPsec endpoint (:mod:`ipsec.slowdown`), replacing any slowdown before; 0 removes it.
+        IPsec endpoint (:mod:`ipsec.slowdown`), over at least ``filters`` filters (the arms of an A/B
+        carry the same chain), replacing any slowdown before; 0 of both removes it.
 
         The calibration regression of the gate: the IPsec profiles' CPU cost per packet grows,
         plain traffic's does not.  Works whether IPsec is on or not.
         """
-        if instructions == self._esp_slowdown:
+        if (instructions, filters) == (self._esp_slowdown, self._esp_filters):
             return
         slowdown.chunks(instructions)  # checks the number before anything changes
         ends = dict.fromkeys(end for pair in self.spec.ipsec
                              for end in (pair.a, pair.b, pair.tunnel_a, pair.tunnel_b))
         where = [(self.ns(node), [i.ifname(self.run_id) for i in self.plan.of(node)]) for node in ends]
         with critical():
-            if self._esp_slowdown:
+            if self._esp_slowdown or self._esp_filters:
                 slowdown.remove(where)
-                self._esp_slowdown = 0
-            slowdown.install(where, instructions)
-            self._esp_slowdown = instructions
+                self._esp_slowdown = self._esp_filters = 0
+            slowdown.install(where, instructions, filters)
+            self._esp_slowdown, self._esp_filters = instructions, filters
 
     def forget_path_mtus(self, families=(4, 6)) -> None:
         """Drop the path MTUs the flows' senders cached (route exceptions, kept 10 minutes).

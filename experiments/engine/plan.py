@@ -41,7 +41,7 @@ from ipsec import wireguard
 from ipsec.ike import Unsupported, child_proposals, is_ike
 from ipsec.overhead import ETHERNET_HEADER_BYTES, IP_HEADER_BYTES, UDP_HEADER_BYTES, packet_overhead
 from ipsec.profiles import WIREGUARD, parse_profile
-from ipsec.slowdown import chunks
+from ipsec.slowdown import MAX_INSTRUCTIONS, chunks, filters_for
 from testbed.backends.base import INSTRUCTIONS
 from testbed.hostload import FOREIGN_PCT
 from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
@@ -117,8 +117,12 @@ class SweepSpec:
     #: IPsec point is measured once per arm in every round, the arms side by side in ABBA order,
     #: arm k ("a", "b", ...) with ``arms[k]`` extra BPF instructions on every ESP packet's way
     #: out of an IPsec endpoint (:mod:`ipsec.slowdown`; 0: nothing added).  Plain points have
-    #: one arm.  Empty: no arms, nothing added.
+    #: one arm.  Empty: no arms, nothing added.  Every arm carries the same chain of filters, arm 0's
+    #: burning nothing in them, so that the arms differ in the extra instructions alone.
     arms: tuple[int, ...] = ()
+    #: the arms' chain is at least this many filters (0: as many as the largest arm takes): the A/B of two
+    #: guests (``regress --ab --inject-slowdown``), one arm each, carries one chain in both
+    arm_filters: int = 0
     #: measure the plain profile ("none") too, which the IPsec/plain figures need
     plain: bool = True
     #: seconds of measuring after which no repetition beyond ``repetitions`` is started
@@ -146,6 +150,8 @@ class SweepSpec:
             raise ValueError(f"at most {len(ARM_LABELS)} arms, not {len(self.arms)}")
         for n in self.arms:
             chunks(n)  # a ValueError names the range
+        if not 0 <= self.arm_filters <= len(chunks(MAX_INSTRUCTIONS)):
+            raise ValueError(f"arm_filters must be 0..{len(chunks(MAX_INSTRUCTIONS))}, not {self.arm_filters!r}")
         # A value given twice is measured once (in the order first given).
         object.__setattr__(self, "rates_mbit", tuple(dict.fromkeys(float(r) for r in self.rates_mbit)))
         for name in ("sizes", "ip_versions", "transports"):
@@ -237,6 +243,11 @@ class SweepSpec:
     def arm_instructions(self, arm: str) -> int:
         """The extra instructions per ESP packet of arm ``arm`` (0 for "", a point without arms)."""
         return self.arms[ARM_LABELS.index(arm)] if arm else 0
+
+    @property
+    def arm_chain(self) -> int:
+        """The filters every arm carries (:attr:`arm_filters`, or what the largest arm takes)."""
+        return max(self.arm_filters, filters_for(self.arms))
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

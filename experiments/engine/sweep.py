@@ -286,7 +286,8 @@ class _Rounds:
                 continue
             self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions, spec.keying)
             if point.arm:
-                net.slow_esp(spec.arm_instructions(point.arm))
+                # every arm carries the same chain of filters: the arms differ in the extra instructions alone
+                net.slow_esp(spec.arm_instructions(point.arm), spec.arm_chain)
             if self.progress:
                 self.progress(point, None, self.already + self.measured, self.total)
             following = todo[i + 1] if i + 1 < len(todo) else None

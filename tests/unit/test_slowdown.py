@@ -80,6 +80,20 @@ def test_chunks_spread_and_bound_the_cost():
     assert "pref 2 bpf bytecode \"10," in text  # the second filter burns 1
 
 
+def test_every_arm_carries_the_same_chain_and_differs_in_the_burn_alone():
+    # arm a (0) carries the chain arm b (3000) takes, burning nothing in it: what the filters themselves cost
+    # (the clsact qdisc, each filter's call and header tests) is the same in both arms
+    assert slowdown.chunks(0, 2) == [0, 0] and slowdown.chunks(3000, 2) == [slowdown.CHUNK, 1100]
+    assert slowdown.filters_for((0, 3000)) == 2 and slowdown.filters_for(()) == 0
+    text = slowdown.batch(["eth0"], 0, 2)
+    assert text.count("filter add dev eth0 egress") == 2 and text.count('bytecode "9,') == 2  # header tests only
+    assert SweepSpec(profiles=("aes-gcm-256",), arms=(0, 3000)).arm_chain == 2
+    # the two guests of regress --ab --inject-slowdown, one arm each, carry one chain
+    assert SweepSpec(profiles=("aes-gcm-256",), arms=(0,), arm_filters=2).arm_chain == 2
+    with pytest.raises(ValueError, match="arm_filters"):
+        SweepSpec(arm_filters=-1)
+
+
 def test_arms_sit_side_by_side_in_abba_order_and_plain_has_none():
     spec = SweepSpec(profiles=("aes-gcm-256",), rates_mbit=(50,), sizes=(1460,), repetitions=2, arms=(0, 3000))
     points = plan_points(spec)
