@@ -216,8 +216,8 @@ def select(requested: str | None = None) -> QemuKernel:
                 return dataclasses.replace(known, reason="--uml-kernel was given")
         config = next((c for c in (os.path.join(os.path.dirname(path), "..", "..", "..", ".config"),
                                    os.path.join(os.path.dirname(path), "config")) if os.path.isfile(c)), None)
-        return QemuKernel(path, "user", "--uml-kernel was given", config=config,
-                          busybox=(debian() or QemuKernel("", "user", "")).busybox)
+        own = debian()  # its busybox makes the initramfs of any kernel
+        return QemuKernel(path, "user", "--uml-kernel was given", config=config, busybox=own.busybox if own else None)
     found = debian()
     if found is None:
         raise KernelUnavailableError(f"Debian's x86-64 kernel for the counted backend is not fetched yet: "

@@ -61,14 +61,12 @@ from typing import BinaryIO
 from testbed import channel, handoff, names, qemukernel
 from testbed.backends import guest
 from testbed.backends.base import (
-    DEFAULT_OPTIONS,
     INSTRUCTIONS,
     BackendError,
     CpuMeter,
     CpuSample,
     KernelBackend,
     Leftover,
-    Options,
 )
 from testbed.backends.host import ProcStatMeter
 from testbed.capabilities import Needs, Probe
@@ -515,9 +513,6 @@ class QemuBackend(KernelBackend):
             "contention cost nothing here")
     #: tbf's timers are hrtimers on an x86-64 kernel, and the guest's clock never runs late
     shaper_burst_s = 0.004
-
-    def __init__(self, options: Options = DEFAULT_OPTIONS) -> None:
-        super().__init__(options)
 
     @classmethod
     def image_error(cls, path: str) -> str | None:
