@@ -234,6 +234,16 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The namespaces a UML kernel runs in.  A UML kernel runs each guest process as a host process it ptraces, and
+#: the host resumes a ptraced process untraced when its tracer dies: a UML kernel that died on its own (killed,
+#: its parent gone, a panic) would leave its guest's processes running natively, as root, on the host, their
+#: system calls (``hostname``, ``mount``, ``ip``) the host's.  As the first process of its own PID namespace the
+#: kernel takes them all with it when it dies (the host kills a namespace's processes when its first one
+#: ends); in its own mount, UTS, IPC and network namespaces nothing they do before that reaches the host.
+#: ``--kill-child``: unshare's own death (``setpriv --pdeathsig``) kills the kernel.
+CONTAINED = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--net", "--")
+
+
 def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
                       console_fds: tuple[int, int, int] = (3, 4, 5),
                       meter_fds: tuple[int, int] | None = None, cgroup: str | None = None,
@@ -260,6 +270,7 @@ def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
         # If the process that booted the guest dies (even by SIGKILL), the kernel kills
         # the guest too, so an orphaned guest never goes on writing results.
         "setpriv", "--pdeathsig", "KILL", "--",
+        *CONTAINED,
         spec.kernel,
         f"mem={spec.mem}",
         "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "rw",

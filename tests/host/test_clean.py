@@ -73,12 +73,13 @@ def test_clean_after_sigkill_of_a_uml_run(needs_uml):
     def ppid(pid):
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().split(") ")[1].split()[1])
-    # other guests may be running: ours is the one whose kernel is a child of `run`
+    # other guests may be running: ours is the one whose first process (unshare, which holds the kernel's PID
+    # namespace) is a child of `run`
     mine = [d for d in set(glob.glob(f"{names.STATE_DIR}/uml/{names.PREFIX}-*")) - known
-            if ppid(int(Path(f"{d}/pid").read_text())) == run.pid]
-    assert len(mine) == 1, "the guest wrote no pid file"
+            if any(ppid(p) == run.pid for p in guest_processes(os.path.basename(d)))]
+    assert len(mine) == 1, "the guest has no state directory"
     uml_id = os.path.basename(mine[0])
-    main_pid = int(Path(f"{names.STATE_DIR}/uml/{uml_id}/pid").read_text())
+    main_pid = next(p for p in guest_processes(uml_id) if ppid(p) == run.pid)
     assert guest_processes(uml_id)
     run.send_signal(signal.SIGKILL)
     run.wait()

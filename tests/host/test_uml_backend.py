@@ -1,4 +1,7 @@
 """`ipsec-testbed uml`: exit statuses, live output, clear errors (boots real UML)."""
+import contextlib
+import os
+import signal
 import subprocess
 import time
 
@@ -77,3 +80,79 @@ def test_doctor_on_the_host_picks_the_backend_its_probe_supports():
     expected = "host" if (checks["esp"] and checks["veth"] and checks["qdisc tbf"]) else "uml"
     assert report["choice"] == expected, report["choice_reason"]
 
+
+
+#: What starts a UML kernel on the host (its arguments on their command lines too); the kernel is the last.
+_STARTERS = {b"sh", b"taskset", b"setpriv", b"unshare"}
+
+
+def _kernel_processes(ancestor: int) -> list[tuple[int, int]]:
+    """(pid, parent pid) of the UML kernel processes below ``ancestor`` (its guest's, not another test's)."""
+    parents: dict[int, int] = {}
+    kernels: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if any(a.startswith(b"umid=") for a in args) and os.path.basename(args[0]) not in _STARTERS:
+            kernels.add(int(entry))
+
+    def below(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == ancestor:
+                return True
+        return False
+
+    return [(pid, parents[pid]) for pid in kernels if below(pid)]
+
+
+def test_a_kernel_that_dies_alone_takes_its_guests_processes_with_it(needs_uml, tmp_path):
+    # A UML kernel runs each guest process as a host process it ptraces; were the kernel to die alone (killed, a
+    # panic), the host would resume them untraced, as root, their system calls the host's.  Here the guest writes
+    # its host name (a system call) to a file as fast as it can; the kernel's main process is then killed alone.
+    # Afterwards the file stops changing and never held any name but the guest's: nothing ran on after the kernel.
+    beat = tmp_path / "beat"
+    pids: set[int] = set()
+    proc = subprocess.Popen([*CLI, "uml", "--mem", "512M", "--", "sh", "-c",
+                             f"while :; do hostname > {beat}.new; mv {beat}.new {beat}; done"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not beat.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert beat.read_text().strip() == "itb-uml"
+        ours = _kernel_processes(proc.pid)
+        pids = {pid for pid, _ in ours}
+        main = [pid for pid, parent in ours if parent not in pids]  # the kernel's first process: no kernel parent
+        assert len(main) == 1, ours
+        os.kill(main[0], signal.SIGKILL)
+        assert proc.wait(timeout=30) != 0
+        time.sleep(1)
+        seen = beat.read_text()
+        time.sleep(1)
+        assert beat.read_text() == seen and seen.strip() == "itb-uml"
+        assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and _alive(pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in pids:  # what ran on, when this test fails
+            if _alive(pid):
+                with contextlib.suppress(OSError):
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: only its parent's wait is left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

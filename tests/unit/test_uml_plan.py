@@ -58,7 +58,11 @@ def test_builtin_kernel_loads_no_modules():
 
 def test_command_line_uses_hostfs_root_and_the_given_console_fds():
     cmd = uml.plan_command_line(spec(mem="1G"), "/tmp/wd", "itb-abcdef", (7, 8, 9))
-    assert cmd[:5] == ["setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/linux.uml"]
+    assert cmd[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]
+    # the kernel is the first process of its own PID namespace, in its own mount, UTS, IPC and network ones
+    contained = cmd[4:cmd.index("/usr/bin/linux.uml")]
+    assert contained[0] == "unshare" and contained[-1] == "--"
+    assert {"--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--net"} <= set(contained)
     assert {"mem=1G", "rootfstype=hostfs", "rootflags=/", "rw", "init=/tmp/wd/init.sh",
             "con0=null,fd:7", "con1=null,fd:8", "con2=null,fd:9", "umid=itb-abcdef"} <= set(cmd)
     assert f"uml_dir={names.STATE_DIR}/uml/" in cmd
@@ -71,7 +75,7 @@ def test_the_cpu_meter_is_tty3_on_two_pipes_and_the_guest_starts_in_its_cgroup()
     assert "con3=fd:10,fd:11" in cmd
     # the shell moves itself into the cgroup, then becomes the guest: every process of it is inside
     assert cmd[:4] == ["sh", "-c", 'echo $$ > "$0" && exec "$@"', "/sys/fs/cgroup/cpuacct/itb-abcdef/cgroup.procs"]
-    assert cmd[4:9] == ["setpriv", "--pdeathsig", "KILL", "--", "/usr/bin/linux.uml"]
+    assert cmd[4:9] == ["setpriv", "--pdeathsig", "KILL", "--", "unshare"]
     pinned = uml.plan_command_line(spec(host_cpu=1), "/tmp/wd", "itb-abcdef", (7, 8, 9))
     assert pinned[:5] == ["taskset", "-c", "1", "setpriv", "--pdeathsig"]
     text = uml.plan_init_script(spec(cpu_meter=True), "/tmp/wd")
