@@ -16,6 +16,8 @@ PREFIX = "itb"
 #: The environment variable that tells a process it runs inside a guest, and of which backend
 #: (``uml``); :mod:`testbed.backends` sets it in the guest.
 GUEST_ENV = "IPSEC_TESTBED_BACKEND"
+#: The host backend's name: :data:`GUEST_ENV` of processes on the host's own kernel
+HOST_BACKEND = "host"
 #: Host-side state of running testbed processes (UML pid files).  /run is a tmpfs,
 #: so a reboot clears it together with the namespaces it describes.
 STATE_DIR = os.environ.get("IPSEC_TESTBED_STATE_DIR", "/run/ipsec-testbed")
@@ -67,12 +69,19 @@ def ike_dir_prefix(run_id: str) -> str:
 _IKE_DIR = re.compile(rf"^{PREFIX}-([0-9a-f]{{4,8}})-ike-")
 
 
+def in_a_guest() -> bool:
+    """Whether this process runs on a guest's kernel (UML's, QEMU's; not the host backend's, which is the host's).
+    It sees the host's files there (hostfs, 9p) but not the host's processes: every run's work directory would look
+    dead to it, another backend's guests' as well as its own."""
+    return os.environ.get(GUEST_ENV, HOST_BACKEND) != HOST_BACKEND
+
+
 def ike_base_dir() -> str:
     """Where IKE daemons' directories go: inside a guest, the guest's own ``/dev/shm`` (a tmpfs that
     ends with the guest, so a killed guest leaves no key on the host's disk; not ``/run``, which
     each daemon's own is bound over); on the host, the temporary directory (``ipsec-testbed
     clean``, and every run's start, remove what a killed run left there)."""
-    return "/dev/shm" if os.environ.get(GUEST_ENV) == "uml" else tempfile.gettempdir()
+    return "/dev/shm" if in_a_guest() else tempfile.gettempdir()
 
 
 def ike_dirs() -> list[str]:

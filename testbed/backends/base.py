@@ -15,6 +15,9 @@ from testbed.capabilities import Needs, Probe
 #: Code in the guest reads it (:func:`testbed.backends.current`) so that a script re-run
 #: there measures instead of booting another guest.
 GUEST_ENV = names.GUEST_ENV
+HOST_BACKEND = names.HOST_BACKEND
+in_a_guest = names.in_a_guest
+
 
 
 class BackendError(RuntimeError):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from testbed import channel, hostload
-from testbed.backends.base import GUEST_ENV, CpuMeter, KernelBackend
+from testbed.backends.base import GUEST_ENV, HOST_BACKEND, CpuMeter, KernelBackend
 from testbed.capabilities import Needs, Probe
 
 #: Whole-machine CPU time in nanoseconds: the root of the cgroup v1 cpuacct hierarchy.
@@ -67,7 +67,7 @@ def host_meter() -> CpuMeter:
 class HostBackend(KernelBackend):
     """The kernel this process runs on (when it can do what the work needs)."""
 
-    name = "host"
+    name = HOST_BACKEND
     title = "the host kernel"
     runs_here = True
     note = "every emulated host runs on this one machine's kernel and CPUs"

@@ -67,6 +67,7 @@ from testbed.backends.base import (
     CpuSample,
     KernelBackend,
     Leftover,
+    in_a_guest,
 )
 from testbed.backends.host import ProcStatMeter
 from testbed.capabilities import Needs, Probe
@@ -548,8 +549,8 @@ class QemuBackend(KernelBackend):
         return run(spec, stdout=output, stderr=output, channel_fds=channel_fds)
 
     def leftovers(self) -> list[Leftover]:
-        if self.inside():
-            return []  # the guest sees the host's files but not its processes
+        if in_a_guest():
+            return []  # a guest (this backend's or UML's) sees the host's files but not its processes
         found = []
         for pid, name in _processes_named(f"{names.PREFIX}-"):
             run_id = name.removeprefix(f"{names.PREFIX}-").removesuffix("-qemu")

@@ -15,27 +15,21 @@ import tempfile
 import time
 
 from testbed import names, waiting
-from testbed.backends.base import GUEST_ENV, Leftover
+from testbed.backends.base import Leftover, in_a_guest
 from testbed.backends.umlmeter import CPUACCT_ROOT, cgroup_tasks, remove_cgroup
 
 
 def _guests() -> list[tuple[str, int]]:
-    """(umid, pid) of guests we booted, by their pid files; pid 0 when the kernel process is gone.
+    """(umid, pid) of guests we booted, by their state directories; pid: the first live host process that carries
+    the guest's ``umid=`` argument (the ``unshare`` that holds its kernel's PID namespace), 0 when none lives.
 
-    A recycled pid belongs to someone else: only a linux.uml with our umid counts.
+    Not the directory's pid file: the kernel writes it from inside its own PID namespace, where it is 1.
     """
     found = []
     for piddir in sorted(glob.glob(os.path.join(names.STATE_DIR, "uml", f"{names.PREFIX}-*"))):
         uml_id = os.path.basename(piddir)
-        try:
-            with open(os.path.join(piddir, "pid")) as f:
-                pid = int(f.read().strip())
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-        except (OSError, ValueError):
-            found.append((uml_id, 0))  # a stale directory: the guest is gone
-            continue
-        found.append((uml_id, pid if f"umid={uml_id}".encode() in cmdline else 0))
+        live = [p for p in _processes_with(f"umid={uml_id}".encode()) if _alive(p)]
+        found.append((uml_id, min(live) if live else 0))
     return found
 
 
@@ -69,10 +63,10 @@ def _kill_all(pids: list[int], timeout_s: float = 10.0) -> None:
 
 
 def _remove_guest(uml_id: str) -> None:
-    """Kill every host process of guest ``uml_id`` and remove its pid directory.
+    """Kill every host process of guest ``uml_id`` and remove its state directory.
 
-    A guest whose main process died (killed with its parent) can leave the host processes
-    that ran its user space; they carry the same ``umid=`` argument.
+    Its processes all carry the same ``umid=`` argument; killing the first of its PID namespace takes the rest
+    (:data:`testbed.backends.uml.CONTAINED`).
     """
     _kill_all(_processes_with(f"umid={uml_id}".encode()))
     shutil.rmtree(os.path.join(names.STATE_DIR, "uml", uml_id), ignore_errors=True)
@@ -115,10 +109,10 @@ def _remove_cgroup_now(path: str) -> None:
 def leftovers() -> list[Leftover]:
     """Guests, work directories and cgroups of User-Mode Linux runs; see :class:`Leftover`.
 
-    None from inside a guest: it sees the host's files (its root is the host's through hostfs)
-    but not the host's processes, so every guest, its own included, would look dead to it.
+    None from inside a guest (UML's or QEMU's): it sees the host's files (hostfs, 9p) but not the host's
+    processes, so every guest, its own included, would look dead to it.
     """
-    if os.environ.get(GUEST_ENV) == "uml":
+    if in_a_guest():
         return []
     found = []
     for uml_id, pid in _guests():

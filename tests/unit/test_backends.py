@@ -111,6 +111,27 @@ def test_a_guest_reports_no_uml_leftovers_it_cannot_judge(tmp_path, monkeypatch)
     assert [item.name for item in umlclean.leftovers()] == [str(workdir)]  # on the host: seen
     monkeypatch.setenv(GUEST_ENV, "uml")
     assert umlclean.leftovers() == []
+    monkeypatch.setenv(GUEST_ENV, "qemu")  # a counted guest sees the host's /tmp through 9p, as blind
+    assert umlclean.leftovers() == []
+    monkeypatch.setenv(GUEST_ENV, "host")  # the host backend's processes run on the host: they can judge
+    assert [item.name for item in umlclean.leftovers()] == [str(workdir)]
+
+
+def test_a_guest_reports_no_qemu_leftovers_it_cannot_judge(tmp_path, monkeypatch):
+    """A UML guest (the suite's integration guests) sees a counted guest's work directory through hostfs and not
+    its owner: taken for a dead run's and removed at the guest's next run's start, the counted guest lost its init
+    script mid-boot and its kernel panicked."""
+    from testbed.backends import qemu
+
+    workdir = tmp_path / "itb-abc123-qemu-x"
+    workdir.mkdir()
+    (workdir / "owner").write_text("999999999\n")  # no such process: dead, as seen from anywhere
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.delenv(GUEST_ENV, raising=False)
+    assert [item.name for item in qemu.QemuBackend().leftovers()] == [str(workdir)]
+    for inside in ("uml", "qemu"):
+        monkeypatch.setenv(GUEST_ENV, inside)
+        assert qemu.QemuBackend().leftovers() == []
 
 
 def test_a_new_guests_empty_cgroup_is_not_taken_for_a_dead_ones(tmp_path, monkeypatch):
