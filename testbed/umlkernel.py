@@ -266,10 +266,15 @@ _CAUSES: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
+#: Console lines every boot of Debian's linux.uml prints, which tell nothing of a death (no iomem region for the
+#: mmapper device: none was asked for).
+_HARMLESS = re.compile(r"mmapper_init - find_iomem failed")
+
+
 def boot_failure(console: str, kernel: UmlKernel | None = None) -> tuple[str | None, list[str]]:
     """A dead guest's console read for people: the known cause in one line (None: not known), and the lines
     that say why (panics, failures, errno values), not the stack trace's tail."""
-    lines = [line.rstrip() for line in console.splitlines() if line.strip()]
+    lines = [line.rstrip() for line in console.splitlines() if line.strip() and not _HARMLESS.search(line)]
     telling = [line for line in lines if _TELLING.search(line) or any(p.search(line) for p, _ in _CAUSES)]
     host = xsave.host_bytes()
     sizes = {"host": f" ({host} bytes)" if host is not None else "",

@@ -232,8 +232,23 @@ def read_status(workdir: str) -> int | None:
 
 # -- the host's side ----------------------------------------------------------------------------------
 
+#: How much of a guest's console :func:`pump` keeps: a panic's message, its stack and the lines before it.
+KEPT_BYTES = 64 * 1024
+
+
+def keep_tail(keep: list, chunk: bytes, limit: int = KEPT_BYTES) -> None:
+    """Add ``chunk`` to the tail ``keep`` holds (one buffer of at most ``limit`` bytes, the newest).  A serial
+    console arrives a few bytes at a time: a count of chunks would keep a line's end and nothing before it."""
+    if not keep:
+        keep.append(bytearray())
+    buf = keep[0]
+    buf += chunk
+    if len(buf) > limit:
+        del buf[:len(buf) - limit]
+
+
 def pump(src: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> None:
-    """Copy a pipe or socket to ``dst`` as it arrives (and keep the tail when asked)."""
+    """Copy a pipe or socket to ``dst`` as it arrives (and keep the last :data:`KEPT_BYTES` when asked)."""
     with os.fdopen(src, "rb", buffering=0) as f:
         while True:
             try:
@@ -243,8 +258,7 @@ def pump(src: int, dst: BinaryIO | None, keep: list[bytes] | None = None) -> Non
             if not chunk:
                 return
             if keep is not None:
-                keep.append(chunk)
-                del keep[:-64]
+                keep_tail(keep, chunk)
             if dst is not None:
                 try:
                     dst.write(chunk)

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from testbed import backends, qemukernel
-from testbed.backends import qemu
+from testbed.backends import guest, qemu
 
 KERNEL = qemukernel.QemuKernel("/k/vmlinuz", "debian", "test", modules_dir="/k/lib/modules/6.1.0-1-amd64",
                                version="6.1.1-1", release="6.1.0-1-amd64", busybox="/k/bin/busybox")
@@ -157,3 +157,24 @@ def test_an_x86_image_goes_to_the_counted_backend_and_a_failed_boot_says_why(tmp
     why = qemu._death("qemu: linux kernel too old to load a ram disk\n", spec(), 1, 0.1, booted=False)
     assert why.splitlines()[0].startswith("the counted guest failed to boot")
     assert "linux kernel too old" in why and why.splitlines()[-1].startswith("cause: QEMU could not load the kernel")
+
+
+def test_a_panic_that_arrives_a_byte_at_a_time_is_told_whole():
+    # A serial console reaches the host a few bytes at a time: what is kept is the console's last bytes, so the
+    # panic's own line and its cause survive the stack trace and the kernel-offset line after them.
+    console = ("[    9.1] Run /init as init process\n"
+               "[    9.2] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n"
+               + "".join(f"[    9.2]  ? frame_{n}+0x10/0x20\n" for n in range(40))
+               + "[    9.3] Kernel Offset: 0x1c000000 from 0xffffffff81000000 (relocation range: "
+                 "0xffffffff80000000-0xffffffffbfffffff)\n")
+    kept: list = []
+    for byte in console.encode():
+        guest.keep_tail(kept, bytes([byte]))
+    assert b"".join(kept).decode() == console
+    why = qemu._death(b"".join(kept).decode(), spec(), 0, 9.3, booted=False)
+    assert "Attempted to kill init" in why
+    assert why.splitlines()[-1] == "cause: the kernel panicked (its console above says where)"
+    small: list = []
+    for byte in console.encode():
+        guest.keep_tail(small, bytes([byte]), limit=100)
+    assert b"".join(small) == console.encode()[-100:]
