@@ -114,7 +114,7 @@ CASES = [
     ("out unwritable", SWEEP, ["--rates", "10", "--out", "/proc/itb-nope"], "/proc/itb-nope"),
     ("uml kernel missing", SWEEP, ["--kernel", "uml", "--uml-kernel", "{d}/nope"], "nope does not exist"),
     ("uml kernel not executable", SWEEP, ["--kernel", "uml", "--uml-kernel", "{d}/a-file"],
-     "is neither an executable UML kernel image nor a source tarball"),
+     "is neither an executable UML kernel image, an x86 bzImage"),
     ("uml kernel no such version", SWEEP, ["--kernel", "uml", "--uml-kernel", "6.99"],
      "Debian's archive here has no linux-source-6.99"),
     ("uml kernel bad suffix", SWEEP, ["--uml-kernel", "6.12+patch:{d}/nope.patch"], "patch file"),
