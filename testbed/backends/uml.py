@@ -237,11 +237,19 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
 #: The namespaces a UML kernel runs in.  A UML kernel runs each guest process as a host process it ptraces, and
 #: the host resumes a ptraced process untraced when its tracer dies: a UML kernel that died on its own (killed,
 #: its parent gone, a panic) would leave its guest's processes running natively, as root, on the host, their
-#: system calls (``hostname``, ``mount``, ``ip``) the host's.  As the first process of its own PID namespace the
-#: kernel takes them all with it when it dies (the host kills a namespace's processes when its first one
-#: ends); in its own mount, UTS, IPC and network namespaces nothing they do before that reaches the host.
-#: ``--kill-child``: unshare's own death (``setpriv --pdeathsig``) kills the kernel.
-CONTAINED = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--net", "--")
+#: system calls (``hostname``, ``mount``, ``ip``) the host's.  In a PID namespace of its own they die with it:
+#: its first process (a shell that waits for the kernel, not the kernel, which must stay able to signal itself,
+#: as its panic does) ends when the kernel ends, and the host kills the rest of a namespace then; in mount, UTS,
+#: IPC and network namespaces of their own nothing they do before that reaches the host.  ``--kill-child``:
+#: unshare's own death (``setpriv --pdeathsig``) kills the shell, and with it the namespace.
+CONTAINED = ("unshare", "--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--net", "--",
+             "sh", "-c", '"$@"; exit $?', "sh")
+
+
+def kernel_status(returncode: int) -> int:
+    """The kernel's own exit status from the contained command's: the waiting shell exits 128 + N when the kernel
+    died of signal N, reported as -N (as :class:`subprocess.Popen` reports a signal)."""
+    return -(returncode - 128) if 128 < returncode < 160 else returncode
 
 
 def plan_command_line(spec: UmlSpec, workdir: str, uml_id: str,
@@ -373,7 +381,7 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
         status = guest.read_status(workdir)
         if status is not None:
             return status
-        raise UmlError(_death(b"".join(console).decode(errors="replace"), spec, proc.returncode,
+        raise UmlError(_death(b"".join(console).decode(errors="replace"), spec, kernel_status(proc.returncode),
                               time.monotonic() - started, booted=os.path.exists(f"{workdir}/started")))
 
 

@@ -20,17 +20,27 @@ from testbed.backends.umlmeter import CPUACCT_ROOT, cgroup_tasks, remove_cgroup
 
 
 def _guests() -> list[tuple[str, int]]:
-    """(umid, pid) of guests we booted, by their state directories; pid: the first live host process that carries
-    the guest's ``umid=`` argument (the ``unshare`` that holds its kernel's PID namespace), 0 when none lives.
+    """(umid, pid) of guests we booted, by their state directories; pid: the live host process at the root of the
+    guest's processes (the ``unshare`` that holds its kernel's PID namespace: each carries the guest's ``umid=``
+    argument), 0 when none lives.
 
-    Not the directory's pid file: the kernel writes it from inside its own PID namespace, where it is 1.
+    Not the directory's pid file: the kernel writes it from inside its own PID namespace.
     """
     found = []
     for piddir in sorted(glob.glob(os.path.join(names.STATE_DIR, "uml", f"{names.PREFIX}-*"))):
         uml_id = os.path.basename(piddir)
-        live = [p for p in _processes_with(f"umid={uml_id}".encode()) if _alive(p)]
-        found.append((uml_id, min(live) if live else 0))
+        live = {p for p in _processes_with(f"umid={uml_id}".encode()) if _alive(p)}
+        roots = sorted(p for p in live if _parent(p) not in live)
+        found.append((uml_id, roots[0] if roots else 0))
     return found
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _processes_with(argument: bytes) -> list[int]:

@@ -61,8 +61,13 @@ def test_command_line_uses_hostfs_root_and_the_given_console_fds():
     assert cmd[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]
     # the kernel is the first process of its own PID namespace, in its own mount, UTS, IPC and network ones
     contained = cmd[4:cmd.index("/usr/bin/linux.uml")]
-    assert contained[0] == "unshare" and contained[-1] == "--"
+    assert contained[0] == "unshare"
     assert {"--pid", "--fork", "--kill-child", "--mount", "--uts", "--ipc", "--net"} <= set(contained)
+    # the namespace's first process is a shell that waits for the kernel (which must be able to signal itself,
+    # as its panic does: a namespace's first process cannot), not one that execs it
+    assert contained[contained.index("--") + 1:] == ["sh", "-c", '"$@"; exit $?', "sh"]
+    assert (uml.kernel_status(134), uml.kernel_status(137), uml.kernel_status(0), uml.kernel_status(1)) == \
+        (-6, -9, 0, 1)
     assert {"mem=1G", "rootfstype=hostfs", "rootflags=/", "rw", "init=/tmp/wd/init.sh",
             "con0=null,fd:7", "con1=null,fd:8", "con2=null,fd:9", "umid=itb-abcdef"} <= set(cmd)
     assert f"uml_dir={names.STATE_DIR}/uml/" in cmd
