@@ -69,11 +69,30 @@ def ike_dir_prefix(run_id: str) -> str:
 _IKE_DIR = re.compile(rf"^{PREFIX}-([0-9a-f]{{4,8}})-ike-")
 
 
+#: The kernel command line's word that names a counted guest's init script (:mod:`testbed.qemukernel`).
+QEMU_INIT_PARAM = "itb.init"
+#: A UML guest's init on its kernel's command line: the init script in its run's work directory (the kernel
+#: keeps ``init=`` in /proc/cmdline, not ``umid=``)
+_GUEST_INIT = re.compile(rf"^init=.*/{PREFIX}-[0-9a-f]+-uml-[^/]+/init\.sh$")
+
+
 def in_a_guest() -> bool:
     """Whether this process runs on a guest's kernel (UML's, QEMU's; not the host backend's, which is the host's).
     It sees the host's files there (hostfs, 9p) but not the host's processes: every run's work directory would look
-    dead to it, another backend's guests' as well as its own."""
-    return os.environ.get(GUEST_ENV, HOST_BACKEND) != HOST_BACKEND
+    dead to it, another backend's guests' as well as its own.  Known by :data:`GUEST_ENV`, or by the kernel's own
+    command line where a process lost it (``sudo`` resets the environment; the host backend inside a guest names
+    itself): a kernel the testbed booted has its run's init script there (UML's ``init=``, QEMU's ``itb.init=``)."""
+    return os.environ.get(GUEST_ENV, HOST_BACKEND) != HOST_BACKEND or booted_by_the_testbed()
+
+
+def booted_by_the_testbed(cmdline: str = "/proc/cmdline") -> bool:
+    """Whether the running kernel is a guest the testbed booted, by its command line (``cmdline``)."""
+    try:
+        with open(cmdline) as f:
+            words = f.read().split()
+    except OSError:
+        return False
+    return any(_GUEST_INIT.match(w) or w.startswith(f"{QEMU_INIT_PARAM}=") for w in words)
 
 
 def ike_base_dir() -> str:

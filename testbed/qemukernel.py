@@ -44,7 +44,7 @@ ROOT_MODULES = ("virtio_pci", "9pnet_virtio", "9p", "virtio_console")
 #: The 9p tag under which QEMU exports the host's root (``-virtfs ...,mount_tag=``).
 ROOT_TAG = "itbroot"
 #: The kernel command line's word for the guest's init script on the host's files.
-INIT_PARAM = "itb.init"
+INIT_PARAM = names.QEMU_INIT_PARAM
 #: How the guest mounts the host's files: 9p2000.L with large messages, page cache kept (``loose``: a file the
 #: guest reads twice, an import or a binary, is read from the host once; what the guest writes reaches the host
 #: when the guest syncs, as its init does before it powers off).

@@ -117,6 +117,31 @@ def test_a_guest_reports_no_uml_leftovers_it_cannot_judge(tmp_path, monkeypatch)
     assert [item.name for item in umlclean.leftovers()] == [str(workdir)]
 
 
+def test_a_guest_is_known_by_its_kernel_where_its_environment_does_not_say(tmp_path, monkeypatch):
+    from testbed import names
+
+    for words, booted in (("BOOT_IMAGE=/vmlinuz root=/dev/vda ro quiet", False),
+                          ("mem=2G root=/dev/root rootfstype=hostfs init=/tmp/itb-0a1b2c-uml-x7/init.sh", True),
+                          ("root=/dev/sda init=/sbin/init", False),
+                          ("console=ttyS0 quiet panic=-1 itb.init=/tmp/w/init.sh", True),
+                          ("umid=someone-else", False)):
+        (tmp_path / "cmdline").write_text(words + "\n")
+        assert names.booted_by_the_testbed(str(tmp_path / "cmdline")) is booted, words
+    assert not names.booted_by_the_testbed(str(tmp_path / "absent"))
+    # `sudo` in a guest drops the variable, and the host backend inside a guest names itself: the kernel tells
+    monkeypatch.setattr(names, "booted_by_the_testbed", lambda cmdline="/proc/cmdline": True)
+    for value in (None, "host"):
+        if value is None:
+            monkeypatch.delenv(GUEST_ENV, raising=False)
+        else:
+            monkeypatch.setenv(GUEST_ENV, value)
+        assert names.in_a_guest()
+    monkeypatch.setattr(names, "booted_by_the_testbed", lambda cmdline="/proc/cmdline": False)
+    assert not names.in_a_guest()
+    monkeypatch.setenv(GUEST_ENV, "qemu")
+    assert names.in_a_guest()
+
+
 def test_a_guest_reports_no_qemu_leftovers_it_cannot_judge(tmp_path, monkeypatch):
     """A UML guest (the suite's integration guests) sees a counted guest's work directory through hostfs and not
     its owner: taken for a dead run's and removed at the guest's next run's start, the counted guest lost its init
