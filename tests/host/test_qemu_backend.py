@@ -114,10 +114,11 @@ def test_a_sweeps_records_carry_instructions_not_cpu_seconds(needs_qemu, tmp_pat
 def test_a_killed_run_takes_its_guest_with_it_and_clean_removes_what_is_left(needs_qemu):
     proc = subprocess.Popen([*CLI, "uml", "--kernel", "qemu", "--", "sleep", "600"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in Deadline(60, 0.2).polls():
-        if qemu.QemuBackend().leftovers():
+    guests = []
+    for _ in Deadline(60, 0.2).polls():  # its work directory comes first, then the emulator's process
+        guests = [g for g in qemu.QemuBackend().leftovers() if g.kind == "QEMU guest"]
+        if guests:
             break
-    guests = [g for g in qemu.QemuBackend().leftovers() if g.kind == "QEMU guest"]
     assert guests and all(g.live for g in guests)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
