@@ -1,7 +1,8 @@
 """``ipsec-testbed kernel``: the User-Mode Linux kernels the testbed builds, boots and compares.
 
     ipsec-testbed kernel build [NAME]     build NAME by the recipe (or find it cached); no NAME: the kernel this
-                                          machine needs, if any (the project's where Debian's cannot boot)
+                                          machine needs, if any (the project's where Debian's cannot boot);
+                                          --x86: the same source for the counted backend (QEMU) instead
     ipsec-testbed kernel list             every kernel built: name, version, source, key, size, build time, last used
     ipsec-testbed kernel show NAME        how NAME was built and where its configuration differs from Debian's
     ipsec-testbed kernel remove NAME...   remove built kernels (by name, key or directory)
@@ -32,6 +33,7 @@ kernel names: {NAMES_HELP}.
 examples:
   sudo ipsec-testbed kernel build 6.12                      # Debian's linux-source-6.12 by the recipe
   sudo ipsec-testbed kernel build ~/linux@v6.8+config:my.config
+  sudo ipsec-testbed kernel build --x86 6.1                 # the same source for the counted backend (QEMU)
   ipsec-testbed kernel list
   ipsec-testbed kernel show 6.12                            # its configuration against Debian's
   sudo ipsec-testbed regress --ab 6.1 6.12 --suite detect   # the two versions, paired
@@ -57,6 +59,10 @@ def add_parser(sub) -> None:
                          epilog=f"kernel names: {NAMES_HELP}.")
     b.add_argument("name", nargs="?", metavar="NAME", help="the kernel (default: what this machine needs)")
     b.add_argument("--jobs", type=int, default=None, metavar="N", help="make -jN (default: the CPUs)")
+    b.add_argument("--x86", action="store_true",
+                   help="build it for the counted backend instead (--kernel qemu): an x86-64 bzImage of the same "
+                   "source, x86_64's defconfig with the testbed's network and IPsec built in "
+                   "(scripts/uml-kernel/x86.config); --kernel qemu --uml-kernel NAME builds it on first use")
     b.set_defaults(func=cmd_build)
     v = verbs.add_parser("list", help="every kernel built, with what it was built from")
     v.set_defaults(func=cmd_list)
@@ -79,6 +85,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
+    if args.name is None and args.x86:
+        args.name = kernelsource.RECIPE
     if args.name is None:
         if not umlkernel.needs_build():
             chosen = umlkernel.automatic()
@@ -88,7 +96,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"kernel: {xsave.describe(xsave.host_bytes())}", file=sys.stderr)
         args.name = kernelsource.RECIPE
     try:
-        built = kernelbuild.build(args.name, jobs=args.jobs)
+        built = kernelbuild.build(args.name, jobs=args.jobs, variant=kernelbuild.X86 if args.x86 else "testbed")
     except (BuildError, KernelNameError) as e:
         print(f"ipsec-testbed kernel build: {e}", file=sys.stderr)
         return 2 if isinstance(e, KernelNameError) else 1
@@ -130,18 +138,19 @@ def cmd_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     built = kernelbuild.builds()
-    table = Table(title=f"UML kernels built ({kernelbuild.kernels_dir()})", title_justify="left")
-    for col in ("name", "version", "source", "key", "size", "build", "built", "last used"):
+    table = Table(title=f"kernels built ({kernelbuild.kernels_dir()})", title_justify="left")
+    for col in ("name", "for", "version", "source", "key", "size", "build", "built", "last used"):
         table.add_column(col, justify="right" if col in ("size", "build") else "left")
     debian = umlkernel.debian()
     if debian:
         boots = debian.fits_host
-        table.add_row("debian", debian.version or "?", "Debian's user-mode-linux package", "-",
+        table.add_row("debian", "uml", debian.version or "?", "Debian's user-mode-linux package", "-",
                       f"{os.path.getsize(debian.path) / 2**20:.0f} MB", "-", "-",
                       "cannot boot on this CPU" if boots is False else "-")
     for b in built:
         info = b.info
-        table.add_row(info.get("name") or info.get("variant", "?"), info.get("version", "?"),
+        table.add_row(info.get("name") or info.get("variant", "?"), "qemu" if b.counted else "uml",
+                      info.get("version", "?"),
                       info.get("source") or f"Debian's linux-source {info.get('package_version', '?')}",
                       info.get("key", "?"), f"{kernelbuild.size_bytes(b) / 2**20:.0f} MB",
                       f"{info.get('build_s', '?')} s", _when(info.get("built")), _when(kernelbuild.last_used(b)))
@@ -187,12 +196,20 @@ def cmd_show(args: argparse.Namespace) -> int:
         if b.info.get(k) not in (None, [], ""):
             print(f"{k:>19s}: {b.info[k]}")
     config = os.path.join(b.directory, "config")
-    if not os.path.isfile(kernelbuild.DEBIAN_CONFIG):
-        print(f"(no {kernelbuild.DEBIAN_CONFIG} to compare with: install user-mode-linux)")
+    against, what, fix = kernelbuild.DEBIAN_CONFIG, "Debian's UML configuration", "install user-mode-linux"
+    if b.counted:  # an x86-64 kernel: against the x86-64 kernel Debian ships, which the counted backend boots
+        from testbed import qemukernel
+
+        debian = qemukernel.debian()
+        against = debian.config if debian and debian.config else ""
+        what = f"Debian's x86-64 kernel {debian.version}" if debian else "Debian's x86-64 kernel"
+        fix = f"sudo {qemukernel.FETCH_COMMAND}"
+    if not os.path.isfile(against):
+        print(f"(no {what} to compare with: {fix})")
         return 0
-    diffs = kernelbuild.config_differences(config)
+    diffs = kernelbuild.config_differences(config, against)
     shown = diffs if args.all else [d for d in diffs if d[0].startswith(DATA_PATH)]
-    print(f"\nits configuration against Debian's UML configuration: {len(diffs)} options differ"
+    print(f"\nits configuration against {what}: {len(diffs)} options differ"
           f"{'' if args.all else f', {len(shown)} of them on the data path (--all: every one)'}")
     print(f"  {'option':44s} {'Debian':>10s}  this kernel")
     for option, debian, mine in shown:

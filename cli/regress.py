@@ -368,13 +368,14 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
 
     kernels = tuple(args.ab)
     pct = args.inject_slowdown
+    counted = args.kernel == "qemu"  # the names are the counted backend's kernels: Debian's x86-64, or x86 builds
     try:
         for kernel in kernels:
-            build_named(kernel)
+            build_named(kernel, counted)
         out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
         job = suite_job(args, out)
         for kernel in kernels:  # each side would refuse a kernel that cannot run here: say so before any boot
-            side = KernelChoice.named(kernel, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules)
+            side = KernelChoice.named(kernel, counted, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules)
             choice = doctor.choose(side.kernel, runner.needs(job), side.options())
             if choice.backend is None:
                 raise ValueError(f"kernel {kernel} cannot run the suite here: {choice.reason}")
@@ -403,7 +404,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         arms: tuple = ((), ())
         n = None
         if pct is not None:
-            on_a = job.with_(kernel=KernelChoice.named(kernels[0], uml_mem=job.kernel.uml_mem,
+            on_a = job.with_(kernel=KernelChoice.named(kernels[0], counted, uml_mem=job.kernel.uml_mem,
                                                        speed_probe=job.kernel.speed_probe))
             identity = injection.kernel_identity(on_a.kernel.kernel, on_a.kernel.uml_kernel)
             cal = injection.calibrated(args.suite, job.work.spec, identity,
@@ -460,13 +461,13 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     return 0 if right else 1
 
 
-def build_named(kernel: str) -> None:
+def build_named(kernel: str, counted: bool = False) -> None:
     """Build the kernel ``kernel`` names, if it is built by the recipe and not yet in the cache (one line on
-    a bad name or a failed step, as a ValueError or a RuntimeError)."""
+    a bad name or a failed step, as a ValueError or a RuntimeError); ``counted``: for the counted backend."""
     from testbed import backends, kernelbuild
 
     if kernel not in backends.names():
-        kernelbuild.ensure(kernel)
+        kernelbuild.ensure(kernel, variant=kernelbuild.X86 if counted else "testbed")
 
 
 def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
@@ -500,10 +501,12 @@ def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
         good_sha = kernelsource.resolve_ref(tree.base, good)
         good_name = tree.with_ref(good_sha).canonical
         cpu = guest_cpu()
+        counted = args.kernel == "qemu"  # each commit built for the counted backend and judged in instructions
 
         def build(commit: str) -> str:
             name = tree.with_ref(commit)
-            kernelbuild.build(name, say=lambda m: say(f"build {commit[:12]}: {m}"))
+            kernelbuild.build(name, variant=kernelbuild.X86 if counted else "testbed",
+                              say=lambda m: say(f"build {commit[:12]}: {m}"))
             return name.canonical
 
         def measure(name: str) -> bisect.Ratio:
@@ -514,7 +517,8 @@ def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
             records = ab.as_arms(load_results(dir_a), load_results(dir_b))
             verdicts = regress.compare_arms(records, load_meta(dir_a), "a", "b", args.max_drop / 100,
                                             args.confidence / 100, args.metrics)
-            v = next(v for v in verdicts if v.metric == metric)
+            judged = regress.on_clock([metric], records)[0]  # instructions per packet on the counted backend
+            v = next(v for v in verdicts if v.metric == judged)
             return bisect.Ratio(v.ratio, v.low2, v.high2, regressed=any(x.regressed for x in verdicts))
 
         build(good_sha)  # GOOD is every step's other side: built first, once

@@ -39,8 +39,10 @@ from testbed import backends
 
 
 def _on(job: Job, kernel: str, out_dir: str, **spec_changes) -> Job:
-    """``job`` (a sweep's) on ``kernel`` (:meth:`KernelChoice.named`) into ``out_dir``, its spec changed."""
-    kernel_choice = KernelChoice.named(kernel, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules,
+    """``job`` (a sweep's) on ``kernel`` (:meth:`KernelChoice.named`) into ``out_dir``, its spec changed: a name
+    is the counted backend's kernel when ``job`` runs there (``--kernel qemu``)."""
+    kernel_choice = KernelChoice.named(kernel, job.kernel.kernel == backends.QemuBackend.name,
+                                       uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules,
                                        speed_probe=job.kernel.speed_probe)
     spec = dataclasses.replace(job.work.spec, **spec_changes)
     return job.with_(work=dataclasses.replace(job.work, spec=spec), out_dir=out_dir, kernel=kernel_choice)

@@ -61,15 +61,18 @@ class KernelChoice:
         return backends.Options(kernel=self.uml_kernel, modules=self.uml_modules, mem=self.uml_mem)
 
     @classmethod
-    def named(cls, kernel: str, **options: Any) -> KernelChoice:
+    def named(cls, kernel: str, counted: bool = False, **options: Any) -> KernelChoice:
         """The choice of a kernel named as ``regress --ab`` takes it: a backend's name (``host``, ``uml``),
         or a kernel name of :mod:`testbed.kernelsource` (``debian``, ``recipe``, ``6.12``, a tarball,
-        ``PATH@REF``, an image; a path of a kernel image another backend boots goes to that backend)."""
+        ``PATH@REF``, an image; a path of a kernel image another backend boots goes to that backend).  A name
+        with ``counted`` is the counted backend's: Debian's x86-64 kernel, or the recipe's x86-64 build."""
         if kernel in backends.names():
             return cls(kernel=kernel, **options)
         name = kernelsource.parse(kernel)
         if name.kind == "image":
             return cls(kernel=backends.booting(name.base).name, uml_kernel=name.base, **options)
+        if counted:
+            return cls(kernel=backends.QemuBackend.name, uml_kernel=name.canonical, **options)
         return cls(kernel=backends.UmlBackend.name, uml_kernel=name.canonical, **options)
 
 

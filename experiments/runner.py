@@ -82,11 +82,12 @@ def prepare_kernel(job: Job) -> Job:
                   "project's kernel (--uml-kernel recipe), which has it", file=sys.stderr)
     if not requested:
         return job
+    counted = job.kernel.kernel == backends.QemuBackend.name
     try:
-        kernelbuild.ensure(requested)
+        kernelbuild.ensure(requested, variant=kernelbuild.X86 if counted else "testbed")
     except (kernelsource.KernelNameError, kernelbuild.BuildError) as e:
         raise Refused(str(e)) from None
-    if wireguard:
+    if wireguard and not counted:
         try:
             kernel = umlkernel.select(requested)
         except umlkernel.KernelUnavailableError:

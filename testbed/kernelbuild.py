@@ -24,6 +24,12 @@ built from different commits or patches get different keys, and meta.json names 
 
 The tests' tiny kernel (``variant="tiny"``) is tinyconfig plus scripts/uml-kernel/tiny.config: no
 network, a fraction of the time, for checking that a too-small FPU buffer is refused.
+
+The counted backend's kernel (``variant="x86"``) is the same source built for x86-64 instead: x86_64's
+defconfig, every module of it left out, testbed.config's network, IPsec and algorithms built in, and
+scripts/uml-kernel/x86.config on top (the initramfs, virtio, 9p, the x86 crypto drivers; the drivers a QEMU
+guest never has left out); ``make ARCH=x86_64 bzImage``, cached as ``bzImage`` beside its ``config`` under
+``<name>-<version>-x86-<key>/``.  The same tree serves both (the FPU buffer patch touches UML's files only).
 """
 from __future__ import annotations
 
@@ -57,7 +63,9 @@ _INSTALLED = os.path.join(sysconfig.get_path("data"), "share", "ipsec-testbed", 
 #: The recipe's files: the FPU buffer patch and the configuration fragments.
 RECIPE_DIR = _CHECKOUT if os.path.isdir(_CHECKOUT) else _INSTALLED
 FP_PATCH = "0001-x86-um-xsave-buffer-for-every-host.patch"
-FRAGMENTS = {"testbed": "testbed.config", "tiny": "tiny.config"}
+FRAGMENTS = {"testbed": ("testbed.config",), "tiny": ("tiny.config",), "x86": ("testbed.config", "x86.config")}
+#: The variant the counted backend boots (QEMU, x86-64); the others are User-Mode Linux kernels.
+X86 = "x86"
 DEBIAN_CONFIG = "/usr/share/doc/user-mode-linux/config.gz"
 #: 12,288 bytes hold every XSAVE area known (AMX's is 11,008); a larger host gets its own size.
 DEFAULT_FP_BYTES = 12288
@@ -84,6 +92,11 @@ class Built:
     @property
     def directory(self) -> str:
         return os.path.dirname(self.path)
+
+    @property
+    def counted(self) -> bool:
+        """Whether it is the counted backend's x86-64 kernel (QEMU), not a UML kernel."""
+        return self.info.get("variant") == X86
 
 
 def kernels_dir() -> str:
@@ -124,9 +137,9 @@ class Plan:
     """Everything that decides a kernel, resolved (pure data once made): the key is its digest."""
 
     name: KernelName
-    variant: str             # testbed | tiny
-    fp_bytes: int
-    stack_order: int
+    variant: str             # testbed | tiny | x86
+    fp_bytes: int            # UML's FPU buffer (0 for x86)
+    stack_order: int         # UML's kernel stack order (0 for x86)
     source_kind: str         # package | tarball | git
     source_id: str           # the package's version, the tarball's SHA-256, the commit
     version: str             # the upstream version, "6.12.117" (a tree's Makefile for git)
@@ -143,9 +156,20 @@ class Plan:
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @property
+    def arch(self) -> str:
+        """``make``'s ARCH: x86_64 for the counted backend's kernel, um for the others."""
+        return "x86_64" if self.variant == X86 else "um"
+
+    @property
+    def image(self) -> str:
+        """The image's file name in the cache: UML's executable, or the x86 boot image."""
+        return "bzImage" if self.variant == X86 else "linux"
+
+    @property
     def directory(self) -> str:
         prefix = "tiny-" if self.variant == "tiny" else ""
-        return os.path.join(kernels_dir(), f"{prefix}{self.name.slug()}-{self.version}-um-{self.key}")
+        arch = "x86" if self.variant == X86 else "um"
+        return os.path.join(kernels_dir(), f"{prefix}{self.name.slug()}-{self.version}-{arch}-{self.key}")
 
     def describe_source(self) -> str:
         if self.source_kind == "package":
@@ -174,8 +198,10 @@ def plan(name: KernelName, variant: str = "testbed", fp_bytes: int | None = None
     :class:`~testbed.kernelsource.KernelNameError` (one line) when it cannot be built."""
     if not name.built:
         raise BuildError(f"kernel {name.text!r} is not built by the recipe ({name.kind})")
-    fp_bytes = fp_bytes or fp_bytes_for_host()
-    if fp_bytes < 832 or fp_bytes % 8:
+    if variant not in FRAGMENTS:
+        raise BuildError(f"no recipe variant {variant!r}: one of {', '.join(FRAGMENTS)}")
+    fp_bytes = 0 if variant == X86 else fp_bytes or fp_bytes_for_host()
+    if variant != X86 and (fp_bytes < 832 or fp_bytes % 8):
         raise BuildError(f"FPU buffer {fp_bytes}: a multiple of 8, at least 832 (the x86-64 signal frame's FP state)")
     if name.kind == "package":
         version = package_version(name.package)
@@ -190,17 +216,18 @@ def plan(name: KernelName, variant: str = "testbed", fp_bytes: int | None = None
         source_id = kernelsource.resolve_ref(name.base, name.ref or "HEAD", name.text)
         upstream = _tree_version(name.base, source_id)
     debian = ""
-    if variant != "tiny":
+    if variant == "testbed":
         if not os.path.isfile(DEBIAN_CONFIG):
             raise BuildError(f"{DEBIAN_CONFIG} is missing: install user-mode-linux first (scripts/install.sh); the "
                              "recipe starts from Debian's UML configuration")
         debian = kernelsource.file_digest(DEBIAN_CONFIG)
     patches = tuple((p, kernelsource.file_digest(p)) for p in (recipe_file(FP_PATCH), *name.patches))
-    recipe_fragments = [recipe_file(FRAGMENTS[variant])]
-    if variant == "testbed" and (overlay := version_overlay(upstream)):
+    recipe_fragments = [recipe_file(f) for f in FRAGMENTS[variant]]
+    if variant != "tiny" and (overlay := version_overlay(upstream)):
         recipe_fragments.append(overlay)
     fragments = tuple((p, kernelsource.file_digest(p)) for p in (*recipe_fragments, *name.configs))
-    return Plan(name, variant, fp_bytes, stack_order_for(fp_bytes), name.kind, source_id, upstream, patches,
+    return Plan(name, variant, fp_bytes, stack_order_for(fp_bytes) if fp_bytes else 0, name.kind, source_id, upstream,
+                patches,
                 fragments, debian)
 
 
@@ -236,7 +263,9 @@ def builds() -> list[Built]:
     found = []
     for d in sorted(os.listdir(root)) if os.path.isdir(root) else ():
         image, info = os.path.join(root, d, "linux"), os.path.join(root, d, "build.json")
-        if os.access(image, os.X_OK) and os.path.isfile(info):
+        if not os.path.exists(image):
+            image = os.path.join(root, d, "bzImage")  # the counted backend's, which is no executable
+        if (os.access(image, os.X_OK) or image.endswith("bzImage")) and os.path.isfile(image) and os.path.isfile(info):
             with contextlib.suppress(OSError, ValueError), open(info) as f:
                 found.append(Built(image, json.load(f)))
     return sorted(found, key=lambda b: b.info.get("built", ""), reverse=True)
@@ -295,12 +324,16 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
     try:
         objects = _configure(p, tree, say)
         say(f"building {p.describe_source()} (linux {p.version}) with {jobs} jobs; log: {log}")
-        _make(tree, objects, jobs, log, say, started, p.fp_bytes)
-        _check_fp_buffer(objects, p)
+        _make(tree, objects, jobs, log, say, started, p)
         shutil.move(log, os.path.join(partial, "build.log"))
-        subprocess.run(["strip", "-o", os.path.join(partial, "linux"), os.path.join(objects, "linux")], check=True)
+        if p.variant == X86:
+            shutil.copy(os.path.join(objects, "arch", "x86", "boot", "bzImage"), os.path.join(partial, p.image))
+        else:
+            _check_fp_buffer(objects, p)
+            subprocess.run(["strip", "-o", os.path.join(partial, p.image), os.path.join(objects, "linux")],
+                           check=True)
         shutil.copy(os.path.join(objects, ".config"), os.path.join(partial, "config"))
-        release = subprocess.run(["make", "-s", "-C", tree, f"O={objects}", "ARCH=um", "kernelrelease"],
+        release = subprocess.run(["make", "-s", "-C", tree, f"O={objects}", f"ARCH={p.arch}", "kernelrelease"],
                                  capture_output=True, text=True).stdout.strip()
         info = {"origin": ORIGIN, "name": name.text, "variant": p.variant, "key": p.key, "recipe": RECIPE_REVISION,
                 "version": p.version, "source": p.describe_source(), "source_kind": p.source_kind,
@@ -315,15 +348,15 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)  # the log of a failed build stays beside the cache, never in it
         raise
-    say(f"built {p.directory}/linux in {info['build_s']} s")
-    return Built(os.path.join(p.directory, "linux"), info)
+    say(f"built {p.directory}/{p.image} in {info['build_s']} s")
+    return Built(os.path.join(p.directory, p.image), info)
 
 
-def ensure(text: str, say: Say = _say_stderr) -> Built | None:
+def ensure(text: str, say: Say = _say_stderr, variant: str = "testbed") -> Built | None:
     """The kernel ``text`` names, built first when the recipe builds it and it is not in the cache; None for a
     kernel the recipe does not build (Debian's, an image).  One line on a bad name or a failed step."""
     name = kernelsource.parse(text)
-    return build(name, say=say) if name.built else None
+    return build(name, variant=variant, say=say) if name.built else None
 
 
 def _check_space() -> None:
@@ -504,7 +537,14 @@ def _configure(p: Plan, src: str, say: Say) -> str:
     objects = os.path.join(os.path.dirname(src), f"obj-{conf_key}")
     os.makedirs(objects, exist_ok=True)
     wanted = merged_lines(path for path, _ in p.fragments)
-    if p.variant == "tiny":
+    if p.variant == X86:
+        subprocess.run(["make", "-s", "-C", src, f"O={objects}", f"ARCH={p.arch}", "defconfig"], check=True,
+                       capture_output=True)
+        with open(os.path.join(objects, ".config")) as f:  # its modules off: the recipe builds in what it needs
+            base = [re.sub(r"^(CONFIG_[A-Za-z0-9_]+)=m$", r"# \1 is not set", line.rstrip("\n")) for line in f]
+        say("configuring: x86_64's defconfig without its modules, the testbed's network and IPsec built in, "
+            "x86.config for QEMU")
+    elif p.variant == "tiny":
         subprocess.run(["make", "-s", "-C", src, f"O={objects}", "ARCH=um", "tinyconfig"], check=True,
                        capture_output=True)
         with open(os.path.join(objects, ".config")) as f:
@@ -515,8 +555,9 @@ def _configure(p: Plan, src: str, say: Say) -> str:
             base = [re.sub(r"^(CONFIG_[A-Za-z0-9_]+)=m$", r"# \1 is not set", line.rstrip("\n")) for line in f]
         say(f"configuring: Debian's UML configuration, the testbed's modules built in, no other module, FP buffer "
             f"{p.fp_bytes} bytes")
-    lines = [*base, *wanted, f"CONFIG_KERNEL_STACK_ORDER={p.stack_order}", 'CONFIG_LOCALVERSION="-itb"',
-             'CONFIG_SYSTEM_TRUSTED_KEYS=""', 'CONFIG_SYSTEM_REVOCATION_KEYS=""']
+    stack = [f"CONFIG_KERNEL_STACK_ORDER={p.stack_order}"] if p.stack_order else []
+    lines = [*base, *wanted, *stack, 'CONFIG_LOCALVERSION="-itb"', 'CONFIG_SYSTEM_TRUSTED_KEYS=""',
+             'CONFIG_SYSTEM_REVOCATION_KEYS=""']
     config = os.path.join(objects, ".config")
     new = "\n".join(lines) + "\n"
     # the same configuration as the kept objects were built with: leave .config alone (its date matters to make)
@@ -524,7 +565,7 @@ def _configure(p: Plan, src: str, say: Say) -> str:
     if not _same_text(previous, new):
         with open(config, "w") as f:
             f.write(new)
-        done = subprocess.run(["make", "-s", "-C", src, f"O={objects}", "ARCH=um", "olddefconfig"],
+        done = subprocess.run(["make", "-s", "-C", src, f"O={objects}", f"ARCH={p.arch}", "olddefconfig"],
                               capture_output=True, text=True)
         if done.returncode:
             raise BuildError(f"step config: olddefconfig failed for linux {p.version}: "
@@ -558,7 +599,7 @@ def _same_text(path: str, text: str) -> bool:
         return False
 
 
-def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: float, fp_bytes: int) -> None:
+def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: float, p: Plan) -> None:
     stop = threading.Event()
 
     def ticker() -> None:
@@ -572,8 +613,8 @@ def _make(src: str, objects: str, jobs: int, log_path: str, say: Say, started: f
         with open(log_path, "w") as log:
             # a session of its own: an interrupted build ends make and every compiler it started, not make alone
             # the FPU buffer's size reaches arch/x86/um/user-offsets.c as the patch's UML_HOST_FP_BYTES
-            proc = subprocess.Popen(["make", "-C", src, f"O={objects}", "ARCH=um", f"-j{jobs}",
-                                     f"KCFLAGS=-DUML_HOST_FP_BYTES={fp_bytes}", "linux"],
+            target = ["bzImage"] if p.variant == X86 else [f"KCFLAGS=-DUML_HOST_FP_BYTES={p.fp_bytes}", "linux"]
+            proc = subprocess.Popen(["make", "-C", src, f"O={objects}", f"ARCH={p.arch}", f"-j{jobs}", *target],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
             try:

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 
-from testbed import kernelsource, names
+from testbed import kernelbuild, kernelsource, names
 from testbed.rundir import publish_directory, write_json
 
 #: Debian's package that names the current x86-64 kernel (it depends on ``linux-image-<release>``).
@@ -49,7 +49,7 @@ INIT_PARAM = names.QEMU_INIT_PARAM
 #: guest reads twice, an import or a binary, is read from the host once; what the guest writes reaches the host
 #: when the guest syncs, as its init does before it powers off).
 MOUNT_OPTIONS = "trans=virtio,version=9p2000.L,msize=512000,cache=loose,access=any"
-ORIGINS = ("debian", "user")
+ORIGINS = ("debian", "recipe", "user")
 
 
 class KernelUnavailableError(RuntimeError):
@@ -70,7 +70,8 @@ class QemuKernel:
     busybox: str | None = None       # the busybox the initramfs is made with
 
     def describe(self) -> str:
-        what = {"debian": f"Debian's x86-64 kernel {self.version}", "user": "the x86-64 kernel"}[self.origin]
+        what = {"debian": f"Debian's x86-64 kernel {self.version}",
+                "recipe": f"the project's x86-64 kernel {self.version}", "user": "the x86-64 kernel"}[self.origin]
         return f"{what} ({self.path})"
 
     def configured(self, option: str) -> bool | None:
@@ -204,8 +205,11 @@ def fetch(say: Say = lambda _message: None) -> QemuKernel:
 
 
 def select(requested: str | None = None) -> QemuKernel:
-    """The kernel a counted guest boots: ``requested`` (a path to an x86-64 kernel image, or ``debian``), else
-    Debian's fetched kernel.  :class:`KernelUnavailableError` with the fix in one line."""
+    """The kernel a counted guest boots: ``requested`` (a path to an x86-64 kernel image, ``debian``, or a name the
+    recipe builds, built for x86-64: :func:`recipe`), else Debian's fetched kernel.  :class:`KernelUnavailableError`
+    with the fix in one line."""
+    if requested and requested != "debian" and not os.path.exists(requested) and _built_name(requested):
+        return recipe(requested)
     if requested and requested != "debian":
         why = image_error(requested)
         if why:
@@ -223,6 +227,29 @@ def select(requested: str | None = None) -> QemuKernel:
         raise KernelUnavailableError(f"Debian's x86-64 kernel for the counted backend is not fetched yet: "
                                      f"`sudo ./run install` (or `sudo {FETCH_COMMAND}`) fetches it, about 70 MB")
     return dataclasses.replace(found, reason="Debian's x86-64 kernel, as Debian ships it")
+
+
+def _built_name(text: str) -> bool:
+    try:
+        return kernelsource.parse(text).built
+    except kernelsource.KernelNameError:
+        return False
+
+
+def recipe(text: str) -> QemuKernel:
+    """The recipe's x86-64 build of the kernel ``text`` names (:mod:`testbed.kernelbuild`, variant x86), from the
+    cache; :class:`KernelUnavailableError` naming the command that builds it when it is not built yet."""
+    try:
+        built = kernelbuild.cached(kernelbuild.plan(kernelsource.parse(text), kernelbuild.X86))
+    except (kernelbuild.BuildError, kernelsource.KernelNameError) as e:
+        raise KernelUnavailableError(f"--uml-kernel {text}: {e}") from None
+    if built is None:
+        raise KernelUnavailableError(f"--uml-kernel {text} is not built for the counted backend yet: `sudo "
+                                     f"ipsec-testbed kernel build --x86 {text}` builds it")
+    own = debian()  # its busybox makes the initramfs of any kernel
+    return QemuKernel(built.path, "recipe", f"--uml-kernel {text} (the recipe's x86-64 build)",
+                      version=built.info.get("version"), release=built.info.get("release"),
+                      config=os.path.join(built.directory, "config"), busybox=own.busybox if own else None)
 
 
 # -- the initramfs --------------------------------------------------------------------------------

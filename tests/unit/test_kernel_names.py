@@ -104,6 +104,7 @@ def recipe_files(tmp_path, monkeypatch):
     (d / kernelbuild.FP_PATCH).write_text("--- a/arch/x86/um/user-offsets.c\n")
     (d / "testbed.config").write_text("CONFIG_INET_ESP=y\n# CONFIG_INET_ESP_OFFLOAD is not set\n")
     (d / "tiny.config").write_text("CONFIG_BINFMT_ELF=y\n")
+    (d / "x86.config").write_text("CONFIG_9P_FS=y\n")
     debian = tmp_path / "config.gz"
     with gzip.open(debian, "wt") as f:
         f.write("CONFIG_INET_ESP=m\nCONFIG_INET_ESP_OFFLOAD=m\nCONFIG_HZ_100=y\n")
@@ -147,6 +148,38 @@ def test_a_version_without_a_package_and_a_buffer_too_small_are_refused(recipe_f
         kernelbuild.plan(parse("recipe"), fp_bytes=512)
     with pytest.raises(kernelbuild.BuildError, match="not built by the recipe"):
         kernelbuild.plan(parse("debian"))
+
+
+def test_the_counted_backends_build_is_the_same_source_for_x86_with_a_key_and_place_of_its_own(tmp_path,
+                                                                                              recipe_files):
+    uml = kernelbuild.plan(parse("recipe"), fp_bytes=12288)
+    x86 = kernelbuild.plan(parse("recipe"), kernelbuild.X86)
+    assert (x86.source_id, x86.version, x86.patches) == (uml.source_id, uml.version, uml.patches)  # one tree
+    assert (x86.arch, x86.image, x86.fp_bytes, x86.stack_order) == ("x86_64", "bzImage", 0, 0)
+    assert (uml.arch, uml.image) == ("um", "linux")
+    # the network and IPsec UML has, then what QEMU's x86-64 guest needs; no Debian UML configuration under it
+    assert [os.path.basename(f) for f, _ in x86.fragments] == ["testbed.config", "x86.config"]
+    assert x86.debian_config == "" and x86.key != uml.key
+    assert os.path.basename(x86.directory) == f"6.1-6.1.192-x86-{x86.key}"
+    assert x86.key == kernelbuild.plan(parse("recipe"), kernelbuild.X86, fp_bytes=16384).key  # UML's buffer: no part
+    with pytest.raises(kernelbuild.BuildError, match="no recipe variant"):
+        kernelbuild.plan(parse("recipe"), "arm64")
+    # cached as a bzImage (no executable) beside its configuration, and found for the counted backend by its name
+    d = tmp_path / "cache" / "kernels" / os.path.basename(x86.directory)
+    d.mkdir(parents=True)
+    (d / "bzImage").write_bytes(bytes(0x202) + b"HdrS" + bytes(100))
+    (d / "config").write_text("CONFIG_WIREGUARD=y\n")
+    (d / "build.json").write_text(f'{{"origin": "recipe", "key": "{x86.key}", "variant": "x86", "version": '
+                                  f'"6.1.192", "built": "2026-11-28T18:00:00Z"}}')
+    found = kernelbuild.cached(x86)
+    assert found.path == str(d / "bzImage") and found.counted
+    from testbed import qemukernel
+
+    chosen = qemukernel.select("recipe")
+    assert (chosen.path, chosen.origin, chosen.version) == (found.path, "recipe", "6.1.192")
+    assert chosen.configured("CONFIG_WIREGUARD") is True and "project's x86-64 kernel" in chosen.describe()
+    with pytest.raises(qemukernel.KernelUnavailableError, match="kernel build --x86 6.12"):
+        qemukernel.select("6.12")
 
 
 def test_the_stack_holds_the_buffer_and_debians_16_kib():

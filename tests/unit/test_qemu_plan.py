@@ -153,6 +153,10 @@ def test_an_x86_image_goes_to_the_counted_backend_and_a_failed_boot_says_why(tmp
     image.write_bytes(bytes(0x202) + b"HdrS" + bytes(100))  # not executable: a bzImage need not be
     assert kernelsource.parse(str(image)).kind == "image"
     assert KernelChoice.named(str(image)).kernel == "qemu"
+    # a name is UML's kernel, or with counted (regress --ab A B --kernel qemu) the counted backend's x86-64 one
+    assert KernelChoice.named("6.12").kernel == "uml"
+    assert (KernelChoice.named("6.12", True).kernel, KernelChoice.named("6.12", True).uml_kernel) == ("qemu", "6.12")
+    assert KernelChoice.named("debian", True).kernel == "qemu" and KernelChoice.named("uml", True).kernel == "uml"
     assert "not a UML kernel" in backends.UmlBackend.image_error(str(image))
     why = qemu._death("qemu: linux kernel too old to load a ram disk\n", spec(), 1, 0.1, booted=False)
     assert why.splitlines()[0].startswith("the counted guest failed to boot")
