@@ -17,9 +17,10 @@ count back: a window's cost is the instructions between its two markers, exactly
                                              cd <cwd>; COMMAND >/dev/hvc1 2>/dev/hvc2
               <-- ttyS0 (socket) --------- kernel console (shown only on failure)
               <-- hvc1, hvc2 (sockets) --- the command's stdout and stderr, live (ttys: raw)
-              <-> itb.meter (socket) ----- the CPU meter: the guest executes the marker, then asks; the
-                                           host answers with the count the plugin noted there (a page both
-                                           map: <workdir>/counts) and the host's clock
+              === <workdir>/counts ======= the plugin's page, also the guest's ivshmem device: the CPU meter
+                                           executes the marker, where the plugin notes its count and the
+                                           host's clock, then reads them with a load (/dev/itb.counts)
+              <-> itb.meter (socket) ----- the same reading asked of the host, where there is no such device
               <-> itb.channel (socket) --- a job's channel to the host, when asked for (testbed.channel)
               <-- <workdir>/status ------- exit status, then sysrq power-off (QEMU exits)
 
@@ -96,6 +97,10 @@ LINES = (("terminal", "virtconsole"), ("stdout", "virtserialport"), ("stderr", "
 #: Where the guest finds a named line (its init links /dev/itb.NAME to it).
 GUEST_LINE = "/dev/itb.{}"
 METER_LINE = GUEST_LINE.format("meter")
+#: Where the guest finds the plugin's page, QEMU's ivshmem device's memory (its init links the PCI resource here).
+GUEST_COUNTS = "/dev/itb.counts"
+#: The ivshmem device's PCI identity (Red Hat's virtio vendor, ivshmem) and the memory's BAR.
+IVSHMEM = ("0x1af4", "0x1110", "resource2")
 CHANNEL_LINE = GUEST_LINE.format("channel")
 #: The plugin's source, beside this module, and the marker instruction it watches for (qemucount.c says why).
 PLUGIN_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qemucount.c")
@@ -166,6 +171,15 @@ def plan_init_script(spec: QemuSpec, workdir: str) -> str:
     ]
     consoles = [name for name, device in spec.lines() if device == "virtconsole"]
     lines += [f"ln -sf /dev/hvc{n} {GUEST_LINE.format(name)}" for n, name in enumerate(consoles)]
+    if spec.cpu_meter:
+        vendor, device, bar = IVSHMEM
+        lines += [  # the plugin's page, which the meter reads with a load: its memory decoding on, then linked
+            "for d in /sys/bus/pci/devices/*; do",
+            f'  if [ "$(cat "$d/vendor")" = {vendor} ] && [ "$(cat "$d/device")" = {device} ]; then',
+            f'    echo 1 > "$d/enable"; ln -sf "$d/{bar}" {GUEST_COUNTS}',
+            "  fi",
+            "done",
+        ]
     lines += guest.plan_module_lines(spec.kernel.modules_dir, spec.boot_modules, workdir, spec.on_demand_modules)
     ttys = [GUEST_LINE.format(name) for name, device in spec.lines() if device == "virtconsole"]
     lines += [f"stty -F {line} raw -echo -onlcr" for line in ttys if not line.endswith("terminal")]
@@ -201,6 +215,9 @@ def plan_command_line(spec: QemuSpec, workdir: str, name: str, fds: dict[str, in
                    f"id={qemukernel.ROOT_TAG}",
         "-chardev", f"socket,id=console,fd={fds['console']}", "-serial", "chardev:console",
         "-plugin", f"{plugin},counts={workdir}/counts",
+        # the same page in the guest: ivshmem's memory is the file the plugin writes
+        "-object", f"memory-backend-file,id=itbcounts,mem-path={workdir}/counts,size={mmap.PAGESIZE},share=on",
+        "-device", "ivshmem-plain,memdev=itbcounts",
         "-device", "virtio-serial-pci,id=lines",
     ]
     for nr, (line, device) in enumerate(spec.lines()):
@@ -238,8 +255,9 @@ def build_plugin(say: Callable[[str], None] = lambda _message: None) -> str:
     return target
 
 
-#: The plugin's shared page: instructions so far, the count at the last marker, markers so far (u64 each).
-_COUNTS = struct.Struct("=QQQ")
+#: The plugin's shared page: instructions so far, the count at the last marker, markers so far, the host's
+#: monotonic clock at the last marker (u64 each).
+_COUNTS = struct.Struct("=QQQQ")
 
 
 def serve_counts(line: socket.socket, counts_path: str) -> None:
@@ -257,7 +275,7 @@ def serve_counts(line: socket.socket, counts_path: str) -> None:
             buffer += chunk
             while b"\n" in buffer:
                 _, buffer = buffer.split(b"\n", 1)
-                _count, marked, marks = _COUNTS.unpack(page[:_COUNTS.size])
+                _count, marked, marks, _at = _COUNTS.unpack(page[:_COUNTS.size])
                 line.sendall(f"{marked} {marks} {time.monotonic_ns()}\n".encode())
     except OSError:
         return
@@ -269,20 +287,29 @@ class CountingMeter(CpuMeter):
     """Inside a counted guest: the instructions it has executed, noted by the emulator's plugin at a marker.
 
     :meth:`sample` executes the marker instruction (a NOP of its own: ``qemucount.c``), where the plugin notes its
-    count, then asks the host for the noted count over the meter line: exact, at that instruction of the guest,
-    whatever the host's latency, and complete (the kernel, its softirqs, every process).  At ``-icount shift=0`` an
-    instruction is a nanosecond of the guest's clock, so the meter's ``cpu_ns`` are instructions and its clock is
-    the guest's own (the busy share is instructions over the guest's time).  The host's clock comes with each
-    reading (``wall_ns``): what the window cost in wall time.
+    count and the host's clock in its page, then reads the page where QEMU maps it into the guest (an ivshmem
+    device's memory, :data:`GUEST_COUNTS`): exact, at that instruction of the guest, and with no wait on the host
+    in between, so nothing of the host's latency falls into a window (a wait would be idle time over which the
+    guest's clock skips ahead to its next timers, a busier host's wait more of them).  Complete: the kernel, its
+    softirqs, every process.  At ``-icount shift=0`` an instruction is a nanosecond of the guest's clock, so the
+    meter's ``cpu_ns`` are instructions and its clock is the guest's own (the busy share is instructions over
+    the guest's time).  The host's clock at the marker comes with each reading (``wall_ns``): what the window cost
+    in wall time.  Without the device (a kernel with no PCI), the meter asks the host over its line instead.
     """
 
     method = ("instructions the counted guest executed, all of its work, counted by the emulator's plugin and read "
               "at a marker instruction the meter executes")
     clock = INSTRUCTIONS
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, counts: str = GUEST_COUNTS) -> None:
         self.cpus = 1.0  # one vCPU
-        self._line = guest.HostLine(path)
+        self._page = None
+        self._line = None
+        if os.path.exists(counts):
+            with open(counts, "r+b") as f:
+                self._page = mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ)
+        else:
+            self._line = guest.HostLine(path)
         self._marks = None
         # the marker and a return, in a page of its own: a call executes it where the reading is taken
         self._code = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
@@ -295,7 +322,11 @@ class CountingMeter(CpuMeter):
 
     def sample(self) -> CpuSample:
         at = time.monotonic_ns()
-        count, marks, host_ns = self._line.ask(first=self._mark)
+        if self._page is not None:
+            self._mark()
+            _count, count, marks, host_ns = _COUNTS.unpack(self._page[:_COUNTS.size])
+        else:
+            count, marks, host_ns = self._line.ask(first=self._mark)
         if self._marks is not None and marks != self._marks + 1:
             raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
         self._marks = marks
@@ -304,7 +335,10 @@ class CountingMeter(CpuMeter):
         return CpuSample(count, at, (at, at), wall_ns=host_ns)
 
     def close(self) -> None:
-        self._line.close()
+        if self._line is not None:
+            self._line.close()
+        if self._page is not None:
+            self._page.close()
         with contextlib.suppress(BufferError):  # the marker's function still holds the page
             self._code.close()
 

@@ -6,10 +6,10 @@
  *
  *     nopl 0x4942544d(%rax,%rax,1)      0f 1f 84 00 4d 54 42 49      ("MTBI": a NOP no compiler emits)
  *
- * it copies the count into `marked` and bumps `marks`, at that very instruction of the guest's stream.  The
- * guest's CPU meter executes the marker and then asks the host, which reads `marked` from the file both map
- * (its path is the plugin's argument counts=PATH): the reading is where the guest took it, whatever the host's
- * latency (testbed/backends/qemu.py).
+ * it copies the count into `marked`, the host's monotonic clock into `marked_ns`, and bumps `marks`, at that
+ * very instruction of the guest's stream.  The page is a file (its path is the plugin's argument counts=PATH)
+ * that QEMU also maps into the guest as an ivshmem device's memory: the guest's CPU meter executes the marker
+ * and then reads `marked` there with a load, no host round trip in between (testbed/backends/qemu.py).
  *
  * Written against QEMU's plugin interface version 1 (QEMU 7.x, Debian 12's qemu-system-x86), declared here
  * for the few calls it makes: Debian ships no plugin header.  Built by testbed/backends/qemu.py with the
@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -48,6 +49,7 @@ struct counts {
     volatile uint64_t count;   /* instructions executed so far */
     volatile uint64_t marked;  /* `count` at the last marker */
     volatile uint64_t marks;   /* markers executed so far */
+    volatile uint64_t marked_ns; /* the host's CLOCK_MONOTONIC at the last marker */
 };
 
 static struct counts *counts;
@@ -57,7 +59,10 @@ static void at_marker(unsigned int vcpu, void *userdata)
 {
     (void)vcpu;
     (void)userdata;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
     counts->marked = counts->count;
+    counts->marked_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     counts->marks++;
 }
 

@@ -113,8 +113,12 @@ def test_qemu_counts_on_one_fixed_cpu_with_no_kvm_and_the_plugin():
     assert "-nodefaults" in cmd and "-no-reboot" in cmd
     assert "itb.init=/w/init.sh" in cmd[cmd.index("-append") + 1]
     devices = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-device"]
-    assert [d.split(",")[0] for d in devices] == ["virtio-serial-pci"] + ["virtserialport"] * 4
-    assert [d.split("name=")[1] for d in devices[1:]] == ["itb.stdout", "itb.stderr", "itb.meter", "itb.channel"]
+    assert [d.split(",")[0] for d in devices] == ["ivshmem-plain", "virtio-serial-pci"] + ["virtserialport"] * 4
+    assert [d.split("name=")[1] for d in devices[2:]] == ["itb.stdout", "itb.stderr", "itb.meter", "itb.channel"]
+    # the plugin's page is also the guest's ivshmem memory: the same file, shared
+    backing = cmd[cmd.index("-object") + 1]
+    assert backing.startswith("memory-backend-file,") and "mem-path=/w/counts" in backing and "share=on" in backing
+    assert devices[0] == f"ivshmem-plain,memdev={backing.split('id=')[1].split(',')[0]}"
     assert "socket,fd=6,id=meter" in cmd and "socket,id=console,fd=3" in cmd
     assert cmd[:4] == ["setpriv", "--pdeathsig", "KILL", "--"]  # it dies with the process that booted it
 
@@ -126,11 +130,35 @@ def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
     threading.Thread(target=qemu.serve_counts, args=(host, str(page)), daemon=True).start()
     with open(page, "r+b") as f:
         shared = mmap.mmap(f.fileno(), qemu._COUNTS.size)
-        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7)
+        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 0)
     guest.sendall(b"?\n")
     count, marks, host_ns = (int(x) for x in guest.makefile().readline().split())
     assert (count, marks) == (1_000_000, 7) and host_ns > 0  # the marker's count, not the running one
     guest.close()
+
+
+def test_the_meter_reads_the_plugins_page_with_no_host_round_trip(tmp_path):
+    # in the guest the page is the ivshmem device's memory; here the file itself, which no plugin updates
+    page = tmp_path / "counts"
+    page.write_bytes(qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 123_456_789).ljust(mmap.PAGESIZE, b"\0"))
+    meter = qemu.CountingMeter(str(tmp_path / "no-line"), counts=str(page))
+    try:
+        sample = meter.sample()  # the marker is a NOP on the host
+        assert (sample.cpu_ns, sample.wall_ns) == (1_000_000, 123_456_789)
+        page.write_bytes(qemu._COUNTS.pack(2_000_900, 2_000_000, 8, 223_456_789).ljust(mmap.PAGESIZE, b"\0"))
+        assert meter.sample().cpu_ns == 2_000_000
+        # a reading whose marker the plugin did not see (no plugin here) is refused, never taken for a count
+        with pytest.raises(backends.BackendError, match="saw 0 markers"):
+            meter.sample()
+    finally:
+        meter.close()
+
+
+def test_the_guest_links_the_plugins_page_only_where_it_meters():
+    text = qemu.plan_init_script(spec(), "/w")
+    assert f'echo 1 > "$d/enable"; ln -sf "$d/resource2" {qemu.GUEST_COUNTS}' in text
+    assert '= 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ]' in text
+    assert qemu.GUEST_COUNTS not in qemu.plan_init_script(spec(cpu_meter=False), "/w")
 
 
 def test_the_marker_is_a_nop_the_plugin_knows():
