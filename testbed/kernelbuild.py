@@ -74,6 +74,8 @@ DEFAULT_FP_BYTES = 12288
 BUILD_BYTES = 4 << 30
 #: The build tools besides the source package.
 TOOLS = ("bc", "flex", "bison", "gcc", "libc6-dev", "make", "xz-utils", "patch", "git")
+#: What an x86-64 build needs besides: objtool reads ELF (libelf), the certificate tools link OpenSSL.
+X86_TOOLS = ("libelf-dev", "libssl-dev")
 #: build.json's origin for every kernel this module builds (umlkernel reads it).
 ORIGIN = "recipe"
 
@@ -371,7 +373,8 @@ def _check_space() -> None:
 
 def _install(p: Plan) -> None:
     """The source package and the build tools, installed with apt when missing."""
-    wanted = [*TOOLS, *([p.name.package] if p.source_kind == "package" else [])]
+    wanted = [*TOOLS, *(X86_TOOLS if p.variant == X86 else ()),
+              *([p.name.package] if p.source_kind == "package" else [])]
     missing = [pkg for pkg in wanted if package_version(pkg, installed_only=True) is None]
     if not missing:
         return
@@ -538,10 +541,14 @@ def _configure(p: Plan, src: str, say: Say) -> str:
     os.makedirs(objects, exist_ok=True)
     wanted = merged_lines(path for path, _ in p.fragments)
     if p.variant == X86:
-        subprocess.run(["make", "-s", "-C", src, f"O={objects}", f"ARCH={p.arch}", "defconfig"], check=True,
-                       capture_output=True)
-        with open(os.path.join(objects, ".config")) as f:  # its modules off: the recipe builds in what it needs
-            base = [re.sub(r"^(CONFIG_[A-Za-z0-9_]+)=m$", r"# \1 is not set", line.rstrip("\n")) for line in f]
+        # made beside the kept objects, not in them: their .config is the recipe's, which make must not see change
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(objects)) as scratch:
+            subprocess.run(["make", "-s", "-C", src, f"O={scratch}", f"ARCH={p.arch}", "defconfig"], check=True,
+                           capture_output=True)
+            with open(os.path.join(scratch, ".config")) as f:
+                defconfig = f.read().splitlines()
+        # its modules off: the recipe builds in what it needs
+        base = [re.sub(r"^(CONFIG_[A-Za-z0-9_]+)=m$", r"# \1 is not set", line) for line in defconfig]
         say("configuring: x86_64's defconfig without its modules, the testbed's network and IPsec built in, "
             "x86.config for QEMU")
     elif p.variant == "tiny":
