@@ -67,7 +67,9 @@ def _parser(words: list[str]) -> argparse.ArgumentParser | None:
     if job == "bench":
         return None  # a benchmark's parser is its module's; `bench --help` lists them
     subparsers = build_parser()._subparsers._group_actions[0].choices  # argparse keeps them here
-    return subparsers.get(job)
+    parser = subparsers.get(job)
+    verbs = parser._subparsers._group_actions[0].choices if parser is not None and parser._subparsers else {}
+    return verbs.get(words[1], parser) if len(words) > 1 else parser  # `kernel build --x86`: the verb's own
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
