@@ -58,7 +58,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ", 1)[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone, or going: a task being reaped answers ESRCH
         return False
 
 

@@ -180,3 +180,23 @@ def test_a_new_guests_empty_cgroup_is_not_taken_for_a_dead_ones(tmp_path, monkey
     workdir.mkdir()
     (workdir / "owner").write_text(f"{os.getpid()}\n")  # its run, alive
     assert cgroup().live
+
+
+def test_a_process_being_reaped_is_not_alive(monkeypatch):
+    # /proc/PID/stat opened while the task lives and read after it is reaped answers ESRCH: `clean`, killing a
+    # namespace's processes as they exit (an IKE daemon on SIGTERM), took that for an error and stopped
+    import builtins
+
+    from testbed import netns
+    from testbed.backends import umlclean
+
+    real_open = builtins.open
+
+    def reaped(path, *args, **kwargs):
+        if str(path).startswith("/proc/424242/"):
+            raise ProcessLookupError(3, "No such process")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", reaped)
+    assert netns.is_alive(424242) is False and umlclean._alive(424242) is False
+    assert netns.is_alive(os.getpid()) is True
