@@ -2,6 +2,7 @@
 
     sudo ipsec-testbed bench bisect                         # 16 commits, the slow one at 11; then none slow
     sudo ipsec-testbed bench bisect --slow-commit 5 --extra-iterations 3000
+    sudo ipsec-testbed bench bisect --kernel qemu           # built for the counted backend: about +1 %, counted
 
 Makes a git history on Debian's linux-source-6.1 (the recipe's source): a first commit of the whole
 tree, then, on two branches, ``--commits`` commits that each change one file of net/ (a comment: one
@@ -11,7 +12,9 @@ net/ipv4/esp4.c: about 5 % more CPU per packet with the default).  Then runs
 ``ipsec-testbed regress --bisect FIRST LAST --tree HISTORY`` (the detect suite, paired, 12 windows
 per kernel) and prints what it named, in how many steps and minutes, builds included, against the
 targets (the slow commit, at most 5 steps, at most 20 minutes on 2 CPUs).  Then branch ``none``, the
-same commits without the loop, bisected again: it must end "no regression".
+same commits without the loop, bisected again: it must end "no regression".  With ``--kernel qemu`` every commit
+is built for the counted backend (x86-64) and judged in instructions per packet on the counted suite, and the
+loop is short (90 iterations, about 1 % of an ESP packet's instructions).
 
 The history and the bisects' run directories are kept under --out.
 """
@@ -95,11 +98,16 @@ def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[st
     return tree, branches
 
 
-def bisect(tree: str, shas: list[str], out: str, repetitions: int, label: str) -> tuple[int, float, dict]:
+#: Per backend: the suite a bisect judges on, its windows per kernel, the slow commit's loop iterations.
+ON = {"uml": ("detect", 12, 2700), "qemu": ("counted", 8, 90)}
+
+
+def bisect(tree: str, shas: list[str], out: str, repetitions: int, label: str, kernel: str = "uml"
+           ) -> tuple[int, float, dict]:
     run_dir = os.path.join(out, f"bisect-{label}")
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", "detect",
-           "--repetitions", str(repetitions), "--out", run_dir]
+    cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", ON[kernel][0],
+           "--repetitions", str(repetitions), "--out", run_dir, *(["--kernel", kernel] if kernel != "uml" else [])]
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
     rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)
@@ -116,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commits", type=int, default=16, help="commits after the first (default: %(default)s)")
     p.add_argument("--slow-commit", type=int, default=11, metavar="K",
                    help="the commit that makes ESP costlier (default: %(default)s)")
-    p.add_argument("--extra-iterations", type=int, default=2700, metavar="N",
-                   help="the slow commit's loop iterations per ESP packet (default: %(default)s)")
-    p.add_argument("--repetitions", type=int, default=12, metavar="N",
-                   help="windows per kernel of every paired A/B (default: %(default)s)")
+    p.add_argument("--kernel", choices=tuple(ON), default="uml",
+                   help="where the commits run: uml (CPU time, the detect suite) or qemu (built for the counted "
+                   "backend, instructions, the counted suite) (default: %(default)s)")
+    p.add_argument("--extra-iterations", type=int, default=None, metavar="N",
+                   help="the slow commit's loop iterations per ESP packet (default: 2700 in UML, about 5 %% of its CPU "
+                   "time; 90 on qemu, about 1 %% of its instructions)")
+    p.add_argument("--repetitions", type=int, default=None, metavar="N",
+                   help="windows per kernel of every paired A/B (default: 12 in UML, 8 on qemu)")
     p.add_argument("--out", default=None,
                    help="where the histories and the bisects go (default: runs/<date>-bench-bisect)")
     p.add_argument("--only", choices=("slow", "none"), help="run one of the two bisects")
@@ -129,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if not 1 <= args.slow_commit <= args.commits <= len(FILES):
         p.error(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}")
+    _, windows, iterations = ON[args.kernel]
+    args.repetitions = args.repetitions or windows
+    args.extra_iterations = args.extra_iterations or iterations
     out = _common.out_dir(args.out, "bisect")
     os.makedirs(out, exist_ok=True)
     results = {}
@@ -137,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and kind != args.only:
             continue
         shas = branches[kind]
-        rc, seconds, data = bisect(tree, shas, out, args.repetitions, kind)
+        rc, seconds, data = bisect(tree, shas, out, args.repetitions, kind, args.kernel)
         steps = [s for s in data["steps"] if s["kind"] == "step"]
         confirm = next((s for s in data["steps"] if s["kind"] == "confirm"), None)
         builds = sum(s["build_s"] for s in data["steps"])
