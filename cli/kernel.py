@@ -96,7 +96,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"kernel: {xsave.describe(xsave.host_bytes())}", file=sys.stderr)
         args.name = kernelsource.RECIPE
     try:
-        built = kernelbuild.build(args.name, jobs=args.jobs, variant=kernelbuild.X86 if args.x86 else "testbed")
+        built = kernelbuild.build(args.name, jobs=args.jobs, variant=kernelbuild.variant_for(args.x86))
     except (BuildError, KernelNameError) as e:
         print(f"ipsec-testbed kernel build: {e}", file=sys.stderr)
         return 2 if isinstance(e, KernelNameError) else 1

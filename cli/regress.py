@@ -368,7 +368,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
 
     kernels = tuple(args.ab)
     pct = args.inject_slowdown
-    counted = args.kernel == "qemu"  # the names are the counted backend's kernels: Debian's x86-64, or x86 builds
+    counted = kernel_choice(args).counted  # the names are the counted backend's: Debian's x86-64, or x86 builds
     try:
         for kernel in kernels:
             build_named(kernel, counted)
@@ -467,7 +467,7 @@ def build_named(kernel: str, counted: bool = False) -> None:
     from testbed import backends, kernelbuild
 
     if kernel not in backends.names():
-        kernelbuild.ensure(kernel, variant=kernelbuild.X86 if counted else "testbed")
+        kernelbuild.ensure(kernel, variant=kernelbuild.variant_for(counted))
 
 
 def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
@@ -501,11 +501,11 @@ def _regress_bisect(args: argparse.Namespace, prog: str) -> int:
         good_sha = kernelsource.resolve_ref(tree.base, good)
         good_name = tree.with_ref(good_sha).canonical
         cpu = guest_cpu()
-        counted = args.kernel == "qemu"  # each commit built for the counted backend and judged in instructions
+        counted = kernel_choice(args).counted  # each commit built for the counted backend, judged in instructions
 
         def build(commit: str) -> str:
             name = tree.with_ref(commit)
-            kernelbuild.build(name, variant=kernelbuild.X86 if counted else "testbed",
+            kernelbuild.build(name, variant=kernelbuild.variant_for(counted),
                               say=lambda m: say(f"build {commit[:12]}: {m}"))
             return name.canonical
 

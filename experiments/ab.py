@@ -35,13 +35,12 @@ from experiments import runner
 from experiments.engine import turns
 from experiments.job import Job, KernelChoice
 from ipsec.slowdown import filters_for
-from testbed import backends
 
 
 def _on(job: Job, kernel: str, out_dir: str, **spec_changes) -> Job:
     """``job`` (a sweep's) on ``kernel`` (:meth:`KernelChoice.named`) into ``out_dir``, its spec changed: a name
     is the counted backend's kernel when ``job`` runs there (``--kernel qemu``)."""
-    kernel_choice = KernelChoice.named(kernel, job.kernel.kernel == backends.QemuBackend.name,
+    kernel_choice = KernelChoice.named(kernel, job.kernel.counted,
                                        uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules,
                                        speed_probe=job.kernel.speed_probe)
     spec = dataclasses.replace(job.work.spec, **spec_changes)
@@ -111,7 +110,7 @@ def counted(choice: KernelChoice) -> bool:
     """Whether the kernel of ``choice`` runs on a backend whose meter counts instructions: its windows' figures do not
     depend on what else the machine does, so two such sides run at once, each at its own pace, and pair up
     by their order (the n-th window of each)."""
-    return choice.kernel in backends.names() and backends.get(choice.kernel).clock == backends.base.INSTRUCTIONS
+    return choice.counted
 
 
 def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = lambda s: None,

@@ -56,6 +56,12 @@ class KernelChoice:
     def with_(self, **changes: Any) -> KernelChoice:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def counted(self) -> bool:
+        """Whether its backend's meter counts instructions (the counted backend's): its figures do not depend on
+        what else the machine does, and a kernel name means that backend's kernel."""
+        return self.kernel in backends.names() and backends.get(self.kernel).clock == backends.base.INSTRUCTIONS
+
     def options(self) -> backends.Options:
         """The backend options this choice boots a guest with."""
         return backends.Options(kernel=self.uml_kernel, modules=self.uml_modules, mem=self.uml_mem)

@@ -82,9 +82,9 @@ def prepare_kernel(job: Job) -> Job:
                   "project's kernel (--uml-kernel recipe), which has it", file=sys.stderr)
     if not requested:
         return job
-    counted = job.kernel.kernel == backends.QemuBackend.name
+    counted = job.kernel.counted
     try:
-        kernelbuild.ensure(requested, variant=kernelbuild.X86 if counted else "testbed")
+        kernelbuild.ensure(requested, variant=kernelbuild.variant_for(counted))
     except (kernelsource.KernelNameError, kernelbuild.BuildError) as e:
         raise Refused(str(e)) from None
     if wireguard and not counted:

@@ -229,8 +229,7 @@ def plan(name: KernelName, variant: str = "testbed", fp_bytes: int | None = None
         recipe_fragments.append(overlay)
     fragments = tuple((p, kernelsource.file_digest(p)) for p in (*recipe_fragments, *name.configs))
     return Plan(name, variant, fp_bytes, stack_order_for(fp_bytes) if fp_bytes else 0, name.kind, source_id, upstream,
-                patches,
-                fragments, debian)
+                patches, fragments, debian)
 
 
 def _tarball_version(path: str) -> str:
@@ -264,10 +263,11 @@ def builds() -> list[Built]:
     root = kernels_dir()
     found = []
     for d in sorted(os.listdir(root)) if os.path.isdir(root) else ():
-        image, info = os.path.join(root, d, "linux"), os.path.join(root, d, "build.json")
-        if not os.path.exists(image):
-            image = os.path.join(root, d, "bzImage")  # the counted backend's, which is no executable
-        if (os.access(image, os.X_OK) or image.endswith("bzImage")) and os.path.isfile(image) and os.path.isfile(info):
+        linux, bzimage = os.path.join(root, d, "linux"), os.path.join(root, d, "bzImage")
+        # UML's executable, or the counted backend's boot image (no executable)
+        image = linux if os.access(linux, os.X_OK) else bzimage if os.path.isfile(bzimage) else None
+        info = os.path.join(root, d, "build.json")
+        if image and os.path.isfile(info):
             with contextlib.suppress(OSError, ValueError), open(info) as f:
                 found.append(Built(image, json.load(f)))
     return sorted(found, key=lambda b: b.info.get("built", ""), reverse=True)
@@ -352,6 +352,11 @@ def build(name: KernelName | str, *, variant: str = "testbed", fp_bytes: int | N
         raise
     say(f"built {p.directory}/{p.image} in {info['build_s']} s")
     return Built(os.path.join(p.directory, p.image), info)
+
+
+def variant_for(counted: bool) -> str:
+    """The variant a kernel name is built as: the counted backend's (x86-64), or UML's."""
+    return X86 if counted else "testbed"
 
 
 def ensure(text: str, say: Say = _say_stderr, variant: str = "testbed") -> Built | None:

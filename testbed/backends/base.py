@@ -19,7 +19,6 @@ HOST_BACKEND = names.HOST_BACKEND
 in_a_guest = names.in_a_guest
 
 
-
 class BackendError(RuntimeError):
     """A backend could not run a command (its guest did not boot, died, or is missing)."""
 

@@ -29,18 +29,21 @@ def _guests() -> list[tuple[str, int]]:
     found = []
     for piddir in sorted(glob.glob(os.path.join(names.STATE_DIR, "uml", f"{names.PREFIX}-*"))):
         uml_id = os.path.basename(piddir)
-        live = {p for p in _processes_with(f"umid={uml_id}".encode()) if _alive(p)}
-        roots = sorted(p for p in live if _parent(p) not in live)
+        live = {p: parent for p in _processes_with(f"umid={uml_id}".encode())
+                if (parent := _live_parent(p)) is not None}
+        roots = sorted(p for p, parent in live.items() if parent not in live)
         found.append((uml_id, roots[0] if roots else 0))
     return found
 
 
-def _parent(pid: int) -> int:
+def _live_parent(pid: int) -> int | None:
+    """The parent of ``pid`` while it runs (None: gone, going, or a zombie), from one read of its stat."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
+            state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+    except (OSError, ValueError):
+        return None
+    return None if state == "Z" else int(parent)
 
 
 def _processes_with(argument: bytes) -> list[int]:

@@ -8,7 +8,7 @@ import time
 import pytest
 from conftest import CLI, run_cli
 
-from testbed import umlkernel
+from testbed import netns, umlkernel
 
 
 @pytest.mark.parametrize("command,status", [(["false"], 1), (["true"], 0), (["sh", "-c", "exit 7"], 7),
@@ -138,21 +138,13 @@ def test_a_kernel_that_dies_alone_takes_its_guests_processes_with_it(needs_uml, 
         seen = beat.read_text()
         time.sleep(1)
         assert beat.read_text() == seen and seen.strip() == "itb-uml"
-        assert not [pid for pid in pids if os.path.exists(f"/proc/{pid}") and _alive(pid)]
+        assert not [pid for pid in pids if netns.is_alive(pid)]
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         for pid in pids:  # what ran on, when this test fails
-            if _alive(pid):
+            if netns.is_alive(pid):
                 with contextlib.suppress(OSError):
                     os.killpg(os.getpgid(pid), signal.SIGKILL)
 
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie has ended: only its parent's wait is left)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
