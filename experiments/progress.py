@@ -11,13 +11,19 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable
 from typing import TextIO
 
+from testbed import counting
 from testbed.record import Bound, TransactionRecord, as_record
 
 BAR_WIDTH = 24
+
+
+def now() -> float:
+    """The user's clock, in seconds: elapsed times and ETAs are the user's, in a counted guest too (whose own
+    clock skips ahead whenever it idles)."""
+    return counting.user_time()
 
 
 def clock(seconds: float | None) -> str:
@@ -41,7 +47,7 @@ class _Task:
         self.description = description
         self.total = total
         self.completed = 0
-        self.started = time.monotonic()
+        self.started = now()
         self.initial: int | None = None  # what was done before this run (a resumed sweep)
         self.first_done: float | None = None  # when this run's first step finished
         self.done_at_first = 0
@@ -80,7 +86,7 @@ class Progress:
             if task.initial is None:
                 task.initial = completed
             elif task.first_done is None and completed > task.completed:
-                task.first_done, task.done_at_first = time.monotonic(), completed
+                task.first_done, task.done_at_first = now(), completed
             task.completed = completed
         if description is not None:
             task.description = description
@@ -95,7 +101,7 @@ class Progress:
         if not task.total or task.first_done is None:
             return None
         if task.completed > task.done_at_first:
-            pace = (time.monotonic() - task.first_done) / (task.completed - task.done_at_first)
+            pace = (now() - task.first_done) / (task.completed - task.done_at_first)
         else:  # the first step's time, start-up included: an overestimate, soon replaced
             pace = (task.first_done - task.started) / max(1, task.done_at_first - (task.initial or 0))
         return pace * (task.total - task.completed)
@@ -103,7 +109,7 @@ class Progress:
     def line(self, task: _Task, width: int | None = None) -> str:
         total = "?" if task.total is None else str(task.total)
         tail = (f" {bar(task.completed, task.total)} {task.completed}/{total} "
-                f"{clock(time.monotonic() - task.started)} ETA {clock(self.eta(task))}")
+                f"{clock(now() - task.started)} ETA {clock(self.eta(task))}")
         description = task.description
         if width:
             room = max(10, width - len(tail) - 1)

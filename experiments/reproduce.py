@@ -42,7 +42,6 @@ import logging
 import os
 import platform
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -65,7 +64,7 @@ from experiments.job import INCOMPLETE, Job, Part
 from experiments.machine import machine_meta
 from experiments.progress import progress_bar, progress_callback
 from ipsec import ike
-from testbed import backends, rundir
+from testbed import backends, counting, rundir
 from testbed.record import FIELD, PLAIN_PROFILE, Record, TransactionRecord
 from topologies import build_spec
 from topologies.shaping import ShapingSpec
@@ -465,7 +464,7 @@ def measure_parts(job: Job) -> int:
             bar.update(task, completed=counts["planned"],
                        description=f"{name}: {counts['measured']} measured{note}")
     if work.budget_s:
-        decide(parts, out_dir, job.started_unix or time.time(), work.budget_s, command_line)
+        decide(parts, out_dir, job.started_unix or counting.user_time(), work.budget_s, command_line)
     missing = {part.name: len(unmeasured(part.spec, by_point(rundir.load_existing(os.path.join(out_dir, part.name)))))
                for part in parts if not part.transactions}
     missing = {name: n for name, n in missing.items() if n}
@@ -501,7 +500,7 @@ def decide(parts: Sequence[Part], out_dir: str, started_unix: float, budget_s: f
                 say(f"deciding: every claim decided after {rounds} round{'s' if rounds != 1 else ''} "
                     f"({measured} repetitions)")
             break
-        left = budget_s - (time.time() - started_unix)
+        left = budget_s - (counting.user_time() - started_unix)
         plans = {c.id: plan_round_for(c, parts, out_dir) for c in undecided}
         pursued = [c for c in undecided if plans[c.id] and (cost_to_decide(c, plans[c.id], parts) <= left
                                                             or fewest_repetitions(c) < SPREAD_KNOWN)]

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from testbed import counting
 from testbed.errors import Refused
 from testbed.record import Meta, Record, schema_of
 
@@ -67,8 +68,8 @@ class RunDirBusy(Refused):
 
 
 def now_iso() -> str:
-    """The time now, UTC, as meta.json and records write it."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The time now, UTC, as meta.json and records write it: the user's clock, in a counted guest too."""
+    return datetime.datetime.fromtimestamp(counting.user_time(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # -- whole files ----------------------------------------------------------------------------

@@ -34,7 +34,6 @@ import dataclasses
 import gc
 import logging
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from experiments.engine import iperf, probe
@@ -53,7 +52,7 @@ from experiments.engine.plan import (
 )
 from experiments.engine.turns import Turns
 from experiments.machine import machine_meta
-from testbed import backends, netns, rundir
+from testbed import backends, counting, netns, rundir
 from testbed.errors import Refused
 from testbed.record import Record, point_key, usable
 from topologies import build_spec
@@ -110,9 +109,9 @@ class _Budget:
 
     def __init__(self, spec: SweepSpec, started_unix: float | None = None) -> None:
         self.spec = spec
-        self.started = time.monotonic()
+        self.started = counting.user_time()  # the user's clock, in a counted guest too
         # what the command spent before the sweep began (a guest's boot) counts too
-        self.before = max(0.0, time.time() - started_unix) if started_unix is not None else 0.0
+        self.before = max(0.0, self.started - started_unix) if started_unix is not None else 0.0
         self.over = False
 
     def allows(self, records: Sequence[Record], measured: int, rates: Sequence[float],
@@ -122,7 +121,7 @@ class _Budget:
         if needs_minimum(self.spec, records):
             return True
         if not self.over:
-            elapsed = time.monotonic() - self.started
+            elapsed = counting.user_time() - self.started
             each = elapsed / measured if measured else self.spec.duration_s + self.spec.warmup_s
             self.over = not within_budget(self.spec, self.before + elapsed, each,
                                           minimum_left(self.spec, rates, groups))

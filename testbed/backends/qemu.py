@@ -39,7 +39,6 @@ Why these choices (measured; docs/kernel.md, "The counted backend"):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -50,7 +49,6 @@ import re
 import shlex
 import shutil
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -59,7 +57,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
-from testbed import channel, handoff, names, qemukernel
+from testbed import channel, counting, handoff, names, qemukernel
 from testbed.backends import guest
 from testbed.backends.base import (
     INSTRUCTIONS,
@@ -97,14 +95,14 @@ LINES = (("terminal", "virtconsole"), ("stdout", "virtserialport"), ("stderr", "
 #: Where the guest finds a named line (its init links /dev/itb.NAME to it).
 GUEST_LINE = "/dev/itb.{}"
 METER_LINE = GUEST_LINE.format("meter")
-#: Where the guest finds the plugin's page, QEMU's ivshmem device's memory (its init links the PCI resource here).
-GUEST_COUNTS = "/dev/itb.counts"
+GUEST_COUNTS = counting.GUEST_COUNTS
 #: The ivshmem device's PCI identity (Red Hat's virtio vendor, ivshmem) and the memory's BAR.
 IVSHMEM = ("0x1af4", "0x1110", "resource2")
 CHANNEL_LINE = GUEST_LINE.format("channel")
 #: The plugin's source, beside this module, and the marker instruction it watches for (qemucount.c says why).
 PLUGIN_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qemucount.c")
-MARKER = bytes.fromhex("0f1f84004d544249")
+MARKER = counting.MARKER
+_COUNTS = counting.PAGE
 #: The guest's own temporary directory (a tmpfs: iperf3 keeps unlinked files open there, which 9p does not hold).
 GUEST_TMP = "/run/itb-tmp"
 
@@ -255,11 +253,6 @@ def build_plugin(say: Callable[[str], None] = lambda _message: None) -> str:
     return target
 
 
-#: The plugin's shared page: instructions so far, the count at the last marker, markers so far, the host's
-#: monotonic clock at the last marker (u64 each).
-_COUNTS = struct.Struct("=QQQQ")
-
-
 def serve_counts(line: socket.socket, counts_path: str) -> None:
     """The host's end of the counted meter: each line the guest sends is answered at once with ``<instructions
     at its last marker> <markers so far> <host monotonic ns>``, read from the plugin's page.  Ends when the
@@ -275,7 +268,7 @@ def serve_counts(line: socket.socket, counts_path: str) -> None:
             buffer += chunk
             while b"\n" in buffer:
                 _, buffer = buffer.split(b"\n", 1)
-                _count, marked, marks, _at = _COUNTS.unpack(page[:_COUNTS.size])
+                _count, marked, marks, _at, _unix = _COUNTS.unpack(page[:_COUNTS.size])
                 line.sendall(f"{marked} {marks} {time.monotonic_ns()}\n".encode())
     except OSError:
         return
@@ -286,15 +279,15 @@ def serve_counts(line: socket.socket, counts_path: str) -> None:
 class CountingMeter(CpuMeter):
     """Inside a counted guest: the instructions it has executed, noted by the emulator's plugin at a marker.
 
-    :meth:`sample` executes the marker instruction (a NOP of its own: ``qemucount.c``), where the plugin notes its
-    count and the host's clock in its page, then reads the page where QEMU maps it into the guest (an ivshmem
-    device's memory, :data:`GUEST_COUNTS`): exact, at that instruction of the guest, and with no wait on the host
-    in between, so nothing of the host's latency falls into a window (a wait would be idle time over which the
-    guest's clock skips ahead to its next timers, a busier host's wait more of them).  Complete: the kernel, its
-    softirqs, every process.  At ``-icount shift=0`` an instruction is a nanosecond of the guest's clock, so the
-    meter's ``cpu_ns`` are instructions and its clock is the guest's own (the busy share is instructions over
-    the guest's time).  The host's clock at the marker comes with each reading (``wall_ns``): what the window cost
-    in wall time.  Without the device (a kernel with no PCI), the meter asks the host over its line instead.
+    :meth:`sample` executes the marker instruction, where the plugin notes its count and the host's clock in its
+    page, then reads the page where QEMU maps it into the guest (:class:`_Marking`): exact, at that instruction
+    of the guest, and with no wait on the host in between, so nothing of the host's latency falls into a window
+    (a wait would be idle time over which the guest's clock skips ahead to its next timers, a busier host's
+    wait more of them).  Complete: the kernel, its softirqs, every process.  At ``-icount shift=0`` an
+    instruction is a nanosecond of the guest's clock, so the meter's ``cpu_ns`` are instructions and its clock
+    is the guest's own (the busy share is instructions over the guest's time).  The host's clock at the marker
+    comes with each reading (``wall_ns``): what the window cost in wall time.  Without the device (a kernel with
+    no PCI), the meter asks the host over its line instead.
     """
 
     method = ("instructions the counted guest executed, all of its work, counted by the emulator's plugin and read "
@@ -303,18 +296,9 @@ class CountingMeter(CpuMeter):
 
     def __init__(self, path: str, counts: str = GUEST_COUNTS) -> None:
         self.cpus = 1.0  # one vCPU
-        self._page = None
-        self._line = None
-        if os.path.exists(counts):
-            with open(counts, "r+b") as f:
-                self._page = mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ)
-        else:
-            self._line = guest.HostLine(path)
+        self._marking = counting.marking(counts)
+        self._line = None if self._marking is not None else guest.HostLine(path)
         self._marks = None
-        # the marker and a return, in a page of its own: a call executes it where the reading is taken
-        self._code = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-        self._code.write(MARKER + b"\xc3")
-        self._mark = ctypes.CFUNCTYPE(None)(ctypes.addressof(ctypes.c_char.from_buffer(self._code)))
 
     def read(self) -> tuple[int, int]:
         sample = self.sample()
@@ -322,14 +306,15 @@ class CountingMeter(CpuMeter):
 
     def sample(self) -> CpuSample:
         at = time.monotonic_ns()
-        if self._page is not None:
-            self._mark()
-            _count, count, marks, host_ns = _COUNTS.unpack(self._page[:_COUNTS.size])
+        if self._marking is not None:
+            count, others, host_ns, _unix_ns = self._marking.mark()
+            if others:
+                raise BackendError(f"the emulator's counting plugin saw {others + 1} markers for one reading")
         else:
-            count, marks, host_ns = self._line.ask(first=self._mark)
-        if self._marks is not None and marks != self._marks + 1:
-            raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
-        self._marks = marks
+            count, marks, host_ns = self._line.ask(first=counting.marker)
+            if self._marks is not None and marks != self._marks + 1:
+                raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
+            self._marks = marks
         # the count is the marker's; the clock's reading just before it stands for when (the guest's clock counts
         # the same instructions)
         return CpuSample(count, at, (at, at), wall_ns=host_ns)
@@ -337,10 +322,6 @@ class CountingMeter(CpuMeter):
     def close(self) -> None:
         if self._line is not None:
             self._line.close()
-        if self._page is not None:
-            self._page.close()
-        with contextlib.suppress(BufferError):  # the marker's function still holds the page
-            self._code.close()
 
 
 def qemu_version() -> str | None:

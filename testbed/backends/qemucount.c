@@ -6,8 +6,12 @@
  *
  *     nopl 0x4942544d(%rax,%rax,1)      0f 1f 84 00 4d 54 42 49      ("MTBI": a NOP no compiler emits)
  *
- * it copies the count into `marked`, the host's monotonic clock into `marked_ns`, and bumps `marks`, at that
- * very instruction of the guest's stream.  The page is a file (its path is the plugin's argument counts=PATH)
+ * it copies the count into `marked`, the host's monotonic clock into `marked_ns` and its real-time clock into
+ * `marked_unix_ns`, and bumps `marks`, at that very instruction of the guest's stream.  At the clock marker
+ *
+ *     nopl 0x49425443(%rax,%rax,1)      0f 1f 84 00 43 54 42 49      ("CTBI")
+ *
+ * it notes the host's two clocks only: how a guest, whose own clock counts instructions, reads the user's.  The page is a file (its path is the plugin's argument counts=PATH)
  * that QEMU also maps into the guest as an ivshmem device's memory: the guest's CPU meter executes the marker
  * and then reads `marked` there with a load, no host round trip in between (testbed/backends/qemu.py).
  *
@@ -50,20 +54,36 @@ struct counts {
     volatile uint64_t marked;  /* `count` at the last marker */
     volatile uint64_t marks;   /* markers executed so far */
     volatile uint64_t marked_ns; /* the host's CLOCK_MONOTONIC at the last marker */
+    volatile uint64_t marked_unix_ns; /* the host's CLOCK_REALTIME at the last marker */
 };
 
 static struct counts *counts;
 static const unsigned char MARKER[8] = {0x0f, 0x1f, 0x84, 0x00, 'M', 'T', 'B', 'I'};
+static const unsigned char CLOCK_MARKER[8] = {0x0f, 0x1f, 0x84, 0x00, 'C', 'T', 'B', 'I'};
+
+static void note_clocks(void)
+{
+    struct timespec now, unix_now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    clock_gettime(CLOCK_REALTIME, &unix_now);
+    counts->marked_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    counts->marked_unix_ns = (uint64_t)unix_now.tv_sec * 1000000000u + (uint64_t)unix_now.tv_nsec;
+}
 
 static void at_marker(unsigned int vcpu, void *userdata)
 {
     (void)vcpu;
     (void)userdata;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
     counts->marked = counts->count;
-    counts->marked_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    note_clocks();
     counts->marks++;
+}
+
+static void at_clock_marker(unsigned int vcpu, void *userdata)
+{
+    (void)vcpu;
+    (void)userdata;
+    note_clocks();
 }
 
 static void translated(plugin_id id, struct qemu_plugin_tb *tb)
@@ -73,9 +93,13 @@ static void translated(plugin_id id, struct qemu_plugin_tb *tb)
     for (size_t i = 0; i < n; i++) {
         struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
         qemu_plugin_register_vcpu_insn_exec_inline(insn, INLINE_ADD_U64, (void *)&counts->count, 1);
-        if (qemu_plugin_insn_size(insn) == sizeof MARKER &&
-            memcmp(qemu_plugin_insn_data(insn), MARKER, sizeof MARKER) == 0) {
+        if (qemu_plugin_insn_size(insn) != sizeof MARKER) {
+            continue;
+        }
+        if (memcmp(qemu_plugin_insn_data(insn), MARKER, sizeof MARKER) == 0) {
             qemu_plugin_register_vcpu_insn_exec_cb(insn, at_marker, CB_NO_REGS, NULL);
+        } else if (memcmp(qemu_plugin_insn_data(insn), CLOCK_MARKER, sizeof CLOCK_MARKER) == 0) {
+            qemu_plugin_register_vcpu_insn_exec_cb(insn, at_clock_marker, CB_NO_REGS, NULL);
         }
     }
 }

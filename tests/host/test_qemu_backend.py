@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import CLI, REPO, run_cli
@@ -87,6 +88,26 @@ def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy
     assert len(quiet) == len(busy) == 3 and min(quiet) > 50_000_000
     for q, b in zip(quiet, busy, strict=True):
         assert abs(q - b) / q < 0.001, (quiet, busy)
+
+
+USER_CLOCK = """
+import time
+from testbed import counting
+user, guest = counting.user_time(), time.time()
+time.sleep(120)  # idle: the guest's clock skips two minutes ahead in a moment of the host's
+print(user, counting.user_time() - user, time.time() - guest)
+"""
+
+
+def test_a_guest_reads_the_users_clock_not_its_own_which_skips_ahead_when_it_idles(needs_qemu):
+    before = time.time()
+    out = run_cli("uml", "--kernel", "qemu", "--", sys.executable, "-P", "-c", USER_CLOCK, cwd=REPO, timeout=300)
+    after = time.time()
+    assert out.returncode == 0, out.stderr
+    user, user_slept, guest_slept = (float(x) for x in out.stdout.split())
+    assert guest_slept >= 120 and after - before < 110, (out.stdout, after - before)
+    # the host's time, where a budget, a progress line and a run's dates read it: not the guest's two minutes
+    assert before <= user <= after and 0 <= user_slept <= after - before, (out.stdout, before, after)
 
 
 def test_a_sweeps_records_carry_instructions_not_cpu_seconds(needs_qemu, tmp_path):

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from testbed import backends, qemukernel
+from testbed import backends, counting, qemukernel
 from testbed.backends import guest, qemu
 
 KERNEL = qemukernel.QemuKernel("/k/vmlinuz", "debian", "test", modules_dir="/k/lib/modules/6.1.0-1-amd64",
@@ -130,7 +130,7 @@ def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
     threading.Thread(target=qemu.serve_counts, args=(host, str(page)), daemon=True).start()
     with open(page, "r+b") as f:
         shared = mmap.mmap(f.fileno(), qemu._COUNTS.size)
-        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 0)
+        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 0, 0)
     guest.sendall(b"?\n")
     count, marks, host_ns = (int(x) for x in guest.makefile().readline().split())
     assert (count, marks) == (1_000_000, 7) and host_ns > 0  # the marker's count, not the running one
@@ -140,18 +140,30 @@ def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
 def test_the_meter_reads_the_plugins_page_with_no_host_round_trip(tmp_path):
     # in the guest the page is the ivshmem device's memory; here the file itself, which no plugin updates
     page = tmp_path / "counts"
-    page.write_bytes(qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 123_456_789).ljust(mmap.PAGESIZE, b"\0"))
+    page.write_bytes(qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 123_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
     meter = qemu.CountingMeter(str(tmp_path / "no-line"), counts=str(page))
     try:
         sample = meter.sample()  # the marker is a NOP on the host
         assert (sample.cpu_ns, sample.wall_ns) == (1_000_000, 123_456_789)
-        page.write_bytes(qemu._COUNTS.pack(2_000_900, 2_000_000, 8, 223_456_789).ljust(mmap.PAGESIZE, b"\0"))
+        page.write_bytes(qemu._COUNTS.pack(2_000_900, 2_000_000, 8, 223_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
         assert meter.sample().cpu_ns == 2_000_000
         # a reading whose marker the plugin did not see (no plugin here) is refused, never taken for a count
         with pytest.raises(backends.BackendError, match="saw 0 markers"):
             meter.sample()
     finally:
         meter.close()
+
+
+def test_a_guests_clock_is_the_hosts_time_the_plugin_noted_at_the_clock_marker(tmp_path):
+    page = tmp_path / "counts"
+    page.write_bytes(counting.PAGE.pack(1_000_500, 1_000_000, 7, 123, 1_800_000_000_250_000_000)
+                     .ljust(mmap.PAGESIZE, b"\0"))
+    marking = counting.Marking(str(page))
+    assert marking.clock() == 1_800_000_000_250_000_000  # the clock marker is a NOP on the host
+    # a clock reading notes no count: the meter's next reading sees no marker of another's in between
+    assert marking.mark()[:2] == (1_000_000, 0)
+    assert counting.MARKER != counting.CLOCK_MARKER and len(counting.MARKER) == len(counting.CLOCK_MARKER)
+    assert counting.marking(str(tmp_path / "none")) is None  # no page (the host): the kernel's own clock
 
 
 def test_the_guest_links_the_plugins_page_only_where_it_meters():
