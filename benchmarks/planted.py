@@ -1,0 +1,138 @@
+"""A change planted in the kernel's own source, measured by both backends: instructions (counted) and CPU time (UML).
+
+    sudo ipsec-testbed bench planted                            # 450 iterations in esp_input: about +5 % counted
+    sudo ipsec-testbed bench planted --iterations 90 --only qemu
+
+One patch on Debian's linux-source-6.1 (the recipe's source) adds ``--iterations`` iterations of a small loop to
+every ESP packet's way in (``esp_input`` in net/ipv4/esp4.c, the receive path; the bisect's proof plants its loop
+on the way out).  The same change is then measured where each backend can see it, each kernel against the same
+source without the patch, both up at once and paired window by window (``regress --ab``):
+
+- counted (``--kernel qemu``): the recipe's x86-64 build (``6.1`` against ``6.1+patch:FILE``), the counted suite,
+  judged on instructions per packet;
+- UML: the recipe's UML build (``recipe`` against ``recipe+patch:FILE``), the same counted suite's point (paced
+  UDP, so both backends carry the same packets) judged on CPU time per packet, then the detect suite (unshaped
+  TCP, UML's own gate).
+
+It prints each B/A with its interval, whether each flagged the change, whether the directions agree and the
+sizes' ratio.  The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2
+CPUs; `ipsec-testbed kernel list` shows them) and kept.  Each comparison's run directory and verdicts are kept
+under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+
+from benchmarks import _common
+from benchmarks.bisect import slow_loop
+from testbed import kernelbuild
+
+ESP = "net/ipv4/esp4.c"
+#: Where the loop goes: the first statement of esp_input() after its declarations.
+ANCHOR = "static int esp_input(struct xfrm_state *x, struct sk_buff *skb)\n{\n"
+#: The comparisons: (label, --kernel, kernel A, suite).
+COMPARISONS = (("qemu", "qemu", "6.1", "counted"), ("uml", "uml", "recipe", "counted"),
+               ("uml-detect", "uml", "recipe", "detect"))
+#: What each judges the change on (the regress verdicts' metric): CPU time per packet, counted as instructions.
+COSTS = ("cpu_us_per_packet", "instructions_per_packet")
+
+
+def make_patch(out: str, iterations: int) -> str:
+    """A ``patch -p1`` file adding the loop to esp_input() of the recipe's source; returns its path."""
+    tarball = "/usr/src/linux-source-6.1.tar.xz"
+    if not os.path.exists(tarball):
+        kernelbuild.build("recipe")  # installs linux-source-6.1 (and builds the recipe's kernel)
+    with tarfile.open(tarball) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/" + ESP))
+        text = tar.extractfile(member).read().decode()
+    start = text.find(ANCHOR)
+    if start < 0:
+        raise SystemExit(f"planted: cannot find esp_input() in {ESP}")
+    body = start + len(ANCHOR)
+    declarations = body
+    lines = text[body:].split("\n")
+    for line in lines:  # the declarations: tab-indented lines ending in ';' up to the first blank line
+        if not (line.startswith("\t") and line.endswith(";")):
+            break
+        declarations += len(line) + 1
+    loop = slow_loop(iterations).replace("way out", "way in")
+    changed = text[:declarations] + loop + text[declarations:]
+    diff = difflib.unified_diff(text.splitlines(keepends=True), changed.splitlines(keepends=True),
+                                fromfile=f"a/{ESP}", tofile=f"b/{ESP}")
+    path = os.path.join(out, f"esp-input-loop-{iterations}.patch")
+    with open(path, "w") as f:
+        f.writelines(diff)
+    return path
+
+
+def compare(out: str, label: str, kernel: str, base: str, suite: str, patch: str) -> dict:
+    json_path = os.path.join(out, f"{label}.json")
+    cmd = [*_common.front_door(), "regress", "--ab", base, f"{base}+patch:{patch}", "--suite", suite,
+           "--kernel", kernel, "--out", os.path.join(out, label), "--json", json_path]
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - t0
+    if not os.path.exists(json_path):
+        return {"label": label, "rc": rc, "seconds": seconds, "verdicts": []}
+    with open(json_path) as f:
+        data = json.load(f)
+    return {"label": label, "rc": rc, "seconds": seconds, "verdicts": data["verdicts"]}
+
+
+def cost_verdict(result: dict) -> dict | None:
+    return next((v for v in result["verdicts"] if v["metric"] in COSTS), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iterations", type=int, default=450, metavar="N",
+                   help="loop iterations per ESP packet received (default: %(default)s, about +5 %% of the counted "
+                   "suite's instructions per packet)")
+    p.add_argument("--only", choices=[c[0] for c in COMPARISONS], action="append",
+                   help="run only this comparison (again for more; default: all three)")
+    p.add_argument("--out", default=None, help="where the patch and the comparisons go "
+                   "(default: runs/<date>-bench-planted)")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("planted: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
+        return 1
+    out = _common.out_dir(args.out, "planted")
+    os.makedirs(out, exist_ok=True)
+    patch = make_patch(out, args.iterations)
+    print(f"patch: {patch} ({args.iterations} iterations in esp_input)", flush=True)
+    results = [compare(out, label, kernel, base, suite, patch)
+               for label, kernel, base, suite in COMPARISONS if not args.only or label in args.only]
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump({"iterations": args.iterations, "patch": patch, "results": results}, f, indent=1)
+    print(f"\n+{args.iterations} loop iterations per ESP packet received, B/A of the cost per packet "
+          "(instructions counted; CPU time in UML), paired:")
+    ratios = {}
+    for r in results:
+        v = cost_verdict(r)
+        if v is None:
+            print(f"  {r['label']:11s} no verdict (regress exit {r['rc']}, {r['seconds']:.0f} s)")
+            continue
+        ratios[r["label"]] = v["ratio"]
+        print(f"  {r['label']:11s} {v['ratio']:.4f} ({v['low']:.4f}..{v['high']:.4f}) "
+              f"{'flagged' if v['regressed'] else 'NOT flagged'}; {r['seconds']:.0f} s with builds")
+    if "qemu" in ratios and len(ratios) > 1:
+        counted = ratios["qemu"] - 1
+        for label, ratio in ratios.items():
+            if label != "qemu":
+                same = (ratio - 1) * counted > 0
+                print(f"  {label} against counted: {'same' if same else 'OPPOSITE'} direction, size "
+                      f"{(ratio - 1) / counted:.2f} x the counted one's" if counted else "")
+    return 0 if results and all(cost_verdict(r) and cost_verdict(r)["regressed"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
