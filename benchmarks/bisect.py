@@ -107,7 +107,7 @@ def bisect(tree: str, shas: list[str], out: str, repetitions: int, label: str, k
     run_dir = os.path.join(out, f"bisect-{label}")
     shutil.rmtree(run_dir, ignore_errors=True)
     cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", ON[kernel][0],
-           "--repetitions", str(repetitions), "--out", run_dir, *(["--kernel", kernel] if kernel != "uml" else [])]
+           "--repetitions", str(repetitions), "--out", run_dir, "--kernel", kernel]
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
     rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)

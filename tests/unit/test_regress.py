@@ -241,3 +241,34 @@ def test_instructions_and_cpu_time_never_share_a_comparison():
     with pytest.raises(regress.RegressError, match="different clocks"):
         regress.compare(regress.make_baseline(with_cpu, META), counted([59_000, 59_010]),
                         metrics=(FIELD.cpu_us_per_packet,))
+
+
+@pytest.mark.parametrize(("words", "counted"), [
+    (["--ab", "debian", "6.1"], True),  # two kernels paired, nothing else said: counted
+    (["--bisect", "v6.7", "v6.8", "--tree", "/src/linux"], True),
+    (["--inject-slowdown", "1"], True),
+    (["--ab", "debian", "6.1", "--suite", "counted"], True),
+    (["--ab", "debian", "6.1", "--suite", "detect"], False),  # a timed suite asked for: UML's
+    (["--ab", "uml", "uml"], False),  # a backend named: that backend
+    (["--ab", "debian", "6.1", "--kernel", "uml"], False),
+    (["--suite", "smoke", "--baseline", "b.json"], False),  # a baseline keeps the backend it was made on
+])
+def test_the_paired_comparisons_count_by_default_where_qemu_runs(words, counted, monkeypatch):
+    from cli import regress as regress_cli
+    from cli.main import build_parser
+    from testbed import backends
+
+    monkeypatch.setattr(backends.QemuBackend, "unavailable", lambda self: None)
+    args = build_parser().parse_args(["regress", *words])
+    assert regress_cli.counted_by_default(args) is counted
+
+
+def test_without_qemu_the_paired_comparisons_are_timed_and_say_why(monkeypatch, capsys):
+    from cli import regress as regress_cli
+    from cli.main import build_parser
+    from testbed import backends
+
+    monkeypatch.setattr(backends.QemuBackend, "unavailable", lambda self: "qemu-system-x86_64 is not installed")
+    args = build_parser().parse_args(["regress", "--ab", "debian", "6.1"])
+    assert not regress_cli.counted_by_default(args)
+    assert "qemu-system-x86_64 is not installed" in capsys.readouterr().err
