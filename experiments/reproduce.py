@@ -699,7 +699,8 @@ def dry_run(parts: Sequence[Part], out_dir: str, scale: str | float | None = Non
               f"{part.points()} points, ~{seconds / 60:.1f} min")
     sys.stdout.flush()
     print(f"{len(parts)} part{'s' if len(parts) != 1 else ''} into {out_dir}; estimated {total / 60:.1f} min "
-          "plus a UML boot if the host kernel has no ESP", file=sys.stderr)
+          "plus a guest's boot where the work runs in one (the host kernel has no ESP, or --kernel asks for "
+          "one); on the counted backend (--kernel qemu) a busy window takes several times its length", file=sys.stderr)
     if budget_s:
         print(f"then more repetitions for claims left undecided, until {budget_s / 60:g} min from the start "
               "(--budget)", file=sys.stderr)

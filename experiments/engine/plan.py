@@ -252,42 +252,6 @@ class SweepSpec:
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
-    def to_argv(self) -> list[str]:
-        """The options of ``ipsec-testbed sweep`` that measure this spec, every one given (a guest, a
-        suite of the regression gate and a seed's part are run by the same command)."""
-        def join(values) -> str:
-            return ",".join(_number(v) for v in values)
-
-        if self.size_mode not in ("mss", "write"):
-            raise ValueError(f"size_mode {self.size_mode!r} has no option of the sweep's command line")
-        ipsec = [p for p in self.profiles if p != "none"] if self.plain else list(self.profiles)
-        argv = ["--topology", self.topology, "--profiles", ",".join(ipsec or ["none"]), "--mode", self.mode,
-                "--ip", join(self.ip_versions), "--transport", ",".join(self.transports),
-                "--rates", join(self.rates_mbit), "--sizes", join(self.sizes), "--size-mode", self.size_mode,
-                "--clients", str(self.clients), "--repetitions", str(self.repetitions),
-                "--precision", _number(self.precision_pct),
-                "--cpu-precision", _number(self.cpu_precision_pct), "--duration", _number(self.duration_s),
-                "--warmup", _number(self.warmup_s), "--udp-bitrate", self.udp_bitrate, "--pmtu", self.pmtu,
-                "--mtu", str(self.mtu), "--budget", _number(self.budget_s or 0)]
-        if self.max_repetitions is not None:  # without: exactly --repetitions, whatever a later one says
-            argv += ["--max-repetitions", str(self.max_repetitions)]
-        if self.socket_buffer is not None:
-            argv += ["--socket-buffer", str(self.socket_buffer)]
-        if self.arms:
-            argv += ["--arms", join(self.arms)]
-        if not self.plain:
-            argv.append("--no-plain")
-        if not self.latency_probe:
-            argv.append("--no-latency-probe")
-        else:
-            if self.probe_per_s != DEFAULT_PROBE_PER_S:
-                argv += ["--probe-rate", _number(self.probe_per_s)]
-            if self.probe_tool != PROBE_TOOLS[0]:
-                argv += ["--probe-tool", self.probe_tool]
-        if self.keying is not Keying.STATIC:
-            argv += ["--keying", self.keying]
-        return argv
-
     @classmethod
     def from_json(cls, data: dict) -> SweepSpec:
         """The spec :meth:`to_json` wrote (JSON turned its tuples into lists).
@@ -337,11 +301,6 @@ class Point:
     def fields(self) -> dict:
         """The point's fields as a record's JSON has them (``arm`` only when it has one)."""
         return {f: getattr(self, f) for f in KEY_FIELDS if f != FIELD.arm or self.arm}
-
-
-def _number(value: float) -> str:
-    """A number as an option takes it, exactly (``repr`` of a float, an int as it is)."""
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 def plan_round(spec: SweepSpec, rate_mbit: float, repetition: int,

@@ -102,8 +102,7 @@ def test_a_sweep_keyed_by_ike_refuses_a_profile_ike_cannot_negotiate_and_keeps_i
     with pytest.raises(ValueError, match="keying must be one of static, ike"):
         SweepSpec(keying="pluto")
     spec = SweepSpec(keying="ike")
-    assert spec.to_argv()[-2:] == ["--keying", "ike"] and "--keying" not in SweepSpec().to_argv()
-    assert SweepSpec.from_json(spec.to_json()) == spec
+    assert SweepSpec.from_json(spec.to_json()) == spec and SweepSpec().keying == "static"
 
 
 def test_a_run_directory_keyed_one_way_is_not_resumed_keyed_the_other(tmp_path):
@@ -137,7 +136,7 @@ def test_each_keying_says_whether_and_how_it_is_negotiated():
     with pytest.raises(ValueError, match="keying must be one of ike, ike-rsa, not 'static'"):
         ike.auth_of("static")
     spec = SweepSpec(keying="ike-rsa")
-    assert spec.to_argv()[-2:] == ["--keying", "ike-rsa"] and SweepSpec.from_json(spec.to_json()) == spec
+    assert SweepSpec.from_json(spec.to_json()) == spec
     with pytest.raises(ValueError, match="with --keying ike-rsa: profile 3des-cbc-sha1\\+ah-md5"):
         SweepSpec(profiles=("3des-cbc-sha1+ah-md5",), keying="ike-rsa")
 
