@@ -67,7 +67,7 @@ LINE = re.compile(r"\]\s+([\d.]+)-\s*([\d.]+)\s+sec\s+[\d.]+ \w?Bytes\s+([\d.]+)
 SCALE = {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}
 
 
-def transfer(net, keying: ike.Keying, kind: str, seconds: float, at: float) -> Run:
+def transfer(net, keying: ike.Daemons, kind: str, seconds: float, at: float) -> Run:
     gw1, h1, h2 = net.ns("gw1"), net.ns("h1"), net.ns("h2")
     # The data goes h1 -> h2 from a server in h1 to a client in h2 (-R), whose 0.1 s intervals
     # are then what the receiver got (a sender's follow its socket buffer's bursts).  The rekey
@@ -110,7 +110,7 @@ def transfer(net, keying: ike.Keying, kind: str, seconds: float, at: float) -> R
         return run
 
 
-def rekey(keying: ike.Keying, kind: str, run: Run, zero: float, gw1: str) -> None:
+def rekey(keying: ike.Daemons, kind: str, run: Run, zero: float, gw1: str) -> None:
     """In a timer's thread: ask for the rekey, then watch for the new SAs; a failure is kept in ``run.error``."""
     try:
         tunnel = keying.initiators[0]

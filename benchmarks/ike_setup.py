@@ -74,7 +74,7 @@ def measure(clients: int, profile: str, first_packets: int) -> Row:
     row = Row(clients)
     with Network(spec) as net:
         tunnels = ike.tunnels_for(net.associations(profile, "tunnel", 4))
-        keying = ike.Keying(net.run_id)
+        keying = ike.Daemons(net.run_id)
         try:
             t0 = time.monotonic()
             keying.start(tunnels)

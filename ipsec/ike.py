@@ -13,14 +13,14 @@ of its own, in which the daemon's directory is bound over ``/run``.  Nothing is 
 - :func:`child_proposals` -- the ESP or AH proposal of a CHILD_SA that negotiates a profile, or
   :class:`Unsupported` saying why IKEv2 cannot (pure).
 - :func:`strongswan_conf`, :func:`swanctl_conf` -- a daemon's files (pure).
-- :class:`Keying` -- the daemons of one network: one per namespace that ends an association,
-  their tunnels brought up (:meth:`Keying.up`) and down, every file and credential in one
+- :class:`Daemons` -- the daemons of one network: one per namespace that ends an association,
+  their tunnels brought up (:meth:`Daemons.up`) and down, every file and credential in one
   owner-only directory (:func:`base_dir`) removed at the end.
 
 Two ways to authenticate, as ``--keying`` names them: ``ike``, a pre-shared key per association,
 and ``ike-rsa``, RSA signatures as seed 000's tunnel (``authby=rsasig``): an RSA key pair per
 daemon (3072 bits), each peer given the other's public key, no certificate.  Either is made from
-the system's secure random source for each :meth:`Keying.up`; it lives only in that owner-only
+the system's secure random source for each :meth:`Daemons.up`; it lives only in that owner-only
 directory and is never logged.
 """
 from __future__ import annotations
@@ -447,7 +447,7 @@ def make_rsa_keys(daemons: Sequence[Daemon]) -> None:
                 _write_private(os.path.join(d.dir, "swanctl", "pubkey", f"{ns}.pem"), public[ns].decode())
 
 
-class Keying:
+class Daemons:
     """The IKE daemons of one network's associations: :meth:`up` brings every tunnel up (side
     ``a`` initiates), :meth:`down` stops the daemons and removes their directory."""
 

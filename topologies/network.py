@@ -254,7 +254,7 @@ class Network:
         self.mininet: Mininet | None = None
         self._ipsec: list = []
         self._ipsec_families: set[int] = set()
-        self._ike: ike.Keying | None = None  # keying by IKE (apply_ipsec(keying="ike"|"ike-rsa"))
+        self._ike: ike.Daemons | None = None  # keying by IKE (apply_ipsec(keying="ike"|"ike-rsa"))
         self._ike_up = False
         self._wireguard: list[wireguard.DevicePlan] = []  # the WireGuard devices up now
         self._esp_slowdown = 0  # extra instructions per ESP packet now (ipsec.slowdown)
@@ -443,7 +443,7 @@ class Network:
         if keying.negotiated:
             specs = [spec for family in families for spec in self.associations(profile, mode, family)]
             if self._ike is None or self._ike.auth != ike.auth_of(keying):
-                self._ike = ike.Keying(self.run_id, ike.auth_of(keying))
+                self._ike = ike.Daemons(self.run_id, ike.auth_of(keying))
             with critical():
                 self._ipsec_families = set(families)
                 self._ike_up = True  # from here on, remove_ipsec() stops whatever up() started
@@ -487,7 +487,7 @@ class Network:
         return tuple(self._wireguard)
 
     @property
-    def ike_keying(self) -> ike.Keying | None:
+    def ike_keying(self) -> ike.Daemons | None:
         """The IKE daemons keying the network now (None: static keying, or IPsec off)."""
         return self._ike if self._ike_up else None
 

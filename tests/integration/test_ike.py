@@ -140,7 +140,7 @@ def test_ike_negotiates_the_profile_and_only_ipsec_crosses_the_untrusted_link(ne
 
 def failure_of(net, tunnels) -> str:
     """Why ``tunnels`` did not come up, as :class:`ike.IkeError` says it: one line, checked here."""
-    keying = ike.Keying(net.run_id)
+    keying = ike.Daemons(net.run_id)
     try:
         with pytest.raises(ike.IkeError) as failed:
             keying.bring_up(tunnels)
@@ -243,7 +243,7 @@ def test_a_daemon_that_does_not_start_fails_in_one_line_with_its_own_words(netwo
     monkeypatch.setattr(ike, "strongswan_conf",
                         lambda state_dir, crowd=1: real(state_dir, crowd).replace(f"unix://{state_dir}/charon.vici",
                                                                   f"unix://{state_dir}/missing/charon.vici"))
-    keying = ike.Keying(net.run_id)
+    keying = ike.Daemons(net.run_id)
     try:
         with pytest.raises(ike.IkeError) as failed:
             keying.up(net.associations("aes-gcm-256", "tunnel", 4))
@@ -258,7 +258,7 @@ def test_a_daemon_that_does_not_start_fails_in_one_line_with_its_own_words(netwo
 def test_a_peer_that_never_answers_is_given_up_in_seconds_in_one_line(networks):
     net = networks("vpn_gateway")
     alone = [t for t in ike.tunnels_for(net.associations("aes-gcm-256", "tunnel", 4)) if t.local == "a"]
-    keying = ike.Keying(net.run_id)
+    keying = ike.Daemons(net.run_id)
     t0 = time.monotonic()
     try:
         with pytest.raises(ike.IkeError, match="peer not responding|giving up") as failed:
