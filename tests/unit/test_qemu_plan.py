@@ -178,6 +178,8 @@ def test_the_marker_is_a_nop_the_plugin_knows():
         source = f.read()
     assert "{0x0f, 0x1f, 0x84, 0x00, 'M', 'T', 'B', 'I'}" in source
     assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"MTBI" == qemu.MARKER
+    assert "{0x0f, 0x1f, 0x84, 0x00, 'C', 'T', 'B', 'I'}" in source  # the clock marker: the host's clocks only
+    assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"CTBI" == counting.CLOCK_MARKER
 
 
 def test_the_counted_backend_is_chosen_by_name_only():
