@@ -38,8 +38,8 @@ FILES = ("net/ipv4/ip_output.c", "net/ipv4/tcp_output.c", "net/core/dev.c", "net
          "net/ipv4/tcp_input.c", "net/xfrm/xfrm_state.c", "net/ipv4/ip_input.c", "net/ipv6/route.c",
          "net/core/sock.c", "net/xfrm/xfrm_policy.c", "net/ipv4/tcp_ipv4.c", "net/ipv6/tcp_ipv6.c")
 ESP = "net/ipv4/esp4.c"
-#: Where the loop goes: the first statement of esp_output() after its declarations.
-ESP_ANCHOR = re.compile(r"(int esp_output\(struct xfrm_state \*x, struct sk_buff \*skb\)\n\{\n(?:\t[^\n]*;\n)+)")
+#: Debian's source of the recipe's kernel, where the histories and patches start.
+TARBALL = "/usr/src/linux-source-6.1.tar.xz"
 GIT_ENV = {"GIT_AUTHOR_NAME": "ipsec-testbed", "GIT_AUTHOR_EMAIL": "bench@localhost",
            "GIT_COMMITTER_NAME": "ipsec-testbed", "GIT_COMMITTER_EMAIL": "bench@localhost"}
 
@@ -49,11 +49,29 @@ def git(tree: str, *args: str) -> str:
                           env={**os.environ, **GIT_ENV}).stdout.strip()
 
 
-def slow_loop(iterations: int) -> str:
-    return ("\t{\t/* ipsec-testbed bench bisect: extra work on every ESP packet's way out */\n"
+def slow_loop(iterations: int, way: str = "out") -> str:
+    return (f"\t{{\t/* ipsec-testbed bench bisect: extra work on every ESP packet's way {way} */\n"
             "\t\tvolatile u32 itb_sum = 0;\n\t\tint itb_i;\n\n"
             f"\t\tfor (itb_i = 0; itb_i < {iterations}; itb_i++)\n"
             "\t\t\titb_sum += itb_i * 2654435761u;\n\t}\n")
+
+
+def with_loop(text: str, function: str, iterations: int, way: str = "out") -> str:
+    """esp4.c's ``text`` with :func:`slow_loop` as the first statement of ``function`` (``esp_output``, the way
+    out; ``esp_input``, the way in) after its declarations; ValueError where there is no such function."""
+    anchor = re.compile(rf"((?:static )?int {function}\(struct xfrm_state \*x, struct sk_buff \*skb\)\n\{{\n"
+                        r"(?:\t[^\n]*;\n)+)")
+    text, n = anchor.subn(lambda m: m.group(1) + slow_loop(iterations, way), text, count=1)
+    if n != 1:
+        raise ValueError(f"cannot find {function}()'s declarations in {ESP}")
+    return text
+
+
+def source_tarball() -> str:
+    """:data:`TARBALL`, installed (with the recipe's kernel built) where it is not yet."""
+    if not os.path.exists(TARBALL):
+        kernelbuild.build("recipe")  # installs linux-source-6.1 (and builds the recipe's kernel)
+    return TARBALL
 
 
 def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[str, dict[str, list[str]]]:
@@ -63,9 +81,7 @@ def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[st
     tree = os.path.join(out, "linux")
     shutil.rmtree(tree, ignore_errors=True)
     os.makedirs(tree)
-    tarball = "/usr/src/linux-source-6.1.tar.xz"
-    if not os.path.exists(tarball):
-        kernelbuild.build("recipe")  # installs linux-source-6.1 (and builds the recipe's kernel)
+    tarball = source_tarball()
     t0 = time.monotonic()
     subprocess.run(["tar", "-xf", tarball, "-C", tree, "--strip-components=1"], check=True)
     git(tree, "init", "-q")
@@ -84,9 +100,10 @@ def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[st
             if branch == "slow" and i == slow:
                 with open(os.path.join(tree, ESP)) as f:
                     text = f.read()
-                text, n = ESP_ANCHOR.subn(lambda m: m.group(1) + slow_loop(iterations), text, count=1)
-                if n != 1:
-                    raise SystemExit(f"bisect: cannot find esp_output()'s declarations in {ESP}")
+                try:
+                    text = with_loop(text, "esp_output", iterations)
+                except ValueError as e:
+                    raise SystemExit(f"bisect: {e}") from None
                 with open(os.path.join(tree, ESP), "w") as f:
                     f.write(text)
                 subject += f", and {iterations} loop iterations in esp_output (the slow commit)"

@@ -31,12 +31,8 @@ import tarfile
 import time
 
 from benchmarks import _common
-from benchmarks.bisect import slow_loop
-from testbed import kernelbuild
+from benchmarks.bisect import ESP, source_tarball, with_loop
 
-ESP = "net/ipv4/esp4.c"
-#: Where the loop goes: the first statement of esp_input() after its declarations.
-ANCHOR = "static int esp_input(struct xfrm_state *x, struct sk_buff *skb)\n{\n"
 #: The comparisons: (label, --kernel, kernel A, suite).
 COMPARISONS = (("qemu", "qemu", "6.1", "counted"), ("uml", "uml", "recipe", "counted"),
                ("uml-detect", "uml", "recipe", "detect"))
@@ -46,24 +42,13 @@ COSTS = ("cpu_us_per_packet", "instructions_per_packet")
 
 def make_patch(out: str, iterations: int) -> str:
     """A ``patch -p1`` file adding the loop to esp_input() of the recipe's source; returns its path."""
-    tarball = "/usr/src/linux-source-6.1.tar.xz"
-    if not os.path.exists(tarball):
-        kernelbuild.build("recipe")  # installs linux-source-6.1 (and builds the recipe's kernel)
-    with tarfile.open(tarball) as tar:
+    with tarfile.open(source_tarball()) as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("/" + ESP))
         text = tar.extractfile(member).read().decode()
-    start = text.find(ANCHOR)
-    if start < 0:
-        raise SystemExit(f"planted: cannot find esp_input() in {ESP}")
-    body = start + len(ANCHOR)
-    declarations = body
-    lines = text[body:].split("\n")
-    for line in lines:  # the declarations: tab-indented lines ending in ';' up to the first blank line
-        if not (line.startswith("\t") and line.endswith(";")):
-            break
-        declarations += len(line) + 1
-    loop = slow_loop(iterations).replace("way out", "way in")
-    changed = text[:declarations] + loop + text[declarations:]
+    try:
+        changed = with_loop(text, "esp_input", iterations, way="in")
+    except ValueError as e:
+        raise SystemExit(f"planted: {e}") from None
     diff = difflib.unified_diff(text.splitlines(keepends=True), changed.splitlines(keepends=True),
                                 fromfile=f"a/{ESP}", tofile=f"b/{ESP}")
     path = os.path.join(out, f"esp-input-loop-{iterations}.patch")

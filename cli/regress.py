@@ -154,14 +154,15 @@ def sweep(job: Job) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from experiments.catalogue.suites import gate_defaults
+    from testbed import backends
 
     prog = PROG
     if counted_by_default(args):
-        args.kernel = COUNTED
+        args.kernel = backends.QemuBackend.name
         print(f"{prog}: on the counted backend (--kernel qemu: instructions, the same on every machine; --kernel uml "
               "for CPU time)", file=sys.stderr)
     if args.suite is None:
-        args.suite = "counted" if args.kernel == COUNTED else "detect" if args.bisect else "smoke"
+        args.suite = "counted" if kernel_choice(args).counted else "detect" if args.bisect else "smoke"
     if args.bisect and (args.ab or args.run or args.baseline or args.save_baseline or args.inject_slowdown is not None):
         print(f"{prog}: --bisect measures GOOD and each step itself: no --ab, --run, --baseline, --save-baseline or "
               "--inject-slowdown with it", file=sys.stderr)
@@ -300,9 +301,6 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
     return status
 
 
-COUNTED = "qemu"
-
-
 def counted_by_default(args: argparse.Namespace) -> bool:
     """Whether a paired comparison (``--ab``, ``--bisect``, ``--inject-slowdown``) with ``--kernel auto`` runs on
     the counted backend: where QEMU can run it, with no suite but the counted one asked for
@@ -311,6 +309,7 @@ def counted_by_default(args: argparse.Namespace) -> bool:
     project's machines move by ±0.5 to ±4.5 % (docs/kernel.md)."""
     from testbed import backends, kernelsource
 
+    counted = backends.QemuBackend.name
     if args.kernel != backends.AUTO or args.suite not in (None, "counted"):
         return False
     if not (args.ab or args.bisect or args.inject_slowdown is not None):
@@ -319,13 +318,13 @@ def counted_by_default(args: argparse.Namespace) -> bool:
         return False
     try:
         images = [kernelsource.parse(name) for name in args.ab or ()]
-        if any(backends.booting(image.base).name != COUNTED for image in images if image.kind == "image"):
+        if any(backends.booting(image.base).name != counted for image in images if image.kind == "image"):
             return False
-        if args.uml_kernel and os.path.isfile(args.uml_kernel) and backends.booting(args.uml_kernel).name != COUNTED:
+        if args.uml_kernel and os.path.isfile(args.uml_kernel) and backends.booting(args.uml_kernel).name != counted:
             return False
     except ValueError:
         return False  # a name no backend takes: the comparison's own checks say so
-    why = backends.get(COUNTED).unavailable()
+    why = backends.get(counted).unavailable()
     if why:
         print(f"regress: the counted backend cannot run here ({why}): the comparison is timed, in UML",
               file=sys.stderr)
@@ -460,7 +459,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
                 "A's with the same program adding none")
         cpu = guest_cpu()
         jobs = ab.paired_jobs(job, kernels, reps, cpu, arms)
-        if all(ab.counted(side.kernel) for side in jobs.values()):
+        if all(side.kernel.counted for side in jobs.values()):
             say(f"kernels A ({kernels[0]}) and B ({kernels[1]}) up at once, each at its own pace (counted: their "
                 f"windows need no turns), paired by their order, {reps} windows each, into {out}")
         else:

@@ -98,19 +98,14 @@ def paired_jobs(job: Job, kernels: tuple[str, str], repetitions: int, cpu: int |
         side = _on(job, kernel, os.path.join(job.out_dir, label), repetitions=repetitions,
                    max_repetitions=repetitions, arms=tuple(side_arms),
                    arm_filters=filters_for([n for side in arms for n in side]))  # one chain on both sides
-        if counted(side.kernel):  # its windows are counted: no turn, no shared CPU, nothing to pair them in time
+        # counted windows do not depend on what else the machine does: the two sides run at once, each at its own
+        # pace, and pair up by their order (the n-th window of each); no turn, no shared CPU
+        if side.kernel.counted:
             out[label] = side
             continue
         out[label] = side.with_(work=dataclasses.replace(side.work, turns=os.path.join(turns_dir, label)),
                                 kernel=side.kernel.with_(host_cpu=cpu))
     return out
-
-
-def counted(choice: KernelChoice) -> bool:
-    """Whether the kernel of ``choice`` runs on a backend whose meter counts instructions: its windows' figures do not
-    depend on what else the machine does, so two such sides run at once, each at its own pace, and pair up
-    by their order (the n-th window of each)."""
-    return choice.counted
 
 
 def run_paired(jobs: dict[str, Job], out_dir: str, say: Callable[[str], None] = lambda s: None,

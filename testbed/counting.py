@@ -44,6 +44,20 @@ def marker() -> None:
     _code(MARKER)[1]()
 
 
+class Marks:
+    """The markers one process has seen: :meth:`others` says how many another process executed between two of its
+    own readings (a reading after such a marker holds the other's count, not this process's)."""
+
+    def __init__(self) -> None:
+        self.last: int | None = None
+
+    def others(self, marks: int) -> int:
+        """Markers executed by others since this process's last reading, given the plugin's ``marks`` now."""
+        others = 0 if self.last is None else marks - self.last - 1
+        self.last = marks
+        return others
+
+
 class Marking:
     """This process's readings of the plugin's page at ``counts``; one per process (:func:`marking`), shared by
     its meters, so that each reading can tell whether another process's marker fell in since this process's
@@ -52,7 +66,7 @@ class Marking:
     def __init__(self, counts: str) -> None:
         with open(counts, "r+b") as f:
             self._page = mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ)
-        self._marks: int | None = None
+        self._marks = Marks()
         self._lock = threading.Lock()
 
     def clock(self) -> int:
@@ -68,9 +82,7 @@ class Marking:
         with self._lock:
             marker()
             _count, count, marks, host_ns, unix_ns = PAGE.unpack(self._page[:PAGE.size])
-            others = 0 if self._marks is None else marks - self._marks - 1
-            self._marks = marks
-            return count, others, host_ns, unix_ns
+            return count, self._marks.others(marks), host_ns, unix_ns
 
 
 @functools.cache

@@ -95,14 +95,11 @@ LINES = (("terminal", "virtconsole"), ("stdout", "virtserialport"), ("stderr", "
 #: Where the guest finds a named line (its init links /dev/itb.NAME to it).
 GUEST_LINE = "/dev/itb.{}"
 METER_LINE = GUEST_LINE.format("meter")
-GUEST_COUNTS = counting.GUEST_COUNTS
 #: The ivshmem device's PCI identity (Red Hat's virtio vendor, ivshmem) and the memory's BAR.
 IVSHMEM = ("0x1af4", "0x1110", "resource2")
 CHANNEL_LINE = GUEST_LINE.format("channel")
-#: The plugin's source, beside this module, and the marker instruction it watches for (qemucount.c says why).
+#: The plugin's source, beside this module (the marker instructions it watches for: testbed/counting.py).
 PLUGIN_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "qemucount.c")
-MARKER = counting.MARKER
-_COUNTS = counting.PAGE
 #: The guest's own temporary directory (a tmpfs: iperf3 keeps unlinked files open there, which 9p does not hold).
 GUEST_TMP = "/run/itb-tmp"
 
@@ -174,7 +171,7 @@ def plan_init_script(spec: QemuSpec, workdir: str) -> str:
         lines += [  # the plugin's page, which the meter reads with a load: its memory decoding on, then linked
             "for d in /sys/bus/pci/devices/*; do",
             f'  if [ "$(cat "$d/vendor")" = {vendor} ] && [ "$(cat "$d/device")" = {device} ]; then',
-            f'    echo 1 > "$d/enable"; ln -sf "$d/{bar}" {GUEST_COUNTS}',
+            f'    echo 1 > "$d/enable"; ln -sf "$d/{bar}" {counting.GUEST_COUNTS}',
             "  fi",
             "done",
         ]
@@ -258,7 +255,7 @@ def serve_counts(line: socket.socket, counts_path: str) -> None:
     at its last marker> <markers so far> <host monotonic ns>``, read from the plugin's page.  Ends when the
     guest's end closes."""
     with open(counts_path, "rb") as f:
-        page = mmap.mmap(f.fileno(), _COUNTS.size, prot=mmap.PROT_READ)
+        page = mmap.mmap(f.fileno(), counting.PAGE.size, prot=mmap.PROT_READ)
     buffer = b""
     try:
         while True:
@@ -268,7 +265,7 @@ def serve_counts(line: socket.socket, counts_path: str) -> None:
             buffer += chunk
             while b"\n" in buffer:
                 _, buffer = buffer.split(b"\n", 1)
-                _count, marked, marks, _at, _unix = _COUNTS.unpack(page[:_COUNTS.size])
+                _count, marked, marks, _at, _unix = counting.PAGE.unpack(page[:counting.PAGE.size])
                 line.sendall(f"{marked} {marks} {time.monotonic_ns()}\n".encode())
     except OSError:
         return
@@ -280,10 +277,10 @@ class CountingMeter(CpuMeter):
     """Inside a counted guest: the instructions it has executed, noted by the emulator's plugin at a marker.
 
     :meth:`sample` executes the marker instruction, where the plugin notes its count and the host's clock in its
-    page, then reads the page where QEMU maps it into the guest (:class:`_Marking`): exact, at that instruction
-    of the guest, and with no wait on the host in between, so nothing of the host's latency falls into a window
-    (a wait would be idle time over which the guest's clock skips ahead to its next timers, a busier host's
-    wait more of them).  Complete: the kernel, its softirqs, every process.  At ``-icount shift=0`` an
+    page, then reads the page where QEMU maps it into the guest (:class:`testbed.counting.Marking`): exact, at
+    that instruction of the guest, and with no wait on the host in between, so nothing of the host's latency
+    falls into a window (a wait would be idle time over which the guest's clock skips ahead to its next timers,
+    a busier host's wait more of them).  Complete: the kernel, its softirqs, every process.  At ``-icount shift=0`` an
     instruction is a nanosecond of the guest's clock, so the meter's ``cpu_ns`` are instructions and its clock
     is the guest's own (the busy share is instructions over the guest's time).  The host's clock at the marker
     comes with each reading (``wall_ns``): what the window cost in wall time.  Without the device (a kernel with
@@ -294,11 +291,11 @@ class CountingMeter(CpuMeter):
               "at a marker instruction the meter executes")
     clock = INSTRUCTIONS
 
-    def __init__(self, path: str, counts: str = GUEST_COUNTS) -> None:
+    def __init__(self, path: str, counts: str = counting.GUEST_COUNTS) -> None:
         self.cpus = 1.0  # one vCPU
         self._marking = counting.marking(counts)
         self._line = None if self._marking is not None else guest.HostLine(path)
-        self._marks = None
+        self._marks = counting.Marks()  # the line's readings (the page's count their own)
 
     def read(self) -> tuple[int, int]:
         sample = self.sample()
@@ -308,13 +305,11 @@ class CountingMeter(CpuMeter):
         at = time.monotonic_ns()
         if self._marking is not None:
             count, others, host_ns, _unix_ns = self._marking.mark()
-            if others:
-                raise BackendError(f"the emulator's counting plugin saw {others + 1} markers for one reading")
         else:
             count, marks, host_ns = self._line.ask(first=counting.marker)
-            if self._marks is not None and marks != self._marks + 1:
-                raise BackendError(f"the emulator's counting plugin saw {marks - self._marks} markers for one reading")
-            self._marks = marks
+            others = self._marks.others(marks)
+        if others:
+            raise BackendError(f"the emulator's counting plugin saw {others + 1} markers for one reading")
         # the count is the marker's; the clock's reading just before it stands for when (the guest's clock counts
         # the same instructions)
         return CpuSample(count, at, (at, at), wall_ns=host_ns)

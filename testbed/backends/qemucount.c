@@ -11,9 +11,10 @@
  *
  *     nopl 0x49425443(%rax,%rax,1)      0f 1f 84 00 43 54 42 49      ("CTBI")
  *
- * it notes the host's two clocks only: how a guest, whose own clock counts instructions, reads the user's.  The page is a file (its path is the plugin's argument counts=PATH)
- * that QEMU also maps into the guest as an ivshmem device's memory: the guest's CPU meter executes the marker
- * and then reads `marked` there with a load, no host round trip in between (testbed/backends/qemu.py).
+ * it notes the host's two clocks only: how a guest, whose own clock counts instructions, reads the user's.  The
+ * page is a file (its path is the plugin's argument counts=PATH) that QEMU also maps into the guest as an ivshmem
+ * device's memory: the guest's CPU meter executes the marker and then reads `marked` there with a load, no host
+ * round trip in between (testbed/counting.py).
  *
  * Written against QEMU's plugin interface version 1 (QEMU 7.x, Debian 12's qemu-system-x86), declared here
  * for the few calls it makes: Debian ships no plugin header.  Built by testbed/backends/qemu.py with the

@@ -14,7 +14,7 @@ import signal
 import tempfile
 import time
 
-from testbed import names, waiting
+from testbed import names, netns, waiting
 from testbed.backends.base import Leftover, in_a_guest
 from testbed.backends.umlmeter import CPUACCT_ROOT, cgroup_tasks, remove_cgroup
 
@@ -57,21 +57,13 @@ def _processes_with(argument: bytes) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):  # gone, or going: a task being reaped answers ESRCH
-        return False
-
-
 def _kill_all(pids: list[int], timeout_s: float = 10.0) -> None:
     """SIGKILL ``pids`` and wait (bounded) until they are gone: their files are free then."""
     for p in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p, signal.SIGKILL)
     for _ in waiting.Deadline(timeout_s, interval_s=0.05).polls():
-        if not any(_alive(p) for p in pids):
+        if not any(netns.is_alive(p) for p in pids):
             break
 
 
@@ -93,7 +85,7 @@ def _workdir_in_use(workdir: str) -> bool:
     """
     try:
         with open(os.path.join(workdir, "owner")) as f:
-            if _alive(int(f.read().strip())):
+            if netns.is_alive(int(f.read().strip())):
                 return True
     except FileNotFoundError:
         with contextlib.suppress(OSError):

@@ -70,8 +70,8 @@ def test_two_counted_kernels_run_at_once_each_at_its_own_pace(tmp_path):
         images.append(str(image))
     jobs = ab.paired_jobs(suite_job(str(tmp_path)), tuple(images), 8, cpu=1)
     # counted: no turns to wait for, no CPU to share; the n-th windows pair up by their order
-    assert all(ab.counted(j.kernel) for j in jobs.values())
+    assert all(j.kernel.counted for j in jobs.values())
     assert [(j.kernel.kernel, j.kernel.uml_kernel, j.work.turns, j.kernel.host_cpu) for j in jobs.values()] == [
         ("qemu", images[0], None, None), ("qemu", images[1], None, None)]
     mixed = ab.paired_jobs(suite_job(str(tmp_path)), (images[0], "uml"), 8, cpu=1)
-    assert mixed["b"].work.turns and mixed["b"].kernel.host_cpu == 1 and not ab.counted(mixed["b"].kernel)
+    assert mixed["b"].work.turns and mixed["b"].kernel.host_cpu == 1 and not mixed["b"].kernel.counted

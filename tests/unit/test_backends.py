@@ -198,5 +198,5 @@ def test_a_process_being_reaped_is_not_alive(monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", reaped)
-    assert netns.is_alive(424242) is False and umlclean._alive(424242) is False
+    assert netns.is_alive(424242) is False and umlclean._live_parent(424242) is None  # clean's two readers
     assert netns.is_alive(os.getpid()) is True

@@ -129,8 +129,8 @@ def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
     host, guest = socket.socketpair()
     threading.Thread(target=qemu.serve_counts, args=(host, str(page)), daemon=True).start()
     with open(page, "r+b") as f:
-        shared = mmap.mmap(f.fileno(), qemu._COUNTS.size)
-        shared[:qemu._COUNTS.size] = qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 0, 0)
+        shared = mmap.mmap(f.fileno(), counting.PAGE.size)
+        shared[:counting.PAGE.size] = counting.PAGE.pack(1_000_500, 1_000_000, 7, 0, 0)
     guest.sendall(b"?\n")
     count, marks, host_ns = (int(x) for x in guest.makefile().readline().split())
     assert (count, marks) == (1_000_000, 7) and host_ns > 0  # the marker's count, not the running one
@@ -140,12 +140,12 @@ def test_the_meter_reads_the_count_the_plugin_noted_at_the_marker(tmp_path):
 def test_the_meter_reads_the_plugins_page_with_no_host_round_trip(tmp_path):
     # in the guest the page is the ivshmem device's memory; here the file itself, which no plugin updates
     page = tmp_path / "counts"
-    page.write_bytes(qemu._COUNTS.pack(1_000_500, 1_000_000, 7, 123_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
+    page.write_bytes(counting.PAGE.pack(1_000_500, 1_000_000, 7, 123_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
     meter = qemu.CountingMeter(str(tmp_path / "no-line"), counts=str(page))
     try:
         sample = meter.sample()  # the marker is a NOP on the host
         assert (sample.cpu_ns, sample.wall_ns) == (1_000_000, 123_456_789)
-        page.write_bytes(qemu._COUNTS.pack(2_000_900, 2_000_000, 8, 223_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
+        page.write_bytes(counting.PAGE.pack(2_000_900, 2_000_000, 8, 223_456_789, 0).ljust(mmap.PAGESIZE, b"\0"))
         assert meter.sample().cpu_ns == 2_000_000
         # a reading whose marker the plugin did not see (no plugin here) is refused, never taken for a count
         with pytest.raises(backends.BackendError, match="saw 0 markers"):
@@ -168,16 +168,16 @@ def test_a_guests_clock_is_the_hosts_time_the_plugin_noted_at_the_clock_marker(t
 
 def test_the_guest_links_the_plugins_page_only_where_it_meters():
     text = qemu.plan_init_script(spec(), "/w")
-    assert f'echo 1 > "$d/enable"; ln -sf "$d/resource2" {qemu.GUEST_COUNTS}' in text
+    assert f'echo 1 > "$d/enable"; ln -sf "$d/resource2" {counting.GUEST_COUNTS}' in text
     assert '= 0x1af4 ] && [ "$(cat "$d/device")" = 0x1110 ]' in text
-    assert qemu.GUEST_COUNTS not in qemu.plan_init_script(spec(cpu_meter=False), "/w")
+    assert counting.GUEST_COUNTS not in qemu.plan_init_script(spec(cpu_meter=False), "/w")
 
 
 def test_the_marker_is_a_nop_the_plugin_knows():
     with open(qemu.PLUGIN_SOURCE) as f:
         source = f.read()
     assert "{0x0f, 0x1f, 0x84, 0x00, 'M', 'T', 'B', 'I'}" in source
-    assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"MTBI" == qemu.MARKER
+    assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"MTBI" == counting.MARKER
     assert "{0x0f, 0x1f, 0x84, 0x00, 'C', 'T', 'B', 'I'}" in source  # the clock marker: the host's clocks only
     assert bytes([0x0F, 0x1F, 0x84, 0x00]) + b"CTBI" == counting.CLOCK_MARKER
 
