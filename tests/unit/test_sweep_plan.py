@@ -96,6 +96,22 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
                                                                                       "-M", "1000"]
 
 
+def test_a_held_bitrate_is_paced_at_a_period_the_kernels_tick_does_not_divide():
+    # at iperf3's own 1000 us a counted guest's tick (HZ 100, 250, 300 or 1000) keeps one phase against the
+    # bursts for a whole window, and windows cost one of two amounts per packet (docs/measurements.md)
+    from experiments.engine.iperf import PACING_TIMER_US, client_args
+    udp = client_args("198.18.1.1", 5201, 1, 0, "udp", None, 1400, "100M")
+    assert udp[udp.index("--pacing-timer") + 1] == str(PACING_TIMER_US)
+    for hz in (100, 250, 300, 1000):
+        tick_us = 1_000_000 / hz
+        assert tick_us % PACING_TIMER_US and PACING_TIMER_US % tick_us
+    # the offset walks through every phase many times in a window of 1 s at HZ 1000 (the beat, about 57 a second)
+    assert 1_000_000 * abs(1 / 1000 - 1 / PACING_TIMER_US) > 40
+    # nothing held, nothing paced: an unlimited UDP or TCP sender is left to iperf3
+    assert "--pacing-timer" not in client_args("198.18.1.1", 5201, 1, 0, "udp", None, 1400, None)
+    assert "--pacing-timer" not in client_args("198.18.1.1", 5201, 1, 0, "tcp", 1400, None, None)
+
+
 def test_the_wait_for_many_clients_grows_with_clients_per_mbit_up_to_the_syn_horizon():
     from experiments.engine.clients import SYN_HORIZON_S, connect_timeout_s, iperf_options
     assert connect_timeout_s(10) == 15.0  # no rate: floor and a share per client only
