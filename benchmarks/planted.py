@@ -1,7 +1,7 @@
 """A change planted in the kernel's own source, measured by both backends: instructions (counted) and CPU time (UML).
 
     sudo ipsec-testbed bench planted                            # 450 iterations in esp_input: about +5 % counted
-    sudo ipsec-testbed bench planted --iterations 90 --only qemu
+    sudo ipsec-testbed bench planted --iterations 90 --only qemu --trials 20 --identical   # +1 %: power, false alarms
 
 One patch on Debian's linux-source-6.1 (the recipe's source) adds ``--iterations`` iterations of a small loop to
 every ESP packet's way in (``esp_input`` in net/ipv4/esp4.c, the receive path; the bisect's proof plants its loop
@@ -15,7 +15,9 @@ source without the patch, both up at once and paired window by window (``regress
   TCP, UML's own gate).
 
 It prints each B/A with its interval, whether each flagged the change, whether the directions agree and the
-sizes' ratio.  The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2
+sizes' ratio.  With ``--trials N`` each comparison runs N times (the gate's power: how many of N flagged the
+change), and with ``--identical`` each trial also compares kernel A with itself (its false alarms: how many of N
+flagged identical kernels, and how wide their intervals were), every comparison with its wall time.  The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2
 CPUs; `ipsec-testbed kernel list` shows them) and kept.  Each comparison's run directory and verdicts are kept
 under --out.
 """
@@ -57,9 +59,11 @@ def make_patch(out: str, iterations: int) -> str:
     return path
 
 
-def compare(out: str, label: str, kernel: str, base: str, suite: str, patch: str) -> dict:
+def compare(out: str, label: str, kernel: str, base: str, suite: str, patch: str | None) -> dict:
+    """One ``regress --ab``: ``base`` against itself with ``patch`` (against itself alone without one)."""
     json_path = os.path.join(out, f"{label}.json")
-    cmd = [*_common.front_door(), "regress", "--ab", base, f"{base}+patch:{patch}", "--suite", suite,
+    other = f"{base}+patch:{patch}" if patch else base
+    cmd = [*_common.front_door(), "regress", "--ab", base, other, "--suite", suite,
            "--kernel", kernel, "--out", os.path.join(out, label), "--json", json_path]
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
@@ -76,6 +80,25 @@ def cost_verdict(result: dict) -> dict | None:
     return next((v for v in result["verdicts"] if v["metric"] in COSTS), None)
 
 
+def flagged(result: dict) -> bool:
+    """Whether the gate flagged this comparison: any of its verdicts a regression."""
+    return any(v["regressed"] for v in result["verdicts"])
+
+
+def tally(label: str, results: list[dict], want: str) -> None:
+    """One line for the trials of one comparison: how many flagged, the cost's B/A range, the widest interval."""
+    judged = [r for r in results if cost_verdict(r)]
+    if not judged:
+        print(f"  {label:14s} no verdicts")
+        return
+    ratios = [cost_verdict(r)["ratio"] for r in judged]
+    halves = [(cost_verdict(r)["high"] - cost_verdict(r)["low"]) / 2 for r in judged]
+    seconds = sorted(r["seconds"] for r in results)
+    print(f"  {label:14s} flagged {sum(flagged(r) for r in judged)} of {len(results)} ({want}); cost B/A "
+          f"{min(ratios):.4f}..{max(ratios):.4f}, widest interval +/-{100 * max(halves):.3f} %; wall time "
+          f"{seconds[0]:.0f}..{seconds[-1]:.0f} s, median {seconds[len(seconds) // 2]:.0f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,9 +107,15 @@ def main(argv: list[str] | None = None) -> int:
                    "suite's instructions per packet)")
     p.add_argument("--only", choices=[c[0] for c in COMPARISONS], action="append",
                    help="run only this comparison (again for more; default: all three)")
+    p.add_argument("--trials", type=int, default=1, metavar="N",
+                   help="run each comparison N times and count the flags (default: %(default)s)")
+    p.add_argument("--identical", action="store_true",
+                   help="in each trial also compare kernel A with itself (the false alarms)")
     p.add_argument("--out", default=None, help="where the patch and the comparisons go "
                    "(default: runs/<date>-bench-planted)")
     args = p.parse_args(argv)
+    if args.trials < 1:
+        p.error("--trials must be at least 1")
     if os.geteuid() != 0:
         print("planted: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
         return 1
@@ -94,10 +123,24 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     patch = make_patch(out, args.iterations)
     print(f"patch: {patch} ({args.iterations} iterations in esp_input)", flush=True)
-    results = [compare(out, label, kernel, base, suite, patch)
-               for label, kernel, base, suite in COMPARISONS if not args.only or label in args.only]
+    chosen = [c for c in COMPARISONS if not args.only or c[0] in args.only]
+    results, identical = [], []
+    for trial in range(1, args.trials + 1):
+        tag = f"-{trial}" if args.trials > 1 else ""
+        for label, kernel, base, suite in chosen:
+            results.append({"comparison": label, **compare(out, label + tag, kernel, base, suite, patch)})
+            if args.identical:
+                identical.append({"comparison": label,
+                                  **compare(out, f"{label}-identical{tag}", kernel, base, suite, None)})
     with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump({"iterations": args.iterations, "patch": patch, "results": results}, f, indent=1)
+        json.dump({"iterations": args.iterations, "patch": patch, "trials": args.trials, "results": results,
+                   "identical": identical}, f, indent=1)
+    if args.trials > 1 or args.identical:
+        print(f"\n{args.trials} trial(s), paired, the gate's rule:")
+        for label, *_ in chosen:
+            tally(label, [r for r in results if r["comparison"] == label], "the change: all should")
+            if args.identical:
+                tally(f"{label} identical", [r for r in identical if r["comparison"] == label], "none should")
     print(f"\n+{args.iterations} loop iterations per ESP packet received, B/A of the cost per packet "
           "(instructions counted; CPU time in UML), paired:")
     ratios = {}
@@ -106,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         if v is None:
             print(f"  {r['label']:11s} no verdict (regress exit {r['rc']}, {r['seconds']:.0f} s)")
             continue
-        ratios[r["label"]] = v["ratio"]
+        ratios[r["comparison"]] = v["ratio"]
         print(f"  {r['label']:11s} {v['ratio']:.4f} ({v['low']:.4f}..{v['high']:.4f}) "
               f"{'flagged' if v['regressed'] else 'NOT flagged'}; {r['seconds']:.0f} s with builds")
     if "qemu" in ratios and len(ratios) > 1:
@@ -116,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                 same = (ratio - 1) * counted > 0
                 print(f"  {label} against counted: {'same' if same else 'OPPOSITE'} direction, size "
                       f"{(ratio - 1) / counted:.2f} x the counted one's" if counted else "")
-    return 0 if results and all(cost_verdict(r) and cost_verdict(r)["regressed"] for r in results) else 1
+    seen = all(cost_verdict(r) and cost_verdict(r)["regressed"] for r in results)
+    return 0 if results and seen and not any(flagged(r) for r in identical) else 1
 
 
 if __name__ == "__main__":
