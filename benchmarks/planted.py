@@ -17,8 +17,10 @@ source without the patch, both up at once and paired window by window (``regress
 It prints each B/A with its interval, whether each flagged the change, whether the directions agree and the
 sizes' ratio.  With ``--trials N`` each comparison runs N times (the gate's power: how many of N flagged the
 change), and with ``--identical`` each trial also compares kernel A with itself (its false alarms: how many of N
-flagged identical kernels, and how wide their intervals were), every comparison with its wall time.  The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2
-CPUs; `ipsec-testbed kernel list` shows them) and kept.  Each comparison's run directory and verdicts are kept
+flagged identical kernels, and how wide their intervals were), every comparison with its wall time.
+
+The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2 CPUs;
+`ipsec-testbed kernel list` shows them) and kept.  Each comparison's run directory and verdicts are kept
 under --out.
 """
 from __future__ import annotations

@@ -28,6 +28,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from cli import history as history_command
 from cli import kernel as kernel_command
 from cli import regress as regress_command
 from cli.options import (
@@ -250,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser(name, help=text, add_help=False)
     regress_command.add_parser(sub)
     kernel_command.add_parser(sub)
+    history_command.add_parser(sub)
 
     p = sub.add_parser("doctor", help="probe what this kernel can do and which backend will run",
                        description="Probe the running kernel for real, in a throwaway namespace: add and "

@@ -162,6 +162,7 @@ def add_output_options(p: argparse.ArgumentParser, default_out: str, dry_run_hel
                         f"a run exits {INCOMPLETE}, its last line saying how many and why")
     o.add_argument("--no-report", action="store_true", help="do not write the report or print the tables")
     add_concurrent_option(o)
+    add_history_option(o)
     o.add_argument("-v", "--verbose", action="count", default=0, help="log what is being done (-vv: debug)")
     add_debug_option(o)
     add_kernel_options(p)
@@ -173,6 +174,16 @@ def add_concurrent_option(p) -> None:
     p.add_argument("--allow-concurrent", action="store_true",
                    help="measure even while another testbed run measures on this machine (refused otherwise, "
                         "naming it): its load is then in every figure, and every record and the summary say so")
+
+
+def add_history_option(p) -> None:
+    """--history, for every command that measures (analysis/store.py)."""
+    from analysis.store import ENV, OFF, default_path
+
+    p.add_argument("--history", metavar="PATH|URL", default=None,
+                   help=f"the results history this run's figures are added to (see `ipsec-testbed history`): an "
+                        f"SQLite file, a postgresql://USER@HOST/DB URL for a team's, or {OFF} (default: "
+                        f"${ENV}, else {default_path()})")
 
 
 def add_bench_out(p: argparse.ArgumentParser, name: str) -> None:

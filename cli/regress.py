@@ -21,7 +21,14 @@ import os
 import sys
 import time
 
-from cli.options import add_concurrent_option, add_kernel_options, add_speed_probe_option, kernel_choice, percent
+from cli.options import (
+    add_concurrent_option,
+    add_history_option,
+    add_kernel_options,
+    add_speed_probe_option,
+    kernel_choice,
+    percent,
+)
 from cli.output import console
 from experiments.job import INCOMPLETE, Job, SweepWork
 from testbed.record import FIELD
@@ -127,6 +134,7 @@ def add_parser(sub) -> None:
                    "again instead of using the cached one")
     p.add_argument("--out", metavar="DIR", help="run directory for the suite (default: runs/regress-<date>-SUITE)")
     add_concurrent_option(p)
+    add_history_option(p)
     add_kernel_options(p)
     add_speed_probe_option(p)
     p.set_defaults(func=run)
@@ -141,7 +149,7 @@ def suite_job(args: argparse.Namespace, out_dir: str) -> Job:
 
     return Job(SweepWork(suite_spec(args.suite)), out_dir=os.path.abspath(out_dir), kernel=kernel_choice(args),
                report=False, command=("ipsec-testbed", *sys.argv[1:]), verbose=args.verbose,
-               allow_concurrent=args.allow_concurrent)
+               allow_concurrent=args.allow_concurrent, history=args.history)
 
 
 def sweep(job: Job) -> int:

@@ -113,7 +113,8 @@ def job_from(repro: Reproduction, args: argparse.Namespace, argv: Sequence[str])
                out_dir=runner.out_dir_of(args.out, REPO, f"seed{repro.seed}"), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,
                command=("ipsec-testbed", "reproduce", repro.seed, *argv), started_unix=time.time(),
-               verbose=args.verbose, allow_concurrent=args.allow_concurrent)
+               verbose=args.verbose, allow_concurrent=args.allow_concurrent,
+               history=args.history)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -219,7 +219,7 @@ def job_from(args: argparse.Namespace, argv: list[str]) -> Job:
     return Job(SweepWork(spec), out_dir=runner.out_dir_of(args.out, REPO, spec.topology), kernel=kernel_choice(args),
                allow_failures=args.allow_failures, report=not args.no_report,
                command=("ipsec-testbed", "sweep", *argv), started_unix=time.time(), verbose=args.verbose,
-               allow_concurrent=args.allow_concurrent)
+               allow_concurrent=args.allow_concurrent, history=args.history)
 
 
 def finish(job: Job, prog: str, rc: int) -> int:

@@ -274,7 +274,8 @@ class Job:
     ``command``: the command line as the person typed it and ``started_unix``: when, for meta.json and
     the time budget (a guest's boot counts); ``verbose``: the log level (0 warnings, 1 info, 2 debug);
     ``allow_concurrent``: measure even while another testbed run measures on this machine, which
-    ``beside`` then names in every record (:mod:`testbed.measuring`).
+    ``beside`` then names in every record (:mod:`testbed.measuring`); ``history``: the results store its
+    figures are added to (a path, a ``postgresql://`` URL, ``off``; None: :func:`analysis.store.location`'s).
     """
 
     work: Work
@@ -287,6 +288,7 @@ class Job:
     verbose: int = 0
     allow_concurrent: bool = False
     beside: str | None = None
+    history: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "command", tuple(self.command))
@@ -305,7 +307,7 @@ class Job:
                 "kernel": dataclasses.asdict(self.kernel), "allow_failures": self.allow_failures,
                 "report": self.report, "command": list(self.command), "started_unix": self.started_unix,
                 "verbose": self.verbose, "allow_concurrent": self.allow_concurrent,
-                "beside": self.beside}
+                "beside": self.beside, "history": self.history}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Job:
@@ -316,7 +318,7 @@ class Job:
                        allow_failures=bool(data.get("allow_failures")), report=bool(data.get("report", True)),
                        command=tuple(data.get("command") or ()), started_unix=data.get("started_unix"),
                        verbose=int(data.get("verbose") or 0), allow_concurrent=bool(data.get("allow_concurrent")),
-                       beside=data.get("beside"))
+                       beside=data.get("beside"), history=data.get("history"))
         except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a job this version reads: {e!r}") from None
 

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from experiments import reproduce
 from experiments.engine import probe
@@ -351,6 +351,8 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
             print(f"{prog}: WARNING: measuring beside another testbed run, {hold.concurrent.describe()} "
                   "(--allow-concurrent): every record says so", file=sys.stderr)
         if on_host:
+            if isinstance(job.work, (SweepWork, ReproductionWork)):
+                check_history(job)
             job = prepare_kernel(job)
             report_leftovers(prog)
             hand_to_guest()  # meta.json's versions and CPU model, found here once
@@ -378,6 +380,50 @@ def _run_held(job: Job, prog: str, here: Callable[[Job], int], on_host: bool, in
             print(f"\n{prog}: stopped by {why}; the points measured so far are in {job.out_dir}; run the same "
                   f"command with --out {job.out_dir} to finish", file=sys.stderr)
             return 128 + signum
+    if on_host and measuring_work and job.out_dir:
+        rc = keep_in_history(job, prog, rc)
+    return rc
+
+
+def history_kind(command: Sequence[str]) -> str:
+    """What a command line did, as the history's rows say it (``regress --bisect``'s steps: bisect)."""
+    from analysis.history import KINDS
+
+    word = command[1] if len(command) > 1 else "sweep"
+    if word == "regress" and "--bisect" in command:
+        return "bisect"
+    return word if word in KINDS else "sweep"
+
+
+def check_history(job: Job) -> None:
+    """Refuse, before anything is measured, a history the run could not add its figures to."""
+    from analysis import store
+
+    try:
+        history = store.open_store(job.history)
+        if history is not None:
+            with history:
+                history.migrate()
+    except store.StoreError as e:
+        raise Refused(f"{e} (or --history off)") from None
+
+
+def keep_in_history(job: Job, prog: str, rc: int) -> int:
+    """The run's rows added to the results history (``--history``; :mod:`analysis.store`); ``rc``, or 1 when
+    the history refused them (the run directory keeps every figure all the same)."""
+    from analysis import store
+
+    if not os.path.exists(job.out_dir):
+        return rc
+    kernel = None if job.kernel.kernel == backends.HostBackend.name else \
+        job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+    try:
+        kept = store.keep_run(job.out_dir, history_kind(job.command), kernel, job.history)
+    except (store.StoreError, rundir.ResultsError) as e:
+        print(f"{prog}: {e}; the run's figures are in {job.out_dir}", file=sys.stderr)
+        return rc or 1
+    if kept and kept[0]:
+        print(f"{prog}: {kept[0]} figures added to the history in {kept[1]} (ipsec-testbed history)", file=sys.stderr)
     return rc
 
 

@@ -27,10 +27,13 @@ python=${PYTHON:-/usr/bin/python3}
 #   strongSwan's charon, swanctl and its OpenSSL and GCM plugins (keying by IKE, --keying ike),
 #   irtt (the sweep's other latency probe, the demo's and `bench rrul`'s, as flent uses it), flent (its
 #   ping test, the outside check of that probe in `bench rrul --flent`), wireguard-tools (`wg show` beside the testbed's WireGuard; the
-#   testbed configures WireGuard over netlink and never runs it).
+#   testbed configures WireGuard over netlink and never runs it), postgresql (a real server, started by the
+#   tests on a port of their own, for a team's shared history, --history postgresql://...; the package's own
+#   cluster is not used).
 apt_packages=(iproute2 iperf3 mininet user-mode-linux kmod iputils-ping tcpdump procps
               python3 python3-venv chromium chromium-driver ruby tmux qemu-system-x86 gcc libc6-dev
-              strongswan-charon strongswan-swanctl libstrongswan-standard-plugins irtt flent wireguard-tools)
+              strongswan-charon strongswan-swanctl libstrongswan-standard-plugins irtt flent wireguard-tools
+              postgresql)
 
 say() { printf 'install: %s\n' "$*" >&2; }
 

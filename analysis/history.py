@@ -1,0 +1,351 @@
+"""The history of results: every run's figures as rows, kernels in order, and the change points among them.
+
+A *row* is one figure of one run: a point's metric (its mean over the run's repetitions, with the 95 %
+interval and the samples), on one kernel, on one backend and clock, on one machine, from one commit of the
+project, on one date (:class:`Row`).  :func:`rows_of_run` makes them from a run directory; :mod:`analysis.store`
+keeps them (SQLite, or a team's PostgreSQL); ``ipsec-testbed history`` shows them.
+
+A *series* is what one chart line shows: one point and metric on one clock (a figure counted in instructions
+and one timed never share a series, nor a chart), kernels in order (:func:`kernel_order`: by version, then by
+position in their git history, then by when they were first measured).  :func:`changes` finds its change
+points with FD.io CSIT's ``jumpavg`` (the minimum description length split of the kernels' run means into
+groups of one normal distribution each), labelled regression or progression by the metric's better side, with
+their size.  :func:`check` is the nightly gate: the newest kernel measured starts a regression group.
+
+Pure functions on rows; no database here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from analysis.regress import METRICS
+from analysis.stats import t_critical_95
+from testbed.record import Bound, Group
+from testbed.rundir import load_meta, load_results
+
+#: The figures kept: the gate's metrics (goodput, the CPU costs timed and counted).
+KEPT = tuple(METRICS)
+#: What the run did, as rows say it.
+KINDS = ("sweep", "regress", "bisect", "reproduce", "bench")
+
+
+class HistoryError(ValueError):
+    """Rows that cannot be read or shown as asked (one line says what and what to do)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One figure of one run (see the module docstring); the store's columns, in order."""
+
+    run_id: str               # the run: a digest of its directory and start, the same when it is stored again
+    kind: str                 # sweep, regress, bisect, reproduce, bench
+    kernel: str               # as chosen: debian, recipe, 6.1, 6.12, PATH@REF, 6.1+patch:FILE, host
+    kernel_version: str       # its version (make kernelversion, or uname -r)
+    kernel_source: str        # debian, recipe, package, tarball, git, image, host
+    kernel_commit: str        # the git commit of a PATH@REF kernel, else ""
+    kernel_position: int      # the commit's place in its history (git rev-list --count), else -1
+    recipe_key: str           # the recipe's cache key of a kernel the project built, else ""
+    backend: str              # uml, qemu, host
+    clock: str                # instructions (counted) or time
+    profile: str
+    point: str                # the point in words (the part's name first, in a reproduction)
+    arm: str                  # the arm of an A/B within one run, else ""
+    metric: str               # a record field of analysis.regress.METRICS
+    value: float              # the mean over the run's repetitions
+    low: float                # its 95 % interval
+    high: float
+    n: int                    # repetitions
+    samples: str              # each repetition's value, JSON
+    machine: str              # the host's CPU model and CPU count, and its name
+    project: str              # the testbed's commit
+    date: str                 # when the run started, ISO 8601 UTC
+    run_dir: str
+
+    @property
+    def series(self) -> tuple[str, str, str, str]:
+        """What one chart line shows: the clock, the point, its arm, the metric."""
+        return (self.clock, self.point, self.arm, self.metric)
+
+    @property
+    def better(self) -> int:
+        return METRICS[self.metric][2]
+
+    def values(self) -> list[float]:
+        return [float(x) for x in json.loads(self.samples)] if self.samples else [self.value]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+COLUMNS = tuple(f.name for f in dataclasses.fields(Row))
+
+
+def _interval(values: Sequence[float]) -> tuple[float, float, float]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
+    half = t_critical_95(len(values) - 1) * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def point_name(point: Group) -> str:
+    return (f"{point.topology} {point.profile} {point.mode} IPv{point.ip_version} {point.transport} "
+            f"{point.rate_mbit:g} Mbit/s {point.size_mode} {point.size_bytes} B"
+            + (f" x{point.clients}" if point.clients and point.clients > 1 else ""))
+
+
+def _parts(run_dir: str) -> list[tuple[str, str]]:
+    """(part name, directory) of every sweep in a run directory: itself, or a reproduction's parts."""
+    if os.path.exists(os.path.join(run_dir, "results.jsonl")):
+        return [("", run_dir)]
+    return [(name, os.path.join(run_dir, name)) for name in sorted(os.listdir(run_dir))
+            if os.path.exists(os.path.join(run_dir, name, "results.jsonl"))]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelId:
+    """The kernel columns of a row."""
+
+    kernel: str
+    version: str
+    source: str
+    commit: str = ""
+    position: int = -1
+
+
+def kernel_of(meta: Any, name: str | None) -> KernelId:
+    """The kernel a run measured: the name it was chosen by (None: the backend's default), from its meta."""
+    version = meta.kernel_version or meta.kernel_release or ""
+    origin = meta.kernel_origin or ("host" if meta.backend == "host" else "debian")
+    if not name:
+        return KernelId(kernel=origin if origin in ("debian", "host") else (meta.kernel_release or origin),
+                        version=version, source=origin)
+    from testbed import kernelsource
+
+    try:
+        parsed = kernelsource.parse(name)
+    except kernelsource.KernelNameError:
+        return KernelId(kernel=name, version=version, source="image")
+    commit, position = "", -1
+    if parsed.kind == "git":
+        commit, position = git_position(parsed.base, parsed.ref or "HEAD")
+    return KernelId(kernel=name, version=version, source=parsed.kind, commit=commit, position=position)
+
+
+def git_position(tree: str, ref: str) -> tuple[str, int]:
+    """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history)."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "-C", tree, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        count = subprocess.run(["git", "-C", tree, "rev-list", "--count", sha], capture_output=True, text=True,
+                               check=True).stdout.strip()
+        return sha, int(count)
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return "", -1
+
+
+def recipe_key_of(meta: Any) -> str:
+    """The recipe's cache key of a kernel the project built (its directory's name in the cache), else ""."""
+    if meta.kernel_recipe_key:
+        return meta.kernel_recipe_key
+    path = meta.kernel_path or ""
+    parent = os.path.dirname(path)
+    return os.path.basename(parent) if os.path.basename(os.path.dirname(parent)) == "kernels" else ""
+
+
+def machine_of(meta: Any) -> str:
+    host = meta.host_cpu_model or meta.cpu_model or "unknown CPU"
+    return f"{host}, {os.cpu_count()} CPUs, {os.uname().nodename}"
+
+
+def run_id_of(run_dir: str, started: str | None) -> str:
+    """A run's id: the same for the same run directory and start, so that storing it again replaces its rows."""
+    text = f"{os.path.realpath(run_dir)}\n{started or ''}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]:
+    """The rows of a run directory (a sweep, an arm of an A/B, a reproduction's parts): every point's
+    :data:`KEPT` metrics that it measured.  ``kernel``: the name the kernel was chosen by (None: the default)."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    parts = _parts(run_dir)
+    if not parts:
+        return []
+    first_meta = load_meta(parts[0][1])
+    run_id = run_id_of(run_dir, first_meta.started)
+    kid = kernel_of(first_meta, kernel)
+    rows = []
+    for part, directory in parts:
+        meta = load_meta(directory)
+        records = [r for r in load_results(directory) if not r.failed and r.bound is not Bound.ANOMALY]
+        points: dict[Group, list] = {}
+        for r in records:
+            points.setdefault(Group.of(r), []).append(r)
+        for point, recs in points.items():
+            for metric in KEPT:
+                values = [float(getattr(r, metric)) for r in recs if getattr(r, metric) is not None]
+                if not values:
+                    continue
+                mean, low, high = _interval(values)
+                rows.append(Row(
+                    run_id=run_id, kind=kind, kernel=kid.kernel, kernel_version=kid.version, kernel_source=kid.source,
+                    kernel_commit=kid.commit, kernel_position=kid.position, recipe_key=recipe_key_of(meta),
+                    backend=meta.backend or "", clock=recs[0].clock or "time", profile=point.profile or "",
+                    point=(f"{part}: " if part else "") + point_name(point), arm=point.arm or "", metric=metric,
+                    value=mean, low=low, high=high, n=len(values), samples=json.dumps([round(v, 6) for v in values]),
+                    machine=machine_of(meta), project=(meta.versions.testbed if meta.versions else "") or "",
+                    date=meta.started or "", run_dir=os.path.realpath(run_dir)))
+    return rows
+
+
+# -- kernels in order ----------------------------------------------------------------------------------------
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``6.1.192`` as (6, 1, 192); ``6.12-rc3`` as (6, 12, -1, 3): a release candidate before its release."""
+    numbers = [int(x) for x in re.findall(r"\d+", version.split("-rc")[0])[:3]]
+    rc = re.search(r"-rc(\d+)", version)
+    return (*numbers, *((-1, int(rc.group(1))) if rc else ()))
+
+
+def kernel_order(rows: Iterable[Row]) -> list[str]:
+    """The kernels of ``rows`` in history order: by version, then by place in their git history, then by when
+    each was first measured."""
+    first: dict[str, tuple] = {}
+    for r in rows:
+        key = (version_key(r.kernel_version), r.kernel_position, r.date)
+        if r.kernel not in first or key < first[r.kernel]:
+            first[r.kernel] = key
+    return sorted(first, key=lambda k: (first[k], k))
+
+
+# -- change points -------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Stretch:
+    """A run of kernels in one series whose figures are one distribution (a jumpavg group)."""
+
+    kernels: tuple[str, ...]
+    mean: float
+    stdev: float
+    label: str            # "" for the first group, else regression, progression or "" (no change)
+    change: float         # mean / the previous group's mean - 1 (0 for the first)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    clock: str
+    point: str
+    arm: str
+    metric: str
+    kernels: tuple[str, ...]
+    runs: tuple[tuple[float, ...], ...]   # each kernel's run means, in kernel order
+    groups: tuple[Stretch, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.point}{f' [{self.arm}]' if self.arm else ''}: {METRICS[self.metric][0]}"
+
+    @property
+    def series_key(self) -> tuple[str, str, str, str]:
+        return (self.clock, self.point, self.arm, self.metric)
+
+    def group_of(self, kernel: str) -> Stretch:
+        return next(g for g in self.groups if kernel in g.kernels)
+
+
+def series_of(rows: Sequence[Row]) -> list[Series]:
+    """Every series of ``rows``, each with its change points."""
+    order = kernel_order(rows)
+    by_series: dict[tuple, dict[str, list[float]]] = {}
+    for r in rows:
+        by_series.setdefault(r.series, {}).setdefault(r.kernel, []).append(r.value)
+    out = []
+    for (clock, point, arm, metric), per_kernel in sorted(by_series.items()):
+        kernels = tuple(k for k in order if k in per_kernel)
+        runs = tuple(tuple(per_kernel[k]) for k in kernels)
+        out.append(Series(clock, point, arm, metric, kernels, runs, changes(runs, kernels, METRICS[metric][2])))
+    return out
+
+
+def changes(runs: Sequence[Sequence[float]], kernels: Sequence[str], better: int) -> tuple[Stretch, ...]:
+    """The groups jumpavg finds in ``runs`` (each kernel's run means, in order), labelled by ``better``
+    (+1: higher is better, -1: lower is)."""
+    import jumpavg
+
+    if not runs:
+        return ()
+    glist = jumpavg.classify([list(r) for r in runs])
+    groups, i, previous = [], 0, None
+    for g in glist:
+        size = len(g.run_list)
+        mean, stdev = g.stats.avg, g.stats.stdev
+        change = mean / previous - 1 if previous else 0.0
+        label = ""
+        if previous is not None and change:
+            label = "progression" if change * better > 0 else "regression"
+        groups.append(Stretch(tuple(kernels[i:i + size]), mean, stdev, label, change))
+        i += size
+        previous = mean
+    return tuple(groups)
+
+
+@dataclasses.dataclass(frozen=True)
+class Alarm:
+    series: Series
+    kernel: str
+    group: Stretch
+
+    def line(self) -> str:
+        return (f"{self.series.name} ({self.series.clock}): {self.group.label} of {self.group.change * 100:+.2f} % "
+                f"at {self.kernel}")
+
+
+def newest_kernel(rows: Sequence[Row]) -> str | None:
+    """The kernel of the most recently started run."""
+    return max(rows, key=lambda r: r.date).kernel if rows else None
+
+
+def check(rows: Sequence[Row]) -> tuple[str | None, list[Alarm]]:
+    """The nightly gate: the newest kernel measured, and the series in which it starts a regression group."""
+    newest = newest_kernel(rows)
+    alarms = []
+    for s in series_of(rows):
+        if newest not in s.kernels:
+            continue
+        g = s.group_of(newest)
+        if g.label == "regression" and g.kernels[0] == newest:
+            alarms.append(Alarm(s, newest, g))
+    return newest, alarms
+
+
+def every_change(rows: Sequence[Row]) -> list[Alarm]:
+    """Every change point of every series (regressions and progressions), as alarms at the kernel starting it."""
+    return [Alarm(s, g.kernels[0], g) for s in series_of(rows) for g in s.groups if g.label]
+
+
+def one_clock(rows: Sequence[Row], metric: str | None = None) -> None:
+    """:class:`HistoryError` when rows of one metric mix clocks, asked to share a chart."""
+    clocks: dict[str, set] = {}
+    for r in rows:
+        if metric is None or r.metric == metric:
+            clocks.setdefault(r.metric, set()).add(r.clock)
+    mixed = [m for m, c in clocks.items() if len(c) > 1]
+    if mixed:
+        raise HistoryError(f"{METRICS[mixed[0]][0]} was measured on two clocks (instructions and time): each chart "
+                           "shows one; choose one with --clock instructions or --clock time")
+
+
+def as_rows(items: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """Rows from mappings of the store's columns."""
+    return [Row(**{c: item[c] for c in COLUMNS}) for item in items]

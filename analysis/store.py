@@ -1,0 +1,284 @@
+"""The results store: the history's rows in an SQLite file (one per user) or a team's PostgreSQL server.
+
+::
+
+    store = open_store(None)                                   # $IPSEC_TESTBED_HISTORY, else default_path()
+    store = open_store("/srv/ci/history.sqlite")
+    store = open_store("postgresql://ci@db.example/ipsec")     # psycopg; the server's own auth
+    with store:
+        store.keep(rows)        # one transaction: every row of the runs, or none
+        rows = store.rows()
+
+One schema for both, versioned: the store keeps its version in ``schema_version`` and :data:`MIGRATIONS`
+takes an older store to this one when it is opened for writing; a store written by a newer version of the
+testbed is refused (it may hold what this one would lose), as is one that is not a store.  Storing a run
+again (the same run directory and start) replaces its rows.  Two runs that write at once each write their
+own rows whole: SQLite takes its write lock for the transaction (``BEGIN IMMEDIATE``, waiting up to a
+minute), PostgreSQL its transaction; a run that dies mid-write leaves nothing of its own behind.
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from analysis.history import COLUMNS, Row, as_rows
+
+#: Where the history goes unless --history names another (a path or a postgresql:// URL), or ``off``.
+ENV = "IPSEC_TESTBED_HISTORY"
+OFF = "off"
+#: The schema's version, and the statements that take a store from the version before to each.
+SCHEMA = 1
+_TYPES = {"value": "DOUBLE PRECISION", "low": "DOUBLE PRECISION", "high": "DOUBLE PRECISION", "n": "INTEGER",
+          "kernel_position": "INTEGER"}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("CREATE TABLE schema_version (version INTEGER NOT NULL)",
+        "INSERT INTO schema_version VALUES (1)",
+        "CREATE TABLE results (" + ", ".join(f"{c} {_TYPES.get(c, 'TEXT')} NOT NULL" for c in COLUMNS)
+        + ", PRIMARY KEY (run_id, point, arm, metric))",
+        "CREATE INDEX results_series ON results (clock, metric, point)"),
+}
+#: How long a writer waits for another's transaction, s.
+BUSY_S = 60.0
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened, read or written: one line says what and what to do."""
+
+
+def default_path() -> str:
+    """The user's own store: ``$XDG_DATA_HOME/ipsec-testbed/history.sqlite`` (``~/.local/share/...``)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "ipsec-testbed", "history.sqlite")
+
+
+def location(history: str | None) -> str | None:
+    """Where rows go: ``history`` (a path or URL), else ``$IPSEC_TESTBED_HISTORY``, else :func:`default_path`;
+    None when it is ``off``."""
+    where = history or os.environ.get(ENV) or default_path()
+    return None if where == OFF else where
+
+
+def is_url(where: str) -> bool:
+    return where.startswith(("postgresql://", "postgres://"))
+
+
+def describe(where: str) -> str:
+    """``where`` without a password."""
+    if not is_url(where):
+        return where
+    scheme, _, rest = where.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if at and ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    return f"{scheme}://{userinfo}{at}{host}"
+
+
+class Store:
+    """A connection to one store (see the module docstring); a context manager that closes it."""
+
+    placeholder = "?"
+    #: The driver's errors (a table that is not ours, permissions, a lost connection).
+    errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+
+    def __init__(self, where: str, connection: Any) -> None:
+        self.where = where
+        self.db = connection
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self.placeholder)
+
+    def _fail(self, what: str, e: Exception) -> StoreError:
+        return StoreError(f"history {describe(self.where)}: {what}: {str(e).strip().splitlines()[0]}")
+
+    # -- schema --------------------------------------------------------------------------------------------
+
+    def version(self) -> int:
+        """The store's schema version (0: an empty database)."""
+        raise NotImplementedError
+
+    def migrate(self) -> None:
+        """Bring the store to :data:`SCHEMA`, in one transaction; refuse a newer one."""
+        self._begin()
+        try:
+            have = self.version()
+            if have > SCHEMA:
+                raise StoreError(f"history {describe(self.where)} was written by a newer ipsec-testbed (schema {have}; "
+                                 f"this one reads up to {SCHEMA}): upgrade ipsec-testbed, or name another "
+                                 "store with --history")
+            cur = self.db.cursor()
+            for version in range(have + 1, SCHEMA + 1):
+                for statement in MIGRATIONS[version]:
+                    cur.execute(statement)
+                cur.execute("UPDATE schema_version SET version = " + str(version))
+            self.db.commit()
+        except StoreError:
+            self.db.rollback()
+            raise
+        except self.errors as e:
+            self.db.rollback()
+            raise self._fail("cannot set up its tables (is it a testbed history, and may you write it?)", e) from None
+
+    def check_readable(self) -> None:
+        have = self.version()
+        if have > SCHEMA:
+            raise StoreError(f"history {describe(self.where)} was written by a newer ipsec-testbed (schema {have}; "
+                             f"this one reads up to {SCHEMA}): upgrade ipsec-testbed")
+
+    def _begin(self) -> None:
+        pass
+
+    # -- rows ----------------------------------------------------------------------------------------------
+
+    def keep(self, rows: Sequence[Row]) -> int:
+        """Store ``rows`` in one transaction, replacing any rows of their runs already there; how many."""
+        if not rows:
+            return 0
+        self.migrate()
+        marks = ", ".join("?" * len(COLUMNS))
+        insert = self._sql(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({marks})")
+        self._begin()
+        try:
+            cur = self.db.cursor()
+            for run_id in sorted({r.run_id for r in rows}):
+                cur.execute(self._sql("DELETE FROM results WHERE run_id = ?"), (run_id,))
+            cur.executemany(insert, [tuple(getattr(r, c) for c in COLUMNS) for r in rows])
+            self.db.commit()
+        except self.errors as e:
+            self.db.rollback()
+            raise self._fail("cannot write its rows (nothing of this run was written)", e) from None
+        return len(rows)
+
+    def merge(self, rows: Iterable[Row]) -> int:
+        """Add rows of runs not already here (another store's, a runner's); how many were new."""
+        rows = list(rows)
+        if not rows:
+            return 0
+        self.migrate()
+        have = {r[0] for r in self._query("SELECT DISTINCT run_id FROM results")}
+        new = [r for r in rows if r.run_id not in have]
+        return self.keep(new) if new else 0
+
+    def rows(self, clock: str | None = None, metric: str | None = None, kind: str | None = None) -> list[Row]:
+        """The rows, oldest first, of one clock, metric or kind where given."""
+        if self.version() == 0:
+            return []
+        self.check_readable()
+        where, args = [], []
+        for column, value in (("clock", clock), ("metric", metric), ("kind", kind)):
+            if value:
+                where.append(f"{column} = ?")
+                args.append(value)
+        sql = f"SELECT {', '.join(COLUMNS)} FROM results" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return as_rows(dict(zip(COLUMNS, r, strict=True)) for r in self._query(sql + " ORDER BY date, run_id", args))
+
+    def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        try:
+            cur = self.db.cursor()
+            cur.execute(self._sql(sql), tuple(args))
+            out = cur.fetchall()
+            self.db.commit()
+            return out
+        except self.errors as e:
+            self.db.rollback()
+            raise self._fail("cannot read it", e) from None
+
+
+class SqliteStore(Store):
+    def version(self) -> int:
+        try:
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "schema_version" not in tables:
+                if tables:
+                    raise StoreError(f"history {self.where} is an SQLite database but not a testbed history (it has "
+                                     f"tables {', '.join(sorted(tables))}): name another file with --history")
+                return 0
+            return int(self.db.execute("SELECT version FROM schema_version").fetchone()[0])
+        except sqlite3.DatabaseError as e:
+            raise self._fail("is not an SQLite database (name another file with --history)", e) from None
+
+    def _begin(self) -> None:
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN IMMEDIATE")
+
+
+class PostgresStore(Store):
+    placeholder = "%s"
+    #: The advisory lock a writer holds for its transaction (two first runs would each create the tables).
+    LOCK = 0x69707365
+
+    def __init__(self, where: str, connection: Any) -> None:
+        import psycopg
+
+        super().__init__(where, connection)
+        self.errors = (psycopg.Error,)
+
+    def _begin(self) -> None:
+        self.db.cursor().execute(f"SELECT pg_advisory_xact_lock({self.LOCK})")
+
+    def version(self) -> int:
+        cur = self.db.cursor()
+        try:
+            # (no commit: inside migrate() that would end the transaction and the writers' lock with it)
+            cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
+            if not cur.fetchone()[0]:
+                return 0
+            cur.execute("SELECT version FROM schema_version")
+            return int(cur.fetchone()[0])
+        except self.errors as e:
+            self.db.rollback()
+            raise self._fail("cannot read its schema version", e) from None
+
+
+def open_store(history: str | None, *, create: bool = True) -> Store | None:
+    """The store ``history`` names (see :func:`location`), connected; None when the history is off.
+
+    ``create``: make the SQLite file (and its directory) when missing; without it a missing file is refused.
+    """
+    where = location(history)
+    if where is None:
+        return None
+    if is_url(where):
+        try:
+            import psycopg
+        except ImportError:
+            raise StoreError("a PostgreSQL history needs psycopg (pip install 'psycopg[binary]'; ./run install "
+                             "installs it)") from None
+        try:
+            return PostgresStore(where, psycopg.connect(where, connect_timeout=10))
+        except psycopg.Error as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StoreError(f"history {describe(where)}: cannot connect ({first}): check the URL, that the server "
+                             "runs and lets this user in") from None
+    if not create and not os.path.exists(where):
+        raise StoreError(f"history {where}: no such file (runs write it; --history names another)")
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)
+        db = sqlite3.connect(where, timeout=BUSY_S, isolation_level="DEFERRED")
+        db.execute("PRAGMA journal_mode=WAL")
+    except (OSError, sqlite3.Error) as e:
+        raise StoreError(f"history {where}: cannot open it ({e}): check the path and its permissions, or name "
+                         "another with --history") from None
+    return SqliteStore(where, db)
+
+
+def keep_run(run_dir: str, kind: str, kernel: str | None, history: str | None) -> tuple[int, str] | None:
+    """Store the rows of one run directory (:func:`analysis.history.rows_of_run`); (how many, where), or None when
+    the history is off.  :class:`StoreError` when the store refuses them."""
+    from analysis.history import rows_of_run
+
+    store = open_store(history)
+    if store is None:
+        return None
+    with store:
+        return store.keep(rows_of_run(run_dir, kind, kernel)), describe(store.where)

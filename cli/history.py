@@ -1,0 +1,144 @@
+"""``ipsec-testbed history``: every run's figures across kernels, runs and runners, with their change points."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from analysis import history as hist
+from analysis import store as st
+from analysis.regress import METRICS
+
+PROG = "ipsec-testbed history"
+DESCRIPTION = """\
+Every sweep, regress run (each arm, each --bisect step) and reproduction adds its figures to a results
+history: per point and metric, the run's mean with its 95 % interval, on which kernel (name, version, git
+commit, the recipe's build), backend and clock, machine, testbed commit and date. This command shows it:
+a table per series (one point's metric on one clock) with its kernels in order (by version, then by place in
+their git history, then by first run) and the change points that FD.io CSIT's jumpavg finds among them,
+labelled regression or progression with their size.
+
+Counted figures (--kernel qemu: instructions) are the same on every machine, so rows from many runners make
+one history; timed ones (CPU time in UML) are comparable only on one machine, and a chart never mixes the two.
+"""
+EPILOG = f"""\
+examples:
+  ipsec-testbed history                                   # the table, from your own history
+  ipsec-testbed history --page history.html               # the page: each series, change points, click a run
+  ipsec-testbed history --check                           # exit 1 when the newest kernel starts a regression
+  ipsec-testbed history --kcidb results.json              # KernelCI's format (kcidb-submit sends it)
+  ipsec-testbed history --history ci.sqlite --merge cell-*.sqlite    # a CI's cells into one history
+  ipsec-testbed history --history postgresql://ci@db/ipsec --check   # a team's shared history
+
+The history: --history, else ${st.ENV}, else {st.default_path()}.
+exit status: 0; 1 with --check when the newest kernel starts a regression group; 2 on bad input
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("history", help="every run's figures across kernels and runners; change points; "
+                       "the nightly gate (--check); KernelCI's format (--kcidb)",
+                       description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--history", metavar="PATH|URL", help=f"the history to read (and --merge into): an SQLite file or "
+                   f"a postgresql:// URL (default: ${st.ENV}, else {st.default_path()})")
+    p.add_argument("--clock", choices=("instructions", "time"), help="only figures on this clock")
+    p.add_argument("--metric", choices=tuple(METRICS), help="only this metric")
+    p.add_argument("--point", metavar="TEXT", help="only points whose name contains TEXT")
+    p.add_argument("--kind", choices=hist.KINDS, help="only rows of this kind of run")
+    p.add_argument("--page", metavar="FILE", help="write the history page (self-contained HTML) to FILE")
+    p.add_argument("--check", action="store_true", help="the nightly gate: exit 1 when the newest kernel measured "
+                   "starts a regression group in any series")
+    p.add_argument("--kcidb", metavar="FILE", help="write the rows as KernelCI's KCIDB JSON, checked by kcidb-io")
+    p.add_argument("--origin", default="ipsec_testbed", help="the KCIDB origin (the name KernelCI gave you; "
+                   "default: %(default)s)")
+    p.add_argument("--merge", nargs="+", metavar="STORE", help="first add the rows of these histories (SQLite files "
+                   "or URLs; runs already here are skipped): a CI's matrix cells into one")
+    p.add_argument("--add", nargs="+", metavar="RUN_DIR", help="first add the figures of these run directories "
+                   "(runs made with --history off, or before there was a history)")
+    p.add_argument("--kernel-name", metavar="NAME", help="with --add: the name of the kernel they ran (default: "
+                   "what their meta.json says)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except (st.StoreError, hist.HistoryError) as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if st.location(args.history) is None:
+        raise hist.HistoryError(f"the history is off (--history or ${st.ENV} is {st.OFF}): name one to read")
+    writing = bool(args.merge or args.add)
+    store = st.open_store(args.history, create=writing)
+    with store:
+        if args.add:
+            for run_dir in args.add:
+                if not os.path.isdir(run_dir):
+                    raise hist.HistoryError(f"--add {run_dir}: no such run directory")
+                n = store.keep(hist.rows_of_run(run_dir, "sweep", args.kernel_name))
+                print(f"{run_dir}: {n} figures added", file=sys.stderr)
+        for other in args.merge or ():
+            with st.open_store(other, create=False) as source:
+                n = store.merge(source.rows())
+            print(f"{st.describe(other)}: {n} figures of new runs merged", file=sys.stderr)
+        rows = store.rows(clock=args.clock, metric=args.metric, kind=args.kind)
+        where = st.describe(store.where)
+    if args.point:
+        rows = [r for r in rows if args.point in r.point]
+    if not rows:
+        print(f"{PROG}: no figures in {where}{' match' if args.clock or args.metric or args.point else ''} "
+              "(sweeps, regress runs and reproductions add theirs)", file=sys.stderr)
+        return 1 if args.check else 0
+    if args.page or args.metric:
+        hist.one_clock(rows)
+    print_table(rows, where)
+    if args.page:
+        from analysis import historypage
+
+        print(f"page: {historypage.write(rows, args.page, where)}")
+    if args.kcidb:
+        from analysis import kcidb
+
+        document = kcidb.write(rows, args.kcidb, args.origin)
+        print(f"KCIDB: {args.kcidb} ({len(document['checkouts'])} checkouts, {len(document['builds'])} builds, "
+              f"{len(document['tests'])} tests; valid by kcidb-io's schema {document['version']['major']}."
+              f"{document['version']['minor']})")
+    if args.check:
+        newest, alarms = hist.check(rows)
+        for a in alarms:
+            print(f"REGRESSION: {a.line()}")
+        print(f"check: newest kernel {newest}: "
+              + (f"starts a regression in {len(alarms)} series" if alarms else "starts no regression"))
+        return 1 if alarms else 0
+    return 0
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def print_table(rows, where: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    series = hist.series_of(rows)
+    console.print(f"{len(rows)} figures of {len({r.run_id for r in rows})} runs in {where}")
+    for s in series:
+        _, unit, better = METRICS[s.metric]
+        clock = "counted" if s.clock == "instructions" else "timed"
+        console.print(f"\n[bold]{s.name}[/] ({unit}, {clock}; {'higher' if better > 0 else 'lower'} is better)")
+        table = Table()
+        for column in ("kernel", "runs", "mean of runs", "range", "group", "change"):
+            table.add_column(column, justify="left" if column in ("kernel", "group") else "right")
+        for kernel, runs in zip(s.kernels, s.runs, strict=True):
+            g = s.group_of(kernel)
+            starts = g.kernels[0] == kernel
+            change = f"{g.label} {g.change * 100:+.2f} %" if starts and g.label else ""
+            colour = {"regression": "red", "progression": "green"}.get(g.label if starts else "", "")
+            table.add_row(kernel, str(len(runs)), _fmt(sum(runs) / len(runs)), f"{_fmt(min(runs))}..{_fmt(max(runs))}",
+                          f"{s.groups.index(g) + 1}", f"[{colour}]{change}[/]" if colour else change)
+        console.print(table)

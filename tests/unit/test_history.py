@@ -1,0 +1,267 @@
+"""The results history: rows from a run, the store (SQLite), change points, the nightly check, KCIDB."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import history as hist
+from analysis import kcidb
+from analysis import store as st
+
+FIXTURE = Path(__file__).parent / "fixtures" / "sweep-default"
+REPO = Path(__file__).resolve().parents[2]
+POINT = "vpn_gateway aes-gcm-256 tunnel IPv4 udp 1000 Mbit/s datagram 1400 B"
+
+
+def row(kernel: str, value: float, *, run: str | None = None, metric: str = "instructions_per_packet",
+        clock: str = "instructions", version: str = "6.1.192", position: int = -1, date: str = "2026-11-28T00:00:00Z",
+        samples: tuple[float, ...] = ()) -> hist.Row:
+    samples = samples or (value,)
+    return hist.Row(run_id=run or f"{kernel}-{value}-{date}", kind="regress", kernel=kernel, kernel_version=version,
+                    kernel_source="git", kernel_commit="", kernel_position=position, recipe_key="", backend="qemu",
+                    clock=clock, profile="aes-gcm-256", point=POINT, arm="", metric=metric, value=value,
+                    low=value - 1, high=value + 1, n=len(samples), samples=json.dumps(samples),
+                    machine="AMD EPYC, 2 CPUs, vm", project="abc1234", date=date, run_dir="/tmp/run")
+
+
+def history(values, step_at=None, step=0.0):
+    """Kernels c01.. in one git history, one run each, ``values`` with a step from ``step_at`` on."""
+    return [row(f"c{i + 1:02d}", v * (1 + step if step_at is not None and i >= step_at else 1), position=i + 1,
+                date=f"2026-11-28T{i:02d}:00:00Z") for i, v in enumerate(values)]
+
+
+#: Run means of identical kernels on the counted backend, boot to boot (instructions per packet).
+NOISE = [52849.2, 52851.0, 52840.1, 52858.8, 52846.7, 52838.9, 52855.1, 52847.9, 52844.2, 52853.3]
+
+
+# -- rows of a run ---------------------------------------------------------------------------------------------
+
+def test_a_run_gives_a_row_per_point_and_metric_with_its_mean_interval_and_samples():
+    rows = hist.rows_of_run(str(FIXTURE), "sweep")
+    records = [json.loads(line) for line in (FIXTURE / "results.jsonl").read_text().splitlines()]
+    points = {(r["topology"], r["profile"], r["mode"], r["rate_mbit"], r["size_bytes"]) for r in records
+              if not r.get("failed")}
+    goodput = [r for r in rows if r.metric == "goodput_mbps"]
+    assert len(goodput) == len(points)
+    for r in rows:
+        values = r.values()
+        assert r.n == len(values) and r.value == pytest.approx(sum(values) / len(values), rel=1e-6)
+        assert r.low <= r.value <= r.high
+    assert {r.kernel for r in rows} == {"6.1.192-itb"} and {r.clock for r in rows} == {"time"}
+    assert {r.recipe_key for r in rows} == {"bc870408c618"} and rows[0].project
+    # the same run stored again is the same run: its id does not change
+    assert {r.run_id for r in rows} == {r.run_id for r in hist.rows_of_run(str(FIXTURE), "sweep")}
+    with pytest.raises(ValueError, match="kind"):
+        hist.rows_of_run(str(FIXTURE), "nightly")
+
+
+def test_kernels_run_in_version_then_git_then_first_run_order():
+    rows = [row("6.12", 1.0, version="6.12.58", date="2026-01-01T00:00:00Z"),
+            row("tree@b", 1.0, position=12, date="2026-01-02T00:00:00Z"),
+            row("tree@a", 1.0, position=11, date="2026-01-03T00:00:00Z"),
+            row("6.12-rc3", 1.0, version="6.12.0-rc3", date="2026-01-04T00:00:00Z"),
+            row("6.1", 1.0, date="2026-01-05T00:00:00Z")]
+    # (a release before the commits made on it: a tree at the same version without a place comes first)
+    assert hist.kernel_order(rows) == ["6.1", "tree@a", "tree@b", "6.12-rc3", "6.12"]
+
+
+# -- change points ---------------------------------------------------------------------------------------------
+
+def test_a_two_percent_step_is_found_at_its_kernel_with_its_sign_and_size():
+    (series,) = hist.series_of(history(NOISE, step_at=6, step=0.02))
+    assert [g.kernels[0] for g in series.groups] == ["c01", "c07"]
+    assert series.groups[1].label == "regression"  # instructions per packet rose: worse
+    assert series.groups[1].change == pytest.approx(0.02, abs=0.001)
+    (series,) = hist.series_of(history(NOISE))
+    assert len(series.groups) == 1 and not series.groups[0].label
+
+
+def test_a_cheaper_kernel_is_a_progression_and_a_faster_one_too():
+    (cost,) = hist.series_of(history(NOISE, step_at=5, step=-0.2))
+    assert cost.groups[1].label == "progression" and cost.groups[1].change == pytest.approx(-0.2, abs=0.001)
+    goodput = [dataclasses.replace(r, metric="goodput_mbps", value=r.value / 500) for r in history(NOISE, 5, 0.1)]
+    (series,) = hist.series_of(goodput)
+    assert series.groups[1].label == "progression"  # goodput rose: better
+
+
+def test_the_check_fails_only_when_the_newest_kernel_starts_a_regression():
+    rows = history(NOISE, step_at=9, step=0.02)
+    newest, alarms = hist.check(rows)
+    assert newest == "c10" and len(alarms) == 1 and alarms[0].kernel == "c10"
+    assert "regression of +2.0" in alarms[0].line()
+    # one kernel later the regression is old news: the gate said so the night before
+    rows.append(row("c11", NOISE[0] * 1.02, position=11, date="2026-11-28T23:00:00Z"))
+    assert hist.check(rows)[1] == []
+    assert hist.check(history(NOISE))[1] == []
+    assert hist.check(history(NOISE, step_at=9, step=-0.05))[1] == []  # a progression is no alarm
+
+
+def test_two_clocks_asked_to_share_a_chart_are_refused_in_one_line():
+    rows = [row("6.1", 99.0, metric="goodput_mbps"), row("6.1", 95.0, metric="goodput_mbps", clock="time")]
+    with pytest.raises(hist.HistoryError, match="two clocks.*--clock"):
+        hist.one_clock(rows)
+    hist.one_clock(rows[:1])
+    # ... and they never share a series
+    assert len(hist.series_of(rows)) == 2
+
+
+# -- the store -------------------------------------------------------------------------------------------------
+
+def test_sqlite_keeps_rows_replaces_a_run_stored_again_and_merges_only_new_runs(tmp_path):
+    path = str(tmp_path / "h.sqlite")
+    rows = history(NOISE)
+    with st.open_store(path) as s:
+        assert s.keep(rows) == len(rows)
+        assert s.keep(rows[:3]) == 3  # the same runs again: replaced, not doubled
+        assert s.rows() == rows
+        assert s.rows(metric="goodput_mbps") == []
+    other = str(tmp_path / "cell.sqlite")
+    extra = [row("c11", 52850.0, position=11, date="2026-11-29T00:00:00Z")]
+    with st.open_store(other) as s:
+        s.keep(rows[:2] + extra)
+    with st.open_store(path) as s, st.open_store(other, create=False) as source:
+        assert s.merge(source.rows()) == 1
+        assert len(s.rows()) == len(rows) + 1
+
+
+def test_a_store_of_a_newer_version_or_not_a_history_is_refused_in_one_line(tmp_path):
+    newer = tmp_path / "newer.sqlite"
+    with st.open_store(str(newer)) as s:
+        s.keep(history(NOISE[:2]))
+    db = sqlite3.connect(newer)
+    db.execute(f"UPDATE schema_version SET version = {st.SCHEMA + 1}")
+    db.commit()
+    db.close()
+    with st.open_store(str(newer)) as s, pytest.raises(st.StoreError, match="newer ipsec-testbed.*upgrade"):
+        s.keep(history(NOISE[:2]))
+    with st.open_store(str(newer)) as s, pytest.raises(st.StoreError, match="newer"):
+        s.rows()
+    foreign = tmp_path / "foreign.sqlite"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE accounts (id INTEGER)")
+    db.commit()
+    db.close()
+    with st.open_store(str(foreign)) as s, pytest.raises(st.StoreError, match="not a testbed history.*accounts"):
+        s.keep(history(NOISE[:2]))
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(st.StoreError, match="garbage.sqlite"), st.open_store(str(garbage)) as s:
+        s.rows()
+    with pytest.raises(st.StoreError, match="no such file"):
+        st.open_store(str(tmp_path / "missing.sqlite"), create=False)
+
+
+def test_a_run_that_fails_mid_write_leaves_nothing_of_itself(tmp_path):
+    path = str(tmp_path / "h.sqlite")
+    good = history(NOISE[:3])
+    with st.open_store(path) as s:
+        s.keep(good)
+        broken = [*history(NOISE[3:6]), dataclasses.replace(good[0], run_id="broken", value=None)]
+        with pytest.raises(st.StoreError, match="nothing of this run was written"):
+            s.keep([dataclasses.replace(r, run_id="broken") for r in broken[:-1]] + broken[-1:])
+        assert s.rows() == good
+
+
+def _write_many(path: str, who: int) -> None:
+    with st.open_store(path) as s:
+        for i in range(20):
+            s.keep([row(f"w{who}", 100.0 + j, run=f"w{who}-{i}", metric=m) for j, m in
+                    enumerate(("goodput_mbps", "instructions_per_packet", "instructions_per_byte"))])
+
+
+def test_two_writers_at_once_each_write_every_row(tmp_path):
+    path = str(tmp_path / "h.sqlite")
+    with st.open_store(path) as s:
+        s.migrate()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_write_many, args=(path, w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    with st.open_store(path) as s:
+        rows = s.rows()
+    assert len(rows) == 3 * 20 * 3 and len({r.run_id for r in rows}) == 60
+
+
+def test_where_the_history_goes(monkeypatch, tmp_path):
+    monkeypatch.delenv(st.ENV, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert st.location(None) == str(tmp_path / "ipsec-testbed" / "history.sqlite")
+    monkeypatch.setenv(st.ENV, "/srv/h.sqlite")
+    assert st.location(None) == "/srv/h.sqlite" and st.location("x.sqlite") == "x.sqlite"
+    assert st.location("off") is None
+    assert st.describe("postgresql://ci:secret@db.example/ipsec") == "postgresql://ci:***@db.example/ipsec"
+
+
+# -- KCIDB -----------------------------------------------------------------------------------------------------
+
+def test_kcidb_output_is_valid_by_kcidb_ios_own_validator(tmp_path):
+    rows = hist.rows_of_run(str(FIXTURE), "sweep") + history(NOISE[:2])
+    document = kcidb.write(rows, str(tmp_path / "k.json"))
+    from kcidb_io import schema
+
+    schema.LATEST.validate(json.loads((tmp_path / "k.json").read_text()))
+    assert len(document["tests"]) == len(rows)
+    test = document["tests"][0]
+    assert test["number"]["value"] == rows[0].value and test["status"] == "DONE"
+    assert {t["build_id"] for t in document["tests"]} <= {b["id"] for b in document["builds"]}
+    assert {b["checkout_id"] for b in document["builds"]} <= {c["id"] for c in document["checkouts"]}
+
+
+def test_a_malformed_kcidb_field_is_named_and_nothing_is_written(tmp_path):
+    document = kcidb.report(history(NOISE[:2]))
+    document["tests"][0]["number"]["value"] = "fast"
+    with pytest.raises(hist.HistoryError, match="tests/0/number/value"):
+        kcidb.validate(document)
+    with pytest.raises(hist.HistoryError, match="origin"):
+        kcidb.write(history(NOISE[:2]), str(tmp_path / "k.json"), origin="My CI")
+    assert not (tmp_path / "k.json").exists()
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+
+def _cli(*args: str, env_history: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, st.ENV: env_history}
+    return subprocess.run([sys.executable, "-m", "cli", "history", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_history_command_gates_on_the_newest_kernel_and_writes_its_page(tmp_path):
+    path = str(tmp_path / "h.sqlite")
+    with st.open_store(path) as s:
+        s.keep(history(NOISE, step_at=9, step=0.02))
+    done = _cli("--check", "--page", str(tmp_path / "h.html"), env_history=path)
+    assert done.returncode == 1, done.stderr
+    assert "REGRESSION" in done.stdout and "c10" in done.stdout and "regression +2.0" in done.stdout
+    page = (tmp_path / "h.html").read_text()
+    assert "plotly" in page and json.loads(page.split('id="history-data">')[1].split("</script>")[0].replace(
+        "&amp;", "&"))[0]["groups"][1]["label"] == "regression"
+    with st.open_store(path) as s:
+        s.keep([row("c11", NOISE[0] * 1.02, position=11, date="2026-11-29T00:00:00Z")])
+    assert _cli("--check", env_history=path).returncode == 0
+
+
+def test_the_history_command_refuses_bad_input_in_one_line(tmp_path):
+    done = _cli("--history", "postgresql://nobody@127.0.0.1:1/none", env_history="off")
+    assert done.returncode == 2 and "cannot connect" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    done = _cli(env_history="off")
+    assert done.returncode == 2 and "off" in done.stderr
+    done = _cli("--history", str(tmp_path / "none.sqlite"), env_history="off")
+    assert done.returncode == 2 and "no such file" in done.stderr
+    mixed = str(tmp_path / "mixed.sqlite")
+    with st.open_store(mixed) as s:
+        s.keep([row("6.1", 99.0, metric="goodput_mbps"), row("6.1", 95.0, metric="goodput_mbps", clock="time",
+                                                             run="timed")])
+    done = _cli("--page", str(tmp_path / "p.html"), env_history=mixed)
+    assert done.returncode == 2 and "two clocks" in done.stderr and not (tmp_path / "p.html").exists()
+    assert _cli("--clock", "time", "--page", str(tmp_path / "p.html"), env_history=mixed).returncode == 0
