@@ -22,11 +22,13 @@ import json
 import math
 import os
 import re
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from analysis.regress import METRICS
 from analysis.stats import t_critical_95
+from testbed import kernelsource
 from testbed.record import Bound, Group
 from testbed.rundir import load_meta, load_results
 
@@ -46,9 +48,9 @@ class Row:
 
     run_id: str               # the run: a digest of its directory and start, the same when it is stored again
     kind: str                 # sweep, regress, bisect, reproduce, bench
-    kernel: str               # as chosen: debian, recipe, 6.1, 6.12, PATH@REF, 6.1+patch:FILE, host
+    kernel: str               # as chosen: debian, recipe, 6.1, 6.12, PATH@REF, 6.1+patch:FILE; else uname -r
     kernel_version: str       # its version (make kernelversion, or uname -r)
-    kernel_source: str        # debian, recipe, package, tarball, git, image, host
+    kernel_source: str        # debian, recipe, package, tarball, git, image, running (the machine's own)
     kernel_commit: str        # the git commit of a PATH@REF kernel, else ""
     kernel_position: int      # the commit's place in its history (git rev-list --count), else -1
     recipe_key: str           # the recipe's cache key of a kernel the project built, else ""
@@ -124,12 +126,10 @@ class KernelId:
 def kernel_of(meta: Any, name: str | None) -> KernelId:
     """The kernel a run measured: the name it was chosen by (None: the backend's default), from its meta."""
     version = meta.kernel_version or meta.kernel_release or ""
-    origin = meta.kernel_origin or ("host" if meta.backend == "host" else "debian")
+    origin = meta.kernel_origin or "running"  # (none: the kernel this machine runs, named by its release)
     if not name:
-        return KernelId(kernel=origin if origin in ("debian", "host") else (meta.kernel_release or origin),
+        return KernelId(kernel="debian" if origin == "debian" else (meta.kernel_release or origin),
                         version=version, source=origin)
-    from testbed import kernelsource
-
     try:
         parsed = kernelsource.parse(name)
     except kernelsource.KernelNameError:
@@ -142,8 +142,6 @@ def kernel_of(meta: Any, name: str | None) -> KernelId:
 
 def git_position(tree: str, ref: str) -> tuple[str, int]:
     """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history)."""
-    import subprocess
-
     try:
         sha = subprocess.run(["git", "-C", tree, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True,
                              text=True, check=True).stdout.strip()

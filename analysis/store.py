@@ -2,7 +2,7 @@
 
 ::
 
-    store = open_store(None)                                   # $IPSEC_TESTBED_HISTORY, else default_path()
+    store = open_store(None)                   # $IPSEC_TESTBED_HISTORY, else testbed.historyplace.default_path()
     store = open_store("/srv/ci/history.sqlite")
     store = open_store("postgresql://ci@db.example/ipsec")     # psycopg; the server's own auth
     with store:
@@ -23,11 +23,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from analysis.history import COLUMNS, Row, as_rows
+from analysis.history import COLUMNS, Row, as_rows, rows_of_run
+from testbed.historyplace import describe, is_url, location
 
-#: Where the history goes unless --history names another (a path or a postgresql:// URL), or ``off``.
-ENV = "IPSEC_TESTBED_HISTORY"
-OFF = "off"
 #: The schema's version, and the statements that take a store from the version before to each.
 SCHEMA = 1
 _TYPES = {"value": "DOUBLE PRECISION", "low": "DOUBLE PRECISION", "high": "DOUBLE PRECISION", "n": "INTEGER",
@@ -45,34 +43,6 @@ BUSY_S = 60.0
 
 class StoreError(RuntimeError):
     """The store cannot be opened, read or written: one line says what and what to do."""
-
-
-def default_path() -> str:
-    """The user's own store: ``$XDG_DATA_HOME/ipsec-testbed/history.sqlite`` (``~/.local/share/...``)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(base, "ipsec-testbed", "history.sqlite")
-
-
-def location(history: str | None) -> str | None:
-    """Where rows go: ``history`` (a path or URL), else ``$IPSEC_TESTBED_HISTORY``, else :func:`default_path`;
-    None when it is ``off``."""
-    where = history or os.environ.get(ENV) or default_path()
-    return None if where == OFF else where
-
-
-def is_url(where: str) -> bool:
-    return where.startswith(("postgresql://", "postgres://"))
-
-
-def describe(where: str) -> str:
-    """``where`` without a password."""
-    if not is_url(where):
-        return where
-    scheme, _, rest = where.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if at and ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    return f"{scheme}://{userinfo}{at}{host}"
 
 
 class Store:
@@ -275,8 +245,6 @@ def open_store(history: str | None, *, create: bool = True) -> Store | None:
 def keep_run(run_dir: str, kind: str, kernel: str | None, history: str | None) -> tuple[int, str] | None:
     """Store the rows of one run directory (:func:`analysis.history.rows_of_run`); (how many, where), or None when
     the history is off.  :class:`StoreError` when the store refuses them."""
-    from analysis.history import rows_of_run
-
     store = open_store(history)
     if store is None:
         return None

@@ -5,9 +5,11 @@ import argparse
 import os
 import sys
 
-from analysis import history as hist
-from analysis import store as st
-from analysis.regress import METRICS
+from testbed import historyplace as place
+
+#: What --metric takes (analysis.regress.METRICS, named here so that --help needs no analysis import).
+METRIC_NAMES = ("goodput_mbps", "cpu_s_per_gb", "cpu_us_per_packet", "instructions_per_packet", "instructions_per_byte")
+KINDS = ("sweep", "regress", "bisect", "reproduce", "bench")
 
 PROG = "ipsec-testbed history"
 DESCRIPTION = """\
@@ -30,7 +32,7 @@ examples:
   ipsec-testbed history --history ci.sqlite --merge cell-*.sqlite    # a CI's cells into one history
   ipsec-testbed history --history postgresql://ci@db/ipsec --check   # a team's shared history
 
-The history: --history, else ${st.ENV}, else {st.default_path()}.
+The history: --history, else ${place.ENV}, else {place.default_path()}.
 exit status: 0; 1 with --check when the newest kernel starts a regression group; 2 on bad input
 """
 
@@ -40,11 +42,11 @@ def add_parser(sub) -> None:
                        "the nightly gate (--check); KernelCI's format (--kcidb)",
                        description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--history", metavar="PATH|URL", help=f"the history to read (and --merge into): an SQLite file or "
-                   f"a postgresql:// URL (default: ${st.ENV}, else {st.default_path()})")
+                   f"a postgresql:// URL (default: ${place.ENV}, else {place.default_path()})")
     p.add_argument("--clock", choices=("instructions", "time"), help="only figures on this clock")
-    p.add_argument("--metric", choices=tuple(METRICS), help="only this metric")
+    p.add_argument("--metric", choices=METRIC_NAMES, help="only this metric")
     p.add_argument("--point", metavar="TEXT", help="only points whose name contains TEXT")
-    p.add_argument("--kind", choices=hist.KINDS, help="only rows of this kind of run")
+    p.add_argument("--kind", choices=KINDS, help="only rows of this kind of run")
     p.add_argument("--page", metavar="FILE", help="write the history page (self-contained HTML) to FILE")
     p.add_argument("--check", action="store_true", help="the nightly gate: exit 1 when the newest kernel measured "
                    "starts a regression group in any series")
@@ -61,6 +63,9 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from analysis import history as hist
+    from analysis import store as st
+
     try:
         return _run(args)
     except (st.StoreError, hist.HistoryError) as e:
@@ -69,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if st.location(args.history) is None:
-        raise hist.HistoryError(f"the history is off (--history or ${st.ENV} is {st.OFF}): name one to read")
+    from analysis import history as hist
+    from analysis import store as st
+
+    if place.location(args.history) is None:
+        raise hist.HistoryError(f"the history is off (--history or ${place.ENV} is {place.OFF}): name one to read")
     writing = bool(args.merge or args.add)
     store = st.open_store(args.history, create=writing)
     with store:
@@ -83,9 +91,9 @@ def _run(args: argparse.Namespace) -> int:
         for other in args.merge or ():
             with st.open_store(other, create=False) as source:
                 n = store.merge(source.rows())
-            print(f"{st.describe(other)}: {n} figures of new runs merged", file=sys.stderr)
+            print(f"{place.describe(other)}: {n} figures of new runs merged", file=sys.stderr)
         rows = store.rows(clock=args.clock, metric=args.metric, kind=args.kind)
-        where = st.describe(store.where)
+        where = place.describe(store.where)
     if args.point:
         rows = [r for r in rows if args.point in r.point]
     if not rows:
@@ -123,6 +131,9 @@ def _fmt(value: float) -> str:
 def print_table(rows, where: str) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from analysis import history as hist
+    from analysis.regress import METRICS
 
     console = Console(highlight=False)
     series = hist.series_of(rows)

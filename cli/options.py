@@ -16,6 +16,7 @@ from typing import NoReturn
 from experiments.job import INCOMPLETE, KernelChoice
 from testbed import backends, kernelsource, umlkernel
 from testbed.backends import uml
+from testbed.historyplace import ENV, OFF, default_path
 
 
 class Parser(argparse.ArgumentParser):
@@ -178,8 +179,6 @@ def add_concurrent_option(p) -> None:
 
 def add_history_option(p) -> None:
     """--history, for every command that measures (analysis/store.py)."""
-    from analysis.store import ENV, OFF, default_path
-
     p.add_argument("--history", metavar="PATH|URL", default=None,
                    help=f"the results history this run's figures are added to (see `ipsec-testbed history`): an "
                         f"SQLite file, a postgresql://USER@HOST/DB URL for a team's, or {OFF} (default: "

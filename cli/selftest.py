@@ -28,7 +28,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from cli.options import backend_options
-from testbed import backends
+from testbed import backends, historyplace
 from testbed.capabilities import ESP_NEEDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,6 +113,8 @@ def _pytest_cmd(where: str | list[str], junit: str, extra: list[str]) -> list[st
 def run_suite(args: argparse.Namespace) -> int:
     """Run the suite as described in the module docstring; returns the exit status."""
     out = tempfile.mkdtemp(prefix="itb-test-")  # the stages' JUnit files
+    # the suite's runs keep their figures in a history of the suite's own, never in the user's
+    os.environ[historyplace.ENV] = os.path.join(out, "history.sqlite")
     try:
         return _run_stages(args, out)
     finally:

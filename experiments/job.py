@@ -275,7 +275,7 @@ class Job:
     the time budget (a guest's boot counts); ``verbose``: the log level (0 warnings, 1 info, 2 debug);
     ``allow_concurrent``: measure even while another testbed run measures on this machine, which
     ``beside`` then names in every record (:mod:`testbed.measuring`); ``history``: the results store its
-    figures are added to (a path, a ``postgresql://`` URL, ``off``; None: :func:`analysis.store.location`'s).
+    figures are added to (a path, a ``postgresql://`` URL, ``off``; None: :func:`testbed.historyplace.location`'s).
     """
 
     work: Work

@@ -27,6 +27,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from analysis import store
+from analysis.history import KINDS
 from experiments import reproduce
 from experiments.engine import probe
 from experiments.engine.plan import estimate_seconds, plan_points, precision_of, unmeasured, unusable_profiles
@@ -387,8 +389,6 @@ def _run_held(job: Job, prog: str, here: Callable[[Job], int], on_host: bool, in
 
 def history_kind(command: Sequence[str]) -> str:
     """What a command line did, as the history's rows say it (``regress --bisect``'s steps: bisect)."""
-    from analysis.history import KINDS
-
     word = command[1] if len(command) > 1 else "sweep"
     if word == "regress" and "--bisect" in command:
         return "bisect"
@@ -397,8 +397,6 @@ def history_kind(command: Sequence[str]) -> str:
 
 def check_history(job: Job) -> None:
     """Refuse, before anything is measured, a history the run could not add its figures to."""
-    from analysis import store
-
     try:
         history = store.open_store(job.history)
         if history is not None:
@@ -411,8 +409,6 @@ def check_history(job: Job) -> None:
 def keep_in_history(job: Job, prog: str, rc: int) -> int:
     """The run's rows added to the results history (``--history``; :mod:`analysis.store`); ``rc``, or 1 when
     the history refused them (the run directory keeps every figure all the same)."""
-    from analysis import store
-
     if not os.path.exists(job.out_dir):
         return rc
     kernel = None if job.kernel.kernel == backends.HostBackend.name else \

@@ -117,9 +117,10 @@ def test_a_sweeps_records_carry_instructions_not_cpu_seconds(needs_qemu, tmp_pat
     done = subprocess.run([*CLI, "sweep", "--kernel", "qemu", "--out", str(out_dir), "--rates", "1000",
                            "--sizes", "1400", "--transport", "udp", "--udp-bitrate", "100M", "--profiles",
                            "aes-gcm-256", "--no-plain", "--repetitions", "2", "--duration", "1", "--no-latency-probe",
-                           "--no-report"],
+                           "--no-report", "--history", str(tmp_path / "h.sqlite")],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr
+    assert "figures added to the history" in done.stderr
     records = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
     assert len(records) == 2
     for r in records:
@@ -133,6 +134,15 @@ def test_a_sweeps_records_carry_instructions_not_cpu_seconds(needs_qemu, tmp_pat
     assert abs(a - b) / a < 0.01, records
     meta = json.loads((out_dir / "meta.json").read_text())
     assert meta["clock"] == "instructions" and meta["backend"] == "qemu"
+    # the history has the run's counted figures, on the counted clock, named by Debian's kernel
+    from analysis.store import open_store
+
+    with open_store(str(tmp_path / "h.sqlite"), create=False) as history:
+        rows = {r.metric: r for r in history.rows()}
+    assert set(rows) == {"goodput_mbps", "instructions_per_packet", "instructions_per_byte"}
+    assert {r.clock for r in rows.values()} == {"instructions"} and rows["goodput_mbps"].kind == "sweep"
+    assert rows["instructions_per_packet"].value == pytest.approx((a + b) / 2)
+    assert rows["instructions_per_packet"].kernel == "debian" and rows["goodput_mbps"].backend == "qemu"
 
 
 def test_a_killed_run_takes_its_guest_with_it_and_clean_removes_what_is_left(needs_qemu):

@@ -15,9 +15,18 @@ def records(run_dir):
 def test_ab_pairs_the_windows_of_two_guests_up_at_once_and_an_a_a_flags_nothing(tmp_path):
     before = leftovers()
     out = run_cli("regress", "--ab", "uml", "uml", "--suite", "quick", "--repetitions", "2", "--out",
-                  str(tmp_path), "--junit", str(tmp_path / "ab.xml"), timeout=900)
+                  str(tmp_path), "--junit", str(tmp_path / "ab.xml"), "--history", str(tmp_path / "h.sqlite"),
+                  timeout=900)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "0 of 2 points regressed" in out.stdout
+    # each arm's figures are in the history, a run each, as a regress run's
+    from analysis.store import open_store
+
+    with open_store(str(tmp_path / "h.sqlite"), create=False) as history:
+        rows = history.rows()
+    assert {r.run_dir for r in rows} == {str(tmp_path / "a"), str(tmp_path / "b")}
+    assert {r.kind for r in rows} == {"regress"} and len({r.run_id for r in rows}) == 2
+    assert {r.clock for r in rows} == {"time"} and "cpu_us_per_packet" in {r.metric for r in rows}
     assert "windows paired ABBA" in (tmp_path / "ab.xml").read_text()
     windows = {}
     for label in ("a", "b"):

@@ -15,6 +15,7 @@ import pytest
 from analysis import history as hist
 from analysis import kcidb
 from analysis import store as st
+from testbed import historyplace as place
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sweep-default"
 REPO = Path(__file__).resolve().parents[2]
@@ -193,14 +194,21 @@ def test_two_writers_at_once_each_write_every_row(tmp_path):
     assert len(rows) == 3 * 20 * 3 and len({r.run_id for r in rows}) == 60
 
 
+def test_the_front_door_names_every_metric_and_kind_the_history_has():
+    from analysis.regress import METRICS
+    from cli.history import KINDS, METRIC_NAMES
+
+    assert set(METRIC_NAMES) == set(METRICS) and KINDS == hist.KINDS
+
+
 def test_where_the_history_goes(monkeypatch, tmp_path):
-    monkeypatch.delenv(st.ENV, raising=False)
+    monkeypatch.delenv(place.ENV, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    assert st.location(None) == str(tmp_path / "ipsec-testbed" / "history.sqlite")
-    monkeypatch.setenv(st.ENV, "/srv/h.sqlite")
-    assert st.location(None) == "/srv/h.sqlite" and st.location("x.sqlite") == "x.sqlite"
-    assert st.location("off") is None
-    assert st.describe("postgresql://ci:secret@db.example/ipsec") == "postgresql://ci:***@db.example/ipsec"
+    assert place.location(None) == str(tmp_path / "ipsec-testbed" / "history.sqlite")
+    monkeypatch.setenv(place.ENV, "/srv/h.sqlite")
+    assert place.location(None) == "/srv/h.sqlite" and place.location("x.sqlite") == "x.sqlite"
+    assert place.location("off") is None
+    assert place.describe("postgresql://ci:secret@db.example/ipsec") == "postgresql://ci:***@db.example/ipsec"
 
 
 # -- KCIDB -----------------------------------------------------------------------------------------------------
@@ -231,7 +239,7 @@ def test_a_malformed_kcidb_field_is_named_and_nothing_is_written(tmp_path):
 # -- the command -----------------------------------------------------------------------------------------------
 
 def _cli(*args: str, env_history: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, st.ENV: env_history}
+    env = {**os.environ, place.ENV: env_history}
     return subprocess.run([sys.executable, "-m", "cli", "history", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
 

@@ -28,7 +28,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
 #: Third-party packages slow enough to import that a module may defer them.
-HEAVY = frozenset({"plotly", "rich", "numpy", "scapy", "pyroute2", "mininet", "cryptography"})
+HEAVY = frozenset({"plotly", "rich", "numpy", "scapy", "pyroute2", "mininet", "cryptography",
+                   # the history's: 25 ms (jumpavg), 70-120 ms (psycopg, kcidb_io and its jsonschema)
+                   "jumpavg", "psycopg", "kcidb_io", "jsonschema"})
 #: Standard-library modules slow enough to defer (importlib.metadata reads every installed
 #: distribution's metadata: 12-18 ms on the host).
 SLOW = frozenset({"importlib.metadata"})
