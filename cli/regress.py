@@ -31,6 +31,7 @@ from cli.options import (
 )
 from cli.output import console
 from experiments.job import INCOMPLETE, Job, SweepWork
+from testbed import historyplace
 from testbed.record import FIELD
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,12 +66,16 @@ def add_parser(sub) -> None:
         "counted backend by default (--kernel auto, where QEMU runs and no suite but counted is asked\n"
         "for): the counted suite judged in instructions per packet, which do not move with the\n"
         "machine's speed (identical kernels within about +-0.3 %, +1 % seen 20 times of 20). --kernel uml\n"
-        "(or a suite such as detect) times CPU in User-Mode Linux instead.",
+        "(or a suite such as detect) times CPU in User-Mode Linux instead.\n\n"
+        "Every run adds its figures to the results history (--history; `ipsec-testbed history`). With no\n"
+        "baseline, a suite's run on one kernel does only that: a nightly job then asks\n"
+        "`ipsec-testbed history --check` whether this kernel starts a regression against the ones before.",
         epilog="suites:\n" + "\n".join(f"  {n:8s} {d}" for n, (d, _) in SUITES.items()) + "\n\nexamples:\n"
         "  sudo ipsec-testbed regress --suite smoke --save-baseline baseline.json   # on the reference kernel\n"
         "  sudo ipsec-testbed regress --suite smoke --baseline baseline.json --junit regress.xml\n"
         "  ipsec-testbed regress --run runs/x --baseline baseline.json --max-drop 3   # no new measurement\n"
         "  sudo ipsec-testbed regress --ab uml ~/linux-next/linux --suite ciphers   # two kernels, interleaved\n"
+        "  sudo ipsec-testbed regress --suite counted --kernel qemu --uml-kernel ~/linux@HEAD   # into the history\n"
         "  (a GitHub Actions workflow to copy: examples/github-actions/ipsec-regress.yml)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group()
@@ -175,6 +180,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prog}: --bisect measures GOOD and each step itself: no --ab, --run, --baseline, --save-baseline or "
               "--inject-slowdown with it", file=sys.stderr)
         return 2
+    compares = args.ab or args.bisect or args.inject_slowdown is not None or args.baseline or args.save_baseline
+    if not compares and (args.run or historyplace.location(args.history) is None):
+        print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one (or --ab A B to "
+              "compare two kernels; or a history, --history, to add the suite's figures to)", file=sys.stderr)
+        return 2
     if bool(args.bisect) != bool(args.tree):
         print(f"{prog}: --bisect GOOD BAD and --tree PATH go together", file=sys.stderr)
         return 2
@@ -220,9 +230,7 @@ def _regress(args: argparse.Namespace, prog: str, defaults: dict) -> int:
             return 2
         return _regress_injected(args, prog)
     if not (args.baseline or args.save_baseline):
-        print(f"{prog}: give --baseline FILE to compare with, or --save-baseline FILE to record one "
-              "(or --ab A B to compare two kernels)", file=sys.stderr)
-        return 2
+        return _regress_into_history(args, prog)  # (run() refused this without a history)
     try:
         run_dir = args.run
         if run_dir is None:
@@ -248,6 +256,19 @@ def _regress(args: argparse.Namespace, prog: str, defaults: dict) -> int:
     for w in warnings:
         print(f"WARNING: {w}", file=sys.stderr)
     return _report_verdicts(args, verdicts, warnings, ("baseline", "now"))
+
+
+def _regress_into_history(args: argparse.Namespace, prog: str) -> int:
+    """The suite measured on one kernel and its figures added to the history, to be judged there against every
+    kernel before it (``ipsec-testbed history --check``): a nightly job's step, on any runner."""
+    run_dir = _out_dir(args, "regress")
+    print(f"regress: suite {args.suite} into {run_dir}; no baseline: its figures go to the history, "
+          f"{historyplace.describe(historyplace.location(args.history))}", file=sys.stderr, flush=True)
+    rc = sweep(suite_job(args, run_dir))
+    if rc != 0:
+        return sweep_failed(prog, rc)
+    print("regress: `ipsec-testbed history --check` judges this kernel against the ones before it", file=sys.stderr)
+    return 0
 
 
 def _out_dir(args: argparse.Namespace, kind: str, suffix: str = "") -> str:

@@ -346,6 +346,8 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
         job = job.with_(started_unix=time.time())
     check_tools(job)
     on_host = backends.current().runs_here
+    if on_host and isinstance(job.work, (SweepWork, ReproductionWork)):
+        check_history(job)
     with measuring.exclusive(job.command, job.out_dir, job.allow_concurrent) if on_host else \
             contextlib.nullcontext(measuring.Hold()) as hold:
         if hold.concurrent is not None:
@@ -353,8 +355,6 @@ def run(job: Job, prog: str, here: Callable[[Job], int] = measure, *, interactiv
             print(f"{prog}: WARNING: measuring beside another testbed run, {hold.concurrent.describe()} "
                   "(--allow-concurrent): every record says so", file=sys.stderr)
         if on_host:
-            if isinstance(job.work, (SweepWork, ReproductionWork)):
-                check_history(job)
             job = prepare_kernel(job)
             report_leftovers(prog)
             hand_to_guest()  # meta.json's versions and CPU model, found here once
