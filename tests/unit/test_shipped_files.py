@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -22,11 +23,17 @@ from cli.main import build_parser
 from cli.report import build_parser as report_parser
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORKFLOW = os.path.join(REPO, "examples", "github-actions", "ipsec-regress.yml")
+WORKFLOWS = sorted(glob.glob(os.path.join(REPO, "examples", "github-actions", "*.yml")))
 
 
-def workflow_commands() -> list[list[str]]:
-    with open(WORKFLOW) as f:
+def _matrix_value(job: dict, match: re.Match) -> str:
+    """A ``${{ matrix.NAME }}`` as the job's first cell has it."""
+    return str(job["strategy"]["matrix"][match.group(1)][0])
+
+
+def workflow_commands(path: str) -> list[list[str]]:
+    """The project's commands of one workflow, each cell's matrix values put in (its first cell's)."""
+    with open(path) as f:
         flow = yaml.safe_load(f)
     assert flow["name"] and flow["jobs"], "no jobs"
     commands = []
@@ -35,18 +42,25 @@ def workflow_commands() -> list[list[str]]:
         for step in job["steps"]:
             assert ("run" in step) != ("uses" in step), f"a step runs a command or uses an action: {step}"
             if "run" in step:
-                for part in re.split(r"&&|\|\||;|\n", step["run"]):
+                run = re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m, job=job: _matrix_value(job, m), step["run"])
+                for part in re.split(r"&&|\|\||;|\n", run):
                     words = shlex.split(part)
-                    if words and words != ["true"]:
+                    if words and words != ["true"] and words[0] != "git":
                         commands.append(words[1:] if words[0] == "sudo" else words)
     return commands
 
 
-def test_the_workflow_is_yaml_with_commands():
-    assert len(workflow_commands()) >= 4
+def all_commands() -> list[list[str]]:
+    return [c for path in WORKFLOWS for c in workflow_commands(path)]
 
 
-@pytest.mark.parametrize("argv", workflow_commands(), ids=lambda a: " ".join(a[:3]))
+def test_the_workflows_are_yaml_with_commands():
+    assert [os.path.basename(p) for p in WORKFLOWS] == ["ipsec-history.yml", "ipsec-regress.yml"]
+    for path in WORKFLOWS:
+        assert len(workflow_commands(path)) >= 4, path
+
+
+@pytest.mark.parametrize("argv", all_commands(), ids=lambda a: " ".join(a[:3]))
 def test_every_workflow_command_is_the_projects_and_parses(argv, capsys):
     program, args = argv[0], argv[1:]
     if program == "./run":
