@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from testbed import historyplace as place
@@ -124,6 +125,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def short(kernel: str) -> str:
+    """A kernel's name for a table: paths by their last part, commits by 12 digits."""
+    text = re.sub(r"(?<![\w.])/(?:[^/@+:\s]+/)+", "", kernel)
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28}\b", r"\1", text)
+
+
 def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
@@ -143,13 +150,16 @@ def print_table(rows, where: str) -> None:
         clock = "counted" if s.clock == "instructions" else "timed"
         console.print(f"\n[bold]{s.name}[/] ({unit}, {clock}; {'higher' if better > 0 else 'lower'} is better)")
         table = Table()
-        for column in ("kernel", "runs", "mean of runs", "range", "group", "change"):
-            table.add_column(column, justify="left" if column in ("kernel", "group") else "right")
+        table.add_column("kernel", overflow="fold", min_width=20)
+        for column in ("runs", "mean", "range of runs"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("change point", no_wrap=True)
         for kernel, runs in zip(s.kernels, s.runs, strict=True):
             g = s.group_of(kernel)
             starts = g.kernels[0] == kernel
             change = f"{g.label} {g.change * 100:+.2f} %" if starts and g.label else ""
             colour = {"regression": "red", "progression": "green"}.get(g.label if starts else "", "")
-            table.add_row(kernel, str(len(runs)), _fmt(sum(runs) / len(runs)), f"{_fmt(min(runs))}..{_fmt(max(runs))}",
-                          f"{s.groups.index(g) + 1}", f"[{colour}]{change}[/]" if colour else change)
+            spread = f"{_fmt(min(runs))}..{_fmt(max(runs))}"
+            table.add_row(short(kernel), str(len(runs)), _fmt(sum(runs) / len(runs)), spread,
+                          f"[{colour}]{change}[/]" if colour else change)
         console.print(table)

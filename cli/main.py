@@ -47,7 +47,7 @@ from ipsec.ike import KEYING_HELP, KEYINGS, child_proposals, is_ike
 from ipsec.ike import available as ike_available
 from ipsec.overhead import overhead_table, render_rows
 from ipsec.profiles import CATALOG, GRAMMAR, catalog, parse_profile
-from testbed import backends
+from testbed import backends, historyplace
 from testbed.errors import run_main
 from topologies import TOPOLOGIES, build_spec
 
@@ -81,8 +81,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     options = backend_options(args)
     report = doctor.probe(options=options)
     choice = backends.choose(args.kernel, doctor.needs(("aes-gcm-256",)), lambda: report, options)
+    history = historyplace.location(None)
     if args.json:
-        print(json.dumps({**report.to_json(), "choice": choice.name, "choice_reason": choice.reason}, indent=2))
+        print(json.dumps({**report.to_json(), "choice": choice.name, "choice_reason": choice.reason,
+                          "history": history}, indent=2))
         return 0 if choice.backend else 1
     from rich.table import Table
 
@@ -99,7 +101,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     out.print(table)
     colour = "green" if choice.backend else "red"
     out.print(f"[bold {colour}]backend: {choice.name or 'none'}[/] ({choice.reason})")
+    out.print(f"history: {history_line(history)}")
     return 0 if choice.backend else 1
+
+
+def history_line(where: str | None) -> str:
+    """Where runs add their figures, and how many are there (doctor's last line)."""
+    if where is None:
+        return f"off (${historyplace.ENV} is {historyplace.OFF}): runs add their figures to none"
+    from analysis import store
+
+    if not historyplace.is_url(where) and not os.path.exists(where):
+        return f"{where} (none yet: every sweep, regress run and reproduction adds its figures to it)"
+    try:
+        with store.open_store(where, create=False) as s:
+            rows = s.rows()
+    except store.StoreError as e:
+        return f"{historyplace.describe(where)}: [red]{e}[/]"
+    return (f"{historyplace.describe(where)}: {len(rows)} figures of {len({r.run_id for r in rows})} runs on "
+            f"{len({r.kernel for r in rows})} kernels (`ipsec-testbed history` shows them)")
 
 
 def cmd_uml(args: argparse.Namespace) -> int:
