@@ -42,6 +42,17 @@ def out_dir(out: str | None, name: str) -> str:
     return runner.out_dir_of(out, os.path.dirname(os.path.dirname(os.path.abspath(__file__))), f"bench-{name}")
 
 
+def root_out_dir(name: str, out: str | None, needs_root_for: str) -> str:
+    """A benchmark's run directory (:func:`out_dir`), made, once a missing root is refused in one line
+    (``SystemExit(1)``)."""
+    if os.geteuid() != 0:
+        print(f"{name}: needs root ({needs_root_for}); run it with sudo", file=sys.stderr)
+        raise SystemExit(1)
+    path = out_dir(out, name)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def bench_job(name: str, args: argparse.Namespace, kernel: KernelChoice, needs: Needs) -> Job:
     """A benchmark's :class:`~experiments.job.Job`: its parsed options ``args`` (JSON values) travel as they
     are; ``needs``: what its work needs of a kernel."""

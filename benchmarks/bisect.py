@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 from benchmarks import _common
@@ -153,16 +152,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the histories and the bisects go (default: runs/<date>-bench-bisect)")
     p.add_argument("--only", choices=("slow", "none"), help="run one of the two bisects")
     args = p.parse_args(argv)
-    if os.geteuid() != 0:
-        print("bisect: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
-        return 1
     if not 1 <= args.slow_commit <= args.commits <= len(FILES):
         p.error(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}")
     _, windows, iterations = ON[args.kernel]
     args.repetitions = args.repetitions or windows
     args.extra_iterations = args.extra_iterations or iterations
-    out = _common.out_dir(args.out, "bisect")
-    os.makedirs(out, exist_ok=True)
+    out = _common.root_out_dir("bisect", args.out, "kernel builds' packages, namespaces, guests")
     results = {}
     tree, branches = make_history(out, args.commits, args.slow_commit, args.extra_iterations)
     for kind in ("slow", "none"):

@@ -122,11 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--parts: one or more of {', '.join(PARTS)}")
     if not 1 <= args.slow_commit <= args.commits:
         p.error("--slow-commit must be in 1..--commits")
-    if os.geteuid() != 0:
-        print("history: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
-        return 1
-    out = _common.out_dir(args.out, "history")
-    os.makedirs(out, exist_ok=True)
+    out = _common.root_out_dir("history", args.out, "kernel builds' packages, namespaces, guests")
     results: dict = {}
     t0 = time.monotonic()
     if "steps" in parts:

@@ -118,11 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.trials < 1:
         p.error("--trials must be at least 1")
-    if os.geteuid() != 0:
-        print("planted: needs root (kernel builds' packages, namespaces, guests); run it with sudo", file=sys.stderr)
-        return 1
-    out = _common.out_dir(args.out, "planted")
-    os.makedirs(out, exist_ok=True)
+    out = _common.root_out_dir("planted", args.out, "kernel builds' packages, namespaces, guests")
     patch = make_patch(out, args.iterations)
     print(f"patch: {patch} ({args.iterations} iterations in esp_input)", flush=True)
     chosen = [c for c in COMPARISONS if not args.only or c[0] in args.only]

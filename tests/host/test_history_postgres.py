@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import multiprocessing
 import os
 import pwd
 import shutil
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis import store as st
-from tests.unit.test_history import NOISE, _cli, history, row
+from tests.unit.test_history import NOISE, _cli, at_once, history, row
 
 
 def _pg_bin() -> str:
@@ -90,13 +89,7 @@ def _write_many(url: str, who: int) -> None:
 
 
 def test_first_writers_at_once_on_an_empty_database_all_succeed(database):
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_write_many, args=(database, w)) for w in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        assert p.exitcode == 0
+    at_once(_write_many, database)
     with st.open_store(database) as s:
         assert len(s.rows()) == 30
 

@@ -178,17 +178,22 @@ def _write_many(path: str, who: int) -> None:
                     enumerate(("goodput_mbps", "instructions_per_packet", "instructions_per_byte"))])
 
 
+def at_once(target, where: str, writers: int = 3) -> None:
+    """``target(where, n)`` in ``writers`` processes at once; each must end well."""
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=target, args=(where, w)) for w in range(writers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+
+
 def test_two_writers_at_once_each_write_every_row(tmp_path):
     path = str(tmp_path / "h.sqlite")
     with st.open_store(path) as s:
         s.migrate()
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_write_many, args=(path, w)) for w in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    at_once(_write_many, path)
     with st.open_store(path) as s:
         rows = s.rows()
     assert len(rows) == 3 * 20 * 3 and len({r.run_id for r in rows}) == 60
