@@ -10,13 +10,15 @@ and one timed never share a series, nor a chart), kernels in order (:func:`kerne
 position in their git history, then by when they were first measured).  :func:`changes` finds its change
 points with FD.io CSIT's ``jumpavg`` (the minimum description length split of the kernels' run means into
 groups of one normal distribution each), labelled regression or progression by the metric's better side, with
-their size.  :func:`check` is the nightly gate: the newest kernel measured starts a regression group.
+their size.  :func:`check` is the nightly gate: a kernel first measured in the last night starts a regression
+group.
 
 Pure functions on rows; no database here.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import json
 import math
@@ -71,9 +73,18 @@ class Row:
     run_dir: str
 
     @property
-    def series(self) -> tuple[str, str, str, str]:
-        """What one chart line shows: the clock, the point, its arm, the metric."""
-        return (self.clock, self.point, self.arm, self.metric)
+    def series(self) -> tuple[str, ...]:
+        """What one chart line shows: the clock, the point, its arm, the metric; a timed figure also by its backend
+        and machine (a time from another backend or machine is another quantity), a counted one by its backend."""
+        where = (self.backend, self.machine) if self.clock != "instructions" else (self.backend, "")
+        return (self.clock, *where, self.point, self.arm, self.metric)
+
+    @property
+    def key(self) -> str:
+        """The kernel as the history tells kernels apart: a git tree's by its commit (its name says which, the ref
+        resolved when the run was kept), any other's by its name and version (Debian's 6.1 of two point releases
+        is two kernels)."""
+        return self.kernel if self.kernel_commit else f"{self.kernel} ({self.kernel_version})"
 
     @property
     def better(self) -> int:
@@ -137,17 +148,22 @@ def kernel_of(meta: Any, name: str | None) -> KernelId:
     commit, position = "", -1
     if parsed.kind == "git":
         commit, position = git_position(parsed.base, parsed.ref or "HEAD")
+        if commit:  # a ref that moves (HEAD, master) names another kernel every night: kept by its commit
+            name = parsed.with_ref(commit).canonical
     return KernelId(kernel=name, version=version, source=parsed.kind, commit=commit, position=position)
 
 
 def git_position(tree: str, ref: str) -> tuple[str, int]:
-    """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history)."""
+    """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history; -1 in a
+    shallow clone, or when there is none)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", tree, *args], capture_output=True, text=True, check=True).stdout.strip()
+
     try:
-        sha = subprocess.run(["git", "-C", tree, "rev-parse", "--verify", f"{ref}^{{commit}}"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-        count = subprocess.run(["git", "-C", tree, "rev-list", "--count", sha], capture_output=True, text=True,
-                               check=True).stdout.strip()
-        return sha, int(count)
+        sha = git("rev-parse", "--verify", f"{ref}^{{commit}}")
+        if git("rev-parse", "--is-shallow-repository") == "true":
+            return sha, -1  # (a shallow clone counts only what it fetched: no place in the history)
+        return sha, int(git("rev-list", "--count", sha))
     except (OSError, subprocess.CalledProcessError, ValueError):
         return "", -1
 
@@ -167,8 +183,9 @@ def machine_of(meta: Any) -> str:
 
 
 def run_id_of(run_dir: str, started: str | None) -> str:
-    """A run's id: the same for the same run directory and start, so that storing it again replaces its rows."""
-    text = f"{os.path.realpath(run_dir)}\n{started or ''}"
+    """A run's id: the same for the same machine, run directory and start, so that storing it again replaces its
+    rows (and two runners' runs into the same directory in the same second stay two)."""
+    text = f"{os.uname().nodename}\n{os.path.realpath(run_dir)}\n{started or ''}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -193,6 +210,7 @@ def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]
         for point, recs in points.items():
             for metric in KEPT:
                 values = [float(getattr(r, metric)) for r in recs if getattr(r, metric) is not None]
+                values = [v for v in values if math.isfinite(v)]
                 if not values:
                     continue
                 mean, low, high = _interval(values)
@@ -210,21 +228,32 @@ def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]
 # -- kernels in order ----------------------------------------------------------------------------------------
 
 def version_key(version: str) -> tuple[int, ...]:
-    """``6.1.192`` as (6, 1, 192); ``6.12-rc3`` as (6, 12, -1, 3): a release candidate before its release."""
+    """``6.1.192`` as (6, 1, 192, 0, 0); ``6.12-rc3`` as (6, 12, 0, -1, 3): a release candidate before its
+    release, ``6.12`` and ``6.12.0`` the same."""
     numbers = [int(x) for x in re.findall(r"\d+", version.split("-rc")[0])[:3]]
+    numbers += [0] * (3 - len(numbers))
     rc = re.search(r"-rc(\d+)", version)
-    return (*numbers, *((-1, int(rc.group(1))) if rc else ()))
+    return (*numbers, *((-1, int(rc.group(1))) if rc else (0, 0)))
 
 
 def kernel_order(rows: Iterable[Row]) -> list[str]:
-    """The kernels of ``rows`` in history order: by version, then by place in their git history, then by when
-    each was first measured."""
+    """The kernels of ``rows`` (:attr:`Row.key`) in history order: by version, then by place in their git history,
+    then by when each was first measured."""
     first: dict[str, tuple] = {}
     for r in rows:
         key = (version_key(r.kernel_version), r.kernel_position, r.date)
-        if r.kernel not in first or key < first[r.kernel]:
-            first[r.kernel] = key
+        if r.key not in first or key < first[r.key]:
+            first[r.key] = key
     return sorted(first, key=lambda k: (first[k], k))
+
+
+def first_measured(rows: Iterable[Row]) -> dict[str, str]:
+    """Each kernel's first run's date."""
+    first: dict[str, str] = {}
+    for r in rows:
+        if r.key not in first or r.date < first[r.key]:
+            first[r.key] = r.date
+    return first
 
 
 # -- change points -------------------------------------------------------------------------------------------
@@ -243,6 +272,8 @@ class Stretch:
 @dataclasses.dataclass(frozen=True)
 class Series:
     clock: str
+    backend: str
+    machine: str          # "" for counted figures: the same on every machine
     point: str
     arm: str
     metric: str
@@ -252,11 +283,12 @@ class Series:
 
     @property
     def name(self) -> str:
-        return f"{self.point}{f' [{self.arm}]' if self.arm else ''}: {METRICS[self.metric][0]}"
+        where = f" ({self.backend}{f', {self.machine}' if self.machine else ''})"
+        return f"{self.point}{f' [{self.arm}]' if self.arm else ''}: {METRICS[self.metric][0]}{where}"
 
     @property
-    def series_key(self) -> tuple[str, str, str, str]:
-        return (self.clock, self.point, self.arm, self.metric)
+    def series_key(self) -> tuple[str, ...]:
+        return (self.clock, self.backend, self.machine, self.point, self.arm, self.metric)
 
     def group_of(self, kernel: str) -> Stretch:
         return next(g for g in self.groups if kernel in g.kernels)
@@ -267,12 +299,12 @@ def series_of(rows: Sequence[Row]) -> list[Series]:
     order = kernel_order(rows)
     by_series: dict[tuple, dict[str, list[float]]] = {}
     for r in rows:
-        by_series.setdefault(r.series, {}).setdefault(r.kernel, []).append(r.value)
+        by_series.setdefault(r.series, {}).setdefault(r.key, []).append(r.value)
     out = []
-    for (clock, point, arm, metric), per_kernel in sorted(by_series.items()):
+    for key, per_kernel in sorted(by_series.items()):
         kernels = tuple(k for k in order if k in per_kernel)
         runs = tuple(tuple(per_kernel[k]) for k in kernels)
-        out.append(Series(clock, point, arm, metric, kernels, runs, changes(runs, kernels, METRICS[metric][2])))
+        out.append(Series(*key, kernels, runs, changes(runs, kernels, METRICS[key[-1]][2])))
     return out
 
 
@@ -283,6 +315,9 @@ def changes(runs: Sequence[Sequence[float]], kernels: Sequence[str], better: int
 
     if not runs:
         return ()
+    if max(max(r) for r in runs) <= 0:  # (jumpavg codes values up to their maximum: none above 0, no change)
+        mean = sum(sum(r) for r in runs) / sum(len(r) for r in runs)
+        return (Stretch(tuple(kernels), mean, 0.0, "", 0.0),)
     glist = jumpavg.classify([list(r) for r in runs])
     groups, i, previous = [], 0, None
     for g in glist:
@@ -309,22 +344,28 @@ class Alarm:
                 f"at {self.kernel}")
 
 
-def newest_kernel(rows: Sequence[Row]) -> str | None:
-    """The kernel of the most recently started run."""
-    return max(rows, key=lambda r: r.date).kernel if rows else None
+#: The kernels a check gates by default: those first measured within this long before the newest run (the last
+#: night's runs: a nightly job's runs a day apart are never both in it).
+CHECK_WINDOW_S = 20 * 3600
 
 
-def check(rows: Sequence[Row]) -> tuple[str | None, list[Alarm]]:
-    """The nightly gate: the newest kernel measured, and the series in which it starts a regression group."""
-    newest = newest_kernel(rows)
-    alarms = []
-    for s in series_of(rows):
-        if newest not in s.kernels:
-            continue
-        g = s.group_of(newest)
-        if g.label == "regression" and g.kernels[0] == newest:
-            alarms.append(Alarm(s, newest, g))
-    return newest, alarms
+def since_default(rows: Sequence[Row]) -> str:
+    """:data:`CHECK_WINDOW_S` before the newest run's start, as an ISO date."""
+    newest = max(datetime.datetime.fromisoformat(r.date.replace("Z", "+00:00")) for r in rows if r.date)
+    return (newest - datetime.timedelta(seconds=CHECK_WINDOW_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check(rows: Sequence[Row], since: str | None = None) -> tuple[list[str], list[Alarm]]:
+    """The nightly gate: the kernels first measured at or after ``since`` (ISO date; default
+    :func:`since_default`: the last night's), and every regression group one of them starts."""
+    if not rows:
+        return [], []
+    since = since or since_default(rows)
+    first = first_measured(rows)
+    new = [k for k in kernel_order(rows) if first[k] >= since]
+    alarms = [Alarm(s, g.kernels[0], g) for s in series_of(rows) for g in s.groups
+              if g.label == "regression" and g.kernels[0] in new]
+    return new, alarms
 
 
 def every_change(rows: Sequence[Row]) -> list[Alarm]:

@@ -12,6 +12,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import plotly.graph_objects as go
 
@@ -33,8 +34,13 @@ document.querySelectorAll('.plotly-graph-div').forEach(function (div) {
 
 
 def run_url(run_dir: str) -> str:
+    """The run's page (its report.html, else its directory) as a URL; "" when it is not on this machine (a runner's
+    run, merged)."""
     report = os.path.join(run_dir, "report.html")
-    return "file://" + (report if os.path.exists(report) else run_dir)
+    for target in (report, run_dir):
+        if os.path.exists(target):
+            return Path(target).resolve().as_uri()
+    return ""
 
 
 def series_figure(s: Series, rows: Sequence[Row]) -> go.Figure:
@@ -46,13 +52,14 @@ def series_figure(s: Series, rows: Sequence[Row]) -> go.Figure:
     fig.update_yaxes(title=f"{name} ({unit}, {s.clock})")
     mine = [r for r in rows if r.series == s.series_key]
     fig.add_trace(go.Scatter(
-        x=[r.kernel for r in mine], y=[r.value for r in mine], mode="markers",
+        x=[r.key for r in mine], y=[r.value for r in mine], mode="markers",
         marker=dict(size=9, color=COLOURS[""]),
         error_y=dict(type="data", symmetric=False, array=[r.high - r.value for r in mine],
                      arrayminus=[r.value - r.low for r in mine], thickness=1),
         customdata=[run_url(r.run_dir) for r in mine],
         hovertext=[f"{r.kernel} {r.kernel_commit[:12]}<br>{r.value:.6g} ({r.low:.6g}..{r.high:.6g}), n={r.n}<br>"
-                   f"{r.date} on {html.escape(r.machine)}<br>testbed {r.project}; click: the run" for r in mine],
+                   f"{r.date} on {html.escape(r.machine)}<br>testbed {r.project}"
+                   + ("; click: the run" if run_url(r.run_dir) else "") for r in mine],
         hoverinfo="text"))
     for g in s.groups:
         colour = COLOURS[g.label]
@@ -70,7 +77,7 @@ def write(rows: Sequence[Row], path: str, where: str) -> str:
     changes = sum(1 for s in series for g in s.groups if g.label)
     parts = ["<h1>IPsec Testbed: results history</h1>",
              f'<p class="subtitle">{len(rows)} figures of {len({r.run_id for r in rows})} runs on '
-             f'{len({r.kernel for r in rows})} kernels from {html.escape(where)}; {changes} change point(s) found '
+             f'{len({r.key for r in rows})} kernels from {html.escape(where)}; {changes} change point(s) found '
              "by jumpavg (FD.io CSIT's minimum description length grouping)</p>",
              '<p class="howto">Each dot is one run (its mean and 95 % interval over its repetitions), at its kernel; '
              "kernels run left to right by version, then by place in their git history, then by first run. A "
@@ -81,7 +88,8 @@ def write(rows: Sequence[Row], path: str, where: str) -> str:
     data = json.dumps([{"series": s.name, "clock": s.clock, "kernels": list(s.kernels),
                         "groups": [{"kernels": list(g.kernels), "mean": g.mean, "label": g.label, "change": g.change}
                                    for g in s.groups]} for s in series])
-    parts.append(f'<script type="application/json" id="history-data">{html.escape(data, quote=False)}</script>')
+    safe = data.replace("</", "<\\/")  # (JSON in a script element: only "</" could end it early)
+    parts.append(f'<script type="application/json" id="history-data">{safe}</script>')
     parts.append(f"<footer>written {time.strftime('%Y-%m-%d %H:%M:%S')}</footer>")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>results history</title>'
             f"<style>{CSS}</style></head><body><main>{''.join(parts)}</main>{CLICK}</body></html>\n")

@@ -34,7 +34,16 @@ def _id(origin: str, *parts: object) -> str:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"_+", "_", re.sub(r"[^a-zA-Z0-9_-]", "_", text)).strip("_") or "point"
+    """``text`` as a KCIDB path node (letters, digits, _ and -); a digest of it appended when that lost letters
+    other than spaces and punctuation (two points or arms told apart only by non-ASCII letters stay two)."""
+    slug = re.sub(r"_+", "_", re.sub(r"[^a-zA-Z0-9_-]", "_", text)).strip("_") or "point"
+    if any(c.isalnum() and not c.isascii() for c in text):
+        slug += "_" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return slug
+
+
+#: What KCIDB takes as a date-time (RFC 3339).
+DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 
 
 def report(rows: Sequence[Row], origin: str = ORIGIN) -> dict:
@@ -59,15 +68,18 @@ def report(rows: Sequence[Row], origin: str = ORIGIN) -> dict:
                                 "config_name": r.recipe_key or r.kernel_source,
                                 "misc": {"backend": r.backend}}
         name, unit, better = METRICS[r.metric]
-        tests.append({
+        test = {
             "id": _id(origin, "test", r.run_id, r.point, r.arm, r.metric), "build_id": build_id, "origin": origin,
             "path": f"{origin}.{_slug(r.point + ('_' + r.arm if r.arm else ''))}.{r.metric}",
-            "status": "DONE", "start_time": r.date,
+            "status": "DONE",
             "number": {"value": r.value, "unit": unit},
             "comment": f"{name} at {r.point}{f' (arm {r.arm})' if r.arm else ''}, {r.clock}",
             "environment": {"comment": r.machine, "misc": {"backend": r.backend, "clock": r.clock}},
             "misc": {"low": r.low, "high": r.high, "n": r.n, "better": "higher" if better > 0 else "lower",
-                     "clock": r.clock, "kind": r.kind, "run_dir": r.run_dir, "testbed": r.project}})
+                     "clock": r.clock, "kind": r.kind, "run_dir": r.run_dir, "testbed": r.project}}
+        if DATE_TIME.match(r.date):  # (a run added without its start has none)
+            test["start_time"] = r.date
+        tests.append(test)
     return {"version": {"major": 5, "minor": 3}, "checkouts": list(checkouts.values()),
             "builds": list(builds.values()), "tests": tests}
 

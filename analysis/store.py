@@ -9,7 +9,7 @@
         store.keep(rows)        # one transaction: every row of the runs, or none
         rows = store.rows()
 
-One schema for both, versioned: the store keeps its version in ``schema_version`` and :data:`MIGRATIONS`
+One schema for both, versioned: the store keeps its version in ``ipsec_testbed_schema`` and :data:`MIGRATIONS`
 takes an older store to this one when it is opened for writing; a store written by a newer version of the
 testbed is refused (it may hold what this one would lose), as is one that is not a store.  Storing a run
 again (the same run directory and start) replaces its rows.  Two runs that write at once each write their
@@ -18,6 +18,7 @@ minute), PostgreSQL its transaction; a run that dies mid-write leaves nothing of
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -30,12 +31,15 @@ from testbed.historyplace import describe, is_url, location
 SCHEMA = 1
 _TYPES = {"value": "DOUBLE PRECISION", "low": "DOUBLE PRECISION", "high": "DOUBLE PRECISION", "n": "INTEGER",
           "kernel_position": "INTEGER"}
+#: The tables, named as no other tool's are (a team's database holds others).
+VERSION_TABLE = "ipsec_testbed_schema"
+TABLE = "ipsec_testbed_results"
 MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: ("CREATE TABLE schema_version (version INTEGER NOT NULL)",
-        "INSERT INTO schema_version VALUES (1)",
-        "CREATE TABLE results (" + ", ".join(f"{c} {_TYPES.get(c, 'TEXT')} NOT NULL" for c in COLUMNS)
+    1: (f"CREATE TABLE {VERSION_TABLE} (version INTEGER NOT NULL)",
+        f"INSERT INTO {VERSION_TABLE} VALUES (0)",
+        f"CREATE TABLE {TABLE} (" + ", ".join(f"{c} {_TYPES.get(c, 'TEXT')} NOT NULL" for c in COLUMNS)
         + ", PRIMARY KEY (run_id, point, arm, metric))",
-        "CREATE INDEX results_series ON results (clock, metric, point)"),
+        f"CREATE INDEX {TABLE}_series ON {TABLE} (clock, metric, point)"),
 }
 #: How long a writer waits for another's transaction, s.
 BUSY_S = 60.0
@@ -69,7 +73,9 @@ class Store:
         return text.replace("?", self.placeholder)
 
     def _fail(self, what: str, e: Exception) -> StoreError:
-        return StoreError(f"history {describe(self.where)}: {what}: {str(e).strip().splitlines()[0]}")
+        text = str(e).strip()
+        why = text.splitlines()[0] if text else type(e).__name__
+        return StoreError(f"history {describe(self.where)}: {what}: {why}")
 
     # -- schema --------------------------------------------------------------------------------------------
 
@@ -79,8 +85,8 @@ class Store:
 
     def migrate(self) -> None:
         """Bring the store to :data:`SCHEMA`, in one transaction; refuse a newer one."""
-        self._begin()
         try:
+            self._begin()
             have = self.version()
             if have > SCHEMA:
                 raise StoreError(f"history {describe(self.where)} was written by a newer ipsec-testbed (schema {have}; "
@@ -90,7 +96,7 @@ class Store:
             for version in range(have + 1, SCHEMA + 1):
                 for statement in MIGRATIONS[version]:
                     cur.execute(statement)
-                cur.execute("UPDATE schema_version SET version = " + str(version))
+                cur.execute(f"UPDATE {VERSION_TABLE} SET version = {version}")
             self.db.commit()
         except StoreError:
             self.db.rollback()
@@ -116,12 +122,12 @@ class Store:
             return 0
         self.migrate()
         marks = ", ".join("?" * len(COLUMNS))
-        insert = self._sql(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({marks})")
-        self._begin()
+        insert = self._sql(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({marks})")
         try:
+            self._begin()
             cur = self.db.cursor()
             for run_id in sorted({r.run_id for r in rows}):
-                cur.execute(self._sql("DELETE FROM results WHERE run_id = ?"), (run_id,))
+                cur.execute(self._sql(f"DELETE FROM {TABLE} WHERE run_id = ?"), (run_id,))
             cur.executemany(insert, [tuple(getattr(r, c) for c in COLUMNS) for r in rows])
             self.db.commit()
         except self.errors as e:
@@ -130,14 +136,22 @@ class Store:
         return len(rows)
 
     def merge(self, rows: Iterable[Row]) -> int:
-        """Add rows of runs not already here (another store's, a runner's); how many were new."""
+        """Add the runs of ``rows`` (another store's, a runner's) that are not here as they are there: new runs,
+        and runs that have changed since (resumed and stored again); how many rows were added."""
         rows = list(rows)
         if not rows:
             return 0
         self.migrate()
-        have = {r[0] for r in self._query("SELECT DISTINCT run_id FROM results")}
-        new = [r for r in rows if r.run_id not in have]
-        return self.keep(new) if new else 0
+        theirs: dict[str, list[Row]] = {}
+        for r in rows:
+            theirs.setdefault(r.run_id, []).append(r)
+        ours: dict[str, list[Row]] = {}
+        for r in self.rows():
+            ours.setdefault(r.run_id, []).append(r)
+        key = lambda run: sorted(dataclasses.astuple(r) for r in run)  # noqa: E731
+        changed = [r for run_id, run in theirs.items() if run_id not in ours or key(ours[run_id]) != key(run)
+                   for r in run]
+        return self.keep(changed) if changed else 0
 
     def rows(self, clock: str | None = None, metric: str | None = None, kind: str | None = None) -> list[Row]:
         """The rows, oldest first, of one clock, metric or kind where given."""
@@ -149,7 +163,7 @@ class Store:
             if value:
                 where.append(f"{column} = ?")
                 args.append(value)
-        sql = f"SELECT {', '.join(COLUMNS)} FROM results" + (f" WHERE {' AND '.join(where)}" if where else "")
+        sql = f"SELECT {', '.join(COLUMNS)} FROM {TABLE}" + (f" WHERE {' AND '.join(where)}" if where else "")
         return as_rows(dict(zip(COLUMNS, r, strict=True)) for r in self._query(sql + " ORDER BY date, run_id", args))
 
     def _query(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
@@ -168,13 +182,13 @@ class SqliteStore(Store):
     def version(self) -> int:
         try:
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if "schema_version" not in tables:
+            if VERSION_TABLE not in tables:
                 if tables:
                     raise StoreError(f"history {self.where} is an SQLite database but not a testbed history (it has "
                                      f"tables {', '.join(sorted(tables))}): name another file with --history")
                 return 0
-            return int(self.db.execute("SELECT version FROM schema_version").fetchone()[0])
-        except sqlite3.DatabaseError as e:
+            return int(self.db.execute(f"SELECT version FROM {VERSION_TABLE}").fetchone()[0])
+        except (sqlite3.DatabaseError, ValueError, TypeError) as e:
             raise self._fail("is not an SQLite database (name another file with --history)", e) from None
 
     def _begin(self) -> None:
@@ -200,12 +214,12 @@ class PostgresStore(Store):
         cur = self.db.cursor()
         try:
             # (no commit: inside migrate() that would end the transaction and the writers' lock with it)
-            cur.execute("SELECT to_regclass('schema_version') IS NOT NULL")
+            cur.execute(f"SELECT to_regclass('{VERSION_TABLE}') IS NOT NULL")
             if not cur.fetchone()[0]:
                 return 0
-            cur.execute("SELECT version FROM schema_version")
+            cur.execute(f"SELECT version FROM {VERSION_TABLE}")
             return int(cur.fetchone()[0])
-        except self.errors as e:
+        except (*self.errors, ValueError, TypeError) as e:
             self.db.rollback()
             raise self._fail("cannot read its schema version", e) from None
 

@@ -28,13 +28,13 @@ EPILOG = f"""\
 examples:
   ipsec-testbed history                                   # the table, from your own history
   ipsec-testbed history --page history.html               # the page: each series, change points, click a run
-  ipsec-testbed history --check                           # exit 1 when the newest kernel starts a regression
+  ipsec-testbed history --check                           # exit 1 when last night's kernels start a regression
   ipsec-testbed history --kcidb results.json              # KernelCI's format (kcidb-submit sends it)
   ipsec-testbed history --history ci.sqlite --merge cell-*.sqlite    # a CI's cells into one history
   ipsec-testbed history --history postgresql://ci@db/ipsec --check   # a team's shared history
 
 The history: --history, else ${place.ENV}, else {place.default_path()}.
-exit status: 0; 1 with --check when the newest kernel starts a regression group; 2 on bad input
+exit status: 0; 1 with --check when a kernel of the last night starts a regression group; 2 on bad input
 """
 
 
@@ -49,8 +49,10 @@ def add_parser(sub) -> None:
     p.add_argument("--point", metavar="TEXT", help="only points whose name contains TEXT")
     p.add_argument("--kind", choices=KINDS, help="only rows of this kind of run")
     p.add_argument("--page", metavar="FILE", help="write the history page (self-contained HTML) to FILE")
-    p.add_argument("--check", action="store_true", help="the nightly gate: exit 1 when the newest kernel measured "
-                   "starts a regression group in any series")
+    p.add_argument("--check", action="store_true", help="the nightly gate: exit 1 when a kernel first measured "
+                   "since --since starts a regression group in any series")
+    p.add_argument("--since", metavar="DATE", help="with --check: the kernels it gates, by their first run's date "
+                   "(ISO 8601, UTC; default: 20 h before the newest run, the last night's)")
     p.add_argument("--kcidb", metavar="FILE", help="write the rows as KernelCI's KCIDB JSON, checked by kcidb-io")
     p.add_argument("--origin", default="ipsec_testbed", help="the KCIDB origin (the name KernelCI gave you; "
                    "default: %(default)s)")
@@ -116,19 +118,25 @@ def _run(args: argparse.Namespace) -> int:
               f"{len(document['tests'])} tests; valid by kcidb-io's schema {document['version']['major']}."
               f"{document['version']['minor']})")
     if args.check:
-        newest, alarms = hist.check(rows)
+        since = args.since or hist.since_default(rows)
+        new, alarms = hist.check(rows, since)
         for a in alarms:
             print(f"REGRESSION: {a.line()}")
-        print(f"check: newest kernel {newest}: "
-              + (f"starts a regression in {len(alarms)} series" if alarms else "starts no regression"))
+        names = ", ".join(short(k) for k in new) or "none"
+        print(f"check: {len(new)} kernel(s) first measured since {since} ({names}): "
+              + (f"{len(alarms)} regression(s) start at them" if alarms else "no regression starts at them"))
         return 1 if alarms else 0
     return 0
 
 
 def short(kernel: str) -> str:
-    """A kernel's name for a table: paths by their last part, commits by 12 digits."""
-    text = re.sub(r"(?<![\w.])/(?:[^/@+:\s]+/)+", "", kernel)
-    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28}\b", r"\1", text)
+    """A kernel's name for a table: each path by its last part, commits by 12 digits."""
+    parts = []
+    for part in kernel.split("+"):
+        kind, colon, path = part.rpartition(":") if part.startswith(("patch:", "config:")) else ("", "", part)
+        head, at, ref = path.partition("@")
+        parts.append(f"{kind}{colon}{os.path.basename(head.rstrip('/')) or head}{at}{ref}")
+    return re.sub(r"\b([0-9a-f]{12})[0-9a-f]{28}\b", r"\1", "+".join(parts))
 
 
 def _fmt(value: float) -> str:
@@ -154,7 +162,7 @@ def print_table(rows, where: str) -> None:
         for column in ("runs", "mean", "range of runs"):
             table.add_column(column, justify="right", no_wrap=True)
         table.add_column("change point", no_wrap=True)
-        for kernel, runs in zip(s.kernels, s.runs, strict=True):
+        for kernel, runs in zip(s.kernels, s.runs, strict=True):  # (Row.key: a name and a version, or a commit)
             g = s.group_of(kernel)
             starts = g.kernels[0] == kernel
             change = f"{g.label} {g.change * 100:+.2f} %" if starts and g.label else ""

@@ -389,7 +389,8 @@ def _run_held(job: Job, prog: str, here: Callable[[Job], int], on_host: bool, in
 
 def history_kind(command: Sequence[str]) -> str:
     """What a command line did, as the history's rows say it (``regress --bisect``'s steps: bisect)."""
-    word = command[1] if len(command) > 1 else "sweep"
+    words = [w for w in command[1:] if not w.startswith("-")]  # (past the front door's own options: -v)
+    word = words[0] if words else "sweep"
     if word == "regress" and "--bisect" in command:
         return "bisect"
     return word if word in KINDS else "sweep"

@@ -115,7 +115,7 @@ def test_a_failed_write_leaves_nothing_and_a_user_without_rights_is_told_in_one_
 def test_a_postgres_store_of_a_newer_version_is_refused(database):
     with st.open_store(database) as s:
         s.keep(history(NOISE[:1]))
-        s.db.execute(f"UPDATE schema_version SET version = {st.SCHEMA + 1}")
+        s.db.execute(f"UPDATE {st.VERSION_TABLE} SET version = {st.SCHEMA + 1}")
         s.db.commit()
         with pytest.raises(st.StoreError, match="newer ipsec-testbed"):
             s.keep(history(NOISE[1:2]))

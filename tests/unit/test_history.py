@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
@@ -24,19 +25,26 @@ POINT = "vpn_gateway aes-gcm-256 tunnel IPv4 udp 1000 Mbit/s datagram 1400 B"
 
 def row(kernel: str, value: float, *, run: str | None = None, metric: str = "instructions_per_packet",
         clock: str = "instructions", version: str = "6.1.192", position: int = -1, date: str = "2026-11-28T00:00:00Z",
-        samples: tuple[float, ...] = ()) -> hist.Row:
+        samples: tuple[float, ...] = (), backend: str = "qemu", machine: str = "AMD EPYC, 2 CPUs, vm") -> hist.Row:
+    """A row; a kernel at a ``position`` is a git tree's commit (its name then tells it apart)."""
     samples = samples or (value,)
+    commit = hashlib.sha1(kernel.encode()).hexdigest() if position >= 0 else ""
     return hist.Row(run_id=run or f"{kernel}-{value}-{date}", kind="regress", kernel=kernel, kernel_version=version,
-                    kernel_source="git", kernel_commit="", kernel_position=position, recipe_key="", backend="qemu",
-                    clock=clock, profile="aes-gcm-256", point=POINT, arm="", metric=metric, value=value,
-                    low=value - 1, high=value + 1, n=len(samples), samples=json.dumps(samples),
-                    machine="AMD EPYC, 2 CPUs, vm", project="abc1234", date=date, run_dir="/tmp/run")
+                    kernel_source="git" if commit else "package", kernel_commit=commit, kernel_position=position,
+                    recipe_key="", backend=backend, clock=clock, profile="aes-gcm-256", point=POINT, arm="",
+                    metric=metric, value=value, low=value - 1, high=value + 1, n=len(samples),
+                    samples=json.dumps(samples), machine=machine, project="abc1234", date=date, run_dir="/tmp/run")
+
+
+def night(i: int) -> str:
+    """The start of night ``i``'s run (one a day, from 2026-11-01)."""
+    return f"2026-11-{i + 1:02d}T03:00:00Z"
 
 
 def history(values, step_at=None, step=0.0):
-    """Kernels c01.. in one git history, one run each, ``values`` with a step from ``step_at`` on."""
+    """Kernels c01.. in one git history, one a night, ``values`` with a step from ``step_at`` on."""
     return [row(f"c{i + 1:02d}", v * (1 + step if step_at is not None and i >= step_at else 1), position=i + 1,
-                date=f"2026-11-28T{i:02d}:00:00Z") for i, v in enumerate(values)]
+                date=night(i)) for i, v in enumerate(values)]
 
 
 #: Run means of identical kernels on the counted backend, boot to boot (instructions per packet).
@@ -69,9 +77,41 @@ def test_kernels_run_in_version_then_git_then_first_run_order():
             row("tree@b", 1.0, position=12, date="2026-01-02T00:00:00Z"),
             row("tree@a", 1.0, position=11, date="2026-01-03T00:00:00Z"),
             row("6.12-rc3", 1.0, version="6.12.0-rc3", date="2026-01-04T00:00:00Z"),
-            row("6.1", 1.0, date="2026-01-05T00:00:00Z")]
-    # (a release before the commits made on it: a tree at the same version without a place comes first)
-    assert hist.kernel_order(rows) == ["6.1", "tree@a", "tree@b", "6.12-rc3", "6.12"]
+            row("6.1", 1.0, date="2026-01-05T00:00:00Z"),
+            row("v6.12", 1.0, version="6.12", date="2026-01-06T00:00:00Z")]
+    # (a release before the commits made on it: a tree at the same version without a place comes first;
+    # a release candidate before its release, however its version is written)
+    assert hist.kernel_order(rows) == ["6.1 (6.1.192)", "tree@a", "tree@b", "6.12-rc3 (6.12.0-rc3)", "v6.12 (6.12)",
+                                       "6.12 (6.12.58)"]
+    assert hist.version_key("6.12-rc3") < hist.version_key("6.12") == hist.version_key("6.12.0")
+
+
+def test_a_ref_that_moves_is_kept_by_its_commit_and_a_shallow_clone_has_no_place(tmp_path):
+    tree = tmp_path / "linux"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@localhost", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@localhost"}
+
+    def git(*args, cwd=tree):
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    (tree / "arch" / "um").mkdir(parents=True)  # (what tells a kernel tree: a Makefile and arch/um)
+    (tree / "arch" / "um" / "Kconfig").write_text("")
+    git("init", "-q")
+    git("add", "arch")
+    shas = []
+    for i in range(3):
+        (tree / "Makefile").write_text(f"VERSION = {i}\n")
+        git("add", "Makefile")
+        git("commit", "-q", "-m", f"commit {i}")
+        shas.append(git("rev-parse", "HEAD"))
+    meta = type("Meta", (), {"kernel_version": "6.1.192", "kernel_release": None, "kernel_origin": "recipe"})()
+    k = hist.kernel_of(meta, f"{tree}@HEAD")
+    assert k.kernel == f"{tree}@{shas[-1]}" and k.commit == shas[-1] and k.position == 3
+    assert hist.kernel_of(meta, f"{tree}@HEAD~2").position == 1
+    git("clone", "-q", "--depth", "1", f"file://{tree}", str(tmp_path / "shallow"), cwd=tmp_path)
+    k = hist.kernel_of(meta, f"{tmp_path / 'shallow'}@HEAD")
+    assert k.commit == shas[-1] and k.position == -1
 
 
 # -- change points ---------------------------------------------------------------------------------------------
@@ -93,16 +133,54 @@ def test_a_cheaper_kernel_is_a_progression_and_a_faster_one_too():
     assert series.groups[1].label == "progression"  # goodput rose: better
 
 
-def test_the_check_fails_only_when_the_newest_kernel_starts_a_regression():
+def test_the_check_fails_only_when_a_kernel_of_the_last_night_starts_a_regression():
     rows = history(NOISE, step_at=9, step=0.02)
-    newest, alarms = hist.check(rows)
-    assert newest == "c10" and len(alarms) == 1 and alarms[0].kernel == "c10"
+    new, alarms = hist.check(rows)
+    assert new == ["c10"] and len(alarms) == 1 and alarms[0].kernel == "c10"
     assert "regression of +2.0" in alarms[0].line()
-    # one kernel later the regression is old news: the gate said so the night before
-    rows.append(row("c11", NOISE[0] * 1.02, position=11, date="2026-11-28T23:00:00Z"))
-    assert hist.check(rows)[1] == []
+    # a night later the regression is old news: the gate said so the night before
+    rows.append(row("c11", NOISE[0] * 1.02, position=11, date=night(10)))
+    assert hist.check(rows) == (["c11"], [])
+    # ... unless asked about the nights since then
+    assert [a.kernel for a in hist.check(rows, since=night(9))[1]] == ["c10"]
     assert hist.check(history(NOISE))[1] == []
     assert hist.check(history(NOISE, step_at=9, step=-0.05))[1] == []  # a progression is no alarm
+
+
+def test_the_check_gates_every_kernel_of_the_night_not_only_the_last_one_measured():
+    rows = history(NOISE, step_at=8, step=0.02)
+    # two kernels measured the same night (a matrix), the regression at the first of them
+    rows[9] = dataclasses.replace(rows[9], date=night(8).replace("03:00", "04:00"))
+    new, alarms = hist.check(rows)
+    assert new == ["c09", "c10"] and [a.kernel for a in alarms] == ["c09"]
+    # an old kernel measured again last hides nothing
+    rows.append(row("c01", NOISE[0], position=1, date=night(8).replace("03:00", "05:00"), run="again"))
+    assert [a.kernel for a in hist.check(rows)[1]] == ["c09"]
+
+
+def test_a_ref_measured_every_night_is_a_kernel_a_night():
+    # the same tree at HEAD, a new commit each night: each row keeps its commit (kernel_of), so a +5 % night shows
+    shas = [hashlib.sha1(str(i).encode()).hexdigest() for i in range(len(NOISE))]
+    rows = [row(f"/src/linux@{sha}", v * (1.05 if i >= 8 else 1), position=i + 1, date=night(i))
+            for i, (sha, v) in enumerate(zip(shas, NOISE, strict=True))]
+    assert [a.kernel for a in hist.check(rows, since=night(8))[1]] == [f"/src/linux@{shas[8]}"]
+
+
+def test_timed_figures_of_two_backends_or_machines_are_two_series_and_counted_ones_one():
+    timed = [row("6.1", 100.0, clock="time", metric="cpu_us_per_packet", backend="uml", date=night(0)),
+             row("6.12", 80.0, clock="time", metric="cpu_us_per_packet", backend="host", date=night(1),
+                 version="6.12.58"),
+             row("6.12", 81.0, clock="time", metric="cpu_us_per_packet", backend="uml", date=night(2),
+                 version="6.12.58", machine="Intel Xeon, 2 CPUs, ci-7")]
+    assert len(hist.series_of(timed)) == 3
+    counted = [row("6.1", 52849.0, date=night(0)), row("6.1", 52850.0, date=night(1), machine="Intel Xeon, ci-7")]
+    (series,) = hist.series_of(counted)
+    assert series.runs == ((52849.0, 52850.0),) and series.machine == ""
+
+
+def test_a_series_of_zeros_has_no_change_point():
+    (series,) = hist.series_of([dataclasses.replace(r, value=0.0, metric="goodput_mbps") for r in history(NOISE)])
+    assert len(series.groups) == 1 and not series.groups[0].label
 
 
 def test_two_clocks_asked_to_share_a_chart_are_refused_in_one_line():
@@ -120,17 +198,24 @@ def test_sqlite_keeps_rows_replaces_a_run_stored_again_and_merges_only_new_runs(
     path = str(tmp_path / "h.sqlite")
     rows = history(NOISE)
     with st.open_store(path) as s:
-        assert s.keep(rows) == len(rows)
-        assert s.keep(rows[:3]) == 3  # the same runs again: replaced, not doubled
+        s.keep(rows)
+        s.keep(rows[:3])  # the same runs again: replaced, not doubled
         assert s.rows() == rows
+        s.keep([dataclasses.replace(rows[0], value=1.0)])  # a run stored again with other figures: the new ones
+        assert s.rows()[0].value == 1.0 and len(s.rows()) == len(rows)
+        s.keep(rows[:1])
         assert s.rows(metric="goodput_mbps") == []
     other = str(tmp_path / "cell.sqlite")
-    extra = [row("c11", 52850.0, position=11, date="2026-11-29T00:00:00Z")]
+    extra = [row("c11", 52850.0, position=11, date=night(10))]
     with st.open_store(other) as s:
         s.keep(rows[:2] + extra)
     with st.open_store(path) as s, st.open_store(other, create=False) as source:
         assert s.merge(source.rows()) == 1
         assert len(s.rows()) == len(rows) + 1
+        # a run resumed on its runner and merged again: its new rows replace the old
+        resumed = [dataclasses.replace(extra[0], value=52851.0)]
+        assert s.merge(resumed) == 1 and s.merge(resumed) == 0
+        assert [r.value for r in s.rows() if r.kernel == "c11"] == [52851.0]
 
 
 def test_a_store_of_a_newer_version_or_not_a_history_is_refused_in_one_line(tmp_path):
@@ -138,7 +223,7 @@ def test_a_store_of_a_newer_version_or_not_a_history_is_refused_in_one_line(tmp_
     with st.open_store(str(newer)) as s:
         s.keep(history(NOISE[:2]))
     db = sqlite3.connect(newer)
-    db.execute(f"UPDATE schema_version SET version = {st.SCHEMA + 1}")
+    db.execute(f"UPDATE {st.VERSION_TABLE} SET version = {st.SCHEMA + 1}")
     db.commit()
     db.close()
     with st.open_store(str(newer)) as s, pytest.raises(st.StoreError, match="newer ipsec-testbed.*upgrade"):
@@ -221,14 +306,22 @@ def test_where_the_history_goes(monkeypatch, tmp_path):
 def test_kcidb_output_is_valid_by_kcidb_ios_own_validator(tmp_path):
     rows = hist.rows_of_run(str(FIXTURE), "sweep") + history(NOISE[:2])
     document = kcidb.write(rows, str(tmp_path / "k.json"))
-    from kcidb_io import schema
-
-    schema.LATEST.validate(json.loads((tmp_path / "k.json").read_text()))
+    assert json.loads((tmp_path / "k.json").read_text()) == document
     assert len(document["tests"]) == len(rows)
     test = document["tests"][0]
     assert test["number"]["value"] == rows[0].value and test["status"] == "DONE"
     assert {t["build_id"] for t in document["tests"]} <= {b["id"] for b in document["builds"]}
     assert {b["checkout_id"] for b in document["builds"]} <= {c["id"] for c in document["checkouts"]}
+
+
+def test_kcidb_tells_non_ascii_points_apart_and_leaves_out_a_date_it_cannot_take():
+    rows = [dataclasses.replace(r, point=p, date=d) for r, p, d in
+            zip(history(NOISE[:3]), ("débit", "dèbit", "debit"), ("", "2026-11-28T03:00:00Z", "yesterday"),
+                strict=True)]
+    document = kcidb.report(rows)
+    kcidb.validate(document)
+    assert len({t["path"] for t in document["tests"]}) == 3
+    assert ["start_time" in t for t in document["tests"]] == [False, True, False]
 
 
 def test_a_malformed_kcidb_field_is_named_and_nothing_is_written(tmp_path):
@@ -249,19 +342,20 @@ def _cli(*args: str, env_history: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_the_history_command_gates_on_the_newest_kernel_and_writes_its_page(tmp_path):
+def test_the_history_command_gates_on_the_last_nights_kernels_and_writes_its_page(tmp_path):
     path = str(tmp_path / "h.sqlite")
     with st.open_store(path) as s:
         s.keep(history(NOISE, step_at=9, step=0.02))
     done = _cli("--check", "--page", str(tmp_path / "h.html"), env_history=path)
     assert done.returncode == 1, done.stderr
-    assert "REGRESSION" in done.stdout and "c10" in done.stdout and "regression +2.0" in done.stdout
+    assert "REGRESSION" in done.stdout and "at c10" in done.stdout and "regression +2.0" in done.stdout
     page = (tmp_path / "h.html").read_text()
-    assert "plotly" in page and json.loads(page.split('id="history-data">')[1].split("</script>")[0].replace(
-        "&amp;", "&"))[0]["groups"][1]["label"] == "regression"
+    data = json.loads(page.split('id="history-data">')[1].split("</script>")[0].replace("<\\/", "</"))
+    assert "plotly" in page and data[0]["groups"][1]["label"] == "regression"
     with st.open_store(path) as s:
-        s.keep([row("c11", NOISE[0] * 1.02, position=11, date="2026-11-29T00:00:00Z")])
+        s.keep([row("c11", NOISE[0] * 1.02, position=11, date=night(10))])
     assert _cli("--check", env_history=path).returncode == 0
+    assert _cli("--check", "--since", night(9), env_history=path).returncode == 1
 
 
 def test_the_history_command_refuses_bad_input_in_one_line(tmp_path):
@@ -278,3 +372,14 @@ def test_the_history_command_refuses_bad_input_in_one_line(tmp_path):
     done = _cli("--page", str(tmp_path / "p.html"), env_history=mixed)
     assert done.returncode == 2 and "two clocks" in done.stderr and not (tmp_path / "p.html").exists()
     assert _cli("--clock", "time", "--page", str(tmp_path / "p.html"), env_history=mixed).returncode == 0
+
+
+def test_a_run_is_kept_as_the_kind_of_command_that_made_it():
+    from experiments.runner import history_kind
+
+    assert history_kind(("ipsec-testbed", "-v", "regress", "--bisect", "a", "b", "--tree", "t")) == "bisect"
+    assert history_kind(("ipsec-testbed", "regress", "--ab", "6.1", "6.12")) == "regress"
+    assert history_kind(("ipsec-testbed", "reproduce", "003")) == "reproduce"
+    assert history_kind(("ipsec-testbed", "sweep", "--rates", "10")) == "sweep"
+    assert history_kind(("ipsec-testbed", "bench", "counted")) == "bench"
+    assert history_kind(()) == "sweep"
