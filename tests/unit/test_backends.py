@@ -153,7 +153,8 @@ def test_a_guest_reports_no_qemu_leftovers_it_cannot_judge(tmp_path, monkeypatch
     (workdir / "owner").write_text("999999999\n")  # no such process: dead, as seen from anywhere
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     monkeypatch.delenv(GUEST_ENV, raising=False)
-    assert [item.name for item in qemu.QemuBackend().leftovers()] == [str(workdir)]
+    # (what this test owns: a counted guest measuring elsewhere on the machine is another's, listed or not)
+    assert [item.name for item in qemu.QemuBackend().leftovers() if item.kind == "work directory"] == [str(workdir)]
     for inside in ("uml", "qemu"):
         monkeypatch.setenv(GUEST_ENV, inside)
         assert qemu.QemuBackend().leftovers() == []
