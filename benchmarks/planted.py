@@ -1,7 +1,7 @@
 """A change planted in the kernel's own source, measured by both backends: instructions (counted) and CPU time (UML).
 
     sudo ipsec-testbed bench planted                            # 450 iterations in esp_input: about +5 % counted
-    sudo ipsec-testbed bench planted --iterations 90 --only qemu --trials 20 --identical   # +1 %: power, false alarms
+    sudo ipsec-testbed bench planted --iterations 90 --only qemu --trials 20 --identical 20   # +1 %: power, false alarms
 
 One patch on Debian's linux-source-6.1 (the recipe's source) adds ``--iterations`` iterations of a small loop to
 every ESP packet's way in (``esp_input`` in net/ipv4/esp4.c, the receive path; the bisect's proof plants its loop
@@ -16,8 +16,9 @@ source without the patch, both up at once and paired window by window (``regress
 
 It prints each B/A with its interval, whether each flagged the change, whether the directions agree and the
 sizes' ratio.  With ``--trials N`` each comparison runs N times (the gate's power: how many of N flagged the
-change), and with ``--identical`` each trial also compares kernel A with itself (its false alarms: how many of N
-flagged identical kernels, and how wide their intervals were), every comparison with its wall time.
+change), and ``--identical M`` compares kernel A with itself M times as well, the two kinds taking turns (its false
+alarms: how many of M flagged identical kernels, and how wide their intervals were), every comparison with its wall
+time.
 
 The four kernels are built on first use (about 10 minutes each for x86-64, 3-4 for UML on 2 CPUs;
 `ipsec-testbed kernel list` shows them) and kept.  Each comparison's run directory and verdicts are kept
@@ -111,30 +112,32 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only this comparison (again for more; default: all three)")
     p.add_argument("--trials", type=int, default=1, metavar="N",
                    help="run each comparison N times and count the flags (default: %(default)s)")
-    p.add_argument("--identical", action="store_true",
-                   help="in each trial also compare kernel A with itself (the false alarms)")
+    p.add_argument("--identical", type=int, default=0, metavar="M",
+                   help="also compare kernel A with itself M times, between the trials (the false alarms; default: "
+                   "%(default)s)")
     p.add_argument("--out", default=None, help="where the patch and the comparisons go "
                    "(default: runs/<date>-bench-planted)")
     args = p.parse_args(argv)
-    if args.trials < 1:
-        p.error("--trials must be at least 1")
+    if args.trials < 1 or args.identical < 0:
+        p.error("--trials must be at least 1, --identical at least 0")
     out = _common.root_out_dir("planted", args.out, "kernel builds' packages, namespaces, guests")
     patch = make_patch(out, args.iterations)
     print(f"patch: {patch} ({args.iterations} iterations in esp_input)", flush=True)
     chosen = [c for c in COMPARISONS if not args.only or c[0] in args.only]
     results, identical = [], []
-    for trial in range(1, args.trials + 1):
-        tag = f"-{trial}" if args.trials > 1 else ""
+    for trial in range(1, max(args.trials, args.identical) + 1):
         for label, kernel, base, suite in chosen:
-            results.append({"comparison": label, **compare(out, label + tag, kernel, base, suite, patch)})
-            if args.identical:
+            if trial <= args.trials:
+                tag = f"-{trial}" if args.trials > 1 else ""
+                results.append({"comparison": label, **compare(out, label + tag, kernel, base, suite, patch)})
+            if trial <= args.identical:
                 identical.append({"comparison": label,
-                                  **compare(out, f"{label}-identical{tag}", kernel, base, suite, None)})
+                                  **compare(out, f"{label}-identical-{trial}", kernel, base, suite, None)})
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"iterations": args.iterations, "patch": patch, "trials": args.trials, "results": results,
                    "identical": identical}, f, indent=1)
     if args.trials > 1 or args.identical:
-        print(f"\n{args.trials} trial(s), paired, the gate's rule:")
+        print(f"\n{args.trials} trial(s) and {args.identical} of identical kernels, paired, the gate's rule:")
         for label, *_ in chosen:
             tally(label, [r for r in results if r["comparison"] == label], "the change: all should")
             if args.identical:
