@@ -1,7 +1,7 @@
 """A change planted in the kernel's own source, measured by both backends: instructions (counted) and CPU time (UML).
 
     sudo ipsec-testbed bench planted                            # 450 iterations in esp_input: about +5 % counted
-    sudo ipsec-testbed bench planted --iterations 90 --only qemu --trials 20 --identical 20   # +1 %: power, false alarms
+    sudo ipsec-testbed bench planted --iterations 90 --only qemu --trials 20 --identical 20   # +1 %, and A/A
 
 One patch on Debian's linux-source-6.1 (the recipe's source) adds ``--iterations`` iterations of a small loop to
 every ESP packet's way in (``esp_input`` in net/ipv4/esp4.c, the receive path; the bisect's proof plants its loop
