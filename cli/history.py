@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -56,6 +57,8 @@ def add_parser(sub) -> None:
     p.add_argument("--kcidb", metavar="FILE", help="write the rows as KernelCI's KCIDB JSON, checked by kcidb-io")
     p.add_argument("--origin", default="ipsec_testbed", help="the KCIDB origin (the name KernelCI gave you; "
                    "default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the series, their kernels, runs and change points as "
+                   "JSON instead of the tables (with --check: the kernels it gated and the regressions too)")
     p.add_argument("--merge", nargs="+", metavar="STORE", help="first add the rows of these histories (SQLite files "
                    "or URLs; runs already here are skipped): a CI's matrix cells into one")
     p.add_argument("--add", nargs="+", metavar="RUN_DIR", help="first add the figures of these run directories "
@@ -105,7 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if args.check else 0
     if args.page or args.metric:
         hist.one_clock(rows)
-    print_table(rows, where)
+    if not args.json:
+        print_table(rows, where)
     if args.page:
         from analysis import historypage
 
@@ -117,9 +121,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"KCIDB: {args.kcidb} ({len(document['checkouts'])} checkouts, {len(document['builds'])} builds, "
               f"{len(document['tests'])} tests; valid by kcidb-io's schema {document['version']['major']}."
               f"{document['version']['minor']})")
+    since = args.since or hist.since_default(rows)
+    new, alarms = hist.check(rows, since)
+    if args.json:
+        print(json.dumps({"history": where, "series": [series_json(s) for s in hist.series_of(rows)],
+                          **({"check": {"since": since, "kernels": new, "regressions": [
+                              {"series": a.series.name, "kernel": a.kernel, "change": a.group.change}
+                              for a in alarms]}} if args.check else {})}, indent=1))
+        return 1 if args.check and alarms else 0
     if args.check:
-        since = args.since or hist.since_default(rows)
-        new, alarms = hist.check(rows, since)
         for a in alarms:
             print(f"REGRESSION: {a.line()}")
         names = ", ".join(short(k) for k in new) or "none"
@@ -127,6 +137,14 @@ def _run(args: argparse.Namespace) -> int:
               + (f"{len(alarms)} regression(s) start at them" if alarms else "no regression starts at them"))
         return 1 if alarms else 0
     return 0
+
+
+def series_json(s) -> dict:
+    return {"name": s.name, "clock": s.clock, "backend": s.backend, "machine": s.machine, "point": s.point,
+            "arm": s.arm, "metric": s.metric,
+            "kernels": [{"kernel": k, "runs": list(r)} for k, r in zip(s.kernels, s.runs, strict=True)],
+            "groups": [{"kernels": list(g.kernels), "mean": g.mean, "stdev": g.stdev, "label": g.label,
+                        "change": g.change} for g in s.groups]}
 
 
 def short(kernel: str) -> str:

@@ -356,6 +356,11 @@ def test_the_history_command_gates_on_the_last_nights_kernels_and_writes_its_pag
         s.keep([row("c11", NOISE[0] * 1.02, position=11, date=night(10))])
     assert _cli("--check", env_history=path).returncode == 0
     assert _cli("--check", "--since", night(9), env_history=path).returncode == 1
+    done = _cli("--check", "--since", night(9), "--json", env_history=path)
+    data = json.loads(done.stdout)
+    assert done.returncode == 1 and data["check"]["kernels"] == ["c10", "c11"]
+    assert [r["kernel"] for r in data["check"]["regressions"]] == ["c10"]
+    assert [g["label"] for g in data["series"][0]["groups"]] == ["", "regression"]
 
 
 def test_the_history_command_refuses_bad_input_in_one_line(tmp_path):
