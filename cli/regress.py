@@ -65,7 +65,7 @@ def add_parser(sub) -> None:
         "Two kernels paired (--ab, --bisect) and the gate's power (--inject-slowdown) run on the\n"
         "counted backend by default (--kernel auto, where QEMU runs and no suite but counted is asked\n"
         "for): the counted suite judged in instructions per packet, which do not move with the\n"
-        "machine's speed (identical kernels within about +-0.3 %, +1 % seen 20 times of 20). --kernel uml\n"
+        "machine's speed (identical kernels within +-0.2 %, +1 % seen 20 times of 20). --kernel uml\n"
         "(or a suite such as detect) times CPU in User-Mode Linux instead.\n\n"
         "Every run adds its figures to the results history (--history; `ipsec-testbed history`). With no\n"
         "baseline, a suite's run on one kernel does only that: a nightly job then asks\n"
@@ -334,7 +334,7 @@ def counted_by_default(args: argparse.Namespace) -> bool:
     """Whether a paired comparison (``--ab``, ``--bisect``, ``--inject-slowdown``) with ``--kernel auto`` runs on
     the counted backend: where QEMU can run it, with no suite but the counted one asked for
     and no kernel only another backend boots (``host``, ``uml``, a UML image).  Counted, identical kernels agree
-    within about ±0.3 % and +1 % instructions per ESP packet is seen 20 times of 20, on any machine; timed, this
+    within ±0.2 % and +1 % instructions per ESP packet is seen 20 times of 20, on any machine; timed, this
     project's machines move by ±0.5 to ±4.5 % (docs/kernel.md)."""
     from testbed import backends, kernelsource
 
