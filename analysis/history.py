@@ -24,12 +24,11 @@ import json
 import math
 import os
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from analysis.regress import METRICS
-from analysis.stats import t_critical_95
+from analysis.regress import METRICS, point_words
+from analysis.stats import Summary
 from testbed import kernelsource
 from testbed.record import Bound, Group
 from testbed.rundir import load_meta, load_results
@@ -86,33 +85,16 @@ class Row:
         is two kernels)."""
         return self.kernel if self.kernel_commit else f"{self.kernel} ({self.kernel_version})"
 
-    @property
-    def better(self) -> int:
-        return METRICS[self.metric][2]
-
     def values(self) -> list[float]:
         return [float(x) for x in json.loads(self.samples)] if self.samples else [self.value]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(Row))
 
 
-def _interval(values: Sequence[float]) -> tuple[float, float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, mean, mean
-    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
-    half = t_critical_95(len(values) - 1) * sd / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
 def point_name(point: Group) -> str:
-    return (f"{point.topology} {point.profile} {point.mode} IPv{point.ip_version} {point.transport} "
-            f"{point.rate_mbit:g} Mbit/s {point.size_mode} {point.size_bytes} B"
-            + (f" x{point.clients}" if point.clients and point.clients > 1 else ""))
+    """The point as a verdict names it, and its clients where there are several."""
+    return point_words(point) + (f" x{point.clients}" if point.clients and point.clients > 1 else "")
 
 
 def _parts(run_dir: str) -> list[tuple[str, str]]:
@@ -147,25 +129,11 @@ def kernel_of(meta: Any, name: str | None) -> KernelId:
         return KernelId(kernel=name, version=version, source="image")
     commit, position = "", -1
     if parsed.kind == "git":
-        commit, position = git_position(parsed.base, parsed.ref or "HEAD")
+        commit, position = kernelsource.commit_and_place(parsed.base, parsed.ref or "HEAD")
         if commit:  # a ref that moves (HEAD, master) names another kernel every night: kept by its commit
             name = parsed.with_ref(commit).canonical
     return KernelId(kernel=name, version=version, source=parsed.kind, commit=commit, position=position)
 
-
-def git_position(tree: str, ref: str) -> tuple[str, int]:
-    """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history; -1 in a
-    shallow clone, or when there is none)."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", tree, *args], capture_output=True, text=True, check=True).stdout.strip()
-
-    try:
-        sha = git("rev-parse", "--verify", f"{ref}^{{commit}}")
-        if git("rev-parse", "--is-shallow-repository") == "true":
-            return sha, -1  # (a shallow clone counts only what it fetched: no place in the history)
-        return sha, int(git("rev-list", "--count", sha))
-    except (OSError, subprocess.CalledProcessError, ValueError):
-        return "", -1
 
 
 def recipe_key_of(meta: Any) -> str:
@@ -197,12 +165,11 @@ def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]
     parts = _parts(run_dir)
     if not parts:
         return []
-    first_meta = load_meta(parts[0][1])
-    run_id = run_id_of(run_dir, first_meta.started)
-    kid = kernel_of(first_meta, kernel)
+    metas = [load_meta(directory) for _, directory in parts]
+    run_id = run_id_of(run_dir, metas[0].started)
+    kid = kernel_of(metas[0], kernel)
     rows = []
-    for part, directory in parts:
-        meta = load_meta(directory)
+    for (part, directory), meta in zip(parts, metas, strict=True):
         records = [r for r in load_results(directory) if not r.failed and r.bound is not Bound.ANOMALY]
         points: dict[Group, list] = {}
         for r in records:
@@ -213,13 +180,15 @@ def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]
                 values = [v for v in values if math.isfinite(v)]
                 if not values:
                     continue
-                mean, low, high = _interval(values)
+                summary = Summary.of(values)
+                mean, half = summary.mean, summary.ci95 or 0.0
                 rows.append(Row(
                     run_id=run_id, kind=kind, kernel=kid.kernel, kernel_version=kid.version, kernel_source=kid.source,
                     kernel_commit=kid.commit, kernel_position=kid.position, recipe_key=recipe_key_of(meta),
                     backend=meta.backend or "", clock=recs[0].clock or "time", profile=point.profile or "",
                     point=(f"{part}: " if part else "") + point_name(point), arm=point.arm or "", metric=metric,
-                    value=mean, low=low, high=high, n=len(values), samples=json.dumps([round(v, 6) for v in values]),
+                    value=mean, low=mean - half, high=mean + half, n=len(values),
+                    samples=json.dumps([round(v, 6) for v in values]),
                     machine=machine_of(meta), project=(meta.versions.testbed if meta.versions else "") or "",
                     date=meta.started or "", run_dir=os.path.realpath(run_dir)))
     return rows
@@ -355,15 +324,17 @@ def since_default(rows: Sequence[Row]) -> str:
     return (newest - datetime.timedelta(seconds=CHECK_WINDOW_S)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def check(rows: Sequence[Row], since: str | None = None) -> tuple[list[str], list[Alarm]]:
+def check(rows: Sequence[Row], since: str | None = None,
+          series: Sequence[Series] | None = None) -> tuple[list[str], list[Alarm]]:
     """The nightly gate: the kernels first measured at or after ``since`` (ISO date; default
-    :func:`since_default`: the last night's), and every regression group one of them starts."""
+    :func:`since_default`: the last night's), and every regression group one of them starts.  ``series``:
+    :func:`series_of` the rows, where the caller has it already (jumpavg's classification is the work)."""
     if not rows:
         return [], []
     since = since or since_default(rows)
     first = first_measured(rows)
     new = [k for k in kernel_order(rows) if first[k] >= since]
-    alarms = [Alarm(s, g.kernels[0], g) for s in series_of(rows) for g in s.groups
+    alarms = [Alarm(s, g.kernels[0], g) for s in (series_of(rows) if series is None else series) for g in s.groups
               if g.label == "regression" and g.kernels[0] in new]
     return new, alarms
 
@@ -373,12 +344,11 @@ def every_change(rows: Sequence[Row]) -> list[Alarm]:
     return [Alarm(s, g.kernels[0], g) for s in series_of(rows) for g in s.groups if g.label]
 
 
-def one_clock(rows: Sequence[Row], metric: str | None = None) -> None:
+def one_clock(rows: Sequence[Row]) -> None:
     """:class:`HistoryError` when rows of one metric mix clocks, asked to share a chart."""
     clocks: dict[str, set] = {}
     for r in rows:
-        if metric is None or r.metric == metric:
-            clocks.setdefault(r.metric, set()).add(r.clock)
+        clocks.setdefault(r.metric, set()).add(r.clock)
     mixed = [m for m, c in clocks.items() if len(c) > 1]
     if mixed:
         raise HistoryError(f"{METRICS[mixed[0]][0]} was measured on two clocks (instructions and time): each chart "

@@ -17,7 +17,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from analysis.benchpage import LAYOUT
-from analysis.history import Row, Series, series_of
+from analysis.history import Row, Series
 from analysis.page import CSS, figure_div
 from analysis.regress import METRICS
 from testbed.rundir import atomic_write
@@ -51,15 +51,16 @@ def series_figure(s: Series, rows: Sequence[Row]) -> go.Figure:
                      categoryarray=list(s.kernels))
     fig.update_yaxes(title=f"{name} ({unit}, {s.clock})")
     mine = [r for r in rows if r.series == s.series_key]
+    urls = [run_url(r.run_dir) for r in mine]
     fig.add_trace(go.Scatter(
         x=[r.key for r in mine], y=[r.value for r in mine], mode="markers",
         marker=dict(size=9, color=COLOURS[""]),
         error_y=dict(type="data", symmetric=False, array=[r.high - r.value for r in mine],
                      arrayminus=[r.value - r.low for r in mine], thickness=1),
-        customdata=[run_url(r.run_dir) for r in mine],
+        customdata=urls,
         hovertext=[f"{r.kernel} {r.kernel_commit[:12]}<br>{r.value:.6g} ({r.low:.6g}..{r.high:.6g}), n={r.n}<br>"
-                   f"{r.date} on {html.escape(r.machine)}<br>testbed {r.project}"
-                   + ("; click: the run" if run_url(r.run_dir) else "") for r in mine],
+                   f"{r.date} on {html.escape(r.machine)}<br>testbed {r.project}" + ("; click: the run" if url else "")
+                   for r, url in zip(mine, urls, strict=True)],
         hoverinfo="text"))
     for g in s.groups:
         colour = COLOURS[g.label]
@@ -71,9 +72,9 @@ def series_figure(s: Series, rows: Sequence[Row]) -> go.Figure:
     return fig
 
 
-def write(rows: Sequence[Row], path: str, where: str) -> str:
-    """The page of ``rows`` (one clock per chart: :func:`analysis.history.one_clock` first) at ``path``."""
-    series = series_of(rows)
+def write(rows: Sequence[Row], path: str, where: str, series: Sequence[Series]) -> str:
+    """The page of ``rows`` and their ``series`` (:func:`analysis.history.series_of`; one clock per chart:
+    :func:`analysis.history.one_clock` first) at ``path``."""
     changes = sum(1 for s in series for g in s.groups if g.label)
     parts = ["<h1>IPsec Testbed: results history</h1>",
              f'<p class="subtitle">{len(rows)} figures of {len({r.run_id for r in rows})} runs on '

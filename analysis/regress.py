@@ -150,6 +150,13 @@ def _baseline_point(entry: Mapping[str, Any]) -> Group:
     return Group(**{f: None if entry.get(f) == "" else entry.get(f) for f in POINT_FIELDS})
 
 
+def point_words(p: Group) -> str:
+    """A point in words, as verdicts and the history name it:
+    ``vpn_gateway aes-gcm-256 tunnel IPv4 tcp 100 Mbit/s mss 1400 B``."""
+    return (f"{p.topology} {p.profile} {p.mode} IPv{p.ip_version} "
+            f"{p.transport} {p.rate_mbit:g} Mbit/s {p.size_mode} {p.size_bytes} B")
+
+
 def point_fields(point: Group) -> dict:
     """A point as messages and ``--json`` show it: every field of :data:`~testbed.record.POINT_FIELDS`."""
     return dict(zip(POINT_FIELDS, point.key(), strict=True))
@@ -235,9 +242,7 @@ class Verdict:
 
     @property
     def name(self) -> str:
-        p = self.point
-        return (f"{p.topology} {p.profile} {p.mode} IPv{p.ip_version} "
-                f"{p.transport} {p.rate_mbit:g} Mbit/s {p.size_mode} {p.size_bytes} B")
+        return point_words(self.point)
 
     @property
     def label(self) -> str:

@@ -108,12 +108,13 @@ def _run(args: argparse.Namespace) -> int:
         return 1 if args.check else 0
     if args.page or args.metric:
         hist.one_clock(rows)
+    series = hist.series_of(rows)  # (once: jumpavg's classification of every series is the work)
     if not args.json:
-        print_table(rows, where)
+        print_table(rows, where, series)
     if args.page:
         from analysis import historypage
 
-        print(f"page: {historypage.write(rows, args.page, where)}")
+        print(f"page: {historypage.write(rows, args.page, where, series)}")
     if args.kcidb:
         from analysis import kcidb
 
@@ -122,9 +123,9 @@ def _run(args: argparse.Namespace) -> int:
               f"{len(document['tests'])} tests; valid by kcidb-io's schema {document['version']['major']}."
               f"{document['version']['minor']})")
     since = args.since or hist.since_default(rows)
-    new, alarms = hist.check(rows, since)
+    new, alarms = hist.check(rows, since, series)
     if args.json:
-        print(json.dumps({"history": where, "series": [series_json(s) for s in hist.series_of(rows)],
+        print(json.dumps({"history": where, "series": [series_json(s) for s in series],
                           **({"check": {"since": since, "kernels": new, "regressions": [
                               {"series": a.series.name, "kernel": a.kernel, "change": a.group.change}
                               for a in alarms]}} if args.check else {})}, indent=1))
@@ -161,15 +162,14 @@ def _fmt(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
-def print_table(rows, where: str) -> None:
+def print_table(rows, where: str, series) -> None:
+    """A table per series (:func:`analysis.history.series_of` the rows)."""
     from rich.console import Console
     from rich.table import Table
 
-    from analysis import history as hist
     from analysis.regress import METRICS
 
     console = Console(highlight=False)
-    series = hist.series_of(rows)
     console.print(f"{len(rows)} figures of {len({r.run_id for r in rows})} runs in {where}")
     for s in series:
         _, unit, better = METRICS[s.metric]

@@ -67,6 +67,11 @@ def out_dir_of(out: str | None, repo: str, name: str) -> str:
     return path
 
 
+def requested_kernel(job: Job) -> str | None:
+    """The kernel the job names (``--uml-kernel``, else ``$IPSEC_TESTBED_UML_KERNEL``); None for the default."""
+    return job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+
+
 def prepare_kernel(job: Job) -> Job:
     """Build the UML kernel the job names (``--uml-kernel`` or ``$IPSEC_TESTBED_UML_KERNEL``) on first use;
     at once when it is in the cache.  A bad name or a step of the recipe that fails is one line.
@@ -74,7 +79,7 @@ def prepare_kernel(job: Job) -> Job:
     Work with WireGuard and no kernel named gets the project's kernel where the automatic choice (Debian's)
     has no WireGuard: the job is returned with that choice, so that every tunnel it compares runs on the
     one kernel.  A kernel named that has no WireGuard is refused in one line naming the one that has."""
-    requested = job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+    requested = requested_kernel(job)
     wireguard = "wireguard" in needs(job).capabilities and job.kernel.kernel != backends.HostBackend.name
     if not requested and wireguard:
         requested = kernel_for_wireguard()
@@ -412,8 +417,7 @@ def keep_in_history(job: Job, prog: str, rc: int) -> int:
     the history refused them (the run directory keeps every figure all the same)."""
     if not os.path.exists(job.out_dir):
         return rc
-    kernel = None if job.kernel.kernel == backends.HostBackend.name else \
-        job.kernel.uml_kernel or os.environ.get(umlkernel.KERNEL_ENV)
+    kernel = None if job.kernel.kernel == backends.HostBackend.name else requested_kernel(job)
     try:
         kept = store.keep_run(job.out_dir, history_kind(job.command), kernel, job.history)
     except (store.StoreError, rundir.ResultsError) as e:

@@ -187,6 +187,18 @@ def _git(tree: str, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def commit_and_place(tree: str, ref: str) -> tuple[str, int]:
+    """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history); ("", -1)
+    when it names none, and -1 for the place in a shallow clone (which counts only what it fetched)."""
+    sha = _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if not sha:
+        return "", -1
+    if _git(tree, "rev-parse", "--is-shallow-repository") == "true":
+        return sha, -1
+    count = _git(tree, "rev-list", "--count", sha)
+    return sha, int(count) if count and count.isdigit() else -1
+
+
 def resolve_ref(tree: str, ref: str, text: str | None = None) -> str:
     """The commit ``ref`` names in the git tree ``tree``; :class:`KernelNameError` when it names none."""
     sha = _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
