@@ -34,7 +34,7 @@ unloaded round trip as TCP's ``min_rtt`` and ping's own summary take it: the pat
 at full speed, as the flood's CPU term was counted.  Between two lone packets the guest sleeps and its host CPU
 halts, and a packet that wakes it runs slower, by a factor, not a fixed delay: on the machine of 2026-11-27
 every sparse echo took about twice its CPU back to back, through the tunnel as plain, and spells of seconds
-slowed even a kept-awake guest by as much (``docs/measurements.md``).  So the guest's host CPU is kept awake
+slowed even a kept-awake guest by as much (``docs/log/measurements.md``).  So the guest's host CPU is kept awake
 during this benchmark (``--uml-keep-awake``, :mod:`testbed.awake`; ``--no-uml-keep-awake`` to let it halt),
 and the minimum is like for like with the prediction, while the mean says what a user's sparse packets get.
 A third figure is ping's alone: the **flood** of each run, the least round trip of a flood of 50 echoes after

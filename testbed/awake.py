@@ -7,7 +7,7 @@ finds the emulator slow: measured on an Intel Xeon with AMX (2026-11-27, ``bench
 unloaded_rtt``), the fastest of 200 sparse pings through ``vpn_gateway`` took 0.04-0.08 ms plain
 and 0.08-0.16 ms through AES-GCM-256; with the guest's CPU kept busy, in most runs 0.019-0.028
 ms and 0.040-0.063 ms, and what the tunnel added to them was the CPU its packets take back to
-back (``docs/measurements.md``).
+back (``docs/log/measurements.md``).
 
 :class:`Spinner` is that busy CPU: a process of scheduling class ``SCHED_IDLE`` pinned to the
 guest's host CPU, spinning.  The host's scheduler runs it only when nothing else wants that CPU

@@ -248,7 +248,7 @@ def flood_least(ns: str, server: str, timeout_s: float) -> float | str:
     """The least round trip of a flood of echoes from ``ns`` to ``server`` (:func:`flood_argv`), or why there is
     none.  Between two sparse echoes a User-Mode Linux guest sleeps and its host CPU halts, and the echo that
     wakes it finds the emulator slow: the least of the reference's 30 sparse echoes says as much of the host's
-    wake-up as of the path (``docs/measurements.md``, 2026-11-28).  A flood sends each echo as the last came
+    wake-up as of the path (``docs/log/measurements.md``, 2026-11-28).  A flood sends each echo as the last came
     back, so the guest does not sleep between them; its least is the path at the emulator's full speed, what
     ``bench unloaded_rtt`` gets from sparse echoes only with the guest's host CPU kept awake.  50 echoes take a
     few milliseconds, and through a shaper the first ones pass on the bucket's tokens before any waits."""

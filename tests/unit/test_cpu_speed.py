@@ -7,7 +7,7 @@ import pytest
 from benchmarks import cpu_speed
 
 # An arithmetic loop on each of this machine's two CPUs at once, 40 bins of 1 s, each bin over its CPU's mean
-# (2026-11-27, an Intel Xeon with AMX; docs/measurements.md): each CPU's speed moved in runs of seconds between
+# (2026-11-27, an Intel Xeon with AMX; docs/log/measurements.md): each CPU's speed moved in runs of seconds between
 # about 0.8 and 1.25 of its mean, the two almost independently.
 CPU0 = [0.78, 0.75, 0.76, 0.76, 1.12, 1.12, 1.14, 1.16, 1.21, 0.9, 0.88, 0.89, 0.86, 0.86, 0.95, 1.25, 1.14, 1.24,
         1.24, 0.95, 0.8, 1.23, 1.22, 0.96, 0.88, 0.95, 0.9, 0.93, 0.9, 1.25, 0.95, 1.18, 1.11, 1.02, 1.03, 0.91, 1.0,

@@ -16,9 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 #: Pages written by hand (the generated ones are checked by the tests of their generators).
-PAGES = sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in ("cli.md", "records.md", "meta.md"))
+PAGES = sorted(p for p in (REPO / "docs").rglob("*.md") if p.name not in ("cli.md", "records.md", "meta.md"))
 #: ... of which this one is a log: each entry shows the command as it was run, that day.
-LOG = REPO / "docs" / "measurements.md"
+LOG = REPO / "docs" / "log" / "measurements.md"
 #: A commit hash: 7 to 40 hex digits with at least one digit and one letter.
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
@@ -33,7 +33,7 @@ def test_the_readme_is_a_front_page():
 
 def test_the_readme_cites_no_commit():
     found = [m.group(0) for m in COMMIT.finditer(README.read_text())]
-    assert not found, f"README.md names commits {found}: dated figures and their commits go in docs/measurements.md"
+    assert not found, f"README.md names commits {found}: dated figures and their commits go in docs/log/measurements.md"
 
 
 @pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: str(p.relative_to(REPO)))

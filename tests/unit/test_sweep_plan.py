@@ -98,7 +98,7 @@ def test_windows_are_timed_by_the_testbed_and_iperf3_runs_longer_without_its_own
 
 def test_a_held_bitrate_is_paced_at_a_period_the_kernels_tick_does_not_divide():
     # at iperf3's own 1000 us a counted guest's tick (HZ 100, 250, 300 or 1000) keeps one phase against the
-    # bursts for a whole window, and windows cost one of two amounts per packet (docs/measurements.md)
+    # bursts for a whole window, and windows cost one of two amounts per packet (docs/log/measurements.md)
     from experiments.engine.iperf import PACING_TIMER_US, client_args
     udp = client_args("198.18.1.1", 5201, 1, 0, "udp", None, 1400, "100M")
     assert udp[udp.index("--pacing-timer") + 1] == str(PACING_TIMER_US)
