@@ -1,7 +1,7 @@
 """README.md is a front page, and the pages under docs/ say only what the code does.
 
 The reference itself is generated (docs/cli.md from the parsers, docs/records.md and docs/meta.md
-from the record module); here the prose around it is checked: links that resolve, commands whose options the
+from the record module); here the prose around it is checked: links and anchors that resolve, commands whose options the
 parsers take, and a README short enough to read in five minutes.
 """
 from __future__ import annotations
@@ -41,6 +41,41 @@ def test_every_relative_link_resolves(page):
     broken = [target for target in LINK.findall(page.read_text())
               if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists()]
     assert not broken, f"{page.relative_to(REPO)} links to files that do not exist: {broken}"
+
+
+ANCHORED = re.compile(r"\]\(([^)\s]*)#([^)\s]+)\)")
+
+
+def anchors(page: Path) -> set[str]:
+    """The anchors GitHub makes of a page's headings: lower case, punctuation dropped, spaces as hyphens, a
+    repeated heading's numbered -1, -2 ..."""
+    found, seen, fenced = set(), {}, False
+    for line in page.read_text().splitlines():
+        fenced = fenced != line.startswith("```")
+        heading = re.match(r"#{1,6} (.*)", line)
+        if heading and not fenced:
+            slug = re.sub(r"[^\w\- ]", "", heading.group(1).strip().lower()).replace(" ", "-")
+            found.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+            seen[slug] = seen.get(slug, 0) + 1
+    return found
+
+
+@pytest.mark.parametrize("page", [README, *PAGES], ids=lambda p: str(p.relative_to(REPO)))
+def test_every_anchor_names_a_heading(page):
+    broken = []
+    for target, anchor in ANCHORED.findall(page.read_text()):
+        linked = page.parent / target if target else page
+        if "://" not in target and linked.suffix == ".md" and linked.exists() and anchor not in anchors(linked):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{page.relative_to(REPO)} links to headings that do not exist: {broken}"
+
+
+def test_the_anchor_check_reads_headings_as_github_does(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text("# The counted backend, a third session (2026-11-28, evening)\n## Within ±0.2 %: the tick's\n"
+                    "```\n# not a heading\n```\n## TCP_RR\n## TCP_RR\n")
+    assert anchors(page) == {"the-counted-backend-a-third-session-2026-11-28-evening", "within-02--the-ticks",
+                             "tcp_rr", "tcp_rr-1"}
 
 
 def _parser(words: list[str]) -> argparse.ArgumentParser | None:
