@@ -33,7 +33,8 @@ def usage() -> str:
     lines = ["usage: ipsec-testbed bench NAME [OPTIONS]", "",
              "Run one of the project's benchmarks: each prints figures (speed, accuracy, noise) with what they",
              "were measured on. `ipsec-testbed bench NAME --help` says what NAME measures and how long it takes.",
-             "Most need root. Dated results: docs/log/measurements.md.", "", "benchmarks:"]
+             "Most need root. Current figures: docs/figures.md; every dated run: docs/log/measurements.md.", "",
+             "benchmarks:"]
     lines += [f"  {n:22s} {summary(n)}" for n in names()]
     lines += ["", "Every benchmark also takes --allow-concurrent: measure even while another testbed run measures on",
               "this machine (refused otherwise, naming it).", "",
