@@ -285,6 +285,10 @@ class Record:
     clients_ahead: bool = _doc("iperf3's clients were started during the previous point's warm-up", False)
     clients_sending_s: float | None = _doc("seconds from the clients' go until every one of them had its data "
                                            "connection up (TCP, more than one client: the window opens no sooner)")
+    phases_s: dict[str, float] | None = _doc("where the time from the previous point's record to this one's went, "
+                                             "seconds per phase: between, ipsec, turn, servers, drain, reference, "
+                                             "flood, start, warm-up, window, stop, wind-up, record "
+                                             "(experiments.engine.phases)")
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
     concurrent_with: str | None = _doc("another testbed run measuring on this machine at the same time "
@@ -310,7 +314,7 @@ class Record:
                                            "idle_rtt_ms", "idle_rtt_min_ms", "receive_backlog_start",
                                            "receive_backlog_end", "receive_backlog_drops", "clock",
                                            "instructions", "instructions_per_packet", "instructions_per_byte",
-                                           "wall_s")
+                                           "wall_s", "phases_s")
 
     def __post_init__(self) -> None:
         # a bound or keying given as its text (a results.jsonl line, a caller's string) is held as

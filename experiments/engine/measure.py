@@ -22,7 +22,7 @@ import logging
 import platform
 import time
 
-from experiments.engine import iperf, probe
+from experiments.engine import iperf, phases, probe
 from experiments.engine.clients import Ahead, PointClients, flows_of
 from experiments.engine.counters import Reading
 from experiments.engine.monitor import Monitor, no_gc, realtime
@@ -102,13 +102,16 @@ def read_window(monitor: Monitor, end: float, duration_s: float) -> Window:
 
 
 def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
-                  ahead: Ahead | None = None, following: Point | None = None) -> Record:
+                  ahead: Ahead | None = None, following: Point | None = None,
+                  ledger: phases.Phases | None = None) -> Record:
     """Measure one point in the built network ``net`` (IPsec already as the point needs); its record.
 
     With ``ahead``, this point uses the clients started ahead for it, if any, and starts
-    ``following``'s during its warm-up.  Raises :class:`~experiments.engine.iperf.IperfError` when
+    ``following``'s during its warm-up.  Each step's seconds are charged to ``ledger``
+    (:mod:`experiments.engine.phases`).  Raises :class:`~experiments.engine.iperf.IperfError` when
     the test fails.
     """
+    ledger = ledger or phases.Phases()
     flows = flows_of(net, point.ip_version)
     clients = PointClients(flows, point, spec, servers.ports, monitor, ahead)
     # the unloaded round trip, on the path the first flow takes, before any of the point's flows send and once
@@ -118,15 +121,19 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         for _ in Deadline(DRAIN_S, 0.02).polls():
             if monitor.backlog() == 0:
                 break
+        ledger.lap(phases.DRAIN)
         idle = probe.result(probe.run(flows[0].client_ns, flows[0].server_addr, probe.IDLE_S,
                                       probe.IDLE_INTERVAL_S, spec.probe_tool), PROBE_WAIT_S)
+        ledger.lap(phases.REFERENCE)
         if spec.probe_tool == probe.PING and isinstance(idle, probe.Summary):
             least = probe.flood_least(flows[0].client_ns, flows[0].server_addr, PROBE_WAIT_S)
             idle = dataclasses.replace(idle, rtt_min_ms=least if isinstance(least, float) else None)
+            ledger.lap(phases.FLOOD)
     loaded = None
     try:
         with clients, no_gc(), realtime():
             seen = clients.start()
+            ledger.lap(phases.START)
             # many clients: the window opens once every one is connected (the warm-up is a floor)
             opens = max(seen + spec.warmup_s, clients.all_connected_at or 0.0)
             clients.start_next(following)
@@ -136,15 +143,20 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
                                    spec.probe_tool)
             sleep_until(opens)
             clients.settle_next()
+            ledger.lap(phases.WARMUP)
             window = read_window(monitor, opens + spec.duration_s, spec.duration_s)
+            ledger.lap(phases.WINDOW)
             clients.stop()
+        ledger.lap(phases.STOP)
         clients.wind_up()
+        ledger.lap(phases.WIND_UP)
         record = point_record(net, point, spec, monitor, window, clients)
         if loaded is not None:
             under = probe.result(loaded, PROBE_WAIT_S + spec.duration_s, window.start_unix,
                                  window.start_unix + spec.duration_s)
             loaded = None
             record = with_probe(record, idle, under)
+        ledger.lap(phases.RECORD)
         return record
     finally:
         if loaded is not None:  # the point failed: its probe goes with it
@@ -198,7 +210,8 @@ def point_record(net, point: Point, spec: SweepSpec, monitor: Monitor, window: W
 
 
 def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
-                       ahead: Ahead | None = None, following: Point | None = None) -> Record:
+                       ahead: Ahead | None = None, following: Point | None = None,
+                       ledger: phases.Phases | None = None) -> Record:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of
@@ -213,7 +226,9 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
             else:
                 servers.restart()
             monitor.follow(servers)
-            record = measure_point(net, point, spec, servers, monitor, ahead, following)
+            if ledger is not None:
+                ledger.lap(phases.SERVERS)
+            record = measure_point(net, point, spec, servers, monitor, ahead, following, ledger)
             return dataclasses.replace(record, attempts=attempt)
         except iperf.IperfError as e:
             reasons.append(one_line(e))

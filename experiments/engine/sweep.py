@@ -34,9 +34,10 @@ import dataclasses
 import gc
 import logging
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from experiments.engine import iperf, probe
+from experiments.engine import iperf, phases, probe
 from experiments.engine.plan import (
     EXTRA_ROUNDS,
     Point,
@@ -266,6 +267,7 @@ class _Rounds:
     out: object = None
     turns: Turns | None = None  # each window waits for its turn (regress --ab, paired)
     concurrent_with: str | None = None  # another run measuring beside this one (--allow-concurrent)
+    since: float | None = None  # when the last point's record was built (monotonic s): the next one's phases start
 
     def measure(self, rate: float, todo: list[Point]) -> None:
         """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
@@ -283,18 +285,24 @@ class _Rounds:
                 # the repetitions still owed, these points' included (the rest are not measured)
                 self.total = self.already + self.measured + minimum_left(spec, self.rates, self.groups)
                 continue
+            # the time since the last point's record was built, this point's own until its record is
+            ledger = phases.Phases(self.since)
+            if self.progress:
+                self.progress(point, None, self.already + self.measured, self.total)
+            ledger.lap(phases.BETWEEN)
             self.current = switch_ipsec(net, self.current, point.profile, spec.mode, spec.ip_versions, spec.keying)
             if point.arm:
                 # every arm carries the same chain of filters: the arms differ in the extra instructions alone
                 net.slow_esp(spec.arm_instructions(point.arm), spec.arm_chain)
-            if self.progress:
-                self.progress(point, None, self.already + self.measured, self.total)
+            ledger.lap(phases.IPSEC)
             following = todo[i + 1] if i + 1 < len(todo) else None
             if self.turns:
                 self.turns.wait()
-            record = dataclasses.replace(
-                measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following),
-                backend=backends.current().name, concurrent_with=self.concurrent_with)
+                ledger.lap(phases.TURN)
+            record = measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following, ledger)
+            self.since = time.monotonic()
+            record = dataclasses.replace(record, backend=backends.current().name,
+                                         concurrent_with=self.concurrent_with, phases_s=ledger.seconds())
             if self.turns:
                 self.turns.done()
             rundir.append(self.out, record.to_json())

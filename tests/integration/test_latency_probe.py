@@ -82,6 +82,18 @@ def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_pa
         assert 0 < r["idle_rtt_min_ms"] <= r["idle_rtt_ms"] < 5 < 20 < r["probe_rtt_ms"] <= r["probe_rtt_p99_ms"], r
         assert "probe_up_ms" not in r and "probe_down_ms" not in r  # ICMP echo times the round trip alone
     assert not irtt_processes()  # no irtt server was started for it
+    # where each point's time went: the reference's sparse echoes, its flood, the warm-up and the window among it,
+    # and from one record to the next, the laps add up to the time between their windows' starts
+    for r in got:
+        took = r["phases_s"]
+        assert {"ipsec", "drain", "reference", "flood", "start", "warm-up", "window", "record"} <= set(took), took
+        assert took["reference"] >= probe.IDLE_S and 1.9 < took["window"] < 2.3 and took["warm-up"] >= 0.45, took
+    by_start = sorted(got, key=lambda r: r["window_start_unix"])
+    for before, after in zip(by_start, by_start[1:], strict=False):
+        between = after["window_start_unix"] - before["window_start_unix"]
+        ahead = sum(s for p, s in after["phases_s"].items() if p not in ("window", "stop", "wind-up", "record"))
+        behind = sum(s for p, s in before["phases_s"].items() if p in ("window", "stop", "wind-up", "record"))
+        assert abs(ahead + behind - between) < 0.1, (between, before["phases_s"], after["phases_s"])
 
 
 def test_echoes_that_expire_on_the_way_are_lost_and_mark_the_point_other(tmp_path, monkeypatch):

@@ -60,13 +60,13 @@ def test_a_points_record_holds_its_point_evidence_verdict_and_clients_account():
     # an arm's record names the instructions its ESP path carried
     assert record_of(window(9.0, 0.99), dataclasses.replace(POINT, arm="b")).injected_instructions == 400
     # every field a sweep writes has a value here but those of failures, arms, IKE, the report, a run
-    # measured beside another (the sweep's rounds set the backend and that) and the host's totals this
-    # window's meter does not give (the speed probe's, the foreign load's), and the latency probe's, which
+    # measured beside another (the sweep's rounds set the backend, that and the phases' seconds) and the host's
+    # totals this window's meter does not give (the speed probe's, the foreign load's), and the latency probe's, which
     # measure_point adds (with_probe)
     empty = {f for f in FIELDS if getattr(record, f) is None}
     assert empty == {"injected_instructions", "ike_sas", "loss_pct", "clients_sending_s", "error", "backend",
                      "speed_probe_ns", "speed_factor", "cpu_s_per_gb_measured", "cpu_us_per_packet_measured",
-                     "concurrent_with", "foreign_cpu_pct", *PROBE_FIELDS, *COUNTED_FIELDS}
+                     "concurrent_with", "phases_s", "foreign_cpu_pct", *PROBE_FIELDS, *COUNTED_FIELDS}
 
 
 #: What only a counted guest's record has (its meter counts instructions).
@@ -89,3 +89,20 @@ def test_a_counted_guests_record_has_instructions_where_a_timed_one_has_cpu_seco
 def test_backlog_samples_that_found_no_shaper_make_the_point_an_anomaly():
     record = record_of(window(9.0, 0.99, shaper_lost=3))
     assert record.bound == "anomaly" and "missing in 3 of 23 samples" in record.bound_reason
+
+
+def test_a_ledger_charges_each_lap_to_its_phase_in_the_windows_order(monkeypatch):
+    from experiments.engine import phases
+
+    clock = iter([10.0, 10.25, 12.75, 13.0, 13.5])
+    monkeypatch.setattr(phases.time, "monotonic", lambda: next(clock))
+    ledger = phases.Phases(since=9.5)  # the last record was built at 9.5
+    ledger.lap(phases.WINDOW)       # 9.5 .. 10.0
+    ledger.lap(phases.REFERENCE)    # .. 10.25
+    ledger.lap(phases.WINDOW)       # .. 12.75, added to the first
+    ledger.lap(phases.RECORD)       # .. 13.0
+    ledger.lap("something new")     # .. 13.5: a phase of no known place goes last
+    took = ledger.seconds()
+    assert list(took) == [phases.REFERENCE, phases.WINDOW, phases.RECORD, "something new"]
+    assert took == {phases.REFERENCE: 0.25, phases.WINDOW: 3.0, phases.RECORD: 0.25, "something new": 0.5}
+    assert phases.outside(took) == pytest.approx(1.0)  # the window is measuring, the rest is not
