@@ -55,7 +55,7 @@ class Row:
     kernel_commit: str        # the git commit of a PATH@REF kernel, else ""
     kernel_position: int      # the commit's place in its history (git rev-list --count), else -1
     recipe_key: str           # the recipe's cache key of a kernel the project built, else ""
-    backend: str              # uml, qemu, host
+    backend: str              # uml, qemu, host; qemu (generic crypto) for --qemu-crypto generic
     clock: str                # instructions (counted) or time
     profile: str
     point: str                # the point in words (the part's name first, in a reproduction)
@@ -157,6 +157,14 @@ def run_id_of(run_dir: str, started: str | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def backend_of(meta) -> str:
+    """The backend a run measured on, as the history tells series apart: a counted guest that ran the kernel's
+    generic crypto code (``--qemu-crypto generic``) counts other instructions than one that ran the x86 drivers."""
+    backend = meta.backend or ""
+    crypto = meta.qemu_crypto
+    return f"{backend} ({crypto} crypto)" if crypto and crypto != "x86" else backend
+
+
 def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]:
     """The rows of a run directory (a sweep, an arm of an A/B, a reproduction's parts): every point's
     :data:`KEPT` metrics that it measured.  ``kernel``: the name the kernel was chosen by (None: the default)."""
@@ -185,7 +193,7 @@ def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]
                 rows.append(Row(
                     run_id=run_id, kind=kind, kernel=kid.kernel, kernel_version=kid.version, kernel_source=kid.source,
                     kernel_commit=kid.commit, kernel_position=kid.position, recipe_key=recipe_key_of(meta),
-                    backend=meta.backend or "", clock=recs[0].clock or "time", profile=point.profile or "",
+                    backend=backend_of(meta), clock=recs[0].clock or "time", profile=point.profile or "",
                     point=(f"{part}: " if part else "") + point_name(point), arm=point.arm or "", metric=metric,
                     value=mean, low=mean - half, high=mean + half, n=len(values),
                     samples=json.dumps([round(v, 6) for v in values]),

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from experiments.job import INCOMPLETE, KernelChoice
 from testbed import backends, kernelsource, umlkernel
-from testbed.backends import uml
+from testbed.backends import qemu, uml
 from testbed.historyplace import ENV, OFF, default_path
 
 
@@ -131,6 +131,11 @@ def add_uml_options(g) -> None:
                         "with everything built in")
     g.add_argument("--uml-mem", "--mem", dest="uml_mem", default="2G", metavar="SIZE", type=_uml_mem,
                    help="guest memory, e.g. 1G or 512M (default: %(default)s)")
+    g.add_argument("--qemu-crypto", choices=tuple(qemu.CRYPTO_CPU), default=None,
+                   help="the crypto drivers a counted guest (--kernel qemu) runs: x86 (AES-NI and PCLMULQDQ: "
+                        "rfc4106-gcm-aesni, as on an x86 server) or generic (the CPU model without them: the "
+                        "kernel's C code, gcm_base(ctr(aes-generic),ghash-generic), as UML always runs; where a "
+                        f"change to the crypto API shows); default: {qemu.DEFAULT_CRYPTO}")
     g.add_argument("--uml-keep-awake", action=argparse.BooleanOptionalAction, default=False,
                    help="keep the guest's host CPU from idling while it runs: a process of the lowest priority "
                         "(SCHED_IDLE) spins on it and yields the moment the guest wakes, so lone packets find the "
@@ -144,7 +149,8 @@ def kernel_choice(args: argparse.Namespace) -> KernelChoice:
     return KernelChoice(kernel=getattr(args, "kernel", backends.AUTO), uml_kernel=getattr(args, "uml_kernel", None),
                         uml_modules=getattr(args, "uml_modules", None), uml_mem=getattr(args, "uml_mem", "2G"),
                         speed_probe=not getattr(args, "no_speed_probe", False),
-                        keep_awake=bool(getattr(args, "uml_keep_awake", False)))
+                        keep_awake=bool(getattr(args, "uml_keep_awake", False)),
+                        qemu_crypto=getattr(args, "qemu_crypto", None))
 
 
 def backend_options(args: argparse.Namespace) -> backends.Options:

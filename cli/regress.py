@@ -294,7 +294,7 @@ def _regress_injected(args: argparse.Namespace, prog: str) -> int:
         out = _out_dir(args, "inject", f"-{pct:g}pct")
         job = suite_job(args, out)
         cal = injection.calibrated(
-            args.suite, job.work.spec, injection.kernel_identity(args.kernel, args.uml_kernel),
+            args.suite, job.work.spec, injection.kernel_identity(args.kernel, args.uml_kernel, args.qemu_crypto),
             lambda spec, run_dir: sweep(_with(job, spec, run_dir)), out, say, args.recalibrate,
             injection.calibration_instructions(_clock(args.kernel)))
         n = cal.instructions_for(pct)
@@ -430,7 +430,6 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
     from analysis.page import foreign_load_text
     from experiments import ab, doctor, injection, runner
     from experiments.catalogue.suites import gate_defaults
-    from experiments.job import KernelChoice
     from testbed.backends.uml import guest_cpu
     from testbed.hostload import FOREIGN_PCT
     from testbed.rundir import ResultsError, load_meta, load_results
@@ -447,7 +446,7 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         out = _out_dir(args, "ab", f"-{pct:g}pct" if pct is not None else "")
         job = suite_job(args, out)
         for kernel in kernels:  # each side would refuse a kernel that cannot run here: say so before any boot
-            side = KernelChoice.named(kernel, counted, uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules)
+            side = job.kernel.naming(kernel)
             choice = doctor.choose(side.kernel, runner.needs(job), side.options())
             if choice.backend is None:
                 raise ValueError(f"kernel {kernel} cannot run the suite here: {choice.reason}")
@@ -476,9 +475,8 @@ def _regress_ab(args: argparse.Namespace, prog: str) -> int:
         arms: tuple = ((), ())
         n = None
         if pct is not None:
-            on_a = job.with_(kernel=KernelChoice.named(kernels[0], counted, uml_mem=job.kernel.uml_mem,
-                                                       speed_probe=job.kernel.speed_probe))
-            identity = injection.kernel_identity(on_a.kernel.kernel, on_a.kernel.uml_kernel)
+            on_a = job.with_(kernel=job.kernel.naming(kernels[0]))
+            identity = injection.kernel_identity(on_a.kernel.kernel, on_a.kernel.uml_kernel, on_a.kernel.qemu_crypto)
             cal = injection.calibrated(args.suite, job.work.spec, identity,
                                        lambda spec, run_dir: sweep(_with(on_a, spec, run_dir)), out, say,
                                        args.recalibrate, injection.calibration_instructions(_clock(on_a.kernel.kernel)))

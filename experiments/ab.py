@@ -33,16 +33,14 @@ from collections.abc import Callable, Sequence
 
 from experiments import runner
 from experiments.engine import turns
-from experiments.job import Job, KernelChoice
+from experiments.job import Job
 from ipsec.slowdown import filters_for
 
 
 def _on(job: Job, kernel: str, out_dir: str, **spec_changes) -> Job:
     """``job`` (a sweep's) on ``kernel`` (:meth:`KernelChoice.named`) into ``out_dir``, its spec changed: a name
     is the counted backend's kernel when ``job`` runs there (``--kernel qemu``)."""
-    kernel_choice = KernelChoice.named(kernel, job.kernel.counted,
-                                       uml_mem=job.kernel.uml_mem, uml_modules=job.kernel.uml_modules,
-                                       speed_probe=job.kernel.speed_probe)
+    kernel_choice = job.kernel.naming(kernel)
     spec = dataclasses.replace(job.work.spec, **spec_changes)
     return job.with_(work=dataclasses.replace(job.work, spec=spec), out_dir=out_dir, kernel=kernel_choice)
 

@@ -61,9 +61,10 @@ def cache_path() -> str:
     return os.path.join(names.cache_dir(), "injection.json")
 
 
-def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:
+def kernel_identity(kernel: str, uml_kernel: str | None = None, crypto: str | None = None) -> str:
     """What a calibration depends on of the kernel: the backend chosen, the host's release and the
-    UML image that would boot (path, size, date), whichever of them the backend uses."""
+    UML image that would boot (path, size, date), whichever of them the backend uses, and the crypto drivers a
+    counted guest runs (``--qemu-crypto``: the generic code costs other instructions a packet)."""
     try:
         image = umlkernel.select(uml_kernel).path
     except umlkernel.KernelUnavailableError:
@@ -73,7 +74,7 @@ def kernel_identity(kernel: str, uml_kernel: str | None = None) -> str:
         stamp = f"{os.path.abspath(image)}:{st.st_size}:{int(st.st_mtime)}"
     except OSError:
         stamp = image
-    return f"{kernel}:{platform.release()}:{stamp}"
+    return f"{kernel}:{platform.release()}:{stamp}" + (f":{crypto}" if crypto and crypto != "x86" else "")
 
 
 @dataclasses.dataclass(frozen=True)

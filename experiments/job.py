@@ -37,7 +37,8 @@ class KernelChoice:
     name of :data:`testbed.umlkernel.NAMED`), None for the default; ``uml_modules``, ``uml_mem``: the
     guest's module directory and memory; ``speed_probe``: time a fixed workload on a spare host CPU
     beside a guest; ``host_cpu``: pin the guest to this host CPU (a paired A/B puts both guests on one);
-    ``keep_awake``: keep the guest's host CPU from idling (:mod:`testbed.awake`).
+    ``keep_awake``: keep the guest's host CPU from idling (:mod:`testbed.awake`); ``qemu_crypto``: the crypto
+    drivers a counted guest runs (:data:`testbed.backends.qemu.CRYPTO_CPU`), None for its default.
     """
 
     kernel: str = backends.AUTO
@@ -47,6 +48,7 @@ class KernelChoice:
     speed_probe: bool = True
     host_cpu: int | None = None
     keep_awake: bool = False
+    qemu_crypto: str | None = None
 
     def __post_init__(self) -> None:
         if self.kernel != backends.AUTO and self.kernel not in backends.names():
@@ -64,7 +66,14 @@ class KernelChoice:
 
     def options(self) -> backends.Options:
         """The backend options this choice boots a guest with."""
-        return backends.Options(kernel=self.uml_kernel, modules=self.uml_modules, mem=self.uml_mem)
+        return backends.Options(kernel=self.uml_kernel, modules=self.uml_modules, mem=self.uml_mem,
+                                crypto=self.qemu_crypto)
+
+    def naming(self, kernel: str) -> KernelChoice:
+        """This choice's guest options with ``kernel`` named as :meth:`named` takes it (an A/B's side, a bisect's
+        step), on the counted backend when this choice is."""
+        return self.named(kernel, self.counted, uml_mem=self.uml_mem, uml_modules=self.uml_modules,
+                          speed_probe=self.speed_probe, qemu_crypto=self.qemu_crypto)
 
     @classmethod
     def named(cls, kernel: str, counted: bool = False, **options: Any) -> KernelChoice:

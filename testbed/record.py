@@ -669,6 +669,11 @@ class Meta(_MetaObject):
     cpu_model: str | None = _meta_field("the CPU model the kernel reports (UML in a guest)")
     cpu_count: int | None = _meta_field("CPUs the kernel has")
     host_cpu_model: str | None = _meta_field("UML: the host's CPU model")
+    qemu_version: str | None = _meta_field("counted: the QEMU that emulated the guest")
+    qemu_cpu: str | None = _meta_field("counted: the guest's CPU model (-cpu), with the features taken away")
+    qemu_crypto: str | None = _meta_field("counted: the crypto drivers the guest ran, x86 or generic (--qemu-crypto; "
+                                          "absent before it was kept: x86)")
+    qemu_icount: str | None = _meta_field("counted: QEMU's -icount setting (one instruction per ns at shift=0)")
     python: str | None = _meta_field("the Python version")
     versions: MetaVersions | None = _meta_field("the tools' versions", MetaVersions)
     cpu_accounting: str | None = _meta_field("how CPU time was accounted (the CPU meter)")

@@ -30,6 +30,7 @@ class Options:
     kernel: str | None = None   # a kernel image to boot instead of the backend's default
     modules: str | None = None  # its module directory
     mem: str = "2G"
+    crypto: str | None = None   # the counted guest's crypto drivers (``--qemu-crypto``), None for its default
 
 
 #: The options of a guest booted with every default.

@@ -78,6 +78,14 @@ QEMU = "qemu-system-x86_64"
 QEMU_PACKAGE = "qemu-system-x86"
 #: The CPU model the guest sees: fixed, so that the same kernel runs the same instructions on every host.
 CPU_MODEL = "Westmere"
+#: The crypto drivers a counted guest runs (``--qemu-crypto``), chosen by the CPU features its model keeps: ``x86``
+#: keeps AES-NI and PCLMULQDQ, so the kernel runs its x86 AES and GHASH drivers (``rfc4106-gcm-aesni``), as on a
+#: real x86 server; ``generic`` takes them away, so AES and GHASH run in the kernel's C code, as UML always does
+#: (``gcm_base(ctr(aes-generic),ghash-generic)``).  SSSE3 stays in both (the host's programs the guest runs need it:
+#: without it init dies of an illegal instruction), so SHA and ChaCha20 keep their SSSE3 drivers, and 3DES and
+#: Poly1305 their x86-64 assembly.
+CRYPTO_CPU = {"x86": CPU_MODEL, "generic": f"{CPU_MODEL},-aes,-pclmulqdq"}
+DEFAULT_CRYPTO = "x86"
 #: One instruction is one ns of the guest's clock; idle time skips to the next timer, at once.
 ICOUNT = "shift=0,sleep=off"
 #: Modules the testbed needs of an x86-64 kernel beyond a UML kernel's (which has them built in): the socket
@@ -464,16 +472,29 @@ def choose_kernel(path: str | None = None) -> qemukernel.QemuKernel:
         raise QemuError(str(e)) from None
 
 
+def cpu_model(crypto: str | None) -> str:
+    """The ``-cpu`` model of a guest that runs the ``crypto`` drivers (:data:`CRYPTO_CPU`; None: the default)."""
+    try:
+        return CRYPTO_CPU[crypto or DEFAULT_CRYPTO]
+    except KeyError:
+        raise QemuError(f"no such crypto for a counted guest: {crypto!r} (one of {', '.join(CRYPTO_CPU)})") from None
+
+
+def guest_meta(crypto: str | None) -> dict:
+    """How a counted guest runs, for its records' metadata: QEMU's version, ``-cpu``, the crypto and icount."""
+    return {"qemu_version": qemu_version(), "qemu_cpu": cpu_model(crypto), "qemu_crypto": crypto or DEFAULT_CRYPTO,
+            "qemu_icount": ICOUNT}
+
+
 def build_spec(command: Sequence[str], kernel: str | None = None, modules: str | None = None, mem: str = "2G",
                timeout_s: float | None = None, cwd: str | None = None, interactive: bool = False,
-               boot_modules: Sequence[str] = (), host_cpu: int | None = None, with_channel: bool = False) -> QemuSpec:
+               boot_modules: Sequence[str] = (), host_cpu: int | None = None, with_channel: bool = False,
+               crypto: str | None = None) -> QemuSpec:
     """A :class:`QemuSpec` from command-line style options, finding the kernel."""
     chosen = choose_kernel(kernel)
     if modules:
         chosen = dataclasses.replace(chosen, modules_dir=os.path.abspath(modules))
-    handed = handoff.outgoing().with_(kernel={**chosen.metadata(), "qemu_version": qemu_version(),
-                                              "qemu_cpu": CPU_MODEL, "qemu_icount": ICOUNT},
-                                      cpu_meter_tty=METER_LINE)
+    handed = handoff.outgoing().with_(kernel={**chosen.metadata(), **guest_meta(crypto)}, cpu_meter_tty=METER_LINE)
     env = {**dict(guest.guest_env(os.environ, QemuBackend.name)), handoff.ENV: handed.to_env()}
     env.pop(channel.ENV, None)
     if with_channel:
@@ -482,7 +503,7 @@ def build_spec(command: Sequence[str], kernel: str | None = None, modules: str |
                     timeout_s=timeout_s, env=tuple(sorted(env.items())),
                     boot_modules=tuple(dict.fromkeys((*boot_modules, *EXTRA_MODULES))),
                     host_cpu=host_cpu, stdout_tty=sys.stdout.isatty(), stderr_tty=sys.stderr.isatty(),
-                    interactive=interactive, channel=with_channel)
+                    interactive=interactive, channel=with_channel, cpu_model=cpu_model(crypto))
 
 
 def _processes_named(name_prefix: str) -> list[tuple[int, str]]:
@@ -553,7 +574,7 @@ class QemuBackend(KernelBackend):
         # speed_probe and keep_awake are for timed guests: a counted guest's figures do not move with the host
         spec = build_spec(argv, kernel=self.options.kernel, modules=self.options.modules, mem=self.options.mem,
                           timeout_s=timeout_s, cwd=cwd, interactive=interactive, boot_modules=modules, host_cpu=cpu,
-                          with_channel=channel_fds is not None)
+                          with_channel=channel_fds is not None, crypto=self.options.crypto)
         if output is not None:
             spec = dataclasses.replace(spec, stdout_tty=False, stderr_tty=False)
         return run(spec, stdout=output, stderr=output, channel_fds=channel_fds)
@@ -580,8 +601,7 @@ class QemuBackend(KernelBackend):
         if handed is not None and handed.kernel:
             return dict(handed.kernel)
         try:
-            return {**choose_kernel(self.options.kernel).metadata(), "qemu_version": qemu_version(),
-                    "qemu_cpu": CPU_MODEL, "qemu_icount": ICOUNT}
+            return {**choose_kernel(self.options.kernel).metadata(), **guest_meta(self.options.crypto)}
         except QemuError:
             return {}
 
@@ -597,7 +617,8 @@ class QemuBackend(KernelBackend):
         """The kernel a counted guest boots and how, for people (raises QemuError when there is none)."""
         kernel = choose_kernel(self.options.kernel)
         return (f"{kernel.describe()} in {QEMU} {qemu_version() or '(not installed)'}, TCG -icount {ICOUNT}, "
-                f"-cpu {CPU_MODEL}: {kernel.reason}")
+                f"-cpu {cpu_model(self.options.crypto)} ({self.options.crypto or DEFAULT_CRYPTO} crypto drivers): "
+                f"{kernel.reason}")
 
     def cpu_meter(self) -> CpuMeter:
         handed = handoff.received()

@@ -32,20 +32,23 @@ def test_exit_status_and_both_outputs_come_back(needs_qemu):
     assert out.stderr.strip().endswith("to-stderr")
 
 
-def test_the_guest_is_debians_x86_kernel_on_the_fixed_cpu_with_esp(needs_qemu, tmp_path):
+@pytest.mark.parametrize("crypto, driver", [
+    (None, "aesni"),  # the x86 driver (AES-NI, which the emulator runs), not the generic C code UML has
+    ("generic", "gcm_base(ctr(aes-generic),ghash-generic)"),  # the C code, as in UML: no AES-NI, no PCLMULQDQ
+])
+def test_the_guest_is_debians_x86_kernel_on_the_fixed_cpu_with_esp(needs_qemu, tmp_path, crypto, driver):
     esp_sa = ("ip netns add itb-esp && ip -n itb-esp xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp "
               "spi 0x100 mode transport aead 'rfc4106(gcm(aes))' 0x" + "11" * 36 + " 128 && "
               "grep -A2 '^name *: rfc4106(gcm(aes))' /proc/crypto | grep -m1 '^driver' | cut -d: -f2")
-    out = run_cli("uml", "--kernel", "qemu", "--", "sh", "-c",
+    out = run_cli("uml", "--kernel", "qemu", *(["--qemu-crypto", crypto] if crypto else []), "--", "sh", "-c",
                   f"pwd; uname -r; echo $IPSEC_TESTBED_BACKEND; grep -m1 'model name' /proc/cpuinfo | cut -d: -f2; "
-                  f"{esp_sa}", cwd=str(tmp_path), timeout=300)
+                  f"grep -cw aes /proc/cpuinfo; {esp_sa}", cwd=str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stderr
-    where, release, backend, *rest = out.stdout.split("\n")
+    where, release, backend, model, aes, *rest = out.stdout.split("\n")
     assert (where, backend) == (str(tmp_path), "qemu")
     assert release == qemukernel.select().release  # Debian's, as fetched: not the host's kernel
-    assert "Westmere" in rest[0]
-    # the x86 driver (AES-NI, which the emulator runs), not the generic C code UML has
-    assert "aesni" in rest[1], out.stdout
+    assert "Westmere" in model and aes == ("0" if crypto == "generic" else "1"), out.stdout
+    assert driver in rest[0], out.stdout
 
 
 WORKLOAD = """

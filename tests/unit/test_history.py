@@ -388,3 +388,18 @@ def test_a_run_is_kept_as_the_kind_of_command_that_made_it():
     assert history_kind(("ipsec-testbed", "sweep", "--rates", "10")) == "sweep"
     assert history_kind(("ipsec-testbed", "bench", "counted")) == "bench"
     assert history_kind(()) == "sweep"
+
+
+def test_a_counted_run_on_the_generic_crypto_code_is_a_series_of_its_own(tmp_path):
+    import shutil
+
+    # the same run as if its guest had run the kernel's C crypto code (--qemu-crypto generic), or the x86 drivers
+    for crypto, backend in (("generic", "qemu (generic crypto)"), ("x86", "qemu"), (None, "qemu")):
+        run = tmp_path / f"run-{crypto}"
+        shutil.copytree(FIXTURE, run)
+        meta = json.loads((run / "meta.json").read_text())
+        meta.update(backend="qemu", **({"qemu_crypto": crypto} if crypto else {}))
+        (run / "meta.json").write_text(json.dumps(meta))
+        assert {r.backend for r in hist.rows_of_run(str(run), "sweep")} == {backend}
+    counted = [row("6.1", 52849.0, date=night(0)), row("6.1", 61000.0, date=night(1), backend="qemu (generic crypto)")]
+    assert len(hist.series_of(counted)) == 2

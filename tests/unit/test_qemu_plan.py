@@ -224,3 +224,25 @@ def test_a_panic_that_arrives_a_byte_at_a_time_is_told_whole():
     for byte in console.encode():
         guest.keep_tail(small, bytes([byte]), limit=100)
     assert b"".join(small) == console.encode()[-100:]
+
+
+def test_the_generic_crypto_guest_runs_the_same_cpu_model_without_the_features_the_x86_drivers_need(monkeypatch):
+    from experiments.job import KernelChoice
+
+    monkeypatch.setattr(qemu, "choose_kernel", lambda name: KERNEL)
+    monkeypatch.setattr(qemu, "qemu_version", lambda: "7.2.22")
+    x86 = qemu.build_spec(["true"], cwd="/")
+    generic = qemu.build_spec(["true"], cwd="/", crypto="generic")
+    assert x86.cpu_model == "Westmere" and generic.cpu_model == "Westmere,-aes,-pclmulqdq"
+    cmd = qemu.plan_command_line(generic, "/w", "itb-abc123-qemu",
+                                 {"console": 3, "stdout": 4, "stderr": 5, "meter": 6}, "/p/count.so")
+    assert cmd[cmd.index("-cpu") + 1] == "Westmere,-aes,-pclmulqdq"
+    # the records' metadata says which, and a default guest says x86
+    assert qemu.guest_meta("generic")["qemu_crypto"] == "generic" and qemu.guest_meta(None)["qemu_cpu"] == "Westmere"
+    with pytest.raises(qemu.QemuError, match="one of x86, generic"):
+        qemu.cpu_model("arm")
+    # an A/B's sides and a bisect's steps keep the choice
+    choice = KernelChoice(kernel="qemu", qemu_crypto="generic")
+    assert choice.options().crypto == "generic"
+    side = choice.naming("6.12")
+    assert (side.kernel, side.uml_kernel, side.qemu_crypto) == ("qemu", "6.12", "generic")
