@@ -272,7 +272,8 @@ class Record:
                                      "this machine's clock; irtt only)")
     probe_down_ms: float | None = _doc("the median one-way delay from the server to the client, ms")
     idle_rtt_ms: float | None = _doc("the probe's median round trip just before the point's flows started "
-                                     "(the unloaded reference), ms")
+                                     "(the unloaded reference, taken once a point: at its first repetition, or "
+                                     "the next where that one's probe failed; absent in the others), ms")
     idle_rtt_min_ms: float | None = _doc("the path at the emulator's full speed, ms: by ping, the least round trip of "
                                          "a flood of 50 echoes just after those (the guest does not sleep between "
                                          "them); by irtt, the least of those round trips")

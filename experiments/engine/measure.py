@@ -41,9 +41,9 @@ log = logging.getLogger(__name__)
 BACKLOG_EVERY_S = 0.1
 #: Tries per point before it is recorded as failed.
 ATTEMPTS = 2
-#: The latency probe runs this long past the window's end (its last round trips' replies), and is waited
-#: for this long beyond its own duration.
-PROBE_PAST_S = 0.3
+#: How long the latency probe's client is waited for beyond its own duration.  It sends until the window's end
+#: and then waits only for its last echoes' replies (a round trip or two): a probe that ran on past the window
+#: kept every point 0.3 s longer, for echoes no figure counts (2026-11-29, ``bench sweep_overhead``).
 PROBE_WAIT_S = 10.0
 #: How long the unloaded probe waits at most for the shaper's queue to drain.
 DRAIN_S = 2.0
@@ -101,15 +101,41 @@ def read_window(monitor: Monitor, end: float, duration_s: float) -> Window:
     return Window(first, monitor.read(), backlog, shaper_lost, start_unix)
 
 
+@dataclasses.dataclass
+class Unfinished:
+    """A measured point whose latency probe has not ended yet: the probe sends until the window's end, and its last
+    echoes' replies come a round trip or two after it (longer on a busy guest).  A sweep takes up its next point
+    meanwhile, since the probe's echoes after the window count for nothing, and :meth:`finish` reads the probe
+    once it has ended: by then, as a rule, long ago."""
+
+    record: Record
+    idle: probe.Summary | str | None
+    loaded: probe.Running
+
+    def finish(self) -> Record:
+        """The point's record with the probe's round trips within its window (waits for the probe to end)."""
+        start, duration = self.record.window_start_unix, self.record.duration_s
+        under = probe.result(self.loaded, PROBE_WAIT_S + duration, start, start + duration)
+        return with_probe(self.record, self.idle, under)
+
+
+def finished(result: Record | Unfinished) -> Record:
+    """The record of a point measured (:class:`Unfinished` waited for)."""
+    return result.finish() if isinstance(result, Unfinished) else result
+
+
 def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
                   ahead: Ahead | None = None, following: Point | None = None,
-                  ledger: phases.Phases | None = None) -> Record:
+                  ledger: phases.Phases | None = None, reference: bool = True,
+                  later: bool = False) -> Record | Unfinished:
     """Measure one point in the built network ``net`` (IPsec already as the point needs); its record.
 
     With ``ahead``, this point uses the clients started ahead for it, if any, and starts
-    ``following``'s during its warm-up.  Each step's seconds are charged to ``ledger``
-    (:mod:`experiments.engine.phases`).  Raises :class:`~experiments.engine.iperf.IperfError` when
-    the test fails.
+    ``following``'s during its warm-up.  With the latency probe, the unloaded reference is taken first when
+    ``reference`` says so (a point's first repetition; the path unloaded is the same for the rest), and with
+    ``later`` the point is returned :class:`Unfinished` instead of waiting for the probe's last replies.  Each
+    step's seconds are charged to ``ledger`` (:mod:`experiments.engine.phases`).  Raises
+    :class:`~experiments.engine.iperf.IperfError` when the test fails.
     """
     ledger = ledger or phases.Phases()
     flows = flows_of(net, point.ip_version)
@@ -117,7 +143,7 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
     # the unloaded round trip, on the path the first flow takes, before any of the point's flows send and once
     # the shaper's queue has drained what the point before it left there
     idle = None
-    if spec.latency_probe:
+    if spec.latency_probe and reference:
         for _ in Deadline(DRAIN_S, 0.02).polls():
             if monitor.backlog() == 0:
                 break
@@ -137,10 +163,9 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
             # many clients: the window opens once every one is connected (the warm-up is a floor)
             opens = max(seen + spec.warmup_s, clients.all_connected_at or 0.0)
             clients.start_next(following)
-            if spec.latency_probe:  # from now to past the window's end; its round trips within the window count
+            if spec.latency_probe:  # from now to the window's end; its round trips within the window count
                 loaded = probe.run(flows[0].client_ns, flows[0].server_addr,
-                                   opens - time.monotonic() + spec.duration_s + PROBE_PAST_S, 1 / spec.probe_per_s,
-                                   spec.probe_tool)
+                                   opens - time.monotonic() + spec.duration_s, 1 / spec.probe_per_s, spec.probe_tool)
             sleep_until(opens)
             clients.settle_next()
             ledger.lap(phases.WARMUP)
@@ -150,14 +175,13 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         ledger.lap(phases.STOP)
         clients.wind_up()
         ledger.lap(phases.WIND_UP)
-        record = point_record(net, point, spec, monitor, window, clients)
+        result: Record | Unfinished = point_record(net, point, spec, monitor, window, clients)
         if loaded is not None:
-            under = probe.result(loaded, PROBE_WAIT_S + spec.duration_s, window.start_unix,
-                                 window.start_unix + spec.duration_s)
-            loaded = None
-            record = with_probe(record, idle, under)
+            result, loaded = Unfinished(result, idle, loaded), None
+            if not later:
+                result = result.finish()
         ledger.lap(phases.RECORD)
-        return record
+        return result
     finally:
         if loaded is not None:  # the point failed: its probe goes with it
             loaded.stop()
@@ -211,7 +235,8 @@ def point_record(net, point: Point, spec: SweepSpec, monitor: Monitor, window: W
 
 def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
                        ahead: Ahead | None = None, following: Point | None = None,
-                       ledger: phases.Phases | None = None) -> Record:
+                       ledger: phases.Phases | None = None, reference: bool = True,
+                       later: bool = False) -> Record | Unfinished:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of
@@ -228,8 +253,11 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
             monitor.follow(servers)
             if ledger is not None:
                 ledger.lap(phases.SERVERS)
-            record = measure_point(net, point, spec, servers, monitor, ahead, following, ledger)
-            return dataclasses.replace(record, attempts=attempt)
+            result = measure_point(net, point, spec, servers, monitor, ahead, following, ledger, reference, later)
+            if isinstance(result, Unfinished):
+                result.record = dataclasses.replace(result.record, attempts=attempt)
+                return result
+            return dataclasses.replace(result, attempts=attempt)
         except iperf.IperfError as e:
             reasons.append(one_line(e))
             log.warning("%s, attempt %d of %d: %s", point.describe(), attempt, ATTEMPTS, reasons[-1])

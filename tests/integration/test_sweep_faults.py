@@ -96,14 +96,20 @@ def test_killed_iperf3_server_is_retried_then_the_point_recorded_failed(tmp_path
     killers: dict[int, Killer] = {}
 
     def progress(point, record, done, total):
-        if record is None and done == 1:      # second point: kill its server once, mid-test
+        if record is not None:
+            return
+        for killer in killers.values():       # a point's faults end as the next point begins (its record may
+            killer.join()                     # come after that: the sweep does not wait for its probe's end)
+        if done == 1:                         # second point: kill its server once, mid-test
             killers[1] = Killer(0.8, repeat=False)
-        elif record is None and done == 2:    # third point: keep killing it, both tries fail
+        elif done == 2:                       # third point: keep killing it, both tries fail
             killers[2] = Killer(0.3, repeat=True)
-        elif record is not None and done - 1 in killers:
-            killers[done - 1].join()
 
-    counts = run_sweep(spec, str(tmp_path), progress)
+    try:
+        counts = run_sweep(spec, str(tmp_path), progress)
+    finally:
+        for killer in killers.values():  # never left killing the next test's servers
+            killer.join()
     assert killers[1].kills >= 1 and killers[2].kills >= 2, "the faults were not injected"
     records = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     # the failed point is measured again in a later round of the same run, the servers left alone
