@@ -313,7 +313,8 @@ def aggregate(records: Iterable[Record | Mapping[str, Any]], keys: Sequence[str]
             bounds=bounds,
             rtt_ms=_summary_of(measured, FIELD.probe_rtt_ms),
             rtt_p99_ms=_summary_of(measured, FIELD.probe_rtt_p99_ms),
-            idle_rtt_ms=_summary_of(measured, FIELD.idle_rtt_ms),
+            # the path unloaded, taken before a point's first repetition: whatever that window then measured
+            idle_rtt_ms=_summary_of(with_goodput, FIELD.idle_rtt_ms),
         ))
     out.sort(key=lambda a: sort_key(a.point, keys))
     return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import statistics
 import sys
@@ -60,10 +61,23 @@ def queue_delay_ms(r) -> float | None:
     return None
 
 
+def with_references(records) -> list:
+    """``records`` each with its point's unloaded reference (pure): a sweep takes it at a point's first repetition
+    only, and the point's later repetitions carry none."""
+    from testbed.record import point_key
+
+    refs: dict = {}
+    for r in records:
+        if r.idle_rtt_ms is not None:
+            refs.setdefault(point_key(r), r.idle_rtt_ms)
+    return [dataclasses.replace(r, idle_rtt_ms=refs[point_key(r)])
+            if r.idle_rtt_ms is None and point_key(r) in refs else r for r in records]
+
+
 def compare_configured(records) -> dict[float, list[float]]:
     """measured / configured-size-predicted queueing delay of each link-bound probed TCP point, by rate (pure)."""
     ratios: dict[float, list[float]] = collections.defaultdict(list)
-    for r in records:
+    for r in with_references(records):
         delay = queue_delay_ms(r)
         if r.bound is not Bound.LINK or delay is None or not r.rate_mbit or r.transport != "tcp":
             continue
@@ -74,7 +88,7 @@ def compare_configured(records) -> dict[float, list[float]]:
 def compare(records) -> dict[float, list[float]]:
     """measured / predicted queueing delay of each link-bound probed point, by rate (pure)."""
     ratios: dict[float, list[float]] = collections.defaultdict(list)
-    for r in records:
+    for r in with_references(records):
         delay = queue_delay_ms(r)
         if r.bound is not Bound.LINK or delay is None or not r.queue_mean_bytes or not r.rate_mbit:
             continue

@@ -134,7 +134,7 @@ def print_phases(records) -> None:
     if not timed:
         print("no record says where its time went (phases_s: sweeps since the phases were kept)")
         return
-    names = sorted({p for t in timed for p in t}, key=phases.ORDER.index)
+    names = sorted({p for t in timed for p in t}, key=phases.place)
     total = sum(sum(t.values()) for t in timed)
     print(f"\nwhere a point's time went ({len(timed)} points, {total:.1f} s; median and mean per point, "
           f"share of all):")

@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-latency-probe", dest="latency_probe", action="store_false",
                    help="time no round trips: by default a probe (--probe-tool) times the first flow's path every "
                         "100 ms through each window (the round trip under load: median, 90th and 99th percentile, "
-                        "losses) and for 0.3 s before it (the unloaded reference: its median and least); the "
+                        "losses) and for 0.3 s before a point's first repetition (the unloaded reference: its "
+                        "median and least, the same path for every repetition); the "
                         "records' probe_*, idle_rtt_ms and idle_rtt_min_ms")
     g.add_argument("--probe-rate", dest="probe_per_s", type=float, default=None, metavar="PER_S",
                    help=f"the latency probe's round trips a second, {MIN_PROBE_PER_S:g} to {MAX_PROBE_PER_S:g}, "

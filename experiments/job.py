@@ -70,8 +70,9 @@ class KernelChoice:
                                 crypto=self.qemu_crypto)
 
     def naming(self, kernel: str) -> KernelChoice:
-        """This choice's guest options with ``kernel`` named as :meth:`named` takes it (an A/B's side, a bisect's
-        step), on the counted backend when this choice is."""
+        """This choice with ``kernel`` named as :meth:`named` takes it (an A/B's side, a bisect's step), on the
+        counted backend when this choice is, keeping its memory, modules, speed probe and counted crypto (not
+        ``--uml-keep-awake``, which a paired A/B does not use)."""
         return self.named(kernel, self.counted, uml_mem=self.uml_mem, uml_modules=self.uml_modules,
                           speed_probe=self.speed_probe, qemu_crypto=self.qemu_crypto)
 

@@ -288,8 +288,8 @@ class Record:
                                            "connection up (TCP, more than one client: the window opens no sooner)")
     phases_s: dict[str, float] | None = _doc("where the time from the previous point's record to this one's went, "
                                              "seconds per phase: between, ipsec, turn, servers, drain, reference, "
-                                             "flood, start, warm-up, window, stop, wind-up, record "
-                                             "(experiments.engine.phases)")
+                                             "flood, start, warm-up, window, stop, wind-up, record, failed (an "
+                                             "attempt tried again) (experiments.engine.phases)")
     kernel_release: str | None = _doc("the kernel that measured (uname -r)")
     backend: str | None = _doc("where it ran: host or uml")
     concurrent_with: str | None = _doc("another testbed run measuring on this machine at the same time "

@@ -101,40 +101,15 @@ def read_window(monitor: Monitor, end: float, duration_s: float) -> Window:
     return Window(first, monitor.read(), backlog, shaper_lost, start_unix)
 
 
-@dataclasses.dataclass
-class Unfinished:
-    """A measured point whose latency probe has not ended yet: the probe sends until the window's end, and its last
-    echoes' replies come a round trip or two after it (longer on a busy guest).  A sweep takes up its next point
-    meanwhile, since the probe's echoes after the window count for nothing, and :meth:`finish` reads the probe
-    once it has ended: by then, as a rule, long ago."""
-
-    record: Record
-    idle: probe.Summary | str | None
-    loaded: probe.Running
-
-    def finish(self) -> Record:
-        """The point's record with the probe's round trips within its window (waits for the probe to end)."""
-        start, duration = self.record.window_start_unix, self.record.duration_s
-        under = probe.result(self.loaded, PROBE_WAIT_S + duration, start, start + duration)
-        return with_probe(self.record, self.idle, under)
-
-
-def finished(result: Record | Unfinished) -> Record:
-    """The record of a point measured (:class:`Unfinished` waited for)."""
-    return result.finish() if isinstance(result, Unfinished) else result
-
-
 def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
                   ahead: Ahead | None = None, following: Point | None = None,
-                  ledger: phases.Phases | None = None, reference: bool = True,
-                  later: bool = False) -> Record | Unfinished:
+                  ledger: phases.Phases | None = None, reference: bool = True) -> Record:
     """Measure one point in the built network ``net`` (IPsec already as the point needs); its record.
 
     With ``ahead``, this point uses the clients started ahead for it, if any, and starts
     ``following``'s during its warm-up.  With the latency probe, the unloaded reference is taken first when
-    ``reference`` says so (a point's first repetition; the path unloaded is the same for the rest), and with
-    ``later`` the point is returned :class:`Unfinished` instead of waiting for the probe's last replies.  Each
-    step's seconds are charged to ``ledger`` (:mod:`experiments.engine.phases`).  Raises
+    ``reference`` says so (a point's first repetition; the path unloaded is the same for the rest).  Each step's
+    seconds are charged to ``ledger`` (:mod:`experiments.engine.phases`).  Raises
     :class:`~experiments.engine.iperf.IperfError` when the test fails.
     """
     ledger = ledger or phases.Phases()
@@ -175,13 +150,14 @@ def measure_point(net, point: Point, spec: SweepSpec, servers: iperf.Servers, mo
         ledger.lap(phases.STOP)
         clients.wind_up()
         ledger.lap(phases.WIND_UP)
-        result: Record | Unfinished = point_record(net, point, spec, monitor, window, clients)
-        if loaded is not None:
-            result, loaded = Unfinished(result, idle, loaded), None
-            if not later:
-                result = result.finish()
+        record = point_record(net, point, spec, monitor, window, clients)
+        if loaded is not None:  # the probe's last replies, a round trip or two after the window
+            under = probe.result(loaded, PROBE_WAIT_S + spec.duration_s, window.start_unix,
+                                 window.start_unix + spec.duration_s)
+            loaded = None
+            record = with_probe(record, idle, under)
         ledger.lap(phases.RECORD)
-        return result
+        return record
     finally:
         if loaded is not None:  # the point failed: its probe goes with it
             loaded.stop()
@@ -235,8 +211,7 @@ def point_record(net, point: Point, spec: SweepSpec, monitor: Monitor, window: W
 
 def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Servers, monitor: Monitor,
                        ahead: Ahead | None = None, following: Point | None = None,
-                       ledger: phases.Phases | None = None, reference: bool = True,
-                       later: bool = False) -> Record | Unfinished:
+                       ledger: phases.Phases | None = None, reference: bool = True) -> Record:
     """:func:`measure_point`, tried up to :data:`ATTEMPTS` times; a failed record after that.
 
     Before each try any server that has exited is started again; before a retry all of
@@ -253,12 +228,11 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
             monitor.follow(servers)
             if ledger is not None:
                 ledger.lap(phases.SERVERS)
-            result = measure_point(net, point, spec, servers, monitor, ahead, following, ledger, reference, later)
-            if isinstance(result, Unfinished):
-                result.record = dataclasses.replace(result.record, attempts=attempt)
-                return result
-            return dataclasses.replace(result, attempts=attempt)
+            record = measure_point(net, point, spec, servers, monitor, ahead, following, ledger, reference)
+            return dataclasses.replace(record, attempts=attempt)
         except iperf.IperfError as e:
+            if ledger is not None:
+                ledger.lap(phases.FAILED)
             reasons.append(one_line(e))
             log.warning("%s, attempt %d of %d: %s", point.describe(), attempt, ATTEMPTS, reasons[-1])
     return Record.failure(point.fields(), ATTEMPTS, "; ".join(reasons), duration_s=spec.duration_s,

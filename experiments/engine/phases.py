@@ -31,7 +31,9 @@ WINDOW = "window"            # the measured window
 STOP = "stop"                # the clients stopped, and their reports read
 WIND_UP = "wind-up"          # the servers done with the interrupted test
 RECORD = "record"            # the monitor's verdict and the probe's round trips made a record
-ORDER = (BETWEEN, IPSEC, TURN, SERVERS, DRAIN, REFERENCE, FLOOD, START, WARMUP, WINDOW, STOP, WIND_UP, RECORD)
+FAILED = "failed"            # an attempt that failed (an iperf3 test that was tried again), up to its failure
+ORDER = (BETWEEN, IPSEC, TURN, SERVERS, DRAIN, REFERENCE, FLOOD, START, WARMUP, WINDOW, STOP, WIND_UP, RECORD,
+         FAILED)
 #: The phases a sweep asks for (the rest is what surrounds them).
 MEASURING = (WARMUP, WINDOW)
 
@@ -51,10 +53,11 @@ class Phases:
 
     def seconds(self) -> dict[str, float]:
         """Each phase's seconds so far (rounded to the ms), in :data:`ORDER`."""
-        return {p: round(self._seconds[p], 3) for p in sorted(self._seconds, key=_place)}
+        return {p: round(self._seconds[p], 3) for p in sorted(self._seconds, key=place)}
 
 
-def _place(phase: str) -> int:
+def place(phase: str) -> int:
+    """Where ``phase`` comes in :data:`ORDER` (a phase of no known place, last)."""
     return ORDER.index(phase) if phase in ORDER else len(ORDER)
 
 

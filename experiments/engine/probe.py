@@ -14,9 +14,10 @@ Two tools, as flent has them (``sweep --probe-tool``):
 Either runs::
 
     before the window: 0.3 s at 10 ms                   the unloaded round trip (the reference): its median
+    (a point's first repetition's: the path unloaded is the same for every repetition)
                        ping: then a flood of 50 echoes  the least round trip: the path at the emulator's full
                                                         speed (irtt: the reference's own least)
-    the window:        every 100 ms, from the warm-up's end to past the window's; the round trips sent within
+    the window:        every 100 ms, from the warm-up's end to the window's; the round trips sent within
                        the window count: their median, 90th and 99th percentile (of a 2-second window's 20: the
                        99th is about its largest), losses
 

@@ -13,11 +13,9 @@ rate's rounds up to the minimum repetitions, then the rounds of the imprecise po
 round the rates until they are precise, have their most repetitions, or the time budget
 is spent.  Each point's window, counters and verdict come from :mod:`experiments.engine.measure`.
 
-Every point is appended to ``results.jsonl`` and flushed to disk once its latency probe has ended, which
-is while the next point is measured (the probe's last replies come a round trip after the window, and the sweep
-does not wait for them: ``experiments.engine.measure.Unfinished``); the round's last point when the round ends,
-by an interrupt too.  Running again on the same directory measures only what is missing, so a sweep killed at
-any moment loses at most the points in flight (two, by SIGKILL).
+Every point is appended to ``results.jsonl`` and flushed to disk as soon as it is measured;
+running again on the same directory measures only what is missing, so a sweep killed at
+any moment loses at most the point in flight.
 
 A point whose iperf3 test fails (the server died, the test hung) is tried once more with
 fresh servers; if that fails too it is recorded with ``"failed": true`` and the reason, and
@@ -270,28 +268,17 @@ class _Rounds:
     turns: Turns | None = None  # each window waits for its turn (regress --ab, paired)
     concurrent_with: str | None = None  # another run measuring beside this one (--allow-concurrent)
     since: float | None = None  # when the last point's record was built (monotonic s): the next one's phases start
-    #: the point measured last, not yet written: (point, its record or Unfinished, its phases' seconds, its count)
-    pending: tuple | None = None
 
     def measure(self, rate: float, todo: list[Point]) -> None:
-        """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows.  Each point is
-        written once the next one is measured (its latency probe's last replies come in meanwhile: a point waits
-        for nothing after its window but its test's end), the last one when the round ends, however it ends."""
+        """One repetition of each point of ``todo`` at ``rate``, as far as the time budget allows."""
+        from experiments.engine.measure import measure_with_retry, switch_ipsec
+
         spec, net = self.spec, self.net
         if net.shaping.rate_mbit != rate:
             net.reshape(ShapingSpec(rate_mbit=rate))
         coming = todo if not self.budget.over else \
             [p for p in todo if needs_minimum(spec, self.groups[p.point_key()])]
         self.total = max(self.total, self.already + self.measured + len(coming))
-        try:
-            self._measure(todo)
-        finally:
-            self.keep()  # the round's last point: its probe's last replies waited for
-
-    def _measure(self, todo: list[Point]) -> None:
-        from experiments.engine.measure import measure_with_retry, switch_ipsec
-
-        spec, net = self.spec, self.net
         for i, point in enumerate(todo):
             records = self.groups[point.point_key()]
             if not self.budget.allows(records, self.measured, self.rates, self.groups):
@@ -315,31 +302,20 @@ class _Rounds:
             # the unloaded reference once a point: the path without the point's flows is the same for every
             # repetition (taken again only where no repetition has one, a failed probe's say)
             reference = not any(r.idle_rtt_ms is not None for r in records)
-            result = measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following, ledger,
-                                        reference, later=True)
+            record = measure_with_retry(net, point, spec, self.servers, self.monitor, self.ahead, following, ledger,
+                                        reference)
             self.since = time.monotonic()
+            record = dataclasses.replace(record, backend=backends.current().name,
+                                         concurrent_with=self.concurrent_with, phases_s=ledger.seconds())
             if self.turns:
                 self.turns.done()
+            rundir.append(self.out, record.to_json())
+            records.append(record)
             self.measured += 1
-            self.keep()  # the point before this one: its probe ended during this one's warm-up
-            self.pending = (point, result, ledger.seconds(), self.already + self.measured)
-
-    def keep(self) -> None:
-        """Write the point measured last (:attr:`pending`), its latency probe's round trips in, and count it."""
-        from experiments.engine.measure import finished
-
-        if self.pending is None:
-            return
-        point, result, took, done = self.pending
-        self.pending = None
-        record = dataclasses.replace(finished(result), backend=backends.current().name,
-                                     concurrent_with=self.concurrent_with, phases_s=took)
-        rundir.append(self.out, record.to_json())
-        self.groups[point.point_key()].append(record)
-        self.failed += record.failed
-        self.total = max(self.total, self.already + self.measured)  # a bar never counts past its end
-        if self.progress:  # as measured (the next point may have begun since: its own call came first)
-            self.progress(point, record, done, self.total)
+            self.failed += record.failed
+            self.total = max(self.total, self.already + self.measured)  # a bar never counts past its end
+            if self.progress:
+                self.progress(point, record, self.already + self.measured, self.total)
 
 
 def _flows(net, ip_version: int) -> list:

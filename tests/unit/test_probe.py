@@ -3,6 +3,7 @@ record says when the probe worked, lost every reply or could not run."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -100,8 +101,11 @@ def test_the_queue_check_compares_link_bound_probed_points_only():
     assert compare([fine, cpu, unprobed, empty]) == {10.0: [pytest.approx(1.02)]}
     # ping times no way alone: its round trip less the unloaded one is the data's way's wait
     pinged = Record(rate_mbit=10.0, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_rtt_ms=50.5, idle_rtt_ms=0.5)
-    no_idle = Record(rate_mbit=10.0, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_rtt_ms=50.5)
+    no_idle = Record(rate_mbit=10.0, size_bytes=500, bound=Bound.LINK, queue_mean_bytes=62_500.0, probe_rtt_ms=50.5)
     assert compare([pinged, no_idle]) == {10.0: [pytest.approx(1.0)]}
+    # a point's later repetition carries no reference of its own (a sweep takes it once a point): its first's counts
+    later = dataclasses.replace(pinged, repetition=1, idle_rtt_ms=None, probe_rtt_ms=55.5)
+    assert compare([pinged, later]) == {10.0: [pytest.approx(1.0), pytest.approx(1.1)]}
 
 
 def test_the_queues_configured_size_predicts_a_tcp_flows_mean_wait():
