@@ -160,9 +160,10 @@ def run_id_of(run_dir: str, started: str | None) -> str:
 def backend_of(meta) -> str:
     """The backend a run measured on, as the history tells series apart: a counted guest that ran the kernel's
     generic crypto code (``--qemu-crypto generic``) counts other instructions than one that ran the x86 drivers."""
-    backend = meta.backend or ""
-    crypto = meta.qemu_crypto
-    return f"{backend} ({crypto} crypto)" if crypto and crypto != "x86" else backend
+    from testbed.backends.qemu import crypto_tag
+
+    backend, tag = meta.backend or "", crypto_tag(meta.qemu_crypto)
+    return f"{backend} ({tag} crypto)" if tag else backend
 
 
 def rows_of_run(run_dir: str, kind: str, kernel: str | None = None) -> list[Row]:

@@ -74,7 +74,10 @@ def kernel_identity(kernel: str, uml_kernel: str | None = None, crypto: str | No
         stamp = f"{os.path.abspath(image)}:{st.st_size}:{int(st.st_mtime)}"
     except OSError:
         stamp = image
-    return f"{kernel}:{platform.release()}:{stamp}" + (f":{crypto}" if crypto and crypto != "x86" else "")
+    from testbed.backends.qemu import crypto_tag
+
+    tag = crypto_tag(crypto)
+    return f"{kernel}:{platform.release()}:{stamp}" + (f":{tag}" if tag else "")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -187,10 +187,15 @@ def _git(tree: str, *args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def _commit(tree: str, ref: str) -> str | None:
+    """The commit ``ref`` names in the git tree ``tree``, or None."""
+    return _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
 def commit_and_place(tree: str, ref: str) -> tuple[str, int]:
     """The commit ``ref`` names in ``tree`` and its number of ancestors (its place in a linear history); ("", -1)
     when it names none, and -1 for the place in a shallow clone (which counts only what it fetched)."""
-    sha = _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    sha = _commit(tree, ref)
     if not sha:
         return "", -1
     if _git(tree, "rev-parse", "--is-shallow-repository") == "true":
@@ -201,7 +206,7 @@ def commit_and_place(tree: str, ref: str) -> tuple[str, int]:
 
 def resolve_ref(tree: str, ref: str, text: str | None = None) -> str:
     """The commit ``ref`` names in the git tree ``tree``; :class:`KernelNameError` when it names none."""
-    sha = _git(tree, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    sha = _commit(tree, ref)
     if not sha:
         raise KernelNameError(f"kernel {text or f'{tree}@{ref}'!r}: {ref!r} is not a tag, branch or commit of {tree}")
     return sha

@@ -218,6 +218,7 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
     them are (one may hang), and the monitor follows them.  Only iperf3 failures are
     retried: an error of the network or of IPsec is not the point's and ends the sweep.
     """
+    ledger = ledger or phases.Phases()
     reasons = []
     for attempt in range(1, ATTEMPTS + 1):
         try:
@@ -226,13 +227,11 @@ def measure_with_retry(net, point: Point, spec: SweepSpec, servers: iperf.Server
             else:
                 servers.restart()
             monitor.follow(servers)
-            if ledger is not None:
-                ledger.lap(phases.SERVERS)
+            ledger.lap(phases.SERVERS)
             record = measure_point(net, point, spec, servers, monitor, ahead, following, ledger, reference)
             return dataclasses.replace(record, attempts=attempt)
         except iperf.IperfError as e:
-            if ledger is not None:
-                ledger.lap(phases.FAILED)
+            ledger.lap(phases.FAILED)
             reasons.append(one_line(e))
             log.warning("%s, attempt %d of %d: %s", point.describe(), attempt, ATTEMPTS, reasons[-1])
     return Record.failure(point.fields(), ATTEMPTS, "; ".join(reasons), duration_s=spec.duration_s,

@@ -480,6 +480,11 @@ def cpu_model(crypto: str | None) -> str:
         raise QemuError(f"no such crypto for a counted guest: {crypto!r} (one of {', '.join(CRYPTO_CPU)})") from None
 
 
+def crypto_tag(crypto: str | None) -> str:
+    """``crypto`` where it is not the default (what sets a run's figures or a calibration apart), else ""."""
+    return "" if (crypto or DEFAULT_CRYPTO) == DEFAULT_CRYPTO else crypto
+
+
 def guest_meta(crypto: str | None) -> dict:
     """How a counted guest runs, for its records' metadata: QEMU's version, ``-cpu``, the crypto and icount."""
     return {"qemu_version": qemu_version(), "qemu_cpu": cpu_model(crypto), "qemu_crypto": crypto or DEFAULT_CRYPTO,

@@ -241,6 +241,11 @@ def test_the_generic_crypto_guest_runs_the_same_cpu_model_without_the_features_t
     assert qemu.guest_meta("generic")["qemu_crypto"] == "generic" and qemu.guest_meta(None)["qemu_cpu"] == "Westmere"
     with pytest.raises(qemu.QemuError, match="one of x86, generic"):
         qemu.cpu_model("arm")
+    # the default is no mark: a run's history series and an injected slowdown's calibration are those of before
+    from experiments.injection import kernel_identity
+
+    assert (qemu.crypto_tag(None), qemu.crypto_tag("x86"), qemu.crypto_tag("generic")) == ("", "", "generic")
+    assert kernel_identity("qemu") == kernel_identity("qemu", crypto="x86") != kernel_identity("qemu", crypto="generic")
     # an A/B's sides and a bisect's steps keep the choice
     choice = KernelChoice(kernel="qemu", qemu_crypto="generic")
     assert choice.options().crypto == "generic"
