@@ -25,10 +25,14 @@ TCP congestion control: a loss-based one (cubic, else reno) is set in the pair's
 namespaces, since a shaper's accuracy is seen when the sender keeps its queue busy.  BBR
 (this host's default) keeps the queue short and idles the link on purpose (PROBE_RTT); over
 ten runs at 10 Mbit it gave 0.93..1.10, where reno gave 0.999..1.000.
+
+It needs veth and the qdisc, not ESP: with --kernel auto it runs on the host kernel where that has them;
+--kernel uml runs the whole benchmark inside User-Mode Linux.
+
+    sudo ipsec-testbed bench shaping_accuracy --qdisc htb --rates 10,100 --duration 3
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import math
@@ -37,8 +41,8 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks import _common
-from cli.options import add_kernel_options, kernel_choice
+from experiments.benchmark import Benchmark, option
+from experiments.job import KernelChoice
 from ipsec.overhead import FRAMINGS, theoretical_goodput_mbps
 from testbed import backends
 from testbed.capabilities import Needs
@@ -69,7 +73,7 @@ class RateRow:
     seconds: int
     burst_bytes: int
     ratio: float
-    runs: list[float]  # each run's goodput, Mbit/s
+    runs: tuple[float, ...]  # each run's goodput, Mbit/s
     retransmits: int
     cpu_sender_pct: float
     cpu_limited: bool  # the theoretical goodput is near the CPU ceiling: not counted as a miss
@@ -86,40 +90,47 @@ def run_seconds(spec: ShapingSpec, min_duration_s: float, mtu: int = 1500) -> in
                          MIN_QUEUES_PER_RUN * queue_bytes / rate))
 
 
-def csv_floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v) for v in text.split(",") if v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated rates in Mbit/s, not {text!r}") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"rates must be positive Mbit/s values, not {text!r}")
-    return values
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction."""
+
+    rates: tuple[float, ...] = option(RATES_MBIT, "shaped rates in Mbit/s", metavar="MBIT,...")
+    qdisc: str = option("tbf", "shaper", choices=QDISCS)
+    framing: str = option("tc", "what the shaper counts: tc's default, or Ethernet with preamble, FCS and gap",
+                          choices=FRAMINGS)
+    mss: int = option(1460, "TCP MSS (iperf3 -M)")
+    duration: float = option(5.0, "measured seconds per run at least, after a 1 s warm-up iperf3 leaves out; runs "
+                             f"last {MIN_PACKETS_PER_RUN} full-size packets and {MIN_QUEUES_PER_RUN} queue lengths "
+                             "if that is longer", metavar="SECONDS")
+    repeat: int = option(1, "measurements per rate (the median is used)")
+    dry_run: bool = option(False, "print the tc plan of each rate and exit")
+    verbose: bool = option(False, "log what is being done", flag="--verbose")
+    kernel: KernelChoice = KernelChoice()
+
+    def __post_init__(self) -> None:
+        if not self.rates or min(self.rates) <= 0:
+            raise ValueError(f"--rates must be positive Mbit/s values, not {self.rates!r}")
+        ShapingSpec(1, qdisc=self.qdisc, framing=self.framing)
+        if not 88 <= self.mss <= 1460:
+            raise ValueError(f"--mss must be 88..1460 (TCP's minimum .. IPv4 at MTU 1500), not {self.mss}")
+        if self.repeat < 1:
+            raise ValueError(f"--repeat must be at least 1, not {self.repeat}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description="Measure shaped TCP goodput over a veth pair against the theoretical goodput of "
-                    "each rate, and say whether the ratio is within 0.97..1.01.",
-        epilog="--kernel: the default here is host, since shaping needs tbf/htb and no ESP; auto follows "
-               "the ESP rule of the other commands (UML when the host kernel has no ESP); uml runs the "
-               "whole benchmark inside User-Mode Linux.  example: sudo "
-               "ipsec-testbed bench shaping_accuracy --qdisc htb --rates 10,100 --duration 3",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--rates", type=csv_floats, default=RATES_MBIT, metavar="MBIT,...",
-                   help="shaped rates in Mbit/s")
-    p.add_argument("--qdisc", choices=QDISCS, default="tbf", help="shaper")
-    p.add_argument("--framing", choices=FRAMINGS, default="tc",
-                   help="what the shaper counts: tc's default, or Ethernet with preamble, FCS and gap")
-    p.add_argument("--mss", type=int, default=1460, help="TCP MSS (iperf3 -M)")
-    p.add_argument("--duration", type=float, default=5.0, metavar="SECONDS",
-                   help="measured seconds per run at least, after a 1 s warm-up iperf3 leaves out; "
-                        f"runs last {MIN_PACKETS_PER_RUN} full-size packets and {MIN_QUEUES_PER_RUN} "
-                        "queue lengths if that is longer")
-    p.add_argument("--repeat", type=int, default=1, help="measurements per rate (the median is used)")
-    p.add_argument("--dry-run", action="store_true", help="print the tc plan of each rate and exit")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
-    add_kernel_options(p)
-    return p
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, the congestion control it set, the CPU ceiling and each rate's row; or, on a dry run, the plan."""
+
+    where: str = ""
+    congestion_control: str = ""
+    ceiling_mbps: float = 0.0
+    rows: tuple[RateRow, ...] = ()
+    plan: tuple[str, ...] = ()
+
+    @property
+    def missed(self) -> int:
+        """Rates the CPU could fill that missed the target."""
+        return sum(verdict(r, self.ceiling_mbps) == "NO" for r in self.rows)
 
 
 def set_congestion_control(namespaces: tuple[str, ...]) -> str:
@@ -139,7 +150,7 @@ def set_congestion_control(namespaces: tuple[str, ...]) -> str:
     return out.stdout.strip() + " (could not set cubic or reno)"
 
 
-def measure(args: argparse.Namespace) -> tuple[str, float, list[RateRow]]:
+def measure(args: Options) -> tuple[str, float, list[RateRow]]:
     from experiments.engine import iperf
     from topologies.shaping import shaped
     from topologies.veth_pair import veth_pair
@@ -168,7 +179,7 @@ def measure(args: argparse.Namespace) -> tuple[str, float, list[RateRow]]:
             rows.append(RateRow(rate_mbit=rate, theoretical_mbps=theory, goodput_mbps=goodput,
                                 seconds=seconds, burst_bytes=shaper.params.get("burst_bytes") or
                                 next(op for op in ops if op.target == "class").params["burst_bytes"],
-                                ratio=goodput / theory, runs=[r.goodput_mbps for r in results],
+                                ratio=goodput / theory, runs=tuple(r.goodput_mbps for r in results),
                                 retransmits=sum(r.retransmits or 0 for r in results),
                                 cpu_sender_pct=statistics.median(r.cpu_sender_pct or 0.0 for r in results),
                                 cpu_limited=theory > CPU_LIMITED_SHARE * ceiling))
@@ -186,66 +197,48 @@ def verdict(row: RateRow, ceiling: float) -> str:
     return "NO"
 
 
-def print_table(args, where: str, cc: str, ceiling: float, rows: list[RateRow]) -> int:
-    print(f"Shaping accuracy: {args.qdisc}, framing {args.framing}, MSS {args.mss}, {args.duration:g} s per run, "
-          f"{args.repeat} run(s) per rate (median), TCP {cc}, both ends of a veth shaped")
-    print(f"kernel: {where}; CPU ceiling (same qdisc at {CEILING_RATE_MBIT} Mbit, not binding): {ceiling:.0f} Mbit/s")
-    print("CPU %: the sender's CPU use as iperf3 reports it (100 = one CPU busy)")
-    print(f"target: goodput / theoretical within {TARGET[0]}..{TARGET[1]} at every rate the CPU can fill")
+def page(args: Options, result: Result) -> str:
+    """The table: each rate's goodput against the theoretical one, and whether it met the target."""
+    if args.dry_run:
+        return "\n".join(result.plan)
+    ceiling, rows = result.ceiling_mbps, result.rows
+    lines = [f"Shaping accuracy: {args.qdisc}, framing {args.framing}, MSS {args.mss}, {args.duration:g} s per run, "
+             f"{args.repeat} run(s) per rate (median), TCP {result.congestion_control}, both ends of a veth shaped",
+             f"kernel: {result.where}; CPU ceiling (same qdisc at {CEILING_RATE_MBIT} Mbit, not binding): "
+             f"{ceiling:.0f} Mbit/s",
+             "CPU %: the sender's CPU use as iperf3 reports it (100 = one CPU busy)",
+             f"target: goodput / theoretical within {TARGET[0]}..{TARGET[1]} at every rate the CPU can fill"]
     head = (f"{'rate Mbit/s':>11} {'burst B':>9} {'run s':>5} {'theory Mbit/s':>13} {'measured':>10} "
             f"{'ratio':>7} {'retrans':>7} {'CPU %':>5}  within target")
-    print(head)
-    print("-" * len(head))
-    missed = 0
+    lines += [head, "-" * len(head)]
     for r in rows:
-        v = verdict(r, ceiling)
-        missed += v == "NO"
         runs = "" if len(r.runs) == 1 else "  runs: " + ", ".join(f"{g:.3f}" for g in r.runs)
-        print(f"{r.rate_mbit:>11g} {r.burst_bytes:>9} {r.seconds:>5.0f} {r.theoretical_mbps:>13.3f} "
-              f"{r.goodput_mbps:>10.3f} "
-              f"{r.ratio:>7.4f} {r.retransmits:>7} {r.cpu_sender_pct:>5.0f}  {v}{runs}")
-    print(f"{len(rows) - missed}/{len(rows)} rates meet the target where the CPU can fill the link" if not missed
-          else f"{missed} rate(s) the CPU could fill missed the target")
-    return missed
+        lines.append(f"{r.rate_mbit:>11g} {r.burst_bytes:>9} {r.seconds:>5.0f} {r.theoretical_mbps:>13.3f} "
+                     f"{r.goodput_mbps:>10.3f} {r.ratio:>7.4f} {r.retransmits:>7} {r.cpu_sender_pct:>5.0f}  "
+                     f"{verdict(r, ceiling)}{runs}")
+    lines.append(f"{len(rows) - result.missed}/{len(rows)} rates meet the target where the CPU can fill the link"
+                 if not result.missed else f"{result.missed} rate(s) the CPU could fill missed the target")
+    return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    try:
-        ShapingSpec(1, qdisc=args.qdisc, framing=args.framing)
-        if not 88 <= args.mss <= 1460:
-            raise ValueError(f"--mss must be 88..1460 (TCP's minimum .. IPv4 at MTU 1500), not {args.mss}")
-    except ValueError as e:
-        print(f"shaping_accuracy: {e}", file=sys.stderr)
-        return 2
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on (or, on a dry run, the tc plan of each rate)."""
     if args.dry_run:
+        plan = []
         for rate in args.rates:
-            print(f"# {rate:g} Mbit/s, theoretical TCP goodput at MSS {args.mss}: "
-                  f"{theoretical_goodput_mbps(rate, args.mss, framing=args.framing):.3f} Mbit/s")
+            plan.append(f"# {rate:g} Mbit/s, theoretical TCP goodput at MSS {args.mss}: "
+                        f"{theoretical_goodput_mbps(rate, args.mss, framing=args.framing):.3f} Mbit/s")
             spec = ShapingSpec(rate, qdisc=args.qdisc, framing=args.framing)
-            for op in plan_shaping(spec, burst_time_s=kernel_burst_time_s()):
-                print(f"tc {op.describe()}")
-        return 0
-    if os.geteuid() != 0:
-        print("shaping_accuracy: needs root (network namespaces, tc); run it with sudo", file=sys.stderr)
-        return 1
-    # shaping needs veth and the qdisc, not ESP: the host kernel does when it has them
-    needs = Needs(("veth", f"qdisc {args.qdisc}"))
-    job = _common.bench_job("shaping_accuracy", args, kernel_choice(args), needs)
-    return _common.run_here_or_there(job, body)
-
-
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
+            plan += [f"tc {op.describe()}" for op in plan_shaping(spec, burst_time_s=kernel_burst_time_s())]
+        return Result(plan=tuple(plan))
     where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     cc, ceiling, rows = measure(args)
-    print_table(args, where, cc, ceiling, rows)
-    return 0
+    return Result(where=where, congestion_control=cc, ceiling_mbps=ceiling, rows=tuple(rows))
 
+
+def needs(args: Options) -> Needs:
+    """Veth and the qdisc, not ESP: the host kernel runs it where it has them."""
+    return Needs(("veth", f"qdisc {args.qdisc}"))
+
+
+BENCHMARK = Benchmark("shaping_accuracy", Options, run, page, root="network namespaces, tc", needs=needs)

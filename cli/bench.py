@@ -1,32 +1,29 @@
 """``ipsec-testbed bench NAME``: the project's benchmarks, the scripts that print its speed and accuracy figures.
 
-Each benchmark is a module of ``benchmarks/`` with a ``main(argv)``; this command lists them
-and runs one in this process (a benchmark whose work runs where the kernel under test is also has an
-``in_guest(job)``: :mod:`cli.job`).
+Each benchmark is a :class:`~experiments.benchmark.Benchmark` (``benchmarks/NAME.py``'s ``BENCHMARK``): this
+command lists them, makes a benchmark's command line from its options' dataclass, refuses a missing root in
+one line, and runs it on the kernel its options choose (a guest runs it through :mod:`cli.job`).
 """
 from __future__ import annotations
 
-import ast
+import argparse
+import dataclasses
 import importlib
 import os
 import sys
+import types
+import typing
 from collections.abc import Sequence
+from typing import Any
 
+from cli.options import Parser, add_kernel_options, add_speed_probe_option, csv, kernel_choice
+from experiments import benchmark, runner
+from experiments.benchmark import Benchmark, execute, names, summary
+from experiments.job import KernelChoice
 from testbed import measuring
 from testbed.errors import Refused, fail
 
-HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
-
-
-def names() -> list[str]:
-    return sorted(f[:-3] for f in os.listdir(HERE) if f.endswith(".py") and not f.startswith("_"))
-
-
-def summary(name: str) -> str:
-    """The first line of a benchmark's docstring, read without importing it."""
-    with open(os.path.join(HERE, f"{name}.py")) as f:
-        doc = ast.get_docstring(ast.parse(f.read())) or ""
-    return doc.splitlines()[0] if doc else ""
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def usage() -> str:
@@ -43,9 +40,96 @@ def usage() -> str:
     return "\n".join(lines) + "\n"
 
 
-def load(name: str):
-    """The benchmark module ``name``."""
-    return importlib.import_module(f"benchmarks.{name}")
+def _base(hint: Any) -> Any:
+    """A field's type without ``| None``."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return next(a for a in typing.get_args(hint) if a is not type(None))
+    return hint
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
+    """``bench``'s command line, made from its options' fields (see :func:`experiments.benchmark.option`)."""
+    p = Parser(prog=f"ipsec-testbed bench {bench.name}", description=benchmark.doc(bench.name),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    hints = typing.get_type_hints(bench.options)
+    for f in dataclasses.fields(bench.options):
+        hint = _base(hints[f.name])
+        if hint is KernelChoice:
+            add_kernel_options(p)
+            add_speed_probe_option(p)
+            p.set_defaults(uml_keep_awake=f.default.keep_awake, kernel=f.default.kernel)
+            continue
+        meta = f.metadata.get("option")
+        if meta is None:
+            continue  # not given on the command line
+        default = f.default if f.default is not dataclasses.MISSING else None
+        helptext = meta["help"]
+        if meta["show_default"] and default not in (None, False, ()):
+            helptext += f" (default: {_default_text(default)})"
+        helptext = helptext.replace("%", "%%")
+        kw: dict[str, Any] = {"help": helptext, "default": default}
+        if meta["metavar"]:
+            kw["metavar"] = meta["metavar"]
+        if meta["choices"]:
+            kw["choices"] = meta["choices"]
+        if typing.get_origin(hint) is tuple:
+            kind = typing.get_args(hint)[0]
+            if meta["repeat"]:
+                kw.update(action="append", type=kind, default=None)
+            elif meta["nargs"] is not None:
+                kw.update(nargs=meta["nargs"], type=kind)
+            else:
+                kw["type"] = csv(kind)
+        elif hint is bool:
+            kw["action"] = argparse.BooleanOptionalAction if default else "store_true"
+        else:
+            kw["type"] = hint
+            if meta["nargs"] is not None:
+                kw["nargs"] = meta["nargs"]
+        if meta["positional"]:
+            p.add_argument(f.name, nargs=meta["nargs"] or "?", **{k: v for k, v in kw.items() if k != "nargs"})
+        else:
+            p.add_argument(meta["flag"] or "--" + f.name.replace("_", "-"), dest=f.name, **kw)
+    return p
+
+
+def options_from(bench: Benchmark, args: argparse.Namespace) -> Any:
+    """``bench``'s options from its parsed command line; a ValueError names a bad value."""
+    hints = typing.get_type_hints(bench.options)
+    values = {}
+    for f in dataclasses.fields(bench.options):
+        if _base(hints[f.name]) is KernelChoice:
+            values[f.name] = kernel_choice(args)
+        elif getattr(args, f.name, None) is not None:
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+    if "out" in hints:  # a benchmark that writes a run directory: runs/<date>-bench-NAME unless given
+        values["out"] = runner.out_dir_of(values.get("out"), REPO, f"bench-{bench.name}")
+    return bench.options(**values)
+
+
+def run(bench: Benchmark, options: Any, command: tuple[str, ...]) -> int:
+    """``bench`` on the kernel its options choose: here when it needs none, else where :mod:`experiments.runner`
+    finds one (this process or a guest, which runs :func:`experiments.benchmark.in_guest`)."""
+    if getattr(options, "dry_run", False):
+        return execute(bench, options)  # a plan: nothing measured, no kernel, no root
+    if bench.root and os.geteuid() != 0:
+        print(f"ipsec-testbed bench {bench.name}: needs root ({bench.root}); run it with sudo", file=sys.stderr)
+        return 1
+    if getattr(options, "out", None):
+        os.makedirs(options.out, exist_ok=True)
+    if bench.needs is None:
+        return execute(bench, options)
+    return runner.run(bench.job(options, command), f"ipsec-testbed bench {bench.name}",
+                      lambda job: execute(bench, options))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -57,10 +141,27 @@ def main(argv: Sequence[str]) -> int:
     name = argv[0]
     if name not in names():
         return fail("ipsec-testbed bench", f"error: unknown benchmark {name!r}; benchmarks: {', '.join(names())}", 2)
-    module = load(name)
     rest = argv[1:]
     concurrent = "--allow-concurrent" in rest  # every benchmark takes it: measured beside another run
     rest = [a for a in rest if a != "--allow-concurrent"]
+    module = importlib.import_module(f"benchmarks.{name}")
+    if not hasattr(module, "BENCHMARK"):
+        return _old(name, module, argv, rest, concurrent)
+    bench = module.BENCHMARK
+    parser = build_parser(bench)
+    args = parser.parse_args(rest)
+    try:
+        options = options_from(bench, args)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        with measuring.exclusive(("ipsec-testbed", "bench", *argv), None, concurrent):
+            return run(bench, options, ("ipsec-testbed", "bench", *argv))
+    except Refused as e:
+        return fail(f"ipsec-testbed bench {name}", str(e), 1)
+
+
+def _old(name, module, argv, rest, concurrent) -> int:
     saved = sys.argv[0]
     sys.argv[0] = f"ipsec-testbed bench {name}"  # what the benchmark's --help and errors call it
     try:

@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Callable
 
-from experiments import runner
+from experiments import benchmark, runner
 from experiments.job import BenchWork, DemoWork, Job
 from testbed.errors import run_main
 
@@ -26,7 +26,8 @@ def work_of(job: Job) -> Callable[[Job], int]:
     if isinstance(job.work, DemoWork):
         return demo_work
     if isinstance(job.work, BenchWork):
-        return importlib.import_module(f"benchmarks.{job.work.name}").in_guest
+        module = importlib.import_module(f"benchmarks.{job.work.name}")
+        return benchmark.in_guest if hasattr(module, "BENCHMARK") else module.in_guest
     return runner.measure
 
 
