@@ -139,6 +139,22 @@ def test_benchmarks_sit_on_top_and_the_command_line_loads_them_only_by_name():
         assert "benchmarks" not in {top for _, top in project_imports(path)}, f"{path}: imports a benchmark"
 
 
+def test_only_the_command_line_reads_a_sweeps_words():
+    """A benchmark's or a calibration's sweep is a SweepSpec run as a Job (experiments.runner.sweep_apart): nothing
+    outside cli/ (its shims aside) imports the sweep command to parse words into one."""
+    found = []
+    for path in modules_and_scripts():
+        if path.relative_to(REPO).parts[0] == "cli" or str(path.relative_to(REPO)) in SHIMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
+                if isinstance(node, ast.ImportFrom) and node.module else []
+            if "cli.sweep" in names:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, "build a SweepSpec (experiments.engine.plan.default_sweep) instead:\n" + "\n".join(found)
+
+
 def test_one_atomic_write():
     """Files are replaced in one place (testbed.rundir.atomic_write: written beside, fsynced, renamed over,
     the directory synced); a second, hand-written write-then-rename would skip a step."""
