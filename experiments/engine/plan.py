@@ -49,7 +49,7 @@ from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import MAX_INSTRUCTIONS, chunks, filters_for
 from testbed.backends.base import INSTRUCTIONS
 from testbed.hostload import FOREIGN_PCT
-from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
+from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, MetaSweep, Record, usable
 from topologies import build_spec
 
 TRANSPORTS = ("tcp", "udp")
@@ -287,6 +287,11 @@ class SweepSpec:
             data["probe_tool"] = IRTT  # written before ping was the probe's default, irtt was its one tool
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_meta(cls, sweep: MetaSweep) -> SweepSpec:
+        """The spec a run's meta.json holds (its ``sweep``, or a part's ``spec``), an older version's too."""
+        return cls.from_json(sweep.to_json())
 
 
 def default_sweep(**changes: Any) -> SweepSpec:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.record import FIELDS, Meta, MetaPart, MetaRun, MetaScale, MetaVersions
+from testbed.record import FIELDS, Meta, MetaPart, MetaRun, MetaScale, MetaSweep, MetaVersions
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
@@ -352,7 +352,8 @@ def test_the_record_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
 
 
 #: Every name meta.json's objects have (testbed.record.Meta and the objects in it).
-META_FIELDS = frozenset(f.name for kind in (Meta, MetaPart, MetaRun, MetaScale, MetaVersions) for f in kind.known())
+META_FIELDS = frozenset(f.name for kind in (Meta, MetaPart, MetaRun, MetaScale, MetaSweep, MetaVersions)
+                        for f in kind.known())
 
 
 def _mentions_meta(text: str) -> bool:
@@ -446,8 +447,9 @@ def test_the_meta_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
                       'h = meta.backend\n'
                       'i = field.metadata["doc"]\n'
                       'j = spec["name"]\n'
-                      'k = meta.sweep.get("mtu")\n')
-    assert [f.split(":")[1] for f in meta_key_reads(sample)] == ["1", "2", "3", "4", "5", "6", "8"]
+                      'k = meta.sweep.get("mtu")\n'
+                      'm = meta.sweep.mtu\n')
+    assert [f.split(":")[1] for f in meta_key_reads(sample)] == ["1", "2", "3", "4", "5", "6", "8", "12"]
 
 
 #: What renders a reproduction's evaluation (analysis.reproduction.evaluate), and what asks for it.
