@@ -42,7 +42,7 @@ from analysis.stats import Aggregate, Ratio, aggregate, normalize
 from analysis.tables import compare_rows
 from ipsec.overhead import overhead_row
 from testbed.hostload import FOREIGN_PCT
-from testbed.record import FIELD, Bound, Meta, Record, Tunnel, as_meta, as_records
+from testbed.record import FIELD, Bound, Meta, MetaSweep, Record, Tunnel, as_meta, as_records
 from testbed.rundir import load_meta, load_results
 
 CSS = f"""
@@ -390,8 +390,8 @@ def render_html(run_dir_or_records: str | os.PathLike | Sequence[Record | Mappin
         parts.append(f"<p>CPU s/GB and CPU ratio: {_esc(AT_COMMON_SPEED_HELP)}.</p>")
     if any(a.rtt_ms is not None for a in aggs):
         parts.append(f"<p>RTT ms: {_esc(RTT_HELP)}.</p>")
-    sweep = meta.sweep or {}
-    parts.append(_points_table(aggs, ratios, colors, sweep.get("mtu") or 1500, sweep.get("pmtu") or "discover"))
+    sweep = meta.sweep or MetaSweep()
+    parts.append(_points_table(aggs, ratios, colors, sweep.mtu or 1500, sweep.pmtu or "discover"))
     if len({Tunnel.of(r.point.profile) for r in ratios}) > 1:
         parts.append('<h2 id="tunnels">Tunnels side by side</h2>')
         parts.append("<p>Each tunnel against the plain baseline at the largest size of each rate, measured in "

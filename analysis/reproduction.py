@@ -73,6 +73,7 @@ from testbed.record import (
     Meta,
     MetaPart,
     MetaScale,
+    MetaSweep,
     Record,
     TransactionRecord,
     as_meta,
@@ -214,8 +215,8 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
     rows = []
     for measured in parts:
         part, records = measured.part, measured.records
-        spec = part.spec or {}
-        place = {"part": part.name, "reference": part.reference or part.name, "mtu": spec.get("mtu", 1500)}
+        spec = part.spec or MetaSweep()
+        place = {"part": part.name, "reference": part.reference or part.name, "mtu": spec.mtu or 1500}
         if part.transactions:
             rows += _transaction_rows(records, place)
             continue
@@ -233,7 +234,7 @@ def rows_of(parts: Sequence[MeasuredPart], scale: float = 1.0) -> list[Row]:
                 # (ABBA): their ratio is taken pair by pair where both have two rounds or more in common
                 metrics[NORMALIZED] = paired("ratio", rounds.get(a.point, {}),
                                              rounds.get(ratio.plain.point, {})) or ratio.goodput
-                penalty = penalty_of(ratio, place["mtu"], spec.get("pmtu", "discover"))
+                penalty = penalty_of(ratio, place["mtu"], spec.pmtu or "discover")
             point, emulated = a.point, None
             if part.regime == CPU_REGIME and part.seed_rate_mbit is not None and point.rate_mbit is not None:
                 point, emulated = point.replace(rate_mbit=float(part.seed_rate_mbit)), point.rate_mbit

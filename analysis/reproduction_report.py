@@ -27,7 +27,7 @@ from analysis.reproduction import (
     run_kernel,
 )
 from analysis.stats import aggregate, normalize
-from testbed.record import FIELD, Bound, Group
+from testbed.record import FIELD, Bound, Group, MetaSweep
 from testbed.rundir import atomic_write
 
 #: A verdict's colour on the terminal.
@@ -381,10 +381,10 @@ def _part_figures(run_dir: str) -> list:
     _, parts = load_run(run_dir)
     figures = []
     for measured in parts:
-        part, spec = measured.part, measured.part.spec or {}
+        part, spec = measured.part, measured.part.spec or MetaSweep()
         if part.transactions or not measured.records:
             continue
-        if len(spec.get("sizes", ())) < 2 and len(spec.get("rates_mbit", ())) < 2:
+        if len(spec.sizes or ()) < 2 and len(spec.rates_mbit or ()) < 2:
             continue
         aggs = aggregate(measured.records)
         colors = profile_colors([a.profile for a in aggs])

@@ -1,11 +1,12 @@
-"""What several benchmarks share: a sweep made from the sweep's own words, run in a process of its own,
-and the part of a benchmark that runs where the kernel under test is.
+"""What several benchmarks share: the sweep command a benchmark's sweep stands for, the front door, and the
+part of a benchmark that runs where the kernel under test is.
 
 Not a benchmark (``ipsec-testbed bench`` lists the modules without a leading underscore).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
@@ -13,22 +14,59 @@ import time
 from collections.abc import Callable, Sequence
 
 from experiments import runner
+from experiments.engine.plan import SweepSpec, default_sweep, fitting_probe_rate
 from experiments.job import BenchWork, Job, KernelChoice
 from testbed.capabilities import Needs
 
+#: The sweep's options by the spec's field each sets (``ipsec-testbed sweep --help``), for :func:`sweep_command` ...
+SWEEP_OPTIONS = {"topology": "--topology", "clients": "--clients", "mode": "--mode", "keying": "--keying",
+                 "rates_mbit": "--rates", "sizes": "--sizes", "size_mode": "--size-mode", "ip_versions": "--ip",
+                 "transports": "--transport", "udp_bitrate": "--udp-bitrate", "duration_s": "--duration",
+                 "warmup_s": "--warmup", "precision_pct": "--precision", "cpu_precision_pct": "--cpu-precision",
+                 "pmtu": "--pmtu", "mtu": "--mtu", "socket_buffer": "--socket-buffer", "probe_per_s": "--probe-rate",
+                 "probe_tool": "--probe-tool", "arms": "--arms"}
+#: ... which says these fields its own way.
+_SAID_APART = {"profiles", "repetitions", "max_repetitions", "budget_s", "plain", "latency_probe"}
 
-def sweep_job(words: Sequence[str], out_dir: str) -> Job:
-    """The job ``ipsec-testbed sweep WORDS...`` runs, into ``out_dir`` and without a report: a benchmark
-    that times or checks a sweep gives the words a person would."""
-    from cli.sweep import build_parser, job_from
 
-    words = list(words)
-    return job_from(build_parser().parse_args([*words, "--out", out_dir, "--no-report"]), words)
+def sweep_command(spec: SweepSpec) -> tuple[str, ...]:
+    """``ipsec-testbed sweep`` with the options that make ``spec`` of the default sweep: what a benchmark's sweep
+    is, for people to read or run and for its meta.json (never parsed here).  ValueError for a spec no options
+    make (``arm_filters``)."""
+    default = default_sweep()
+    words = ["ipsec-testbed", "sweep"]
+    for field in dataclasses.fields(spec):
+        value, usual = getattr(spec, field.name), getattr(default, field.name)
+        if field.name == "probe_per_s":
+            usual = fitting_probe_rate(spec.rates_mbit, spec.ip_versions)  # the default on the spec's links
+        if value == usual or field.name in _SAID_APART:
+            continue
+        if field.name not in SWEEP_OPTIONS:
+            raise ValueError(f"no option of ipsec-testbed sweep sets {field.name} (here {value!r})")
+        words += [SWEEP_OPTIONS[field.name], _word(value)]
+    ipsec = [p for p in spec.profiles if p != "none"]
+    if ipsec != [p for p in default.profiles if p != "none"]:
+        words += ["--profiles", ",".join(ipsec)]
+    if (spec.repetitions, spec.max_repetitions) != (default.repetitions, default.max_repetitions):
+        words += ["--repetitions", str(spec.repetitions)]  # given alone: exactly that many
+        if spec.most_repetitions != spec.repetitions:
+            words += ["--max-repetitions", str(spec.max_repetitions)]
+    if spec.budget_s != default.budget_s:
+        words += ["--budget", _word(spec.budget_s or 0.0)]
+    if not spec.plain:
+        words.append("--no-plain")
+    if not spec.latency_probe:
+        words.append("--no-latency-probe")
+    return tuple(words)
 
 
-def run_sweep(words: Sequence[str], out_dir: str, log: str | None = None) -> int:
-    """:func:`sweep_job` run in a process of its own (its output into ``log``, or nowhere); its exit status."""
-    return runner.run_apart(sweep_job(words, out_dir), log)
+def _word(value: object) -> str:
+    """A spec's value as the sweep's option takes it: a list comma-separated, a number as short as it stays exact."""
+    if isinstance(value, tuple):
+        return ",".join(_word(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+    return str(value)
 
 
 def front_door() -> list[str]:

@@ -36,7 +36,9 @@ import threading
 import time
 
 from benchmarks import _common
+from cli.options import csv
 from experiments import runner
+from experiments.engine.plan import default_sweep
 from experiments.job import KernelChoice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,9 +79,9 @@ def inner(args: argparse.Namespace) -> int:
     stop = os.path.join(args.out, "stop")
     poller = threading.Thread(target=poll_tc, args=(os.path.join(args.out, "tc.jsonl"), stop), daemon=True)
     poller.start()
-    rc = _common.run_sweep(["--rates", f"{args.rate:g}", "--profiles", args.profile, "--sizes", args.sizes,
-                            "--repetitions", "1", "--max-repetitions", "1", "--duration", "6"],
-                           os.path.join(args.out, "sweep"))
+    spec = default_sweep(rates_mbit=(args.rate,), profiles=(args.profile,), sizes=args.sizes, repetitions=1,
+                         max_repetitions=1, duration_s=6.0)
+    rc = runner.sweep_apart(spec, os.path.join(args.out, "sweep"), command=_common.sweep_command(spec))
     open(stop, "w").close()
     poller.join()
     return rc
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--rate", type=float, default=100.0, help="the shaped link's rate, Mbit/s")
     ap.add_argument("--profile", default="aes-gcm-256", help="the IPsec profile beside the plain baseline")
-    ap.add_argument("--sizes", default="100,250,500,1000,1460", help="TCP MSS values, comma-separated")
+    ap.add_argument("--sizes", type=csv(int), default="100,250,500,1000,1460", help="TCP MSS values, comma-separated")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         sys.exit("bound_crosscheck: needs root (namespaces, tc, the host's cgroup files): run it with sudo")

@@ -34,6 +34,8 @@ import threading
 import time
 
 from benchmarks import _common
+from experiments import runner
+from experiments.engine.plan import default_sweep
 from testbed.backends.umlmeter import CPUACCT_ROOT as CPUACCT
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the IPsec profile measured beside the plain baseline (default: %(default)s)")
     ap.add_argument("--repetitions", type=int, default=15, metavar="N",
                     help="repetitions of each point, at least 3 (default: %(default)d)")
-    ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
+    ap.add_argument("--cpu-precision", type=float, default=default_sweep().cpu_precision_pct, metavar="PERCENT",
                     help="the target the repetitions needed are counted for, as the sweep's --cpu-precision "
                          "(default: %(default)g)")
     args = ap.parse_args(argv)
@@ -182,12 +184,13 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         sys.exit("cpu_noise: needs root (namespaces, the host's cgroup and /proc files): run it with sudo")
     out = tempfile.mkdtemp(prefix="itb-bench-cpunoise-")
-    words = ["--rates", f"{args.rate:g}", "--sizes", str(args.size), "--profiles", args.profile,
-             "--repetitions", str(args.repetitions)]
-    print(f"ipsec-testbed sweep {' '.join(words)} --out {out}", flush=True)
+    spec = default_sweep(rates_mbit=(args.rate,), sizes=(args.size,), profiles=(args.profile,),
+                         repetitions=args.repetitions, max_repetitions=args.repetitions)
+    command = _common.sweep_command(spec)
+    print(f"{' '.join(command)} --out {out}", flush=True)
     sampler = GuestSampler()
     sampler.start()
-    rc = _common.run_sweep(words, out)
+    rc = runner.sweep_apart(spec, out, command=command)
     sampler.done.set()
     sampler.join()
     if rc:

@@ -20,6 +20,8 @@ import time
 
 from benchmarks import _common
 from cli.options import csv
+from experiments import runner
+from experiments.engine.plan import default_sweep
 from testbed.rundir import load_existing
 from topologies.spec import MAX_CLIENTS
 
@@ -30,10 +32,10 @@ RATES = (10.0, 100.0)
 def sweep(n: int, out: str) -> tuple[int, float, str]:
     """The sweep for ``n`` clients into ``out/clientsN``: its exit status, wall time and run directory."""
     run_dir = os.path.join(out, f"clients{n}")
-    words = ["--topology", "road_warrior", "--clients", str(n), "--profiles", "aes-gcm-256",
-             "--rates", ",".join(f"{r:g}" for r in RATES), "--sizes", "1460", "--repetitions", "2"]
+    spec = default_sweep(topology="road_warrior", clients=n, profiles=("aes-gcm-256",), rates_mbit=RATES,
+                         sizes=(1460,), repetitions=2, max_repetitions=2)
     t0 = time.monotonic()
-    rc = _common.run_sweep(words, run_dir, log=run_dir + ".log")
+    rc = runner.sweep_apart(spec, run_dir, log=run_dir + ".log", command=_common.sweep_command(spec))
     return rc, time.monotonic() - t0, run_dir
 
 

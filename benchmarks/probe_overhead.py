@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import statistics
 import sys
@@ -30,8 +31,9 @@ import tempfile
 import time
 
 from benchmarks import _common
+from cli.options import csv
 from experiments import runner
-from experiments.engine.plan import DEFAULT_PROBE_PER_S, probe_share
+from experiments.engine.plan import DEFAULT_PROBE_PER_S, default_sweep, probe_share
 from experiments.engine.probe import TOOLS
 from testbed.record import Bound
 
@@ -41,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", default="vpn_gateway")
     ap.add_argument("--profile", default="aes-gcm-256", help="the tunnel beside plain (default: %(default)s)")
     ap.add_argument("--rate", type=float, default=10.0, help="Mbit/s (default: %(default)s)")
-    ap.add_argument("--sizes", default="100,1460", help="TCP MSS, comma-separated (default: %(default)s)")
+    ap.add_argument("--sizes", type=csv(int), default="100,1460",
+                    help="TCP MSS, comma-separated (default: %(default)s)")
     ap.add_argument("--pairs", type=int, default=4, help="runs with the probe and without, each (default: 4)")
     ap.add_argument("--probe-tool", choices=TOOLS, default=TOOLS[0],
                     help="the probe's tool in the runs with it (the sweep's --probe-tool; default: %(default)s)")
@@ -54,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.rundir import load_results
 
     base = tempfile.mkdtemp(prefix="itb-bench-probe-")
-    words = ["--topology", args.topology, "--profiles", args.profile, "--rates", f"{args.rate:g}",
-             "--sizes", args.sizes, "--repetitions", "1"]
+    spec = default_sweep(topology=args.topology, profiles=(args.profile,), rates_mbit=(args.rate,), sizes=args.sizes,
+                         repetitions=1, max_repetitions=1)
     order = [k % 4 in (0, 3) for k in range(2 * args.pairs)]  # ABBA: on, off, off, on, ...
     goodput: dict[tuple, dict[bool, list[float]]] = collections.defaultdict(lambda: {True: [], False: []})
     link_bound: dict[tuple, bool] = collections.defaultdict(lambda: True)  # every window of the point's
@@ -63,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, on in enumerate(order):
         out = os.path.join(base, f"{k:02d}-{'probe' if on else 'none'}")
         print(f"run {k + 1} of {len(order)}: {'with' if on else 'without'} the probe", flush=True)
-        rc = runner.run_apart(_common.sweep_job(
-            words + (["--probe-tool", args.probe_tool] if on else ["--no-latency-probe"]), out))
+        run = dataclasses.replace(spec, probe_tool=args.probe_tool) if on else \
+            dataclasses.replace(spec, latency_probe=False)
+        rc = runner.sweep_apart(run, out, command=_common.sweep_command(run))
         if rc != 0:
             sys.exit(f"probe_overhead: the sweep failed (exit {rc}); its directory: {out}")
         for r in load_results(out):

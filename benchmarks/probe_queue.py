@@ -30,6 +30,8 @@ import sys
 import tempfile
 
 from benchmarks import _common
+from experiments import runner
+from experiments.engine.plan import default_sweep
 from testbed.record import Bound
 
 TOLERANCE = 0.10
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.exit("probe_queue: measuring needs root; run with sudo, or give a run directory")
         run_dir = tempfile.mkdtemp(prefix="itb-bench-probe-queue-")
         print(f"running the default sweep into {run_dir}", flush=True)
-        rc = _common.run_sweep([], run_dir)
+        spec = default_sweep()
+        rc = runner.sweep_apart(spec, run_dir, command=_common.sweep_command(spec))
         if rc != 0:
             sys.exit(f"probe_queue: the sweep failed (exit {rc})")
     if not os.path.isdir(run_dir):

@@ -40,8 +40,6 @@ import time
 
 from benchmarks import _common
 from experiments import runner
-from experiments.engine.plan import SweepSpec
-from experiments.job import Job, SweepWork
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: arm label -> (requested slowdown in %, the arm its comparison is against)
@@ -73,10 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     say = lambda m: print(f"regress_power: {m}", flush=True)  # noqa: E731
 
-    def run_sweep(spec: SweepSpec, run_dir: str) -> int:
-        return runner.run_apart(Job(SweepWork(spec), out_dir=os.path.abspath(run_dir), report=False))
-
-    cal = injection.calibrated(args.suite, spec, injection.kernel_identity("auto"), run_sweep, args.out, say)
+    cal = injection.calibrated(args.suite, spec, injection.kernel_identity("auto"), runner.sweep_apart, args.out, say)
     counts = {arm: cal.instructions_for(pct) for arm, (pct, _) in ARMS.items()}
     say("arms: " + ", ".join(f"{a} {ARMS[a][0]:g} % ({n} instructions)" for a, n in counts.items()))
     log_path = os.path.join(args.out, "trials.jsonl")
@@ -87,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in range(len(trials), args.trials):
         run_dir = os.path.join(args.out, f"trial{t + 1:02d}")
         t0 = time.monotonic()
-        rc = run_sweep(dataclasses.replace(spec, arms=tuple(counts[a] for a in ARMS)), run_dir)
+        rc = runner.sweep_apart(dataclasses.replace(spec, arms=tuple(counts[a] for a in ARMS)), run_dir)
         if rc != 0:
             sys.exit(f"regress_power: trial {t + 1} failed (exit {rc}); see {run_dir}")
         records, meta = load_results(run_dir), load_meta(run_dir)

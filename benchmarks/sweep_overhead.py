@@ -3,8 +3,8 @@
     sudo ipsec-testbed bench sweep_overhead                  # runs the default sweep
     sudo ipsec-testbed bench sweep_overhead -- --rates 10    # sweep options after --
 
-Runs `ipsec-testbed sweep` as a user would (booting UML when the host
-kernel has no ESP) into a fresh directory, and prints:
+Runs `ipsec-testbed sweep` as a user would, with the options given after -- (booting UML when
+the host kernel has no ESP), into a fresh directory and without its report, and prints:
 
 - wall time against the sum of every point's warm-up and window: the rest is the
   testbed's overhead (network builds, IPsec switching, process starts, a guest's boot),
@@ -23,12 +23,13 @@ import argparse
 import collections
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 from benchmarks import _common
-from experiments import runner
+from testbed import backends, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,32 +55,29 @@ def main(argv: list[str] | None = None) -> int:
                     help="say where the time went in a sweep already run, instead of running one")
     args = ap.parse_args(argv)
     if args.run_dir:
-        from testbed.rundir import load_results
-
-        records = load_results(args.run_dir)
+        records = rundir.load_results(args.run_dir)
         if not records:
             sys.exit(f"sweep_overhead: {args.run_dir} holds no sweep records")
         print_phases(records)
         return 0
     if os.geteuid() != 0:
         sys.exit("sweep_overhead: needs root; run with sudo")
-    from experiments import doctor
-
     out = tempfile.mkdtemp(prefix="itb-bench-sweep-")
-    job = _common.sweep_job(args.sweep_args, out)
-    choice = doctor.choose(job.kernel.kernel, runner.needs(job), job.kernel.options())
-    print(f"running: ipsec-testbed sweep {' '.join(args.sweep_args)} --out {out}\n"
-          f"backend: {choice.name} ({choice.reason})", flush=True)
+    # the user's own sweep options, read by the sweep's parser: the command as they would run it, timed whole
+    words = ["sweep", *args.sweep_args, "--out", out, "--no-report"]
+    print(f"running: ipsec-testbed {' '.join(words)}", flush=True)
     t0 = time.monotonic()
-    rc = runner.run_apart(job)
+    rc = subprocess.run([*_common.front_door(), *words], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL).returncode
     wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"the sweep failed (exit {rc})")
-    from testbed.rundir import load_results
-
-    records = load_results(out)
+    records, meta = rundir.load_results(out), rundir.read_meta(out)
+    backend = backends.get(meta.backend, backends.Options(kernel=meta.kernel_path, crypto=meta.qemu_crypto)) \
+        if meta.backend in backends.names() else None
+    print(f"backend: {meta.kernel_label()}", flush=True)
     measured = sum(r.duration_s + r.warmup_s for r in records)
-    boot = boot_s(choice.backend) if choice.backend else 0.0
+    boot = boot_s(backend) if backend else 0.0
     overhead = wall - measured
     print(f"points: {len(records)}; wall time {wall:.1f} s; warm-ups and windows {measured:.1f} s "
           f"({len(records)} x (warm-up + window))")
@@ -89,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"testbed overhead: {overhead:.1f} s = {100 * overhead / measured:.1f}% of the measurement time")
     if boot:
         net = overhead - boot
-        print(f"one {choice.backend.title} run of `true` (measured now): {boot:.2f} s; "
+        print(f"one {backend.title} run of `true` (measured now): {boot:.2f} s; "
               f"overhead beyond it: {net:.1f} s = "
               f"{100 * net / measured:.1f}% (target <= 15%: {'MET' if net <= 0.15 * measured else 'NOT MET'})")
     print_phases(records)

@@ -29,17 +29,22 @@ import tempfile
 import time
 
 from benchmarks import _common
+from experiments import runner
+from experiments.engine.plan import SweepSpec, default_sweep
 from testbed.record import Bound
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXED = ["--repetitions", "3", "--max-repetitions", "3"]
+#: The sweep before its repetitions adapted: the default one with a fixed 3 repetitions per point.
+FIXED = {"repetitions": 3, "max_repetitions": 3}
 
 
-def run_sweep(extra: list[str], label: str) -> tuple[str, float]:
+def timed_sweep(spec: SweepSpec, label: str) -> tuple[str, float]:
+    """``spec`` swept into a new directory: the directory and the sweep's wall time."""
     out = tempfile.mkdtemp(prefix="itb-bench-precision-")
-    print(f"{label}: ipsec-testbed sweep {' '.join(extra)} --out {out}", flush=True)
+    command = _common.sweep_command(spec)
+    print(f"{label}: {' '.join(command)} --out {out}", flush=True)
     t0 = time.monotonic()
-    rc = _common.run_sweep(extra, out)
+    rc = runner.sweep_apart(spec, out, command=command)
     wall = time.monotonic() - t0
     if rc != 0:
         sys.exit(f"sweep_precision: the sweep failed (exit {rc}); its directory: {out}")
@@ -137,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1, metavar="N", help="adaptive sweeps to run (default: 1)")
     ap.add_argument("--no-fixed", action="store_true", help="skip the fixed-3-repetitions sweep")
     ap.add_argument("--reuse", nargs="+", metavar="DIR", help="only print the figures of these run directories")
-    ap.add_argument("--precision", type=float, default=2.0, metavar="PERCENT",
+    ap.add_argument("--precision", type=float, default=default_sweep().precision_pct, metavar="PERCENT",
                     help="the goodput target to count against (default: the sweep's, %(default)s)")
-    ap.add_argument("--cpu-precision", type=float, default=10.0, metavar="PERCENT",
+    ap.add_argument("--cpu-precision", type=float, default=default_sweep().cpu_precision_pct, metavar="PERCENT",
                     help="the CPU-per-GB target to count against (default: the sweep's, %(default)s)")
     args = ap.parse_args(argv)
     if args.reuse:
@@ -151,11 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("sweep_precision: needs root; run with sudo")
     results, adaptive_dirs = [], []
     for i in range(args.runs):
-        d, wall = run_sweep([], f"adaptive sweep {i + 1} of {args.runs}")
+        d, wall = timed_sweep(default_sweep(), f"adaptive sweep {i + 1} of {args.runs}")
         adaptive_dirs.append(d)
         results.append(("adaptive", describe(d, wall, f"adaptive {i + 1}", args.precision, args.cpu_precision)))
     if not args.no_fixed:
-        d, wall = run_sweep(FIXED, "fixed 3 repetitions")
+        d, wall = timed_sweep(default_sweep(**FIXED), "fixed 3 repetitions")
         results.append(("fixed 3", describe(d, wall, "fixed 3 repetitions", args.precision, args.cpu_precision)))
     print("\nsummary")
     print(f"  {'sweep':<10}{'wall s':>8}{'reps':>6}{'anom.':>6}{'goodput CI % med/max':>22}"

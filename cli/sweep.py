@@ -1,13 +1,5 @@
 """Throughput versus packet size, plain and through IPsec, over shaped links.
 
-With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
-the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
-tunnel mode AES-GCM-256 between the gateways, TCP MSS 100..1460 bytes, the
-gateway link shaped to 10 and 100 Mbit/s, IPv4, 2 s windows after a 0.3 s warm-up,
-each point repeated until its 95 % confidence interval is within 2 % of its goodput
-(and 10 % of its CPU cost per GB), 2 to 12 times, the repetitions beyond the second
-within a time budget that keeps the whole sweep under 5 minutes, boot included.
-
 Every point records what bounded it, from the kernel's own counters: the shaped link
 (`link`), the emulating machine's CPU (`cpu`), something else such as a TCP window
 (`other`), or figures that contradict each other (`anomaly`, left out of the means).
@@ -30,19 +22,19 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
 
 from cli.options import Parser, add_output_options, csv, kernel_choice
 from cli.report import is_reproduction, render
 from experiments import runner
 from experiments.engine.plan import (
-    DEFAULT_PROBE_PER_S,
+    DEFAULT_MAX_REPETITIONS,
+    DEFAULT_REPETITIONS,
     MAX_PROBE_PER_S,
     MIN_PROBE_PER_S,
     PROBE_MOST_SHARE,
     PROBE_TOOLS,
     SweepSpec,
-    probe_share,
+    default_sweep,
 )
 from experiments.job import INCOMPLETE, Job, SweepWork
 from ipsec import ike
@@ -51,20 +43,38 @@ from testbed.errors import Refused, run_main
 from topologies import TOPOLOGIES
 
 PROG = "ipsec-testbed sweep"
-#: Repetitions per point without --repetitions: at least 2 (a confidence interval), at most 12
-#: (10 Mbit/s points' CPU cost varies by up to 12 % between repetitions, for the same work
-#: this machine's CPU time varies by 5-8 % over 2 s: README, Benchmarks) ...
-DEFAULT_REPETITIONS = 2
-DEFAULT_MAX_REPETITIONS = 12
-#: ... those beyond the minimum while the command has run less than this long (seconds, the
-#: guest's boot included): the default sweep, 28 points, ends within 5 minutes (~1 s after it).
-DEFAULT_BUDGET_S = 285.0
 log = logging.getLogger("ipsec-testbed.sweep")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+def description(d: SweepSpec) -> str:
+    """The command's --help text: the module's, with what the default sweep ``d`` measures after its first line."""
+    title, rest = __doc__.split("\n\n", 1)
+    *first, last = (f"{r:g}" for r in d.rates_mbit)
+    rates = f"{', '.join(first)} and {last}" if first else last
+    least, most, window, warmup = d.repetitions, d.most_repetitions, f"{d.duration_s:g}", f"{d.warmup_s:g}"
+    cpu = f"{d.cpu_precision_pct:g}"
+    return f"""{title}
+
+With no arguments it reproduces the shape of seed 003's curve (Ronan et al., 2005):
+the vpn_gateway network (host - gateway - gateway - host), no IPsec against ESP
+tunnel mode AES-GCM-256 between the gateways, TCP MSS {min(d.sizes)}..{max(d.sizes)} bytes, the
+gateway link shaped to {rates} Mbit/s, IPv4, {window} s windows after a {warmup} s warm-up,
+each point repeated until its 95 % confidence interval is within {d.precision_pct:g} % of its goodput
+(and {cpu} % of its CPU cost per GB), {least} to {most} times, the repetitions beyond the first {least}
+within a time budget that keeps the whole sweep under {budget_minutes(d)} minutes, boot included.
+
+{rest}"""
+
+
+def budget_minutes(d: SweepSpec) -> int:
+    """The whole minutes the default sweep ``d`` ends within (its time budget)."""
+    return math.ceil(d.budget_s / 60)
+
+
 EPILOG = """\
 examples:
-  sudo ipsec-testbed sweep                       # seed 003's curve, ~5 min
+  sudo ipsec-testbed sweep                       # seed 003's curve, ~{minutes} min
   sudo ipsec-testbed sweep --dry-run             # the plan and its time
   sudo ipsec-testbed sweep --rates 1,2,4,10,34,44,51,100 \\
         --profiles aes-cbc-128-md5 --out runs/seed003   # seed 003's rates and algorithm
@@ -85,32 +95,34 @@ measured, 3 some points could not be measured (the last line says how many and w
 
 
 def build_parser() -> argparse.ArgumentParser:
-    d = SweepSpec  # a dataclass: its fields' defaults are its class attributes
-    p = Parser(prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = default_sweep()  # every option's default, and the numbers the help gives
+    ipsec = tuple(name for name in d.profiles if name != "none")  # plain is measured unless --no-plain
+    p = Parser(prog=PROG, description=description(d), epilog=EPILOG.format(minutes=budget_minutes(d)),
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("what to measure")
     g.add_argument("--topology", choices=tuple(TOPOLOGIES), default=d.topology,
                    help="network to build (default: %(default)s)")
     g.add_argument("--clients", type=int, default=d.clients, metavar="N",
                    help="clients of road_warrior / multi_host_to_host; they send at the same time "
                         "(default: %(default)s)")
-    g.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="P,...",
+    g.add_argument("--profiles", type=csv(str), default=ipsec, metavar="P,...",
                    help="IPsec profiles, or wireguard, to compare with the plain baseline, which is always "
-                        "measured (default: aes-gcm-256; list: ipsec-testbed profiles)")
+                        f"measured (default: {','.join(ipsec)}; list: ipsec-testbed profiles)")
     g.add_argument("--mode", choices=("tunnel", "transport"), default=d.mode,
                    help="IPsec mode; WireGuard is always a tunnel (default: %(default)s)")
     g.add_argument("--keying", choices=KEYINGS, default=d.keying,
                    help=f"how the SAs are made: {KEYING_HELP} (default: %(default)s)")
-    g.add_argument("--rates", type=csv(float), default=(10.0, 100.0), metavar="MBIT,...",
-                   help="rates of the shaped link in Mbit/s (default: 10,100)")
+    g.add_argument("--rates", type=csv(float), default=d.rates_mbit, metavar="MBIT,...",
+                   help=f"rates of the shaped link in Mbit/s (default: {','.join(f'{r:g}' for r in d.rates_mbit)})")
     g.add_argument("--sizes", type=csv(int), default=d.sizes, metavar="BYTES,...",
-                   help="packet sizes (default: 100,250,500,750,1000,1250,1460)")
+                   help=f"packet sizes (default: {','.join(map(str, d.sizes))})")
     g.add_argument("--size-mode", choices=("mss", "write"), default=d.size_mode,
                    help="for TCP, what a size is: the MSS (iperf3 -M; seed 003) or the write size "
                         "(iperf3 -l; seed 001's netio); UDP sizes are datagram sizes (default: %(default)s)")
     g.add_argument("--ip", type=csv(int), default=d.ip_versions, metavar="4|6|4,6",
-                   help="IP versions (default: 4)")
+                   help=f"IP versions (default: {','.join(map(str, d.ip_versions))})")
     g.add_argument("--transport", type=csv(str), default=d.transports, metavar="tcp|udp|tcp,udp",
-                   help="transports (default: tcp)")
+                   help=f"transports (default: {','.join(d.transports)})")
     g.add_argument("--udp-bitrate", default=d.udp_bitrate, metavar="RATE",
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
     g.add_argument("--duration", type=float, default=d.duration_s, metavar="SECONDS",
@@ -120,39 +132,39 @@ def build_parser() -> argparse.ArgumentParser:
                         "the receivers: TCP's start and the shaper's initial token bucket stay out of the "
                         "figures (default: %(default)g)")
     g.add_argument("--repetitions", type=int, default=None, metavar="N",
-                   help=f"repetitions per point at least; given alone, exactly N (default: {DEFAULT_REPETITIONS}, "
+                   help=f"repetitions per point at least; given alone, exactly N (default: {d.repetitions}, "
                         f"then more while the point is less precise than --precision and --cpu-precision, up to "
-                        f"{DEFAULT_MAX_REPETITIONS})")
+                        f"{d.max_repetitions})")
     g.add_argument("--max-repetitions", type=int, default=None, metavar="N",
                    help="repetitions per point at most, while it is less precise than --precision or "
-                        f"--cpu-precision (default: {DEFAULT_MAX_REPETITIONS}, or --repetitions when that is given)")
+                        f"--cpu-precision (default: {d.max_repetitions}, or --repetitions when that is given)")
     g.add_argument("--precision", type=float, default=d.precision_pct, metavar="PERCENT",
                    help="repeat a point until the 95%% confidence interval of its goodput is within this "
                         "share of the mean (default: %(default)g)")
     g.add_argument("--cpu-precision", type=float, default=d.cpu_precision_pct, metavar="PERCENT",
                    help="... and that of its CPU cost per GB (at the run's common machine speed, where a "
                         "speed probe timed the windows) within this share (default: %(default)g)")
-    g.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+    g.add_argument("--budget", type=float, default=d.budget_s, metavar="SECONDS",
                    help="start no repetition beyond the minimum that would end later than this long after "
                         "the command started (a User-Mode Linux boot included), keeping the time the later "
                         "rates' minimum repetitions need; the points left less "
-                        "precise are counted at the end; 0 = no limit (default: %(default)g, the default "
-                        "sweep in 5 minutes; run again with --out DIR --budget 0 to finish what it cut)")
+                        "precise are counted at the end; 0 = no limit (default: %(default)g, the default sweep in "
+                        f"{budget_minutes(d)} minutes; run again with --out DIR --budget 0 to finish what it cut)")
     g.add_argument("--pmtu", choices=("discover", "fragment"), default=d.pmtu,
                    help="hosts' path MTU behaviour: discover (modern) or fragment (2005-era: no DF, the "
                         "gateway fragments; reproduces seed 003's dip above ~1340 bytes) (default: %(default)s)")
     g.add_argument("--mtu", type=int, default=d.mtu, help="MTU of every link (default: %(default)s)")
-    g.add_argument("--socket-buffer", type=int, default=None, metavar="BYTES",
+    g.add_argument("--socket-buffer", type=int, default=d.socket_buffer, metavar="BYTES",
                    help="socket buffer of both ends (iperf3 -w), e.g. 65535 as seed 002's ttcp "
                         "(default: the kernel's, autotuned)")
-    g.add_argument("--no-plain", dest="plain", action="store_false",
+    g.add_argument("--no-plain", dest="plain", action="store_false", default=d.plain,
                    help="leave out the plain profile (no IPsec), which is otherwise always measured: for "
                         "suites that watch IPsec alone; the IPsec/plain figures then have nothing to divide by")
-    g.add_argument("--no-latency-probe", dest="latency_probe", action="store_false",
+    g.add_argument("--no-latency-probe", dest="latency_probe", action="store_false", default=d.latency_probe,
                    help="time no round trips: by default a probe (--probe-tool) times the first flow's path every "
-                        "100 ms through each window (the round trip under load: median, 90th and 99th percentile, "
-                        "losses) and for 0.3 s before a point's first repetition (the unloaded reference: its "
-                        "median and least, the same path for every repetition); the "
+                        f"{1000 / d.probe_per_s:g} ms through each window (the round trip under load: median, 90th "
+                        "and 99th percentile, losses) and for 0.3 s before a point's first repetition (the unloaded "
+                        "reference: its median and least, the same path for every repetition); the "
                         "records' probe_*, idle_rtt_ms and idle_rtt_min_ms")
     g.add_argument("--probe-rate", dest="probe_per_s", type=float, default=None, metavar="PER_S",
                    help=f"the latency probe's round trips a second, {MIN_PROBE_PER_S:g} to {MAX_PROBE_PER_S:g}, "
@@ -165,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tools against what predicts them) or irtt (UDP to an irtt server; times each way too: the "
                         "records' probe_up_ms and probe_down_ms, with its own processes on the path) "
                         "(default: %(default)s)")
-    g.add_argument("--arms", type=csv(int), default=(), metavar="INSNS,...",
+    g.add_argument("--arms", type=csv(int), default=d.arms, metavar="INSNS,...",
                    help="an A/B within the sweep: measure every IPsec point once per value in every round, "
                         "side by side, arm a, b, ... with that many extra BPF instructions on every ESP "
                         "packet's way out of an IPsec endpoint (0: none added; every arm carries the same chain "
@@ -173,15 +185,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "known slowdown (`regress --inject-slowdown` picks the counts); e.g. 0,3000")
     add_output_options(p, "runs/<date>-<topology>", "print the planned points and the estimated time, then stop")
     return p
-
-
-def fitting_probe_rate(rates: Sequence[float], ip_versions: Sequence[int]) -> float:
-    """The probe's default rate, or as many round trips a second as fit the slowest link (at least the
-    fewest it takes; a link too slow for that is refused by the spec)."""
-    if not rates or min(rates) <= 0 or not ip_versions or set(ip_versions) - {4, 6}:
-        return DEFAULT_PROBE_PER_S  # the spec names the bad value
-    fit = PROBE_MOST_SHARE / probe_share(1.0, min(rates), max(ip_versions))
-    return max(MIN_PROBE_PER_S, min(DEFAULT_PROBE_PER_S, math.floor(fit * 10) / 10))
 
 
 def repetitions_of(args) -> dict:
@@ -202,16 +205,14 @@ def repetitions_of(args) -> dict:
 
 
 def spec_from(args):
-    return SweepSpec(topology=args.topology, profiles=args.profiles, mode=args.mode, keying=args.keying,
-                     ip_versions=args.ip,
-                     transports=args.transport, rates_mbit=args.rates, sizes=args.sizes, size_mode=args.size_mode,
-                     clients=args.clients, **repetitions_of(args),
-                     precision_pct=args.precision, cpu_precision_pct=args.cpu_precision, duration_s=args.duration,
-                     warmup_s=args.warmup, udp_bitrate=args.udp_bitrate, pmtu=args.pmtu, mtu=args.mtu,
-                     socket_buffer=args.socket_buffer, arms=args.arms, plain=args.plain,
-                     budget_s=args.budget or None, latency_probe=args.latency_probe,
-                     probe_per_s=args.probe_per_s or fitting_probe_rate(args.rates, args.ip),
-                     probe_tool=args.probe_tool)
+    return default_sweep(topology=args.topology, profiles=args.profiles, mode=args.mode, keying=args.keying,
+                         ip_versions=args.ip, transports=args.transport, rates_mbit=args.rates, sizes=args.sizes,
+                         size_mode=args.size_mode, clients=args.clients, **repetitions_of(args),
+                         precision_pct=args.precision, cpu_precision_pct=args.cpu_precision,
+                         duration_s=args.duration, warmup_s=args.warmup, udp_bitrate=args.udp_bitrate,
+                         pmtu=args.pmtu, mtu=args.mtu, socket_buffer=args.socket_buffer, arms=args.arms,
+                         plain=args.plain, budget_s=args.budget or None, latency_probe=args.latency_probe,
+                         probe_per_s=args.probe_per_s or None, probe_tool=args.probe_tool)
 
 
 def job_from(args: argparse.Namespace, argv: list[str]) -> Job:

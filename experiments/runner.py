@@ -31,7 +31,14 @@ from analysis import store
 from analysis.history import KINDS
 from experiments import reproduce
 from experiments.engine import probe
-from experiments.engine.plan import estimate_seconds, plan_points, precision_of, unmeasured, unusable_profiles
+from experiments.engine.plan import (
+    SweepSpec,
+    estimate_seconds,
+    plan_points,
+    precision_of,
+    unmeasured,
+    unusable_profiles,
+)
 from experiments.engine.sweep import by_point, run_sweep, summary
 from experiments.engine.sweep import note_interrupted as note_sweep_interrupted
 from experiments.engine.turns import Turns
@@ -49,7 +56,7 @@ from testbed.rundir import load_existing
 GUEST_ENTRY = ("-P", "-m", "cli.job")
 
 __all__ = ["INCOMPLETE", "run", "measure", "dry_run", "missing_line", "note_interrupted", "needs", "spawn",
-           "run_apart", "received", "runs_dir", "out_dir_of"]
+           "run_apart", "sweep_apart", "received", "runs_dir", "out_dir_of"]
 
 
 def runs_dir(repo: str) -> str:
@@ -448,3 +455,11 @@ def run_apart(job: Job, log: str | None = None) -> int:
     with open(log or os.devnull, "wb") as out:
         return spawn(job, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT).wait()
 
+
+def sweep_apart(spec: SweepSpec, out_dir: str, log: str | None = None, command: Sequence[str] = ()) -> int:
+    """``spec`` swept into ``out_dir`` on the kernel chosen for it, in a process of its own and without a report
+    (:func:`run_apart`): a benchmark's sweep, or a calibration's.  ``command``: the command line it stands for,
+    for meta.json and the history.  Returns its exit status."""
+    job = Job(SweepWork(spec), out_dir=os.path.abspath(out_dir), report=False, command=tuple(command),
+              started_unix=time.time())
+    return run_apart(job, log)

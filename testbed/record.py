@@ -10,7 +10,7 @@ This module owns what a record is, so that the rest of the project does not spel
   count in the means;
 - :class:`Keying`, how a point's SAs were made, and :class:`Tunnel`, what carried its traffic;
 - :func:`usable`, the one rule for a record that counts towards its point's figures;
-- :class:`Meta`, a run directory's meta.json, and the objects in it (:class:`MetaRun`,
+- :class:`Meta`, a run directory's meta.json, and the objects in it (:class:`MetaRun`, :class:`MetaSweep`,
   :class:`MetaPart`, :class:`MetaScale`, :class:`MetaVersions`): testbed.rundir reads and writes
   the file through them, and nothing else reads its fields by name.
 
@@ -608,13 +608,58 @@ class MetaScale(_MetaObject):
 
 
 @dataclasses.dataclass(frozen=True)
+class MetaSweep(_MetaObject):
+    """What a sweep measured: its spec as ``experiments.engine.plan.SweepSpec.to_json`` wrote it, field for
+    field (a unit test holds the two equal; ``SweepSpec.from_meta`` reads it back).
+
+    The options of ``ipsec-testbed sweep`` that set each field say more (docs/cli.md)."""
+
+    topology: str | None = _meta_field("the network (topologies)")
+    profiles: tuple[str, ...] | None = _meta_field("the profiles measured: none (plain) and IPsec or WireGuard "
+                                                   "profiles", tuple)
+    mode: str | None = _meta_field("IPsec mode: tunnel or transport")
+    keying: str | None = _meta_field("how the SAs were made: static, ike or ike-rsa, as the records' keying")
+    ip_versions: tuple[int, ...] | None = _meta_field("IP versions", tuple)
+    transports: tuple[str, ...] | None = _meta_field("transports: tcp, udp", tuple)
+    rates_mbit: tuple[float, ...] | None = _meta_field("the shaped link's rates, Mbit/s", tuple)
+    sizes: tuple[int, ...] | None = _meta_field("packet sizes, bytes", tuple)
+    size_mode: str | None = _meta_field("what a size is: mss or write (TCP), datagram (UDP)")
+    clients: int | None = _meta_field("clients sending at once")
+    repetitions: int | None = _meta_field("repetitions of every point at least ...")
+    max_repetitions: int | None = _meta_field("... and at most, while a point is less precise than asked "
+                                              "(null: exactly repetitions)")
+    precision_pct: float | None = _meta_field("the goodput's 95 % confidence interval asked for, % of its mean")
+    cpu_precision_pct: float | None = _meta_field("the CPU cost per GB's, likewise")
+    duration_s: float | None = _meta_field("each point's measured window, seconds")
+    warmup_s: float | None = _meta_field("the traffic before it, seconds (omit_s before it was the testbed's)")
+    udp_bitrate: str | None = _meta_field("UDP's offered rate (iperf3 -b; 0: as fast as possible)")
+    pmtu: str | None = _meta_field("the hosts' path MTU behaviour: discover or fragment")
+    mtu: int | None = _meta_field("every link's MTU")
+    socket_buffer: int | None = _meta_field("both iperf3 ends' socket buffer, bytes (null: the kernel's)")
+    arms: tuple[int, ...] | None = _meta_field("an A/B within the sweep: each arm's extra BPF instructions per "
+                                               "ESP packet (empty: no arms)", tuple)
+    arm_filters: int | None = _meta_field("the filters every arm's chain has at least (0: as the largest "
+                                          "arm takes)")
+    plain: bool | None = _meta_field("whether the plain profile was measured")
+    budget_s: float | None = _meta_field("the time budget of the repetitions beyond the least, seconds (null: "
+                                         "none)")
+    latency_probe: bool | None = _meta_field("whether a probe timed round trips beside the flows")
+    probe_per_s: float | None = _meta_field("... that many a second")
+    probe_tool: str | None = _meta_field("... with this tool: ping or irtt (absent: irtt, its one tool then)")
+    extra: Mapping[str, Any] = _extra()
+    present: frozenset[str] = _present()
+
+    WHAT: ClassVar[str] = "meta.json: sweep"
+
+
+@dataclasses.dataclass(frozen=True)
 class MetaPart(_MetaObject):
     """One part of a seed's reproduction (``experiments.reproduce.Part``), measured into its own
     sub-directory."""
 
     name: str | None = _meta_field("the part, and its sub-directory")
     title: str | None = _meta_field("what it measures, in the seed's words")
-    spec: Mapping[str, Any] | None = _meta_field("its sweep (experiments.engine.plan.SweepSpec.to_json)")
+    spec: MetaSweep | None = _meta_field("its sweep", MetaSweep)
     transactions: int | None = _meta_field("request/response transactions per repetition instead of a sweep "
                                            "(0: a sweep)")
     reference: str | None = _meta_field("the part of the seed's reference file it answers")
@@ -683,7 +728,7 @@ class Meta(_MetaObject):
                                          "--uml-keep-awake not given)")
     # -- what was measured -------------------------------------------------------------------------
     command_line: tuple[str, ...] | str | None = _meta_field("the latest run's command, as typed", tuple)
-    sweep: Mapping[str, Any] | None = _meta_field("a sweep: its spec (experiments.engine.plan.SweepSpec.to_json)")
+    sweep: MetaSweep | None = _meta_field("a sweep: what it measured", MetaSweep)
     transactions: int | None = _meta_field("a transactions part: transactions per repetition")
     seed: str | None = _meta_field("a reproduction: the seed (000..004)")
     script: str | None = _meta_field("a reproduction: the command that runs it")

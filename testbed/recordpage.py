@@ -16,6 +16,7 @@ from testbed.record import (
     MetaPart,
     MetaRun,
     MetaScale,
+    MetaSweep,
     MetaVersions,
     Record,
     TransactionRecord,
@@ -83,6 +84,7 @@ def render_meta() -> str:
              *_fields(Meta)]
     for title, kind in ((f"`versions` ({MetaVersions.__name__})", MetaVersions),
                         (f"`scale` ({MetaScale.__name__})", MetaScale),
+                        (f"`sweep`, and each part's `spec` ({MetaSweep.__name__})", MetaSweep),
                         (f"Each of `parts` ({MetaPart.__name__})", MetaPart),
                         (f"Each of `runs` ({MetaRun.__name__})", MetaRun)):
         lines += ["", f"## {title}", "", _summary(kind), "", *_fields(kind)]

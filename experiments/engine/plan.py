@@ -24,6 +24,10 @@ than that (counted from the command's start, a guest's boot included, by
 :mod:`experiments.engine.sweep`), keeping the time the later rates' minimum repetitions need
 (:func:`within_budget`); the points left less precise than asked are counted
 (:func:`precision_of`).
+
+:func:`default_sweep` is the sweep ``ipsec-testbed sweep`` runs with no options; the spec's own field
+defaults are the plainer one the reproductions, the regression suites and the tests build on (a fixed
+count of repetitions, no time budget, no latency probe).
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from analysis.stats import at_common_speed, t_critical_95
 from experiments.engine.probe import IRTT
@@ -44,7 +49,7 @@ from ipsec.profiles import WIREGUARD, parse_profile
 from ipsec.slowdown import MAX_INSTRUCTIONS, chunks, filters_for
 from testbed.backends.base import INSTRUCTIONS
 from testbed.hostload import FOREIGN_PCT
-from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, Record, usable
+from testbed.record import FIELD, KEY_FIELDS, POINT_FIELDS, Bound, Keying, MetaSweep, Record, usable
 from topologies import build_spec
 
 TRANSPORTS = ("tcp", "udp")
@@ -58,6 +63,14 @@ ARM_LABELS = "abcdefgh"
 #: The shortest window and warm-up a point may have, in seconds.
 MIN_DURATION_S = 0.5
 MIN_WARMUP_S = 0.2
+#: The default sweep's repetitions per point: at least 2 (a confidence interval), at most 12 (10 Mbit/s
+#: points' CPU cost varies by up to 12 % between repetitions, for the same work this machine's CPU time
+#: varies by 5-8 % over 2 s: README, Benchmarks) ...
+DEFAULT_REPETITIONS = 2
+DEFAULT_MAX_REPETITIONS = 12
+#: ... those beyond the minimum while the command has run less than this long (seconds, the guest's boot
+#: included): the default sweep, 28 points, ends within 5 minutes (~1 s after it).
+DEFAULT_BUDGET_S = 285.0
 
 
 #: The latency probe's round trips a second: by default, and the range it may be given (flent's probes: 10 to
@@ -79,6 +92,14 @@ def probe_share(per_s: float, rate_mbit: float, ip_version: int = 4, profile: st
     packet = inner + packet_overhead(profile, mode, ip_version, inner) + ETHERNET_HEADER_BYTES
     return per_s * packet * 8 / (rate_mbit * 1e6)
 
+
+def fitting_probe_rate(rates: Sequence[float], ip_versions: Sequence[int]) -> float:
+    """The probe's default rate, or as many round trips a second as fit the slowest link (at least the
+    fewest it takes; a link too slow for that is refused by the spec)."""
+    if not rates or min(rates) <= 0 or not ip_versions or set(ip_versions) - {4, 6}:
+        return DEFAULT_PROBE_PER_S  # the spec names the bad value
+    fit = PROBE_MOST_SHARE / probe_share(1.0, min(rates), max(ip_versions))
+    return max(MIN_PROBE_PER_S, min(DEFAULT_PROBE_PER_S, math.floor(fit * 10) / 10))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +150,7 @@ class SweepSpec:
     #: (None: no limit); the later rates' minimum repetitions are always measured
     budget_s: float | None = None
     #: time round trips beside the flows in every window, and before them (experiments.engine.probe);
-    #: the sweep's command turns it on, the reproductions and the regression suites keep their figures without
+    #: the default sweep turns it on, the reproductions and the regression suites keep their figures without
     latency_probe: bool = False
     #: ... that many round trips a second in each window (the interval: 1 / this)
     probe_per_s: float = DEFAULT_PROBE_PER_S
@@ -266,6 +287,23 @@ class SweepSpec:
             data["probe_tool"] = IRTT  # written before ping was the probe's default, irtt was its one tool
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known})
+
+    @classmethod
+    def from_meta(cls, sweep: MetaSweep) -> SweepSpec:
+        """The spec a run's meta.json holds (its ``sweep``, or a part's ``spec``), an older version's too."""
+        return cls.from_json(sweep.to_json())
+
+
+def default_sweep(**changes: Any) -> SweepSpec:
+    """The sweep ``ipsec-testbed sweep`` runs with no options, seed 003's curve, with ``changes`` (the spec's
+    field names): adaptive repetitions within a time budget, the latency probe on, its rate fitted to the
+    slowest link unless ``probe_per_s`` is given (None: fitted too)."""
+    fields = {"repetitions": DEFAULT_REPETITIONS, "max_repetitions": DEFAULT_MAX_REPETITIONS,
+              "budget_s": DEFAULT_BUDGET_S, "latency_probe": True, **changes}
+    if fields.get("probe_per_s") is None:
+        fields["probe_per_s"] = fitting_probe_rate(fields.get("rates_mbit", SweepSpec.rates_mbit),
+                                                   fields.get("ip_versions", SweepSpec.ip_versions))
+    return SweepSpec(**fields)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -153,7 +153,7 @@ def note_interrupted(run_dir: str, why: str) -> None:
     complete = None
     if meta.sweep:
         with contextlib.suppress(TypeError, ValueError):  # a sweep this version cannot read
-            complete = is_complete(run_dir, SweepSpec.from_json(meta.sweep))
+            complete = is_complete(run_dir, SweepSpec.from_meta(meta.sweep))
     rundir.finish_run(run_dir, interrupted=why, **({} if complete is None else {"complete": complete}))
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.record import FIELDS, Meta, MetaPart, MetaRun, MetaScale, MetaVersions
+from testbed.record import FIELDS, Meta, MetaPart, MetaRun, MetaScale, MetaSweep, MetaVersions
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = ("testbed", "ipsec", "topologies", "analysis", "experiments", "cli")
@@ -137,6 +137,22 @@ def test_benchmarks_sit_on_top_and_the_command_line_loads_them_only_by_name():
         assert "_bootstrap" not in path.read_text(), f"{path}: a benchmark runs through `ipsec-testbed bench`"
     for path in sorted((REPO / "cli").rglob("*.py")):
         assert "benchmarks" not in {top for _, top in project_imports(path)}, f"{path}: imports a benchmark"
+
+
+def test_only_the_command_line_reads_a_sweeps_words():
+    """A benchmark's or a calibration's sweep is a SweepSpec run as a Job (experiments.runner.sweep_apart): nothing
+    outside cli/ (its shims aside) imports the sweep command to parse words into one."""
+    found = []
+    for path in modules_and_scripts():
+        if path.relative_to(REPO).parts[0] == "cli" or str(path.relative_to(REPO)) in SHIMS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
+                if isinstance(node, ast.ImportFrom) and node.module else []
+            if "cli.sweep" in names:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not found, "build a SweepSpec (experiments.engine.plan.default_sweep) instead:\n" + "\n".join(found)
 
 
 def test_one_atomic_write():
@@ -336,7 +352,8 @@ def test_the_record_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
 
 
 #: Every name meta.json's objects have (testbed.record.Meta and the objects in it).
-META_FIELDS = frozenset(f.name for kind in (Meta, MetaPart, MetaRun, MetaScale, MetaVersions) for f in kind.known())
+META_FIELDS = frozenset(f.name for kind in (Meta, MetaPart, MetaRun, MetaScale, MetaSweep, MetaVersions)
+                        for f in kind.known())
 
 
 def _mentions_meta(text: str) -> bool:
@@ -430,8 +447,9 @@ def test_the_meta_key_check_finds_what_it_is_for(tmp_path, monkeypatch):
                       'h = meta.backend\n'
                       'i = field.metadata["doc"]\n'
                       'j = spec["name"]\n'
-                      'k = meta.sweep.get("mtu")\n')
-    assert [f.split(":")[1] for f in meta_key_reads(sample)] == ["1", "2", "3", "4", "5", "6", "8"]
+                      'k = meta.sweep.get("mtu")\n'
+                      'm = meta.sweep.mtu\n')
+    assert [f.split(":")[1] for f in meta_key_reads(sample)] == ["1", "2", "3", "4", "5", "6", "8", "12"]
 
 
 #: What renders a reproduction's evaluation (analysis.reproduction.evaluate), and what asks for it.

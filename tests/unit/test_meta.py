@@ -18,6 +18,7 @@ from testbed.record import (
     MetaPart,
     MetaRun,
     MetaScale,
+    MetaSweep,
     MetaVersions,
     as_meta,
 )
@@ -56,13 +57,34 @@ def test_a_reproductions_parts_and_scale_are_typed():
     meta = rundir.load_meta(REPO / "examples" / "runs" / "seed000")
     assert meta.is_reproduction and meta.seed == "000"
     assert [p.name for p in meta.parts] == ["throughput_tcp", "ikev2"] and isinstance(meta.parts[0], MetaPart)
-    assert meta.parts[1].spec["keying"] == "ike-rsa" and meta.parts[0].transactions == 0
+    assert meta.parts[1].spec.keying == "ike-rsa" and meta.parts[0].transactions == 0
+    assert isinstance(meta.parts[1].spec, MetaSweep) and meta.parts[1].spec.sizes == (1460,)
     assert meta.scale == MetaScale(factor=10.0, how="given: --scale 10") and meta.scale.divisor == 10.0
     assert meta.last_run.points_missing == {} and meta.last_run.attempts_failed == 0
     seed001 = rundir.load_meta(REPO / "examples" / "runs" / "seed001")
     assert seed001.scale is None and '"scale": null' in written(seed001.to_json())  # null stays null
     part = rundir.load_meta(REPO / "examples" / "runs" / "seed000" / "ikev2")
-    assert not part.is_reproduction and part.sweep["keying"] == "ike-rsa" and part.complete is True
+    assert not part.is_reproduction and part.sweep.keying == "ike-rsa" and part.complete is True
+
+
+def test_a_sweeps_meta_has_the_specs_fields_and_gives_the_spec_back():
+    import dataclasses
+
+    from experiments.engine.plan import SweepSpec, default_sweep
+
+    # testbed sits below experiments: the two lists are held equal here, in the spec's order
+    assert [f.name for f in MetaSweep.known()] == [f.name for f in dataclasses.fields(SweepSpec)]
+    for spec in (SweepSpec(), default_sweep(rates_mbit=(1.0, 10.0), arms=(0, 300), socket_buffer=65535)):
+        data = json.loads(json.dumps(spec.to_json()))  # as meta.json holds it
+        sweep = Meta.from_json({"sweep": data}).sweep
+        assert sweep.extra == {} and written(sweep.to_json()) == written(data)  # the same bytes
+        assert sweep.rates_mbit == spec.rates_mbit and SweepSpec.from_meta(sweep) == spec
+    # an older version's: iperf3's omit_s for the warm-up, no probe tool (irtt, its one tool then), a field
+    # since removed (kept as it was)
+    older = MetaSweep.from_json({"rates_mbit": [10.0], "omit_s": 0.5, "retired": 1})
+    assert older.warmup_s is None and older.probe_tool is None and older.extra == {"omit_s": 0.5, "retired": 1}
+    spec = SweepSpec.from_meta(older)
+    assert (spec.rates_mbit, spec.warmup_s, spec.probe_tool) == ((10.0,), 0.5, "irtt")
 
 
 def test_a_schema_1_file_is_read_as_it_is():
@@ -211,7 +233,7 @@ def test_docs_meta_md_is_what_the_record_module_says():
     assert recordpage.META_PAGE.read_text() == recordpage.render_meta(), \
         "docs/meta.md is out of date: run `.venv/bin/python -m cli.pages` and commit it"
     page = recordpage.META_PAGE.read_text()
-    for kind in (Meta, MetaVersions, MetaScale, MetaPart, MetaRun):
+    for kind in (Meta, MetaVersions, MetaScale, MetaSweep, MetaPart, MetaRun):
         assert all(f"| `{f.name}` | {f.metadata['doc']} |" in page and f.metadata["doc"] for f in kind.known())
 
 

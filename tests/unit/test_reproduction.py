@@ -17,7 +17,7 @@ from experiments import catalogue, reproduce
 from experiments.engine.plan import Point
 from experiments.transactions import Timing
 from ipsec import overhead
-from testbed.record import Group, MetaPart, Record, TransactionRecord
+from testbed.record import Group, MetaPart, MetaSweep, Record, TransactionRecord
 from testbed.rundir import ResultsError, load_existing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -189,7 +189,7 @@ def test_cpu_shares_at_scaled_rates_are_not_testable():
 
 
 def test_scaled_rows_carry_the_seeds_rate_and_values_compare_as_shares():
-    spec = {"mtu": 1500}
+    spec = MetaSweep.of(mtu=1500)
     records = [Record(topology="t", profile="none", mode="tunnel", ip_version=4, transport="tcp", rate_mbit=25.0,
                       size_bytes=1460, size_mode="mss", clients=1, repetition=r, goodput_mbps=23.5 + r * 0.1,
                       bound="link") for r in range(2)]
@@ -764,7 +764,7 @@ def test_unshaped_rows_stand_for_the_seeds_rate_and_carry_cpu_shares_at_scaled_r
                       rate_mbit=10000.0, size_bytes=1000, size_mode="mss", clients=1, repetition=r,
                       goodput_mbps=g + r * 0.5, cpu_busy_pct=94.0 + r * 0.5, bound="cpu")
                for p, g in (("none", 900.0), ("x", 300.0)) for r in range(3)]
-    part = MetaPart.of(name="p_cpu", reference="p", spec={"mtu": 1500}, regime="cpu", seed_rate_mbit=100.0)
+    part = MetaPart.of(name="p_cpu", reference="p", spec=MetaSweep.of(mtu=1500), regime="cpu", seed_rate_mbit=100.0)
     rows = reproduction.rows_of([reproduction.MeasuredPart(part, records)], scale=8.0)
     assert {(r.point.rate_mbit, r.emulated_rate_mbit, r.regime) for r in rows} == {(100.0, 10000.0, "cpu")}
     assert all(r.unshaped for r in rows) and rows[0].where_values()["regime"] == "cpu"

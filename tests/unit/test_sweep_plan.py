@@ -402,6 +402,16 @@ def test_repetition_options(argv, expected):
     assert (spec.repetitions, spec.max_repetitions, spec.budget_s) == expected
 
 
+def test_the_command_with_no_options_runs_the_default_sweep():
+    from experiments.engine.plan import default_sweep
+
+    script = _sweep_script()
+    assert script.spec_from(script.build_parser().parse_args([])) == default_sweep()
+    # the spec's own defaults stay the plainer sweep the suites and seeds build on
+    assert (SweepSpec().repetitions, SweepSpec().max_repetitions, SweepSpec().budget_s,
+            SweepSpec().latency_probe) == (3, None, None, False)
+
+
 def test_most_repetitions_below_the_least_is_refused():
     script = _sweep_script()
     with pytest.raises(ValueError, match="--max-repetitions 3 is below --repetitions 5"):
@@ -658,14 +668,19 @@ def test_the_probe_takes_at_most_a_hundredth_of_the_slowest_link():
         SweepSpec(rates_mbit=(0.05,), latency_probe=True, probe_per_s=1)
     with pytest.raises(ValueError, match=r"in 1\.\.100, not 0"):
         SweepSpec(probe_per_s=0)
-    # the command's default fits the slowest link: ten a second, fewer below 1 Mbit/s
-    script = _sweep_script()
-    assert script.fitting_probe_rate([10.0, 100.0], [4]) == 10
-    assert script.fitting_probe_rate([10.0], [5]) == script.fitting_probe_rate([-1.0], [4]) == 10  # named later
-    slow = script.fitting_probe_rate([0.5], [4, 6])
+    # the default sweep's rate fits the slowest link: ten a second, fewer below 1 Mbit/s
+    from experiments.engine.plan import default_sweep, fitting_probe_rate
+
+    assert fitting_probe_rate([10.0, 100.0], [4]) == 10
+    assert fitting_probe_rate([10.0], [5]) == fitting_probe_rate([-1.0], [4]) == 10  # named later
+    slow = fitting_probe_rate([0.5], [4, 6])
     assert 1 <= slow < 10 and probe_share(slow, 0.5, 6) <= PROBE_MOST_SHARE
+    assert default_sweep(rates_mbit=(0.5,), ip_versions=(4, 6)).probe_per_s == slow
+    assert default_sweep(rates_mbit=(0.5,), probe_per_s=None).probe_per_s == fitting_probe_rate([0.5], [4])
+    assert default_sweep(rates_mbit=(0.5,), probe_per_s=2).probe_per_s == 2  # a rate given is kept
+    script = _sweep_script()
     spec = script.spec_from(script.build_parser().parse_args(["--rates", "0.5", "--sizes", "1460"]))
-    assert spec.probe_per_s == script.fitting_probe_rate([0.5], [4]) and spec.latency_probe
+    assert spec.probe_per_s == fitting_probe_rate([0.5], [4]) and spec.latency_probe
     spec = script.spec_from(script.build_parser().parse_args(["--probe-rate", "20"]))
     assert (spec.probe_per_s, spec.probe_tool) == (20, "ping")  # ping, the default
     assert SweepSpec.from_json(spec.to_json()) == spec  # a guest is handed the spec itself
