@@ -97,7 +97,8 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
         if meta["positional"]:
             p.add_argument(f.name, nargs=meta["nargs"] or "?", **{k: v for k, v in kw.items() if k != "nargs"})
         else:
-            p.add_argument(meta["flag"] or "--" + f.name.replace("_", "-"), dest=f.name, **kw)
+            flags = meta["flag"] or "--" + f.name.replace("_", "-")
+            p.add_argument(*((flags,) if isinstance(flags, str) else flags), dest=f.name, **kw)
     return p
 
 

@@ -31,11 +31,12 @@ Res = TypeVar("Res")
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
+def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None,
            metavar: str | tuple[str, ...] | None = None, choices: tuple | None = None, nargs: int | str | None = None,
            repeat: bool = False, positional: bool = False, show_default: bool = True) -> Any:
     """A field of a benchmark's options with what its command-line option needs: ``help`` (the default is
-    added to it unless ``show_default`` is false), ``flag`` (default: ``--`` and the field's name with dashes),
+    added to it unless ``show_default`` is false), ``flag`` (default: ``--`` and the field's name with dashes; a
+    tuple gives it several spellings, as ``("-v", "--verbose")``),
     ``metavar``, ``choices``, ``nargs`` (for a tuple: a count, ``"+"`` or ``"*"``, else the values are given
     comma-separated), ``repeat`` (a tuple given by repeating the option) or ``positional``."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "repeat": repeat,
