@@ -44,6 +44,12 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tu
     return dataclasses.field(default=default, metadata={"option": meta})
 
 
+def guest_options(default: KernelChoice | None = None) -> Any:
+    """A ``kernel: KernelChoice`` field given by the guest's options alone (``--uml-*``, ``--qemu-crypto``,
+    ``--uml-keep-awake``): for a benchmark that chooses its kernels itself, so has no ``--kernel``."""
+    return dataclasses.field(default=default or KernelChoice(), metadata={"guest_only": True})
+
+
 @dataclasses.dataclass(frozen=True)
 class Benchmark(Generic[Opts, Res]):
     """One benchmark.  ``options``: its options' dataclass (a field ``kernel: KernelChoice`` gives it the kernel
