@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from experiments.job import BenchWork, Job, KernelChoice
+from ipsec.profiles import parse_profile
 from testbed.capabilities import Needs
 
 Opts = TypeVar("Opts")
@@ -145,15 +146,19 @@ def front_door() -> list[str]:
     return [beside] if os.access(beside, os.X_OK) else [shutil.which("ipsec-testbed") or "ipsec-testbed"]
 
 
-def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
-    """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
-    from ipsec.profiles import parse_profile
-    from topologies.shaping import MAX_RATE_MBIT
-
+def check_profiles(profiles: Sequence[str], flag: str = "--profiles") -> None:
+    """A ValueError, in one line naming ``flag``, where one of ``profiles`` is no IPsec profile."""
     try:
         for name in profiles:
             parse_profile(name)
     except ValueError as e:
-        raise ValueError(f"--profiles: {e}") from None
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
+    """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
+    from topologies.shaping import MAX_RATE_MBIT
+
+    check_profiles(profiles)
     if not 0 < rate_mbit <= MAX_RATE_MBIT:
         raise ValueError(f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {rate_mbit:g}")
