@@ -82,14 +82,16 @@ class Benchmark(Generic[Opts, Res]):
 
     def job(self, options: Opts, command: tuple[str, ...]) -> Job:
         """The :class:`~experiments.job.Job` that runs it on the kernel its options choose: every option but the
-        kernel travels as a JSON value."""
+        kernel travels as a JSON value (``verbose`` also as the job's log level, which a guest sets up before the
+        benchmark runs)."""
         values = {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)
                   if f.name != "kernel"}
         needs = self.needs(options) if self.needs else Needs(())
         out = values.get("out")
         return Job(BenchWork(self.name, values, needs.capabilities),
                    out_dir=out if isinstance(out, str) and os.path.isabs(out) else None,
-                   kernel=getattr(options, "kernel", KernelChoice()), command=command, started_unix=time.time())
+                   kernel=getattr(options, "kernel", KernelChoice()), command=command, started_unix=time.time(),
+                   verbose=int(bool(getattr(options, "verbose", False))))
 
 
 def _plain(value: Any) -> Any:
