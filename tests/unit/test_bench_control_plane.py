@@ -1,0 +1,62 @@
+"""The control-plane and scale benchmarks as objects: their command lines make the options the old parsers
+gave (a bad value refused in one line, exit 2), and their pages say what the old code printed."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import xfrm_install_rate
+from cli import bench
+from experiments.benchmark import load
+from experiments.job import KernelChoice
+
+
+def parse(name: str, *words: str):
+    """The options ``ipsec-testbed bench NAME WORDS`` makes (nothing runs)."""
+    b = load(name)
+    return bench.options_from(b, bench.build_parser(b).parse_args(list(words)))
+
+
+def refusal(name: str, capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    """The one line ``ipsec-testbed bench NAME WORDS`` refuses its options with, exit status 2."""
+    with pytest.raises(SystemExit) as e:
+        bench.main([name, *words])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    return err
+
+
+def test_xfrm_install_rate_takes_its_old_flags(capsys):
+    assert parse("xfrm_install_rate") == xfrm_install_rate.Options()
+    assert xfrm_install_rate.Options().sample == 100
+    options = parse("xfrm_install_rate", "-v", "--pairs", "50", "--ip-sample", "all", "--no-batch",
+                    "--algorithm", "aes-cbc-hmac-sha1", "--kernel", "uml")
+    assert options == xfrm_install_rate.Options(pairs=50, algorithm="aes-cbc-hmac-sha1", ip_sample="all",
+                                                no_batch=True, verbose=True, kernel=KernelChoice(kernel="uml"))
+    assert options.sample is None and parse("xfrm_install_rate", "--verbose").verbose
+    assert "--ip-sample must be a number of pairs (at least 1) or 'all', not '0'" in \
+        refusal("xfrm_install_rate", capsys, "--ip-sample", "0")
+    assert "--pairs must be in 1..65534, not 0" in refusal("xfrm_install_rate", capsys, "--pairs", "0")
+
+
+def test_xfrm_install_rate_hands_its_verbose_to_the_guest_and_needs_esp_for_either_transform():
+    b = xfrm_install_rate.BENCHMARK
+    assert b.job(xfrm_install_rate.Options(verbose=True), ()).verbose == 1
+    assert b.job(xfrm_install_rate.Options(), ()).verbose == 0
+    assert "esp" in b.needs(xfrm_install_rate.Options(algorithm="aes-cbc-hmac-sha1")).capabilities
+
+
+def test_xfrm_install_rate_page_gives_both_verdicts_and_the_sample():
+    rows = (xfrm_install_rate.Row("netlink", "one call", 1000, 1000, 0.1, 0.1),
+            xfrm_install_rate.Row("ip, 1 process/op", "a process each", 100, 1000, 10.0, 10.0),
+            xfrm_install_rate.Row("ip -batch", "one process", 1000, 1000, 2.0, 2.0))
+    text = xfrm_install_rate.page(xfrm_install_rate.Options(), xfrm_install_rate.Result(rows, "host"))
+    assert "SAMPLED: `ip xfrm` one process per operation was timed on the first 100 of 1000 pairs" in text
+    assert "about 200 s for 8,000 operations" in text
+    assert text.splitlines()[-2:] == [
+        "netlink layer vs one `ip xfrm` process per operation: 1000.0x faster (40,000 vs 40.0 ops/s); "
+        "target >= 20x: MET",
+        "netlink layer vs ip -batch: 20.0x faster (40,000 vs 2,000 ops/s); target >= 2x: MET"]
+    assert xfrm_install_rate.Result(error="`ip` not found").status == 1
+    assert xfrm_install_rate.Result(interrupted=True).status == 130
+    assert xfrm_install_rate.BENCHMARK.status(xfrm_install_rate.Result(rows, "host")) == 0
