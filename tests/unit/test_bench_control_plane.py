@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import xfrm_install_rate
+from benchmarks import xfrm_install_rate, xfrm_scale
 from cli import bench
 from experiments.benchmark import load
 from experiments.job import KernelChoice
@@ -60,3 +60,13 @@ def test_xfrm_install_rate_page_gives_both_verdicts_and_the_sample():
     assert xfrm_install_rate.Result(error="`ip` not found").status == 1
     assert xfrm_install_rate.Result(interrupted=True).status == 130
     assert xfrm_install_rate.BENCHMARK.status(xfrm_install_rate.Result(rows, "host")) == 0
+
+
+def test_xfrm_scale_takes_its_old_flags(tmp_path, capsys):
+    options = parse("xfrm_scale", "--tunnels", "1,100", "--prefix", "24", "--duration", "2", "--pings", "5",
+                    "--profile", "aes-cbc-256-sha256", "--out", str(tmp_path))
+    assert options == xfrm_scale.Options(tunnels=(1, 100), prefix=24, duration=2.0, pings=5,
+                                         profile="aes-cbc-256-sha256", out=str(tmp_path))
+    assert parse("xfrm_scale").out.endswith("-bench-xfrm_scale")
+    assert "--duration must be above 1 s" in refusal("xfrm_scale", capsys, "--duration", "1")
+    assert "invalid choice: 33" in refusal("xfrm_scale", capsys, "--prefix", "33")
