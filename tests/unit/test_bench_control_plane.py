@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import xfrm_install_rate, xfrm_scale
+from benchmarks import ike_setup, xfrm_install_rate, xfrm_scale
 from cli import bench
 from experiments.benchmark import load
 from experiments.job import KernelChoice
@@ -70,3 +70,25 @@ def test_xfrm_scale_takes_its_old_flags(tmp_path, capsys):
     assert parse("xfrm_scale").out.endswith("-bench-xfrm_scale")
     assert "--duration must be above 1 s" in refusal("xfrm_scale", capsys, "--duration", "1")
     assert "invalid choice: 33" in refusal("xfrm_scale", capsys, "--prefix", "33")
+
+
+def test_ike_setup_takes_its_old_flags(capsys):
+    options = parse("ike_setup", "--clients", "2,5", "--profile", "aes-cbc-256-sha256", "--first-packets", "3",
+                    "--uml-mem", "1G")
+    assert (options.clients, options.profile, options.first_packets) == ((2, 5), "aes-cbc-256-sha256", 3)
+    assert options.kernel == KernelChoice(uml_mem="1G") and options.out.endswith("-bench-ike_setup")
+    assert parse("ike_setup").clients == (1, 10, 100)
+    assert "--clients must be in 1..200, not [0]" in refusal("ike_setup", capsys, "--clients", "0,2")
+    assert "--profile: unknown profile part 'aes-foo'" in refusal("ike_setup", capsys, "--profile", "aes-foo")
+
+
+def test_ike_setup_page_ends_where_a_tunnel_did_not_come_up():
+    row = ike_setup.Row(2, 0.5, (0.1, 0.3), (0.2,), (0.4, 0.6), 0.25, 8, (0.1, 0.1), 0.1)
+    result = ike_setup.Result("host (6.1, 2 CPU(s))", (row,), (10, "no CHILD_SA"), "/r/report.html")
+    lines = ike_setup.page(ike_setup.Options(), result).splitlines()
+    assert lines[0].startswith("host (6.1, 2 CPU(s)); road_warrior, aes-gcm-256 tunnel, IKEv2 ")
+    assert lines[2].split() == ["2", "0.50", "0.200", "0.300", "5.0", "0.200", "0.500", "0.600", "0.25", "8.0",
+                                "8", "0.100", "10.0", "20.0"]
+    assert lines[3:] == ["     10 failed: no CHILD_SA", "report: /r/report.html"]
+    assert ike_setup.BENCHMARK.status(result) == 1
+    assert ike_setup.BENCHMARK.status(ike_setup.Result("host", (row,))) == 0
