@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import ike_setup, xfrm_install_rate, xfrm_scale
+from benchmarks import ike_rekey, ike_setup, xfrm_install_rate, xfrm_scale
 from cli import bench
 from experiments.benchmark import load
 from experiments.job import KernelChoice
@@ -92,3 +92,26 @@ def test_ike_setup_page_ends_where_a_tunnel_did_not_come_up():
     assert lines[3:] == ["     10 failed: no CHILD_SA", "report: /r/report.html"]
     assert ike_setup.BENCHMARK.status(result) == 1
     assert ike_setup.BENCHMARK.status(ike_setup.Result("host", (row,))) == 0
+
+
+def test_ike_rekey_takes_its_old_flags(capsys):
+    options = parse("ike_rekey", "--rate", "20", "--seconds", "8", "--at", "4", "--kernel", "host")
+    assert (options.rate, options.seconds, options.at) == (20.0, 8.0, 4.0)
+    assert options.kernel == KernelChoice(kernel="host") and options.out.endswith("-bench-ike_rekey")
+    assert "--at must leave half a second before and a second after it in the 6 s transfer, not 5.5" in \
+        refusal("ike_rekey", capsys, "--at", "5.5")
+    assert "--rate must be Mbit/s" in refusal("ike_rekey", capsys, "--rate", "0")
+
+
+def test_ike_rekey_page_marks_the_interval_the_rekey_fell_in():
+    base = ike_rekey.Run("none", tuple((i / 10, 9.0 + i / 100) for i in range(1, 61)), retransmits=3)
+    child = ike_rekey.Run("child", tuple((i / 10, 8.0 if i == 31 else 9.5) for i in range(1, 61)), 7, 3.02, 3.1,
+                          frozenset({0x10}), frozenset({0x20}))
+    text = ike_rekey.page(ike_rekey.Options(), ike_rekey.Result("host (6.1)", (base, child), "/r/report.html"))
+    lines = text.splitlines()
+    assert lines[2] == "CHILD rekey requested at 3.02 s; new ESP SAs in the kernel 0.080 s later; gw1's ESP SPIs " \
+        "before: 0x10; after: 0x20"
+    assert "           3.1     8.00            9.31  <- rekey" in lines
+    assert lines[-2] == "whole transfer: 7 retransmissions (baseline 3); lowest 0.1 s interval after the first " \
+        "0.5 s 8.00 Mbit/s (baseline 9.06)"
+    assert lines[-1] == "report: /r/report.html"
