@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import ike_rekey, ike_setup, xfrm_install_rate, xfrm_scale
+from benchmarks import ike_rekey, ike_setup, topology_build, xfrm_install_rate, xfrm_scale
 from cli import bench
 from experiments.benchmark import load
 from experiments.job import KernelChoice
@@ -115,3 +115,29 @@ def test_ike_rekey_page_marks_the_interval_the_rekey_fell_in():
     assert lines[-2] == "whole transfer: 7 retransmissions (baseline 3); lowest 0.1 s interval after the first " \
         "0.5 s 8.00 Mbit/s (baseline 9.06)"
     assert lines[-1] == "report: /r/report.html"
+
+
+def test_topology_build_takes_its_old_flags_and_no_kernel_choice(capsys):
+    options = parse("topology_build", "--where", "uml", "--clients", "5", "--repeat", "2", "--mem", "1G",
+                    "--uml-keep-awake", "--profile", "aes-cbc-256-sha256")
+    assert options == topology_build.Options(where="uml", clients=5, repeat=2, profile="aes-cbc-256-sha256",
+                                             kernel=KernelChoice(uml_mem="1G", keep_awake=True))
+    assert parse("topology_build") == topology_build.Options()
+    assert "argument --where: invalid choice: 'moon'" in refusal("topology_build", capsys, "--where", "moon")
+    assert "unrecognized arguments: --kernel" in refusal("topology_build", capsys, "--kernel", "uml")
+    assert topology_build.BENCHMARK.needs is None  # it chooses its kernels itself
+
+
+def test_topology_build_page_has_a_table_here_and_a_line_for_each_guest():
+    row = topology_build.Row("road_warrior (5 clients)", 7, (1.0, 3.0), (), (), (0.5, 0.5))
+    result = topology_build.Result((
+        topology_build.Measured("host (6.1)", False, (row,), ()),
+        topology_build.Elsewhere("User-Mode Linux", status=125, seconds=42.4),
+        topology_build.Elsewhere("QEMU", why="no qemu-system-x86_64")))
+    lines = topology_build.page(topology_build.Options(repeat=2), result).splitlines()
+    assert lines[:2] == ["", "host (6.1); 2 build(s) per topology; IPsec: aes-gcm-256 tunnel, IPv4+IPv6 (not "
+                         "measured: this kernel has no ESP)"]
+    assert lines[3].split() == ["road_warrior", "(5", "clients)", "7", "2.00", "n/a", "n/a", "0.50"]
+    assert lines[4:] == ["namespaces left behind: none", "(User-Mode Linux run, boot included: 42 s)", "",
+                         "QEMU: not measured (no qemu-system-x86_64)"]
+    assert result.status == 125 and topology_build.Result((result.kernels[0],)).status == 0
