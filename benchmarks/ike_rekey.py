@@ -25,7 +25,7 @@ import threading
 import time
 
 from experiments import doctor
-from experiments.benchmark import Benchmark, check_profiles_and_rate, option
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option, out_option
 from experiments.engine import iperf
 from experiments.job import KernelChoice
 from ipsec import ike
@@ -52,8 +52,7 @@ class Options:
     rate: float = option(10.0, "the shaped link", metavar="MBIT")
     seconds: float = option(6.0, "the transfer's length")
     at: float = option(3.0, "when the rekey is asked for, s")
-    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
-                             "runs/<date>-bench-ike_rekey in the checkout)", metavar="DIR")
+    out: str | None = out_option("ike_rekey")
     kernel: KernelChoice = KernelChoice()
 
     def __post_init__(self) -> None:

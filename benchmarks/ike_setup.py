@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 
 from experiments import doctor
-from experiments.benchmark import Benchmark, check_profiles, option
+from experiments.benchmark import Benchmark, check_profiles, option, out_option
 from experiments.job import KernelChoice
 from ipsec import ike
 from testbed import backends, netns, waiting
@@ -62,8 +62,7 @@ class Options:
     clients: tuple[int, ...] = option((1, 10, 100), f"road warriors per run, 1..{MAX_CLIENTS}", metavar="N,...")
     profile: str = option("aes-gcm-256", "the CHILD_SAs' profile")
     first_packets: int = option(10, "clients whose time to the first packet is measured", metavar="K")
-    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
-                             "runs/<date>-bench-ike_setup in the checkout)", metavar="DIR")
+    out: str | None = out_option("ike_setup")
     kernel: KernelChoice = KernelChoice()
 
     def __post_init__(self) -> None:

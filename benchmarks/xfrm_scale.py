@@ -38,7 +38,7 @@ import sys
 import time
 
 from experiments import doctor
-from experiments.benchmark import Benchmark, check_profiles, option
+from experiments.benchmark import Benchmark, check_profiles, option, out_option
 from experiments.engine import iperf
 from experiments.job import KernelChoice
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
@@ -70,8 +70,7 @@ class Options:
                          "policies are searched, not hashed", choices=tuple(range(16, 33)), metavar="16..32")
     duration: float = option(5.0, "seconds of iperf3 per N, the first omitted", metavar="S")
     pings: int = option(50, "echo requests per N", metavar="K")
-    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
-                             "runs/<date>-bench-xfrm_scale in the checkout)", metavar="DIR")
+    out: str | None = out_option("xfrm_scale")
     kernel: KernelChoice = KernelChoice()
 
     def __post_init__(self) -> None:

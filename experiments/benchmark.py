@@ -45,6 +45,13 @@ def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tu
     return dataclasses.field(default=default, metadata={"option": meta})
 
 
+def out_option(name: str) -> Any:
+    """The ``out: str | None`` field of benchmark ``name`` that writes its run directory (:mod:`analysis.benchpage`),
+    given as ``--out DIR``; ``ipsec-testbed bench`` resolves its default."""
+    return option(None, f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} in "
+                  "the checkout)", metavar="DIR")
+
+
 def guest_options(default: KernelChoice | None = None) -> Any:
     """A ``kernel: KernelChoice`` field given by the guest's options alone (``--uml-*``, ``--qemu-crypto``,
     ``--uml-keep-awake``): for a benchmark that chooses its kernels itself, so has no ``--kernel``."""
