@@ -16,7 +16,6 @@ the rekeys marked, as a plot.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -24,15 +23,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, kernel_choice
 from experiments import doctor
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option, out_option
 from experiments.engine import iperf
+from experiments.job import KernelChoice
 from ipsec import ike
 from ipsec.xfrm import XfrmSocket
 from testbed import backends
+from testbed.capabilities import Needs
+from testbed.errors import Refused
 from testbed.record import Keying
 from testbed.waiting import Deadline
 from topologies import build_spec
@@ -41,18 +41,56 @@ from topologies.shaping import ShapingSpec
 
 PORT = 5299
 KINDS = ("none", "child", "ike")
+#: Every run's profile: the CHILD_SAs' transform.
+PROFILE = "aes-gcm-256"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction."""
+
+    rate: float = option(10.0, "the shaped link", metavar="MBIT")
+    seconds: float = option(6.0, "the transfer's length")
+    at: float = option(3.0, "when the rekey is asked for, s")
+    out: str | None = out_option("ike_rekey")
+    kernel: KernelChoice = KernelChoice()
+
+    def __post_init__(self) -> None:
+        check_profiles_and_rate((), self.rate)
+        if not 0.5 < self.at < self.seconds - 1:
+            raise ValueError(f"--at must leave half a second before and a second after it in the {self.seconds:g} s "
+                             f"transfer, not {self.at:g}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
+    """One transfer: the receiver's goodput every 0.1 s, the rekey asked (none for the baseline) and its SAs."""
+
     kind: str
-    intervals: list[tuple[float, float]]  # (end s, Mbit/s received) per 0.1 s
+    intervals: tuple[tuple[float, float], ...]  # (end s, Mbit/s received) per 0.1 s
     retransmits: int = 0  # the sender's, over the transfer
     asked_s: float | None = None  # the rekey requested, s into the transfer
     new_sas_s: float | None = None  # new ESP SPIs in gw1's kernel, s into the transfer
     spis_before: frozenset = frozenset()
     spis_after: frozenset = frozenset()
-    error: str | None = None  # what went wrong in the rekey's thread
+
+
+@dataclasses.dataclass
+class Rekey:
+    """What the rekey's timer thread saw, s into the transfer; or what went wrong there."""
+
+    asked_s: float | None = None
+    new_sas_s: float | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, the three transfers (no rekey, CHILD_SA, IKE_SA) and the report's path."""
+
+    where: str
+    runs: tuple[Run, ...]
+    report: str = ""
 
 
 def esp_spis(ns: str) -> frozenset:
@@ -73,7 +111,7 @@ def transfer(net, keying: ike.Daemons, kind: str, seconds: float, at: float) -> 
     # are then what the receiver got (a sender's follow its socket buffer's bursts).  The rekey
     # is timed on iperf3's own clock: from its first interval line, read as it is printed.
     with iperf.Servers([iperf.Flow(h1, h2, net.addr("h1"))], port=PORT, one_off=True):  # listening
-        run = Run(kind, [], spis_before=esp_spis(gw1))
+        before, intervals, retransmits, seen = esp_spis(gw1), [], 0, Rekey()
         client = iperf.popen_in(h2, [iperf.check(), "-c", net.addr("h1"), "-p", str(PORT), "-R", "-t",
                                      f"{seconds:g}", "-i", "0.1", "--forceflush"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -86,12 +124,13 @@ def transfer(net, keying: ike.Daemons, kind: str, seconds: float, at: float) -> 
                     continue
                 end, mbps = float(m.group(2)), float(m.group(3)) * SCALE[m.group(4)]
                 if m.group(6) == "sender":
-                    run.retransmits = int(m.group(5) or 0)
+                    retransmits = int(m.group(5) or 0)
                 elif m.group(6) is None:
-                    run.intervals.append((end, mbps))
+                    intervals.append((end, mbps))
                     if timer is None and kind != "none":
                         zero = time.monotonic() - end  # iperf3's time 0 on this clock
-                        timer = threading.Timer(max(0.0, at - end), rekey, args=(keying, kind, run, zero, gw1))
+                        timer = threading.Timer(max(0.0, at - end), rekey,
+                                                args=(keying, kind, seen, before, zero, gw1))
                         timer.start()
             client.wait(timeout=30)
         finally:
@@ -102,34 +141,38 @@ def transfer(net, keying: ike.Daemons, kind: str, seconds: float, at: float) -> 
                 client.wait()
         if client.returncode:
             raise RuntimeError(f"iperf3 failed: {''.join(said)[-300:].strip()}")
-        if run.error:
-            raise RuntimeError(run.error)
-        if kind != "none" and run.asked_s is None:
+        if seen.error:
+            raise RuntimeError(seen.error)
+        if kind != "none" and seen.asked_s is None:
             raise RuntimeError("the rekey was never asked for: iperf3 printed no interval")
-        run.spis_after = esp_spis(gw1)
-        return run
+        return Run(kind, tuple(intervals), retransmits, seen.asked_s, seen.new_sas_s, before, esp_spis(gw1))
 
 
-def rekey(keying: ike.Daemons, kind: str, run: Run, zero: float, gw1: str) -> None:
-    """In a timer's thread: ask for the rekey, then watch for the new SAs; a failure is kept in ``run.error``."""
+def rekey(keying: ike.Daemons, kind: str, seen: Rekey, before: frozenset, zero: float, gw1: str) -> None:
+    """In a timer's thread: ask for the rekey, then watch for SAs not in ``before``; a failure is kept in
+    ``seen.error``."""
     try:
         tunnel = keying.initiators[0]
-        run.asked_s = time.monotonic() - zero
+        seen.asked_s = time.monotonic() - zero
         done = keying.daemon(tunnel.me.ns).swanctl("--rekey", f"--{kind}", tunnel.name, timeout_s=30)
         if done.returncode:
-            run.error = f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr.strip()}"
+            seen.error = f"rekey refused: {ike.cause(done.stdout, done.stderr) or done.stderr.strip()}"
             return
         if kind != "child":
             return  # an IKE_SA rekey keeps the CHILD_SAs
         for _ in Deadline(10, interval_s=0.01).polls():
-            if esp_spis(gw1) - run.spis_before:
-                run.new_sas_s = time.monotonic() - zero
+            if esp_spis(gw1) - before:
+                seen.new_sas_s = time.monotonic() - zero
                 return
     except Exception as e:  # noqa: BLE001 (reported by the main thread)
-        run.error = f"rekey: {e}"
+        seen.error = f"rekey: {e}"
 
 
-def report(runs: list[Run], at: float) -> None:
+def page(args: Options, result: Result) -> str:
+    """Each rekey's 0.1 s intervals around it against the baseline's, and the whole transfers' figures."""
+    runs = result.runs
+    lines = [f"{result.where}; vpn_gateway, {PROFILE} tunnel keyed by IKEv2, gw1-gw2 shaped to {args.rate:g} "
+             f"Mbit/s; one TCP transfer h1 -> h2 of {args.seconds:g} s per run"]
     base = next(r for r in runs if r.kind == "none")
     for r in runs:
         if r.kind == "none":
@@ -137,68 +180,40 @@ def report(runs: list[Run], at: float) -> None:
         new = "kept (an IKE_SA rekey moves them)" if r.kind == "ike" else \
             f"in the kernel {r.new_sas_s - r.asked_s:.3f} s later" if r.new_sas_s else "never seen"
         before, after = (" ".join(sorted(f"{spi:#x}" for spi in spis)) for spis in (r.spis_before, r.spis_after))
-        print(f"\n{r.kind.upper()} rekey requested at {r.asked_s:.2f} s; new ESP SAs {new}; "
-              f"gw1's ESP SPIs before: {before}; after: {after}")
-        print(f"{'interval end s':>14s} {'Mbit/s':>8s} {'baseline Mbit/s':>15s}")
+        lines += ["", f"{r.kind.upper()} rekey requested at {r.asked_s:.2f} s; new ESP SAs {new}; "
+                  f"gw1's ESP SPIs before: {before}; after: {after}",
+                  f"{'interval end s':>14s} {'Mbit/s':>8s} {'baseline Mbit/s':>15s}"]
         marked = min((e for e, _ in r.intervals if e >= r.asked_s), default=None)  # the interval it fell in
         for (end, mbps), (_, bmbps) in zip(r.intervals, base.intervals, strict=False):
             if r.asked_s - 0.5 <= end <= r.asked_s + 1.05:
                 mark = "  <- rekey" if end == marked else ""
-                print(f"{end:>14.1f} {mbps:>8.2f} {bmbps:>15.2f}{mark}")
+                lines.append(f"{end:>14.1f} {mbps:>8.2f} {bmbps:>15.2f}{mark}")
         lowest = min(m for e, m in r.intervals if e > 0.5)
         base_lowest = min(m for e, m in base.intervals if e > 0.5)
-        print(f"whole transfer: {r.retransmits} retransmissions (baseline {base.retransmits}); lowest 0.1 s "
-              f"interval after the first 0.5 s {lowest:.2f} Mbit/s (baseline {base_lowest:.2f})")
+        lines.append(f"whole transfer: {r.retransmits} retransmissions (baseline {base.retransmits}); lowest 0.1 s "
+                     f"interval after the first 0.5 s {lowest:.2f} Mbit/s (baseline {base_lowest:.2f})")
+    lines.append(f"report: {result.report}")
+    return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: %(default)g)")
-    p.add_argument("--seconds", type=float, default=6.0, help="the transfer's length (default: %(default)g)")
-    p.add_argument("--at", type=float, default=3.0, help="when the rekey is asked for, s (default: %(default)g)")
-    add_bench_out(p, "ike_rekey")
-    add_kernel_options(p)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if os.geteuid() != 0:
-        print("ike_rekey: needs root (network namespaces, IKE daemons); run it with sudo", file=sys.stderr)
-        return 1
-    if not 0.5 < args.at < args.seconds - 1:
-        print("ike_rekey: --at must leave half a second before and a second after it", file=sys.stderr)
-        return 2
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on: a transfer with no rekey, one with a CHILD_SA
+    rekey, one with an IKE_SA rekey, each on fresh daemons and SAs."""
     missing = ike.available()
     if missing:
-        print(f"ike_rekey: {missing}", file=sys.stderr)
-        return 1
-    args.out = _common.out_dir(args.out, "ike_rekey")
-    job = _common.bench_job("ike_rekey", args, kernel_choice(args), doctor.needs(("aes-gcm-256",)))
-    return _common.run_here_or_there(job, body)
-
-
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
-    print(f"{backends.current().label()} ({os.uname().release}); vpn_gateway, aes-gcm-256 tunnel keyed by IKEv2, "
-          f"gw1-gw2 shaped to {args.rate:g} Mbit/s; one TCP transfer h1 -> h2 of {args.seconds:g} s per run")
+        raise Refused(missing)
+    where = f"{backends.current().label()} ({os.uname().release})"
     with Network(build_spec("vpn_gateway"), shaping=ShapingSpec(rate_mbit=args.rate)) as net:
         runs = []
         for kind in KINDS:  # every run on fresh daemons and SAs
-            net.apply_ipsec("aes-gcm-256", "tunnel", families=(4,), keying=Keying.IKE)
+            print(f"  transfer with {kind} rekey ...", file=sys.stderr, flush=True)
+            net.apply_ipsec(PROFILE, "tunnel", families=(4,), keying=Keying.IKE)
             runs.append(transfer(net, net.ike_keying, kind, args.seconds, args.at))
             net.remove_ipsec()
-    report(runs, args.at)
-    print(f"report: {write_page(args, runs)}")
-    return 0
+    return Result(where, tuple(runs), write_page(args, runs))
 
 
-def write_page(args: argparse.Namespace, runs: list[Run]) -> str:
+def write_page(args: Options, runs: list[Run]) -> str:
     """The run directory's figure: goodput every 0.1 s of each transfer, the rekeys marked."""
     from analysis import benchpage
 
@@ -227,3 +242,10 @@ def write_page(args: argparse.Namespace, runs: list[Run]) -> str:
                            f"{data['where']} ({data['kernel']}); vpn_gateway keyed by IKEv2, {args.rate:g} Mbit/s",
                            [section], data)
 
+
+def needs(args: Options) -> Needs:
+    """ESP (its one profile's) and the base: the host kernel runs it where it has them."""
+    return doctor.needs((PROFILE,))
+
+
+BENCHMARK = Benchmark("ike_rekey", Options, run, page, root="network namespaces, IKE daemons", needs=needs)

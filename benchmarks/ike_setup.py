@@ -35,7 +35,6 @@ machine's, not a gateway's; the header says where they were measured.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import statistics
@@ -44,61 +43,93 @@ import sys
 import time
 from collections.abc import Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
 from experiments import doctor
+from experiments.benchmark import Benchmark, check_profiles, option, out_option
+from experiments.job import KernelChoice
 from ipsec import ike
 from testbed import backends, netns, waiting
+from testbed.capabilities import Needs
+from testbed.errors import Refused
 from topologies import build_spec
 from topologies.network import Network
 from topologies.spec import MAX_CLIENTS
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction."""
+
+    clients: tuple[int, ...] = option((1, 10, 100), f"road warriors per run, 1..{MAX_CLIENTS}", metavar="N,...")
+    profile: str = option("aes-gcm-256", "the CHILD_SAs' profile")
+    first_packets: int = option(10, "clients whose time to the first packet is measured", metavar="K")
+    out: str | None = out_option("ike_setup")
+    kernel: KernelChoice = KernelChoice()
+
+    def __post_init__(self) -> None:
+        bad = [n for n in self.clients if not 1 <= n <= MAX_CLIENTS]
+        if bad or not self.clients:
+            raise ValueError(f"--clients must be in 1..{MAX_CLIENTS}, not {bad or '(none)'}")
+        check_profiles((self.profile,), "--profile")
+        if self.first_packets < 0:
+            raise ValueError(f"--first-packets must be 0 or more, not {self.first_packets}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Row:
     """One N's figures, in seconds."""
 
     clients: int
-    daemons_s: float = 0.0  # every daemon started and loaded
-    setup: list[float] = dataclasses.field(default_factory=list)  # each tunnel's IKE exchange, one by one
-    first_packet: list[float] = dataclasses.field(default_factory=list)  # request to first echo reply
-    on_demand: list[float] = dataclasses.field(default_factory=list)  # no SA: first echo sent to its reply
-    together_s: float = 0.0  # every tunnel requested at once, until the last is up
-    sas: int = 0  # SAs in the kernel then
-    rekeys: list[float] = dataclasses.field(default_factory=list)  # each tunnel's CHILD_SA rekey, one by one
-    rekey_together_s: float = 0.0  # every CHILD_SA rekeyed at once, until the last is replaced
+    daemons_s: float  # every daemon started and loaded
+    setup: tuple[float, ...]  # each tunnel's IKE exchange, one by one
+    first_packet: tuple[float, ...]  # request to first echo reply
+    on_demand: tuple[float, ...]  # no SA: first echo sent to its reply
+    together_s: float  # every tunnel requested at once, until the last is up
+    sas: int  # SAs in the kernel then
+    rekeys: tuple[float, ...]  # each tunnel's CHILD_SA rekey, one by one
+    rekey_together_s: float  # every CHILD_SA rekeyed at once, until the last is replaced
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, each N's row, the N whose tunnel did not come up (and the daemons' reason), the report."""
+
+    where: str
+    rows: tuple[Row, ...] = ()
+    failed: tuple[int, str] | None = None  # (N, why): the run ended there
+    report: str = ""
 
 
 def measure(clients: int, profile: str, first_packets: int) -> Row:
     spec = build_spec("road_warrior", clients=clients)
-    row = Row(clients)
     with Network(spec) as net:
         tunnels = ike.tunnels_for(net.associations(profile, "tunnel", 4))
         keying = ike.Daemons(net.run_id)
         try:
             t0 = time.monotonic()
             keying.start(tunnels)
-            row.daemons_s = time.monotonic() - t0
+            daemons_s = time.monotonic() - t0
+            setup, first_packet, on_demand = [], [], []
             for i, t in enumerate(keying.initiators):
-                row.setup.append(keying.initiate(t))
+                setup.append(keying.initiate(t))
                 if i < first_packets:
-                    row.first_packet.append(row.setup[-1] + _first_reply(net, t))
+                    first_packet.append(setup[-1] + _first_reply(net, t))
             keying.start(tunnels)  # afresh: every daemon restarted, no tunnel up
-            row.together_s = keying.initiate_together(keying.initiators)
-            row.sas = len(keying.sas())
-            row.rekeys = [keying.rekey_together([t]) for t in keying.initiators]
-            row.rekey_together_s = keying.rekey_together(keying.initiators)
+            together_s = keying.initiate_together(keying.initiators)
+            sas = len(keying.sas())
+            rekeys = [keying.rekey_together([t]) for t in keying.initiators]
+            rekey_together_s = keying.rekey_together(keying.initiators)
             keying.start(tunnels, on_demand=True)  # afresh: trap policies, no SA anywhere
             for t in keying.initiators[:first_packets]:
                 _hold_first_packets(t.me.ns)
-                row.on_demand.append(_first_reply(net, t))
+                on_demand.append(_first_reply(net, t))
             up = len(keying.sas())
-            if up != 4 * len(row.on_demand):  # each: an SA each way, in the client's kernel and the gateway's
-                raise ike.IkeError(f"on demand: {up} SAs in the kernels after {len(row.on_demand)} first packets, "
-                                   f"not {4 * len(row.on_demand)}")
+            if up != 4 * len(on_demand):  # each: an SA each way, in the client's kernel and the gateway's
+                raise ike.IkeError(f"on demand: {up} SAs in the kernels after {len(on_demand)} first packets, "
+                                   f"not {4 * len(on_demand)}")
         finally:
             keying.down()
-    return row
+    return Row(clients, daemons_s, tuple(setup), tuple(first_packet), tuple(on_demand), together_s, sas,
+               tuple(rekeys), rekey_together_s)
 
 
 def _hold_first_packets(ns: str, timeout_s: float = 10.0) -> None:
@@ -134,74 +165,50 @@ def _q(xs: Sequence[float], q: float) -> float:
     return xs[min(len(xs) - 1, max(0, round(q * len(xs)) - 1))]
 
 
-def print_row(r: Row) -> None:
+def _row_line(r: Row) -> str:
     n, setup, first, demand = r.clients, r.setup, r.first_packet, r.on_demand
-    print(f"{n:>7d} {r.daemons_s:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
-          f"{n / sum(setup):>11.1f} "
-          f"{(f'{statistics.median(first):.3f}' if first else '–'):>12s} "
-          f"{(f'{statistics.median(demand):.3f} {_q(demand, 0.95):.3f}' if demand else '–'):>17s} "
-          f"{r.together_s:>10.2f} {n / r.together_s:>11.1f} {r.sas:>6d} "
-          f"{statistics.median(r.rekeys):>9.3f} {n / sum(r.rekeys):>10.1f} {n / r.rekey_together_s:>10.1f}", flush=True)
+    return (f"{n:>7d} {r.daemons_s:>10.2f} {statistics.median(setup):>9.3f} {_q(setup, 0.95):>9.3f} "
+            f"{n / sum(setup):>11.1f} "
+            f"{(f'{statistics.median(first):.3f}' if first else '–'):>12s} "
+            f"{(f'{statistics.median(demand):.3f} {_q(demand, 0.95):.3f}' if demand else '–'):>17s} "
+            f"{r.together_s:>10.2f} {n / r.together_s:>11.1f} {r.sas:>6d} "
+            f"{statistics.median(r.rekeys):>9.3f} {n / sum(r.rekeys):>10.1f} {n / r.rekey_together_s:>10.1f}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--clients", type=csv(int), default=(1, 10, 100), metavar="N,...",
-                   help=f"road warriors per run, 1..{MAX_CLIENTS} (default: 1,10,100)")
-    p.add_argument("--profile", default="aes-gcm-256", help="the CHILD_SAs' profile (default: %(default)s)")
-    p.add_argument("--first-packets", type=int, default=10, metavar="K",
-                   help="clients whose time to the first packet is measured (default: %(default)s)")
-    add_bench_out(p, "ike_setup")
-    add_kernel_options(p)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if os.geteuid() != 0:
-        print("ike_setup: needs root (network namespaces, IKE daemons); run it with sudo", file=sys.stderr)
-        return 1
-    bad = [n for n in args.clients if not 1 <= n <= MAX_CLIENTS]
-    if bad:
-        print(f"ike_setup: --clients must be in 1..{MAX_CLIENTS}, not {bad}", file=sys.stderr)
-        return 2
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on: each N in turn, until a tunnel does not come up."""
     missing = ike.available()
     if missing:
-        print(f"ike_setup: {missing}", file=sys.stderr)
-        return 1
-    args.out = _common.out_dir(args.out, "ike_setup")
-    job = _common.bench_job("ike_setup", args, kernel_choice(args), doctor.needs((args.profile,)))
-    return _common.run_here_or_there(job, body)
-
-
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
-    print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
-          f"road_warrior, {args.profile} tunnel, IKEv2 {ike.IKE_PROPOSAL}, PSK; times in s")
-    print(f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
-          f"{'first packet':>12s} {'on demand med/p95':>17s} {'all at once':>10s} {'tunnels/s':>11s} {'SAs':>6s} "
-          f"{'rekey med':>9s} {'rekeys/s 1x1':>10s} {'rekeys/s':>10s}")
+        raise Refused(missing)
+    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     rows: list[Row] = []
-    rc = 0
+    failed = None
     for n in args.clients:
+        print(f"  {n} road warrior(s) ...", file=sys.stderr, flush=True)
         try:
             rows.append(measure(n, args.profile, args.first_packets))
         except ike.IkeError as e:
-            print(f"{n:>7d} failed: {e}", flush=True)
-            rc = 1
+            failed = (n, str(e))
             break
-        print_row(rows[-1])
-    if rows:
-        print(f"report: {write_page(args, rows)}")
-    return rc
+    result = Result(where, tuple(rows), failed)
+    return dataclasses.replace(result, report=write_page(args, result.rows)) if rows else result
 
 
-def write_page(args: argparse.Namespace, rows: list[Row]) -> str:
+def page(args: Options, result: Result) -> str:
+    """The table: each N's set-up, first-packet, all-at-once and rekey figures; the report's path."""
+    lines = [f"{result.where}; road_warrior, {args.profile} tunnel, IKEv2 {ike.IKE_PROPOSAL}, PSK; times in s",
+             f"{'clients':>7s} {'daemons up':>10s} {'setup med':>9s} {'setup p95':>9s} {'tunnels/s 1x1':>11s} "
+             f"{'first packet':>12s} {'on demand med/p95':>17s} {'all at once':>10s} {'tunnels/s':>11s} "
+             f"{'SAs':>6s} {'rekey med':>9s} {'rekeys/s 1x1':>10s} {'rekeys/s':>10s}"]
+    lines += [_row_line(r) for r in result.rows]
+    if result.failed:
+        lines.append(f"{result.failed[0]:>7d} failed: {result.failed[1]}")
+    if result.report:
+        lines.append(f"report: {result.report}")
+    return "\n".join(lines)
+
+
+def write_page(args: Options, rows: Sequence[Row]) -> str:
     """The run directory's figures: each tunnel's set-up time per N, and the rates against N."""
     from analysis import benchpage
 
@@ -238,3 +245,11 @@ def write_page(args: argparse.Namespace, rows: list[Row]) -> str:
                            f"{data['where']} ({data['kernel']}); road_warrior, {args.profile} tunnel, IKEv2 "
                            f"{ike.IKE_PROPOSAL}, PSK", sections, data)
 
+
+def needs(args: Options) -> Needs:
+    """The profile's protocols and the base: the host kernel runs it where it has them."""
+    return doctor.needs((args.profile,))
+
+
+BENCHMARK = Benchmark("ike_setup", Options, run, page, root="network namespaces, IKE daemons", needs=needs,
+                      status=lambda result: 1 if result.failed else 0)

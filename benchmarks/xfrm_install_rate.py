@@ -14,7 +14,8 @@ them::
 
 that is 4N adds (all SAs, then all policies, as ``XfrmSocket.install`` orders them)
 and 4N deletes (all policies, then all SAs, as ``ipsec.plan.remove_association``
-does): 8N operations.  Each method runs in a fresh namespace ``itb-<run>-bench-*``:
+does): 8N operations.  Each method runs in a fresh namespace ``itb-<run>-bench-*``, all three on
+the same kernel in one run:
 
 - ``netlink``: the testbed's layer, one :class:`ipsec.xfrm.XfrmSocket` per phase (opening
   it is timed); the adds are one ``install()`` call (all-or-nothing), the deletes one
@@ -53,7 +54,6 @@ when the User-Mode Linux guest could not run or died.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import ipaddress
 import logging
@@ -66,13 +66,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-# Run as a script from a checkout: make the project's packages importable.
-from benchmarks import _common
-from cli.options import add_kernel_options, kernel_choice
-from experiments import doctor
+from experiments.benchmark import Benchmark, option
+from experiments.job import KernelChoice
 from ipsec.algorithms import get_algorithm
 from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, random_key
 from testbed import backends, names, netns
+from testbed.capabilities import ESP_NEEDS, Needs
 
 log = logging.getLogger("xfrm_install_rate")
 
@@ -96,6 +95,34 @@ DEFAULT_IP_SAMPLE = 100
 
 class BenchError(RuntimeError):
     """The benchmark could not measure: a command failed or the kernel state is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction."""
+
+    pairs: int = option(1000, f"SA pairs, 1..{MAX_PAIRS}", metavar="N")
+    algorithm: str = option("aes-gcm-256", "ESP transform of every SA", choices=tuple(ALGORITHMS))
+    ip_sample: str = option(str(DEFAULT_IP_SAMPLE), "time `ip xfrm` one process per operation on the first K pairs "
+                            "only, with the other N-K installed untimed, and take its rate from them: it spawns 8 "
+                            "processes per pair, and inside UML 1000 pairs take 15-30 minutes; 'all' times all N",
+                            metavar="K|all")
+    no_batch: bool = option(False, "leave out the ip -batch row (and its target)")
+    verbose: bool = option(False, "log what is being done", flag=("-v", "--verbose"))
+    kernel: KernelChoice = KernelChoice()
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.pairs <= MAX_PAIRS:
+            raise ValueError(f"--pairs must be in 1..{MAX_PAIRS}, not {self.pairs}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"--algorithm must be one of {', '.join(ALGORITHMS)}, not {self.algorithm!r}")
+        if self.ip_sample != "all" and not (self.ip_sample.isdigit() and int(self.ip_sample) >= 1):
+            raise ValueError(f"--ip-sample must be a number of pairs (at least 1) or 'all', not {self.ip_sample!r}")
+
+    @property
+    def sample(self) -> int | None:
+        """Pairs the per-process method times (None: all)."""
+        return None if self.ip_sample == "all" else int(self.ip_sample)
 
 
 # ---------------------------------------------------------------------------------------
@@ -442,7 +469,7 @@ def warm_up(run_id: str, w: Workload) -> None:
         verify(ns, "warm-up", "add", Workload(1, w.sas[1:2], ()))
 
 
-def measure(args: argparse.Namespace) -> list[Row]:
+def measure(args: Options) -> list[Row]:
     """Every method in its own fresh namespace; kernel state checked after each phase (not timed).
 
     With a sample (``--ip-sample K`` < N) the per-process method times the first K pairs
@@ -461,7 +488,7 @@ def measure(args: argparse.Namespace) -> list[Row]:
         if key == "batch" and args.no_batch:
             continue
         method = METHODS[key]
-        sample = min(args.ip_sample or w.pairs, w.pairs) if key == "ip" else w.pairs
+        sample = min(args.sample or w.pairs, w.pairs) if key == "ip" else w.pairs
         work, filler = w.first(sample), w.rest(sample)
         print(f"measuring {method.label}: {work.pairs} pairs, {work.operations} operations"
               + (f" (sample; the other {filler.pairs} pairs installed untimed beforehand)" if filler.pairs else "")
@@ -485,18 +512,37 @@ def measure(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Each method's row and the kernel they ran on; or why the run ended early (said on stderr as it ended)."""
+
+    rows: tuple[Row, ...] = ()
+    where: str = ""
+    error: str = ""  # what stopped the measurement
+    interrupted: bool = False
+
+    @property
+    def status(self) -> int:
+        """0 whenever the measurement completed, target met or not; 1 on an error; 130 when interrupted."""
+        return 130 if self.interrupted else 1 if self.error else 0
+
+
 # ---------------------------------------------------------------------------------------
-# Report (command line)
+# Report
 # ---------------------------------------------------------------------------------------
-def print_report(rows: list[Row], args: argparse.Namespace, where: str) -> None:
+def page(args: Options, result: Result) -> str:
+    """The table of rates, what each method is, the sample's extrapolation and the two targets' verdicts."""
     from rich.console import Console
     from rich.table import Table
 
+    rows = result.rows
+    if not rows:
+        return ""
     netlink = next(r for r in rows if r.method == METHODS["netlink"].label)
     per_process = next(r for r in rows if r.method == METHODS["ip"].label)
     pairs = netlink.pairs
     t = Table(title=f"xfrm install/remove rate: {pairs} ESP SA pairs ({args.algorithm}, transport) + "
-                    f"{2 * pairs} policies; {where}", title_justify="left")
+                    f"{2 * pairs} policies; {result.where}", title_justify="left")
     # Headers kept short: without a terminal rich draws 80 columns wide.
     for col in ("method", "pairs", "ops", "add s", "delete s", "ops/s", "netlink ÷ this"):
         t.add_column(col, justify="left" if col == "method" else "right")
@@ -505,105 +551,62 @@ def print_report(rows: list[Row], args: argparse.Namespace, where: str) -> None:
                   f"{r.operations:,}", f"{r.add_s:.2f}", f"{r.del_s:.2f}",
                   f"{r.rate:,.0f}", f"{netlink.rate / r.rate:.1f}x")
     console = Console()
-    console.print(t)
-    print("ops = adds + deletes: per pair 2 SAs + 2 policies (out, in) added, then deleted; each method in "
-          "a fresh namespace, checked after each phase (outside the timings) with `ip xfrm state|policy count` "
-          "and the `ip xfrm state|policy` listings (SPIs, addresses, algorithm, keys, selectors)")
-    for r in rows:
-        print(f"  {r.method}: {r.how}")
+    with console.capture() as table:
+        console.print(t)
+    lines = [table.get().rstrip("\n"),
+             "ops = adds + deletes: per pair 2 SAs + 2 policies (out, in) added, then deleted; each method in "
+             "a fresh namespace, checked after each phase (outside the timings) with `ip xfrm state|policy count` "
+             "and the `ip xfrm state|policy` listings (SPIs, addresses, algorithm, keys, selectors)"]
+    lines += [f"  {r.method}: {r.how}" for r in rows]
     if per_process.sampled:
         total = per_process.of_pairs * 8 / per_process.rate
-        print(f"SAMPLED: `ip xfrm` one process per operation was timed on the first {per_process.pairs} of "
-              f"{per_process.of_pairs} pairs ({per_process.operations:,} processes; the other "
-              f"{per_process.of_pairs - per_process.pairs} pairs were installed and removed untimed over "
-              f"netlink, so the tables had the full size); its rate is extrapolated to all "
-              f"{per_process.of_pairs} pairs: about {total:.0f} s for {per_process.of_pairs * 8:,} operations "
-              f"(--ip-sample all times them all)")
+        lines.append(f"SAMPLED: `ip xfrm` one process per operation was timed on the first {per_process.pairs} of "
+                     f"{per_process.of_pairs} pairs ({per_process.operations:,} processes; the other "
+                     f"{per_process.of_pairs - per_process.pairs} pairs were installed and removed untimed over "
+                     f"netlink, so the tables had the full size); its rate is extrapolated to all "
+                     f"{per_process.of_pairs} pairs: about {total:.0f} s for {per_process.of_pairs * 8:,} "
+                     f"operations (--ip-sample all times them all)")
     ratio = netlink.rate / per_process.rate
     verdict = "MET" if ratio >= TARGET_RATIO else "NOT MET"
-    print(f"netlink layer vs one `ip xfrm` process per operation: {ratio:.1f}x faster "
-          f"({netlink.rate:,.0f} vs {per_process.rate:,.1f} ops/s); target >= {TARGET_RATIO:.0f}x: {verdict}")
+    lines.append(f"netlink layer vs one `ip xfrm` process per operation: {ratio:.1f}x faster "
+                 f"({netlink.rate:,.0f} vs {per_process.rate:,.1f} ops/s); target >= {TARGET_RATIO:.0f}x: {verdict}")
     batch = next((r for r in rows if r.method == METHODS["batch"].label), None)
     if batch is not None:
         ratio = netlink.rate / batch.rate
         verdict = "MET" if ratio >= TARGET_BATCH_RATIO else "NOT MET"
-        print(f"netlink layer vs ip -batch: {ratio:.1f}x faster ({netlink.rate:,.0f} vs {batch.rate:,.0f} "
-              f"ops/s); target >= {TARGET_BATCH_RATIO:.0f}x: {verdict}")
-
-
-def ip_sample(text: str) -> int | None:
-    """``--ip-sample``: a number of pairs, or ``all`` (None)."""
-    if text == "all":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of pairs or 'all', not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 pair, not {value}")
-    return value
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description="Install and remove N ESP SA pairs with their policies through the testbed's netlink "
-                    "layer and through `ip xfrm` (one process per operation, and ip -batch), "
-                    "on the same kernel in one run; print the rates and their ratio.",
-        epilog="example: sudo ipsec-testbed bench xfrm_install_rate --pairs 1000")
-    p.add_argument("--pairs", type=int, default=1000, metavar="N",
-                   help=f"SA pairs, 1..{MAX_PAIRS} (default: %(default)s)")
-    p.add_argument("--algorithm", choices=tuple(ALGORITHMS), default="aes-gcm-256",
-                   help="ESP transform of every SA (default: %(default)s)")
-    p.add_argument("--ip-sample", type=ip_sample, default=DEFAULT_IP_SAMPLE, metavar="K|all",
-                   help="time `ip xfrm` one process per operation on the first K pairs only, with the other "
-                        "N-K installed untimed, and take its rate from them: it spawns 8 processes per pair, "
-                        "and inside UML 1000 pairs take 15-30 minutes; 'all' times all N "
-                        "(default: %(default)s)")
-    p.add_argument("--no-batch", action="store_true", help="leave out the ip -batch row (and its target)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what is being done")
-    add_kernel_options(p)
-    return p
+        lines.append(f"netlink layer vs ip -batch: {ratio:.1f}x faster ({netlink.rate:,.0f} vs {batch.rate:,.0f} "
+                     f"ops/s); target >= {TARGET_BATCH_RATIO:.0f}x: {verdict}")
+    return "\n".join(lines)
 
 
 def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through the namespace context managers
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not 1 <= args.pairs <= MAX_PAIRS:
-        parser.error(f"--pairs must be in 1..{MAX_PAIRS}, not {args.pairs}")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if os.geteuid() != 0:
-        print("xfrm_install_rate: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
-        return 1
-    job = _common.bench_job("xfrm_install_rate", args, kernel_choice(args), doctor.needs((args.algorithm,)))
-    return _common.run_here_or_there(job, body)
-
-
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on; an error or an interrupt ends it with one line."""
     signal.signal(signal.SIGTERM, _terminate)
     where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     try:
         rows = measure(args)
     except KeyboardInterrupt:
         print("xfrm_install_rate: interrupted", file=sys.stderr)
-        return 130
+        return Result(where=where, interrupted=True)
     except Exception as e:
         from ipsec.xfrm import XfrmError
 
         if not isinstance(e, (BenchError, XfrmError, OSError, subprocess.SubprocessError, ValueError)):
             raise
         print(f"xfrm_install_rate: error: {e}", file=sys.stderr)
-        return 1
-    print_report(rows, args, where)
-    return 0
+        return Result(where=where, error=str(e))
+    return Result(tuple(rows), where)
 
+
+def needs(args: Options) -> Needs:
+    """ESP, whichever transform (--algorithm names a transform, not a profile): the host kernel runs it where
+    it has ESP."""
+    return ESP_NEEDS
+
+
+BENCHMARK = Benchmark("xfrm_install_rate", Options, run, page, root="network namespaces, xfrm", needs=needs,
+                      status=lambda result: result.status)

@@ -29,7 +29,6 @@ printed.  Exit status 0 when every N was measured, 1 otherwise.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import ipaddress
 import os
@@ -37,14 +36,14 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv, kernel_choice
 from experiments import doctor
+from experiments.benchmark import Benchmark, check_profiles, option, out_option
 from experiments.engine import iperf
+from experiments.job import KernelChoice
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
 from testbed import backends
+from testbed.capabilities import Needs
 from topologies import build_spec
 from topologies.network import Network
 
@@ -60,8 +59,41 @@ class ScaleError(RuntimeError):
     """The benchmark could not measure one N."""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction."""
+
+    tunnels: tuple[int, ...] = option((1, 10, 100, 1000, 10000), f"tunnels per gateway, the real one included, "
+                                      f"1..{MAX_TUNNELS}", metavar="N,...")
+    profile: str = option("aes-gcm-256", "every tunnel's profile")
+    prefix: int = option(32, "the added sites' prefix length; below the SPD's hash threshold (32 for IPv4) their "
+                         "policies are searched, not hashed", choices=tuple(range(16, 33)), metavar="16..32")
+    duration: float = option(5.0, "seconds of iperf3 per N, the first omitted", metavar="S")
+    pings: int = option(50, "echo requests per N", metavar="K")
+    out: str | None = out_option("xfrm_scale")
+    kernel: KernelChoice = KernelChoice()
+
+    def __post_init__(self) -> None:
+        check_profiles((self.profile,), "--profile")
+        bad = [n for n in self.tunnels if not 1 <= n <= MAX_TUNNELS]
+        if bad or not self.tunnels:
+            raise ValueError(f"--tunnels must be in 1..{MAX_TUNNELS}, not {bad or '(none)'}")
+        if not 16 <= self.prefix <= 32:
+            raise ValueError(f"--prefix must be in 16..32, not {self.prefix}")
+        room = SITES[0].num_addresses // 2 ** (32 - self.prefix)
+        if max(self.tunnels) - 1 > room:
+            raise ValueError(f"--prefix {self.prefix} leaves room for {room} sites per side, "
+                             f"fewer than the {max(self.tunnels) - 1} added tunnels")
+        if self.duration <= 1.0:
+            raise ValueError(f"--duration must be above 1 s (its first second is omitted), not {self.duration:g}")
+        if self.pings < 1:
+            raise ValueError(f"--pings must be at least 1, not {self.pings}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Row:
+    """One N's figures."""
+
     tunnels: int  # per gateway, the real one included
     added: int = 0  # tunnels installed for this row (both gateways)
     install_s: float = 0.0
@@ -72,6 +104,39 @@ class Row:
     sas: int = 0  # gw1's SAs (kernel count)
     policies: str = ""  # gw1's `ip xfrm policy count`
     spd: str = ""  # gw1's SPD hash figures
+
+
+@dataclasses.dataclass(frozen=True)
+class Removal:
+    """Every added tunnel removed at the end, in one batch per gateway."""
+
+    tunnels: int
+    operations: int  # SA and policy deletes, both gateways
+    seconds: float
+    sas_left: int  # gw1's SAs after: the real tunnel's two
+
+    @property
+    def complete(self) -> bool:
+        return self.sas_left == 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, each N measured, each N that could not be (and why), the removal, the report's path."""
+
+    where: str
+    rows: tuple[Row, ...] = ()
+    failed: tuple[tuple[int, str], ...] = ()  # (N, why)
+    removal: Removal | None = None
+    interrupted: bool = False
+    report: str = ""
+
+    @property
+    def status(self) -> int:
+        """0 when every N was measured and the removal left the real tunnel alone; 1 otherwise; 130 interrupted."""
+        if self.interrupted:
+            return 130
+        return 1 if self.failed or (self.removal and not self.removal.complete) else 0
 
 
 def site(side: int, i: int, prefix: int) -> str:
@@ -138,128 +203,101 @@ def parse_spd(policies: str, states: str) -> str:
     return ", ".join(parts) or "(not reported)"
 
 
-def measure(net: Network, row: Row, duration_s: float, pings: int) -> None:
+def measure(net: Network, row: Row, duration_s: float, pings: int) -> Row:
+    """``row`` with the data path's figures through the real tunnel and what gw1's kernel says it holds."""
     h1, h2 = net.ns("h1"), net.ns("h2")
     server = net.addr("h2", 4)
     r = iperf.measure(h2, h1, server, duration_s=duration_s, omit_s=1.0)
-    row.goodput_mbps, row.retransmits = r.goodput_mbps, r.retransmits
     done = subprocess.run(["ip", "netns", "exec", h1, "ping", "-4", "-q", "-c", str(pings), "-i", "0.02",
                            "-W", "2", server], capture_output=True, text=True, timeout=PROCESS_TIMEOUT_S)
     if done.returncode:
         raise ScaleError(f"ping h1 -> h2 through the tunnel failed: {done.stdout.strip()[-200:]}")
-    row.rtt_ms = parse_rtt(done.stdout)
     gw1 = net.ns("gw1")
-    row.sas = int(re.search(r"SAD count (\d+)", ip(gw1, "xfrm", "state", "count")).group(1))
-    row.policies = " ".join(ip(gw1, "xfrm", "policy", "count").split()[1:])
-    row.spd = parse_spd(ip(gw1, "-s", "-s", "xfrm", "policy", "count"), ip(gw1, "-s", "xfrm", "state", "count"))
+    return dataclasses.replace(
+        row, goodput_mbps=r.goodput_mbps, retransmits=r.retransmits, rtt_ms=parse_rtt(done.stdout),
+        sas=int(re.search(r"SAD count (\d+)", ip(gw1, "xfrm", "state", "count")).group(1)),
+        policies=" ".join(ip(gw1, "xfrm", "policy", "count").split()[1:]),
+        spd=parse_spd(ip(gw1, "-s", "-s", "xfrm", "policy", "count"), ip(gw1, "-s", "xfrm", "state", "count")))
 
 
-def run(args: argparse.Namespace, rows: list[Row], removal: dict) -> int:
-    """Measure every N into ``rows``, the removal into ``removal``; the exit status."""
+def measure_all(args: Options, rows: list[Row], failed: list[tuple[int, str]]) -> Removal | None:
+    """Measure every N into ``rows`` (or ``failed``), then remove the added tunnels; the removal."""
     spec = build_spec("vpn_gateway")
     planner = SpiPlanner(first_spi=FIRST_SPI, first_reqid=FIRST_REQID)
     added: list = []
-    print(f"{'tunnels':>7s} {'added':>6s} {'install s':>9s} {'ops/s':>7s} {'Mbit/s':>8s} {'retr':>5s} "
-          f"{'rtt min/avg/max ms':>20s} {'SAs':>6s}  policies (gw1); SPD")
-    failed = 0
+    removal = None
     with Network(spec) as net:
         net.apply_ipsec(args.profile, "tunnel", families=(4,))
         for n in sorted(args.tunnels):
             row = Row(n)
             want = n - 1 - len(added)
+            print(f"  {n} tunnels per gateway: {max(want, 0)} added ...", file=sys.stderr, flush=True)
             if want > 0:
                 plans = filler_plans(net, args.profile, len(added), want, args.prefix, planner)
-                row.install_s, row.operations = apply(plans, "install")
-                row.added = want
+                install_s, operations = apply(plans, "install")
+                row = dataclasses.replace(row, added=want, install_s=install_s, operations=operations)
                 added.extend(plans)
             try:
-                measure(net, row, args.duration, args.pings)
+                rows.append(measure(net, row, args.duration, args.pings))
             except (ScaleError, iperf.IperfError) as e:
-                print(f"{n:>7d} failed: {e}", flush=True)
-                failed += 1
-                continue
-            rows.append(row)
-            rate = f"{row.operations / row.install_s:7.0f}" if row.install_s else f"{'–':>7s}"
-            rtt = "/".join(f"{x:.3f}" for x in row.rtt_ms)
-            print(f"{n:>7d} {row.added:>6d} {row.install_s:>9.2f} {rate} {row.goodput_mbps:>8.1f} "
-                  f"{row.retransmits if row.retransmits is not None else '–':>5} {rtt:>20s} {row.sas:>6d}  "
-                  f"{row.policies}; {row.spd}", flush=True)
+                failed.append((n, str(e)))
         if added:
             seconds, ops = apply(added, "remove")
             left = int(re.search(r"SAD count (\d+)", ip(net.ns("gw1"), "xfrm", "state", "count")).group(1))
-            removal.update(tunnels=len(added), operations=ops, seconds=seconds, sas_left=left)
-            print(f"removed {len(added)} added tunnels ({ops} SAs and policies, both gateways) in {seconds:.2f} s: "
-                  f"{ops / seconds:.0f} ops/s; gw1 holds {left} SAs after (the real tunnel's: 2)")
-            if left != 2:
+            removal = Removal(tunnels=len(added), operations=ops, seconds=seconds, sas_left=left)
+            if not removal.complete:
                 print("xfrm_scale: the gateway does not hold the real tunnel alone after the removal",
                       file=sys.stderr)
-                failed += 1
-    return 1 if failed else 0
+    return removal
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tunnels", type=csv(int), default=(1, 10, 100, 1000, 10000), metavar="N,...",
-                   help=f"tunnels per gateway, the real one included, 1..{MAX_TUNNELS} "
-                        "(default: 1,10,100,1000,10000)")
-    p.add_argument("--profile", default="aes-gcm-256", help="every tunnel's profile (default: %(default)s)")
-    p.add_argument("--prefix", type=int, default=32, choices=range(16, 33), metavar="16..32",
-                   help="the added sites' prefix length; below the SPD's hash threshold (32 for IPv4) "
-                        "their policies are searched, not hashed (default: %(default)s)")
-    p.add_argument("--duration", type=float, default=5.0, metavar="S",
-                   help="seconds of iperf3 per N, the first omitted (default: %(default)s)")
-    p.add_argument("--pings", type=int, default=50, metavar="K", help="echo requests per N (default: %(default)s)")
-    add_bench_out(p, "xfrm_scale")
-    add_kernel_options(p)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    bad = [n for n in args.tunnels if not 1 <= n <= MAX_TUNNELS]
-    if bad:
-        parser.error(f"--tunnels must be in 1..{MAX_TUNNELS}, not {bad}")
-    room = SITES[0].num_addresses // 2 ** (32 - args.prefix)
-    if max(args.tunnels) - 1 > room:
-        parser.error(f"--prefix {args.prefix} leaves room for {room} sites per side, "
-                     f"fewer than the {max(args.tunnels) - 1} added tunnels")
-    if args.duration <= 1.0:
-        parser.error("--duration must be above 1 s (its first second is omitted)")
-    if os.geteuid() != 0:
-        print("xfrm_scale: needs root (network namespaces, xfrm); run it with sudo", file=sys.stderr)
-        return 1
-    args.out = _common.out_dir(args.out, "xfrm_scale")
-    job = _common.bench_job("xfrm_scale", args, kernel_choice(args), doctor.needs((args.profile,)))
-    return _common.run_here_or_there(job, body)
-
-
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
-    print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
-          f"vpn_gateway, {args.profile} tunnel, IPv4, links not shaped; added sites /{args.prefix}; "
-          f"iperf3 {args.duration:g} s (1 s omitted), {args.pings} pings per N")
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on; the report written from every N measured,
+    even when interrupted."""
+    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
     rows: list[Row] = []
-    removal: dict = {}
+    failed: list[tuple[int, str]] = []
+    removal, interrupted = None, False
     try:
-        rc = run(args, rows, removal)
+        removal = measure_all(args, rows, failed)
     except KeyboardInterrupt:
         print("xfrm_scale: interrupted", file=sys.stderr)
-        rc = 130
-    if rows:
-        print(f"report: {write_page(args, rows, removal)}")
-    return rc
+        interrupted = True
+    result = Result(where, tuple(rows), tuple(failed), removal, interrupted)
+    return dataclasses.replace(result, report=write_page(args, result)) if rows else result
 
 
-def write_page(args: argparse.Namespace, rows: list[Row], removal: dict) -> str:
+def page(args: Options, result: Result) -> str:
+    """The table: each N's install, goodput, round trip and what the kernel holds; the removal; the report."""
+    lines = [f"{result.where}; vpn_gateway, {args.profile} tunnel, IPv4, links not shaped; added sites "
+             f"/{args.prefix}; iperf3 {args.duration:g} s (1 s omitted), {args.pings} pings per N",
+             f"{'tunnels':>7s} {'added':>6s} {'install s':>9s} {'ops/s':>7s} {'Mbit/s':>8s} {'retr':>5s} "
+             f"{'rtt min/avg/max ms':>20s} {'SAs':>6s}  policies (gw1); SPD"]
+    lines += [line for _, line in sorted([(r.tunnels, _row_line(r)) for r in result.rows] +
+                                         [(n, f"{n:>7d} failed: {why}") for n, why in result.failed])]
+    r = result.removal
+    if r:
+        lines.append(f"removed {r.tunnels} added tunnels ({r.operations} SAs and policies, both gateways) in "
+                     f"{r.seconds:.2f} s: {r.operations / r.seconds:.0f} ops/s; gw1 holds {r.sas_left} SAs after "
+                     "(the real tunnel's: 2)")
+    if result.report:
+        lines.append(f"report: {result.report}")
+    return "\n".join(lines)
+
+
+def _row_line(row: Row) -> str:
+    rate = f"{row.operations / row.install_s:7.0f}" if row.install_s else f"{'–':>7s}"
+    rtt = "/".join(f"{x:.3f}" for x in row.rtt_ms)
+    return (f"{row.tunnels:>7d} {row.added:>6d} {row.install_s:>9.2f} {rate} {row.goodput_mbps:>8.1f} "
+            f"{row.retransmits if row.retransmits is not None else '–':>5} {rtt:>20s} {row.sas:>6d}  "
+            f"{row.policies}; {row.spd}")
+
+
+def write_page(args: Options, result: Result) -> str:
     """The run directory's figures: goodput and round trip against the tunnels installed, and the install rate."""
     from analysis import benchpage
 
+    rows, removal = result.rows, result.removal
     n = [r.tunnels for r in rows]
     goodput = benchpage.figure("Goodput through the live tunnel", "tunnels installed on each gateway (log)",
                                "TCP goodput, Mbit/s", log_x=True)
@@ -273,8 +311,8 @@ def write_page(args: argparse.Namespace, rows: list[Row], removal: dict) -> str:
                             "SA and policy adds per second", log_x=True)
     rate.add_scatter(x=[r.tunnels for r in installed], y=[r.operations / r.install_s for r in installed],
                      mode="lines+markers", name="netlink batches")
-    removed = (f" Removing all {removal['tunnels']} added tunnels took {removal['seconds']:.2f} s, "
-               f"{removal['operations'] / removal['seconds']:.0f} operations/s." if removal else "")
+    removed = (f" Removing all {removal.tunnels} added tunnels took {removal.seconds:.2f} s, "
+               f"{removal.operations / removal.seconds:.0f} operations/s." if removal else "")
     sections = [
         benchpage.Section("Goodput against installed tunnels", "One TCP flow through the gateways' live tunnel; "
                           "the links are not shaped, so the CPU running the data path bounds it and it moves with "
@@ -287,9 +325,17 @@ def write_page(args: argparse.Namespace, rows: list[Row], removal: dict) -> str:
     ]
     data = {"benchmark": "xfrm_scale", "where": backends.current().label(), "kernel": os.uname().release,
             "profile": args.profile, "prefix": args.prefix, "duration_s": args.duration,
-            "rows": [dataclasses.asdict(r) for r in rows], "removal": removal}
+            "rows": [dataclasses.asdict(r) for r in rows],
+            "removal": dataclasses.asdict(removal) if removal else {}}
     return benchpage.write(args.out, "xfrm_scale: a VPN gateway holding N tunnels",
                            f"{data['where']} ({data['kernel']}); vpn_gateway, {args.profile} tunnel, IPv4, links not "
                            f"shaped; added sites /{args.prefix}", sections, data)
 
 
+def needs(args: Options) -> Needs:
+    """The profile's protocols and the base: the host kernel runs it where it has them."""
+    return doctor.needs((args.profile,))
+
+
+BENCHMARK = Benchmark("xfrm_scale", Options, run, page, root="network namespaces, xfrm", needs=needs,
+                      status=lambda result: result.status)

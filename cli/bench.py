@@ -16,7 +16,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from cli.options import Parser, add_kernel_options, add_speed_probe_option, csv, kernel_choice
+from cli.options import Parser, add_kernel_options, add_speed_probe_option, add_uml_options, csv, kernel_choice
 from experiments import benchmark, runner
 from experiments.benchmark import Benchmark, execute, names, summary
 from experiments.job import KernelChoice
@@ -63,8 +63,11 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
     for f in dataclasses.fields(bench.options):
         hint = _base(hints[f.name])
         if hint is KernelChoice:
-            add_kernel_options(p)
-            add_speed_probe_option(p)
+            if f.metadata.get("guest_only"):  # experiments.benchmark.guest_options
+                add_uml_options(p.add_argument_group("guest"))
+            else:
+                add_kernel_options(p)
+                add_speed_probe_option(p)
             p.set_defaults(uml_keep_awake=f.default.keep_awake, kernel=f.default.kernel)
             continue
         meta = f.metadata.get("option")
@@ -97,7 +100,8 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
         if meta["positional"]:
             p.add_argument(f.name, nargs=meta["nargs"] or "?", **{k: v for k, v in kw.items() if k != "nargs"})
         else:
-            p.add_argument(meta["flag"] or "--" + f.name.replace("_", "-"), dest=f.name, **kw)
+            flags = meta["flag"] or "--" + f.name.replace("_", "-")
+            p.add_argument(*((flags,) if isinstance(flags, str) else flags), dest=f.name, **kw)
     return p
 
 

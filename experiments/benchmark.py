@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from experiments.job import BenchWork, Job, KernelChoice
+from ipsec.profiles import parse_profile
 from testbed.capabilities import Needs
 
 Opts = TypeVar("Opts")
@@ -31,16 +32,30 @@ Res = TypeVar("Res")
 HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | None = None,
+def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None,
            metavar: str | tuple[str, ...] | None = None, choices: tuple | None = None, nargs: int | str | None = None,
            repeat: bool = False, positional: bool = False, show_default: bool = True) -> Any:
     """A field of a benchmark's options with what its command-line option needs: ``help`` (the default is
-    added to it unless ``show_default`` is false), ``flag`` (default: ``--`` and the field's name with dashes),
+    added to it unless ``show_default`` is false), ``flag`` (default: ``--`` and the field's name with dashes; a
+    tuple gives it several spellings, as ``("-v", "--verbose")``),
     ``metavar``, ``choices``, ``nargs`` (for a tuple: a count, ``"+"`` or ``"*"``, else the values are given
     comma-separated), ``repeat`` (a tuple given by repeating the option) or ``positional``."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "repeat": repeat,
             "positional": positional, "show_default": show_default}
     return dataclasses.field(default=default, metadata={"option": meta})
+
+
+def out_option(name: str) -> Any:
+    """The ``out: str | None`` field of benchmark ``name`` that writes its run directory (:mod:`analysis.benchpage`),
+    given as ``--out DIR``; ``ipsec-testbed bench`` resolves its default."""
+    return option(None, f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} in "
+                  "the checkout)", metavar="DIR")
+
+
+def guest_options(default: KernelChoice | None = None) -> Any:
+    """A ``kernel: KernelChoice`` field given by the guest's options alone (``--uml-*``, ``--qemu-crypto``,
+    ``--uml-keep-awake``): for a benchmark that chooses its kernels itself, so has no ``--kernel``."""
+    return dataclasses.field(default=default or KernelChoice(), metadata={"guest_only": True})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,14 +89,16 @@ class Benchmark(Generic[Opts, Res]):
 
     def job(self, options: Opts, command: tuple[str, ...]) -> Job:
         """The :class:`~experiments.job.Job` that runs it on the kernel its options choose: every option but the
-        kernel travels as a JSON value."""
+        kernel travels as a JSON value (``verbose`` also as the job's log level, which a guest sets up before the
+        benchmark runs)."""
         values = {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)
                   if f.name != "kernel"}
         needs = self.needs(options) if self.needs else Needs(())
         out = values.get("out")
         return Job(BenchWork(self.name, values, needs.capabilities),
                    out_dir=out if isinstance(out, str) and os.path.isabs(out) else None,
-                   kernel=getattr(options, "kernel", KernelChoice()), command=command, started_unix=time.time())
+                   kernel=getattr(options, "kernel", KernelChoice()), command=command, started_unix=time.time(),
+                   verbose=int(bool(getattr(options, "verbose", False))))
 
 
 def _plain(value: Any) -> Any:
@@ -138,15 +155,19 @@ def front_door() -> list[str]:
     return [beside] if os.access(beside, os.X_OK) else [shutil.which("ipsec-testbed") or "ipsec-testbed"]
 
 
-def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
-    """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
-    from ipsec.profiles import parse_profile
-    from topologies.shaping import MAX_RATE_MBIT
-
+def check_profiles(profiles: Sequence[str], flag: str = "--profiles") -> None:
+    """A ValueError, in one line naming ``flag``, where one of ``profiles`` is no IPsec profile."""
     try:
         for name in profiles:
             parse_profile(name)
     except ValueError as e:
-        raise ValueError(f"--profiles: {e}") from None
+        raise ValueError(f"{flag}: {e}") from None
+
+
+def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
+    """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
+    from topologies.shaping import MAX_RATE_MBIT
+
+    check_profiles(profiles)
     if not 0 < rate_mbit <= MAX_RATE_MBIT:
         raise ValueError(f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {rate_mbit:g}")

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import ipaddress
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import xfrm_scale
+from benchmarks import xfrm_scale
+from cli import bench
 
 # Captured from iproute2 6.1 and iputils inside the project's UML guest.
 POLICY_COUNT = """\t SPD IN  1000 OUT 1000 FWD 1000 (Sock: IN 0 OUT 0 FWD 0)
@@ -44,6 +42,24 @@ def test_reads_the_round_trip_and_the_lookup_tables() -> None:
 
 
 def test_refuses_more_tunnels_than_the_sites_hold(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        xfrm_scale.main(["--prefix", "24", "--tunnels", "258"])
+    with pytest.raises(SystemExit) as e:
+        bench.main(["xfrm_scale", "--prefix", "24", "--tunnels", "258"])
+    assert e.value.code == 2
     assert "leaves room for 256 sites per side" in capsys.readouterr().err
+    assert xfrm_scale.Options(prefix=24, tunnels=(257,)).tunnels == (257,)  # 256 added: room for them
+
+
+def test_the_table_keeps_each_n_in_order_and_the_status_says_what_failed() -> None:
+    row = xfrm_scale.Row(1, rtt_ms=(0.1, 0.2, 0.3), sas=2, policies="IN 1 OUT 1 FWD 1", spd="SPD 8 buckets")
+    ok = xfrm_scale.Result("host", (row, xfrm_scale.Row(100, added=99, install_s=0.5, operations=990)),
+                           removal=xfrm_scale.Removal(99, 990, 0.25, 2), report="/r/report.html")
+    assert ok.status == 0
+    lines = xfrm_scale.page(xfrm_scale.Options(), ok).splitlines()
+    assert lines[2].split()[:2] == ["1", "0"] and lines[3].split()[:4] == ["100", "99", "0.50", "1980"]
+    assert lines[-2].startswith("removed 99 added tunnels (990 SAs and policies, both gateways) in 0.25 s: 3960")
+    assert lines[-1] == "report: /r/report.html"
+    failed = xfrm_scale.Result("host", (row,), failed=((10, "ping failed"),))
+    assert xfrm_scale.page(xfrm_scale.Options(), failed).splitlines()[2:] == [lines[2], "     10 failed: ping failed"]
+    assert failed.status == 1
+    assert xfrm_scale.Result("host", (row,), removal=xfrm_scale.Removal(9, 90, 0.1, 4)).status == 1
+    assert xfrm_scale.Result("host", interrupted=True).status == 130
