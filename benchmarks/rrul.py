@@ -30,7 +30,6 @@ flows, is not here: the load is iperf3's either way.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import glob
@@ -40,14 +39,19 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv
+from experiments import doctor
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option
 from experiments.engine import iperf, probe
+from experiments.job import KernelChoice
+from testbed import kernelsource, umlkernel
+from testbed.capabilities import Needs
+from topologies import TOPOLOGIES
 
 #: The probe's interval (flent's RRUL pings every 200 ms by default; 50 ms gives 20 samples a second).
 PROBE_EVERY_S = 0.05
@@ -63,19 +67,19 @@ IPERF_PORT = 5301
 FLENT_SERIES = {"icmp": "Ping (ms) ICMP", "udp": "Ping (ms) UDP"}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Series:
     """One probe's round trips, in ms: before the load, and under it with their times (s from the load's start)."""
 
-    idle_ms: list[float]
-    loaded: list[tuple[float, float]]
+    idle_ms: tuple[float, ...]
+    loaded: tuple[tuple[float, float], ...]
 
     @property
     def rtts(self) -> list[float]:
         return [ms for _, ms in self.loaded]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Run:
     """One profile and queue: the probe's round trips, as flent's are (:class:`Series`), and the goodput."""
 
@@ -99,8 +103,9 @@ def flent_series(data: dict, load_start_unix: float, load_end_unix: float) -> di
     raw = data.get("raw_values", {})
     for name, series in FLENT_SERIES.items():
         samples = [(v["t"], v["val"]) for v in raw.get(series, []) if v.get("val") is not None and "t" in v]
-        out[name] = Series([ms for t, ms in samples if t < load_start_unix],
-                           [(t - load_start_unix, ms) for t, ms in samples if load_start_unix <= t <= load_end_unix])
+        out[name] = Series(tuple(ms for t, ms in samples if t < load_start_unix),
+                           tuple((t - load_start_unix, ms) for t, ms in samples
+                                 if load_start_unix <= t <= load_end_unix))
     return out
 
 
@@ -121,58 +126,53 @@ def goodput_each_way(report: dict) -> tuple[float | None, float | None]:
     return (up / 1e6 if up is not None else None), (down / 1e6 if down is not None else None)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from topologies import TOPOLOGIES
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction, plain put first among the profiles, and the project's UML kernel
+    chosen for fq_codel unless a kernel is named (Debian's linux.uml loads no sch_fq_codel)."""
 
-    p = argparse.ArgumentParser(prog="ipsec-testbed bench rrul", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
-                   help="tunnels beside plain (default: aes-gcm-256)")
-    p.add_argument("--queues", type=csv(str), default=QUEUES, metavar="fifo,fq_codel",
-                   help="the shaper's queue: its own FIFO, fq_codel, or both (default: both)")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
-                   help="network (default: %(default)s); the load runs between its first client and server, "
-                        "whatever the topology's other flows")
-    p.add_argument("--rate", type=float, default=10.0, metavar="MBIT", help="the shaped link (default: 10)")
-    p.add_argument("--seconds", type=float, default=20.0, metavar="S", help="the load's length (default: 20)")
-    p.add_argument("--probe-tool", choices=probe.TOOLS, default=probe.TOOLS[0],
-                   help="the probe's tool, as the sweep's --probe-tool: ICMP echo (ping, answered by the server's "
-                        "kernel) or irtt (UDP to its own server) (default: %(default)s)")
-    p.add_argument("--flent", action="store_true",
-                   help="run flent's ping test (ICMP and UDP) beside the probe, the outside check of its figures")
-    add_bench_out(p, "rrul")
-    add_kernel_options(p)
-    return p
+    profiles: tuple[str, ...] = option(("aes-gcm-256",), "tunnels beside plain", metavar="NAME,...")
+    queues: tuple[str, ...] = option(QUEUES, "the shaper's queue: its own FIFO, fq_codel, or both (default: both)",
+                                     metavar="fifo,fq_codel", show_default=False)
+    topology: str = option("vpn_gateway", "network (default: vpn_gateway); the load runs between its first client "
+                           "and server, whatever the topology's other flows", choices=tuple(sorted(TOPOLOGIES)),
+                           show_default=False)
+    rate: float = option(10.0, "the shaped link", metavar="MBIT")
+    seconds: float = option(20.0, "the load's length", metavar="S")
+    probe_tool: str = option(probe.TOOLS[0], "the probe's tool, as the sweep's --probe-tool: ICMP echo (ping, "
+                             "answered by the server's kernel) or irtt (UDP to its own server)", choices=probe.TOOLS)
+    flent: bool = option(False, "run flent's ping test (ICMP and UDP) beside the probe, the outside check of its "
+                         "figures")
+    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
+                             "runs/<date>-bench-rrul in the checkout)", metavar="DIR")
+    kernel: KernelChoice = KernelChoice()
 
-
-def check(args: argparse.Namespace) -> str | None:
-    """Why these options cannot run, in one line, or None."""
-
-    bad = [q for q in args.queues if q not in QUEUES]
-    if bad or not args.queues:
-        return f"--queues: {', '.join(bad) or 'none given'}; the queues are {', '.join(QUEUES)}"
-    why = _common.profiles_and_rate_refusal(args.profiles, args.rate)
-    if why:
-        return why
-    if not 5 <= args.seconds <= 600:
-        return f"--seconds must be 5..600, not {args.seconds:g}"
-    if getattr(args, "flent", False) and not shutil.which("flent"):
-        return "--flent: flent is not installed (`sudo ./run install` installs Debian's)"
-    return None
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from testbed import kernelsource, umlkernel
-
-    args = build_parser().parse_args(argv)
-    if "fq_codel" in args.queues and not args.uml_kernel and not os.environ.get(umlkernel.KERNEL_ENV):
-        args.uml_kernel = kernelsource.RECIPE  # Debian's linux.uml loads no sch_fq_codel; the project's has it
-    return _common.run_beside_plain("rrul", args, check(args), "network namespaces, SAs, qdiscs", body)
+    def __post_init__(self) -> None:
+        bad = [q for q in self.queues if q not in QUEUES]
+        if bad or not self.queues:
+            raise ValueError(f"--queues: {', '.join(bad) or 'none given'}; the queues are {', '.join(QUEUES)}")
+        check_profiles_and_rate(self.profiles, self.rate)
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"--topology must be one of {', '.join(sorted(TOPOLOGIES))}, not {self.topology!r}")
+        if self.probe_tool not in probe.TOOLS:
+            raise ValueError(f"--probe-tool must be one of {', '.join(probe.TOOLS)}, not {self.probe_tool!r}")
+        if not 5 <= self.seconds <= 600:
+            raise ValueError(f"--seconds must be 5..600, not {self.seconds:g}")
+        if self.flent and not shutil.which("flent"):
+            raise ValueError("--flent: flent is not installed (`sudo ./run install` installs Debian's)")
+        object.__setattr__(self, "profiles", ("none", *[p for p in self.profiles if p != "none"]))
+        if "fq_codel" in self.queues and not self.kernel.uml_kernel and not os.environ.get(umlkernel.KERNEL_ENV):
+            object.__setattr__(self, "kernel", self.kernel.with_(uml_kernel=kernelsource.RECIPE))
 
 
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, each profile and queue's run, and the report it wrote."""
+
+    where: str  # the backend and its kernel release
+    runs: tuple[Run, ...]
+    elapsed_s: float
+    report: str
 
 
 def _probe_lines(proc: subprocess.Popen, started: float, into: list[tuple[float, float]]) -> None:
@@ -182,7 +182,7 @@ def _probe_lines(proc: subprocess.Popen, started: float, into: list[tuple[float,
             into.append((time.monotonic() - started, ms))
 
 
-def measure(net, profile: str, queue: str, args) -> Run:
+def measure(net, profile: str, queue: str, args: Options) -> Run:
     """One combination on ``net``, its IPsec and queue already set."""
     client, server = net.spec.flows[0]
     cns, sns, addr = net.ns(client), net.ns(server), net.addr(server)
@@ -218,7 +218,8 @@ def measure(net, profile: str, queue: str, args) -> Run:
         try:
             flent_runs = flent_series(read_flent(flent_dir), load_at_unix, load_end_unix)
         except (OSError, ValueError, RuntimeError) as e:
-            print(f"  flent gave no round trips (exit {flent.returncode}: {e}): {said.strip()[-300:]}", flush=True)
+            print(f"  flent gave no round trips (exit {flent.returncode}: {e}): {said.strip()[-300:]}",
+                  file=sys.stderr, flush=True)
         finally:
             shutil.rmtree(flent_dir, ignore_errors=True)
     try:
@@ -226,18 +227,19 @@ def measure(net, profile: str, queue: str, args) -> Run:
     except ValueError:
         up = down = None
     if load.returncode:
-        print(f"  iperf3 failed (exit {load.returncode}): {out.strip()[-300:] or err.strip()[-300:]}", flush=True)
+        print(f"  iperf3 failed (exit {load.returncode}): {out.strip()[-300:] or err.strip()[-300:]}",
+              file=sys.stderr, flush=True)
     for t, ms in samples:
         if t < load_at:
             idle.append(ms)
         elif t <= load_end:
             loaded.append((t - load_at, ms))
     sent = int((load_end - load_at) / PROBE_EVERY_S)
-    return Run(profile, queue, Series(idle, loaded), sent, up, down, flent_runs)
+    return Run(profile, queue, Series(tuple(idle), tuple(loaded)), sent, up, down, flent_runs)
 
 
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on: each run's lines on stderr as they come."""
     from experiments.engine.measure import switch_ipsec
     from testbed import backends
     from topologies import build_spec
@@ -245,12 +247,8 @@ def body(args) -> int:
     from topologies.shaping import ShapingSpec
 
     spec = build_spec(args.topology)
-    print(f"{backends.current().label()} ({os.uname().release}); {args.topology}, {args.rate:g} Mbit/s, "
-          f"{FLOWS_EACH_WAY} TCP flows each way for {args.seconds:g} s, {args.probe_tool} every "
-          f"{PROBE_EVERY_S * 1000:g} ms",
-          flush=True)
-    print(f"{'profile':>22s} {'queue':>9s} {'idle ms':>8s} {'median':>7s} {'p90':>7s} {'p99':>7s} {'lost':>5s} "
-          f"{'up Mbit/s':>10s} {'down':>7s}", flush=True)
+    where = f"{backends.current().label()} ({os.uname().release})"
+    print(f"{heading(args, where)}\n{HEADER}", file=sys.stderr, flush=True)
     runs: list[Run] = []
     t0 = time.monotonic()
     irtt = args.probe_tool == probe.IRTT or args.flent  # flent's ping test times UDP by irtt too
@@ -261,26 +259,44 @@ def body(args) -> int:
             net.reshape(ShapingSpec(rate_mbit=args.rate, queue=queue))
             for profile in args.profiles:
                 current = switch_ipsec(net, current, profile, "tunnel", (4,))
-                run = measure(net, profile, queue, args)
-                runs.append(run)
-                print_run(run)
-    print(f"{len(runs)} runs in {time.monotonic() - t0:.0f} s")
-    for line in summary(runs):
-        print(line)
-    print(f"report: {write_page(args, runs)}")
-    return 0
+                one = measure(net, profile, queue, args)
+                runs.append(one)
+                print("\n".join(run_lines(one)), file=sys.stderr, flush=True)
+    return Result(where, tuple(runs), time.monotonic() - t0, write_page(args, runs))
+
+
+def heading(args: Options, where: str) -> str:
+    """The line that says where and how it measured."""
+    return (f"{where}; {args.topology}, {args.rate:g} Mbit/s, {FLOWS_EACH_WAY} TCP flows each way for "
+            f"{args.seconds:g} s, {args.probe_tool} every {PROBE_EVERY_S * 1000:g} ms")
+
+
+HEADER = (f"{'profile':>22s} {'queue':>9s} {'idle ms':>8s} {'median':>7s} {'p90':>7s} {'p99':>7s} {'lost':>5s} "
+          f"{'up Mbit/s':>10s} {'down':>7s}")
+
+
+def page(args: Options, result: Result) -> str:
+    """Each run's round trips and goodput, what IPsec adds and fq_codel takes away, and the report."""
+    return "\n".join([heading(args, result.where), HEADER, *(line for r in result.runs for line in run_lines(r)),
+                      f"{len(result.runs)} runs in {result.elapsed_s:.0f} s", *summary(result.runs),
+                      f"report: {result.report}"])
+
+
+def needs(args: Options) -> Needs:
+    """Each profile's protocols (and veth and tbf): plain's beside the tunnels'."""
+    return doctor.needs(args.profiles)
 
 
 def _f(x: float | None, digits: int = 1) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def print_run(r: Run) -> None:
-    print(f"{r.profile:>22s} {r.queue:>9s} {_columns(r.probe)} "
-          f"{r.lost:>5d} {_f(r.up_mbps, 2):>10s} {_f(r.down_mbps, 2):>7s}", flush=True)
-    for name, series in r.flent.items():
-        print(f"{'flent ' + name:>32s} {_columns(series)}   ({len(series.idle_ms)} idle, "
-              f"{len(series.loaded)} under load)", flush=True)
+def run_lines(r: Run) -> list[str]:
+    """A run's line of the table, and one for each of flent's series beside it (pure)."""
+    return [f"{r.profile:>22s} {r.queue:>9s} {_columns(r.probe)} {r.lost:>5d} {_f(r.up_mbps, 2):>10s} "
+            f"{_f(r.down_mbps, 2):>7s}",
+            *(f"{'flent ' + name:>32s} {_columns(series)}   ({len(series.idle_ms)} idle, {len(series.loaded)} under "
+              "load)" for name, series in r.flent.items())]
 
 
 def _columns(series: Series) -> str:
@@ -327,7 +343,7 @@ def _cumulative(values: Sequence[float]) -> dict[str, list[float]]:
     return {"x": xs, "y": [(i + 1) / len(xs) for i in range(len(xs))]}
 
 
-def write_page(args, runs: Sequence[Run]) -> str:
+def write_page(args: Options, runs: Sequence[Run]) -> str:
     """The round trip against time and its CDF, per profile and queue, as flent draws them."""
     from analysis import benchpage
     from testbed import backends
@@ -354,3 +370,6 @@ def write_page(args, runs: Sequence[Run]) -> str:
     return benchpage.write(args.out, "rrul: latency under load through the tunnel",
                            f"{data['where']} ({data['kernel']}); {args.topology}, {args.rate:g} Mbit/s, "
                            f"{FLOWS_EACH_WAY} TCP flows each way", sections, data)
+
+
+BENCHMARK = Benchmark("rrul", Options, run, page, root="network namespaces, SAs, qdiscs", needs=needs)

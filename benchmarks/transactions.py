@@ -38,16 +38,19 @@ stops short of ``--precision`` says about how many it would take.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
 import statistics
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv
+from experiments import doctor, transactions
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option
+from experiments.job import KernelChoice
+from testbed.capabilities import Needs
+from topologies import TOPOLOGIES
 
 #: What a window's round trip or serialisation is called in the bound column.
 ROUND_TRIP = "round trip"
@@ -57,9 +60,10 @@ LINK_SHARE = 0.5
 TCP_WITH_TIMESTAMPS = 32
 #: Packets of a connection's opening and closing beside its data (SYN, SYN-ACK, ACK; FIN, ACK each way).
 HANDSHAKE_PACKETS = 7
+MODES = ("tunnel", "transport")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Window:
     """One profile's window at one point."""
 
@@ -209,79 +213,74 @@ def figures(windows: Sequence[Window], plain: str = "none") -> list[Figure]:
     return out
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from experiments import transactions
-    from topologies import TOPOLOGIES
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction, plain put first among the profiles."""
 
-    p = argparse.ArgumentParser(prog="ipsec-testbed bench transactions", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
-                   help="tunnels beside plain (default: aes-gcm-256)")
-    p.add_argument("--tests", type=csv(str), default=transactions.KINDS, metavar="rr,crr",
-                   help="rr (TCP_RR), crr (TCP_CRR) or both (default: both)")
-    p.add_argument("--sizes", type=csv(int), default=(1, 1024), metavar="BYTES,...",
-                   help=f"request and response sizes, {transactions.MIN_SIZE}..{transactions.MAX_SIZE} "
-                        "(default: 1,1024)")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
-                   help="network (default: %(default)s)")
-    p.add_argument("--mode", choices=("tunnel", "transport"), default="tunnel", help="IPsec mode (default: tunnel)")
-    p.add_argument("--ip", type=int, choices=(4, 6), default=4, help="IP version (default: 4)")
-    p.add_argument("--rate", type=float, default=10000.0, metavar="MBIT",
-                   help="the shaped link's rate (default: 10000: unshaped, the CPU and the round trip the limits)")
-    p.add_argument("--duration", type=float, default=2.0, metavar="SECONDS", help="each window (default: 2)")
-    p.add_argument("--warmup", type=float, default=0.5, metavar="SECONDS",
-                   help="transactions before each window, not counted (default: 0.5)")
-    p.add_argument("--repetitions", type=int, default=3, metavar="N", help="windows per profile at least (default: 3)")
-    p.add_argument("--max-repetitions", type=int, default=12, metavar="N",
-                   help="... and at most, while a figure is less precise than --precision (default: 12)")
-    p.add_argument("--precision", type=float, default=2.0, metavar="PERCENT",
-                   help="the 95%% interval of a profile's transactions per second, and of its ratio to plain, as "
-                        "a share of the value (default: 2)")
-    add_bench_out(p, "transactions")
-    add_kernel_options(p)
-    return p
+    profiles: tuple[str, ...] = option(("aes-gcm-256",), "tunnels beside plain", metavar="NAME,...")
+    tests: tuple[str, ...] = option(transactions.KINDS, "rr (TCP_RR), crr (TCP_CRR) or both (default: both)",
+                                    metavar="rr,crr", show_default=False)
+    sizes: tuple[int, ...] = option((1, 1024), f"request and response sizes, {transactions.MIN_SIZE}.."
+                                    f"{transactions.MAX_SIZE}", metavar="BYTES,...")
+    topology: str = option("vpn_gateway", "network", choices=tuple(sorted(TOPOLOGIES)))
+    mode: str = option("tunnel", "IPsec mode", choices=MODES)
+    ip: int = option(4, "IP version", choices=(4, 6))
+    rate: float = option(10000.0, "the shaped link's rate (default: 10000: unshaped, the CPU and the round trip "
+                         "the limits)", metavar="MBIT", show_default=False)
+    duration: float = option(2.0, "each window", metavar="SECONDS")
+    warmup: float = option(0.5, "transactions before each window, not counted", metavar="SECONDS")
+    repetitions: int = option(3, "windows per profile at least", metavar="N")
+    max_repetitions: int = option(12, "... and at most, while a figure is less precise than --precision",
+                                  metavar="N")
+    precision: float = option(2.0, "the 95% interval of a profile's transactions per second, and of its ratio to "
+                              "plain, as a share of the value", metavar="PERCENT")
+    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
+                             "runs/<date>-bench-transactions in the checkout)", metavar="DIR")
+    kernel: KernelChoice = KernelChoice()
 
-
-def check(args: argparse.Namespace) -> str | None:
-    """Why these options cannot run, in one line, or None."""
-    from experiments import transactions
-
-    bad = [t for t in args.tests if t not in transactions.KINDS]
-    if bad or not args.tests:
-        return f"--tests: {', '.join(bad) or 'none given'}; the tests are {', '.join(transactions.KINDS)}"
-    for size in args.sizes:
-        try:
-            transactions.check_size(size)
-        except ValueError as e:
-            return f"--sizes: {e}"
-    why = _common.profiles_and_rate_refusal(args.profiles, args.rate)
-    if why:
-        return why
-    if not 0.5 <= args.duration <= 600 or not 0 <= args.warmup <= 60:
-        return "--duration must be seconds in 0.5..600 and --warmup in 0..60"
-    if not 2 <= args.repetitions <= 50:
-        return f"--repetitions must be 2..50 (an interval needs two windows), not {args.repetitions}"
-    if args.max_repetitions < args.repetitions:
-        return (f"--max-repetitions {args.max_repetitions} is below --repetitions {args.repetitions}: a figure's "
-                "most windows cannot be fewer than its least")
-    if not 0 < args.precision <= 100:
-        return f"--precision must be a percentage in (0, 100], not {args.precision:g}"
-    return None
+    def __post_init__(self) -> None:
+        bad = [t for t in self.tests if t not in transactions.KINDS]
+        if bad or not self.tests:
+            raise ValueError(f"--tests: {', '.join(bad) or 'none given'}; the tests are "
+                             f"{', '.join(transactions.KINDS)}")
+        for size in self.sizes:
+            try:
+                transactions.check_size(size)
+            except ValueError as e:
+                raise ValueError(f"--sizes: {e}") from None
+        check_profiles_and_rate(self.profiles, self.rate)
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"--topology must be one of {', '.join(sorted(TOPOLOGIES))}, not {self.topology!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be {' or '.join(MODES)}, not {self.mode!r}")
+        if self.ip not in (4, 6):
+            raise ValueError(f"--ip must be 4 or 6, not {self.ip!r}")
+        if not 0.5 <= self.duration <= 600 or not 0 <= self.warmup <= 60:
+            raise ValueError("--duration must be seconds in 0.5..600 and --warmup in 0..60")
+        if not 2 <= self.repetitions <= 50:
+            raise ValueError(f"--repetitions must be 2..50 (an interval needs two windows), not {self.repetitions}")
+        if self.max_repetitions < self.repetitions:
+            raise ValueError(f"--max-repetitions {self.max_repetitions} is below --repetitions {self.repetitions}: "
+                             "a figure's most windows cannot be fewer than its least")
+        if not 0 < self.precision <= 100:
+            raise ValueError(f"--precision must be a percentage in (0, 100], not {self.precision:g}")
+        object.__setattr__(self, "profiles", ("none", *[p for p in self.profiles if p != "none"]))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return _common.run_beside_plain("transactions", args, check(args), "network namespaces, SAs", body)
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, every window, irtt's unloaded round trip of each profile and the report it wrote."""
+
+    where: str  # the backend, its kernel release and CPUs
+    windows: tuple[Window, ...]
+    idle_rtt_ms: Mapping[str, float | None]  # irtt's median before the profile's first window (None: no answer)
+    elapsed_s: float
+    report: str
 
 
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
-    from experiments import transactions
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on: each round's progress and each point's figures on
+    stderr as they come."""
     from experiments.engine import probe
     from experiments.engine.measure import switch_ipsec
     from testbed import backends
@@ -290,11 +289,8 @@ def body(args) -> int:
     from topologies.shaping import ShapingSpec
 
     spec = build_spec(args.topology)
-    print(f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s)); "
-          f"{args.topology}, {args.mode} mode, IPv{args.ip}, {args.rate:g} Mbit/s; windows of {args.duration:g} s "
-          f"after {args.warmup:g} s, {args.repetitions}..{args.max_repetitions} per profile, precision "
-          f"{args.precision:g} %", flush=True)
-    print(HEADER, flush=True)
+    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    print(f"{heading(args, where)}\n{HEADER}", file=sys.stderr, flush=True)
     windows: list[Window] = []
     idle: dict[str, float | None] = {}
     meter = backends.current().cpu_meter()
@@ -331,23 +327,48 @@ def body(args) -> int:
                                 rep += 1
                                 done = figures(point)
                                 print(progress(kind, size, rep, args.max_repetitions, done, time.monotonic() - t0),
-                                      flush=True)
+                                      file=sys.stderr, flush=True)
                                 if rep >= args.repetitions and all(f.precise(args.precision) for f in done):
                                     break
                             windows += point
-                            for f in sorted(figures(point), key=lambda f: args.profiles.index(f.profile)):
-                                print_figure(f, idle.get(f.profile))
+                            for f in in_order(figures(point), args.profiles):
+                                print(figure_line(f, idle.get(f.profile)), file=sys.stderr, flush=True)
     finally:
         meter.close()
-    print(f"{len(windows)} windows in {time.monotonic() - t0:.0f} s")
-    imprecise = [f for f in figures(windows) if not f.precise(args.precision)]
-    for f in imprecise:
-        print(f"not within {args.precision:g} % after {f.n} windows: {f.kind} {f.size} B {f.profile} "
-              f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)}); at this "
-              f"spread {f.needed_said(args.precision)} "
-              f"(--max-repetitions, or a longer --duration)")
-    print(f"report: {write_page(args, windows, idle)}")
-    return 0
+    return Result(where, tuple(windows), idle, time.monotonic() - t0, write_page(args, windows, idle))
+
+
+def heading(args: Options, where: str) -> str:
+    """The line that says where and how it measured."""
+    return (f"{where}; {args.topology}, {args.mode} mode, IPv{args.ip}, {args.rate:g} Mbit/s; windows of "
+            f"{args.duration:g} s after {args.warmup:g} s, {args.repetitions}..{args.max_repetitions} per profile, "
+            f"precision {args.precision:g} %")
+
+
+def in_order(figs: Sequence[Figure], profiles: Sequence[str]) -> list[Figure]:
+    """``figs`` point by point, each point's in the order of ``profiles`` (pure)."""
+    points = list(dict.fromkeys((f.kind, f.size) for f in figs))
+    return sorted(figs, key=lambda f: (points.index((f.kind, f.size)), profiles.index(f.profile)))
+
+
+def page(args: Options, result: Result) -> str:
+    """Each point's figures, the ones short of --precision with about how many windows they would take, and the
+    report."""
+    figs = figures(result.windows)
+    lines = [heading(args, result.where), HEADER,
+             *(figure_line(f, result.idle_rtt_ms.get(f.profile)) for f in in_order(figs, args.profiles)),
+             f"{len(result.windows)} windows in {result.elapsed_s:.0f} s"]
+    for f in figs:
+        if not f.precise(args.precision):
+            lines.append(f"not within {args.precision:g} % after {f.n} windows: {f.kind} {f.size} B {f.profile} "
+                         f"(transactions/s ± {_pct(f.per_s, f.per_s_ci95)}, ratio ± {_pct(f.ratio, f.ratio_ci95)}); "
+                         f"at this spread {f.needed_said(args.precision)} (--max-repetitions, or a longer --duration)")
+    return "\n".join([*lines, f"report: {result.report}"])
+
+
+def needs(args: Options) -> Needs:
+    """Each profile's protocols (and veth and tbf): plain's beside the tunnels'."""
+    return doctor.needs(args.profiles)
 
 
 def progress(kind: str, size: int, rounds: int, most: int, done: Sequence[Figure], elapsed_s: float) -> str:
@@ -367,15 +388,16 @@ HEADER = (f"{'test':>4s} {'size':>6s} {'profile':>22s} {'n':>3s} {'trans/s':>10s
           f"{'±95%':>6s} {'mean ms':>8s} {'p99 ms':>7s} {'CPU %':>6s} {'irtt ms':>8s}  bound")
 
 
-def print_figure(f: Figure, idle_ms: float | None) -> None:
+def figure_line(f: Figure, idle_ms: float | None) -> str:
+    """A figure's line of the table, with irtt's unloaded round trip of its profile (pure)."""
     ratio = f"{f.ratio:.3f}" if f.ratio is not None else "–"
-    print(f"{f.kind:>4s} {f.size:>6d} {f.profile:>22s} {f.n:>3d} {f.per_s:>10.1f} {_pct(f.per_s, f.per_s_ci95):>6s} "
-          f"{ratio:>7s} {_pct(f.ratio, f.ratio_ci95) if f.ratio is not None else '':>6s} {f.mean_ms:>8.3f} "
-          f"{f.p99_ms:>7.3f} {f.cpu_busy_pct:>6.0f} {(f'{idle_ms:.3f}' if idle_ms is not None else '–'):>8s}  "
-          f"{f.bounds}", flush=True)
+    return (f"{f.kind:>4s} {f.size:>6d} {f.profile:>22s} {f.n:>3d} {f.per_s:>10.1f} "
+            f"{_pct(f.per_s, f.per_s_ci95):>6s} {ratio:>7s} "
+            f"{_pct(f.ratio, f.ratio_ci95) if f.ratio is not None else '':>6s} {f.mean_ms:>8.3f} {f.p99_ms:>7.3f} "
+            f"{f.cpu_busy_pct:>6.0f} {(f'{idle_ms:.3f}' if idle_ms is not None else '–'):>8s}  {f.bounds}")
 
 
-def write_page(args, windows: Sequence[Window], idle: dict[str, float | None]) -> str:
+def write_page(args: Options, windows: Sequence[Window], idle: Mapping[str, float | None]) -> str:
     """The run directory's figures: transactions per second by profile at each point, and the ratio to plain."""
     from analysis import benchpage
     from testbed import backends
@@ -406,3 +428,6 @@ def write_page(args, windows: Sequence[Window], idle: dict[str, float | None]) -
     return benchpage.write(args.out, "transactions: TCP_RR and TCP_CRR through the tunnel",
                            f"{data['where']} ({data['kernel']}); {args.topology}, {args.mode} mode, IPv{args.ip}, "
                            f"{args.rate:g} Mbit/s", sections, data)
+
+
+BENCHMARK = Benchmark("transactions", Options, run, page, root="network namespaces, SAs", needs=needs)

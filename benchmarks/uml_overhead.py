@@ -8,14 +8,17 @@ command" is the time until the guest command's first output byte reaches the hos
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
+import math
 import os
 import statistics
 import sys
 import time
 
+from experiments.benchmark import Benchmark, option
 from experiments.doctor import kernel_modules
 from testbed.backends import uml
+from testbed.errors import Refused
 
 
 class FirstByte:
@@ -44,40 +47,97 @@ def once(command: list[str], mem: str) -> tuple[float, float, int]:
     return ((out.at or float("nan")) - t0, total, rc)
 
 
-def _spread(xs: list[float]) -> str:
+def _spread(xs: tuple[float, ...]) -> str:
     return f"{min(xs):6.2f} {statistics.median(xs):6.2f} {max(xs):6.2f}"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=5, help="boots per case (default: %(default)s)")
-    ap.add_argument("--mem", default="2G", help="guest memory (default: %(default)s)")
-    args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("uml_overhead: needs root; run with sudo")
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How many boots and how much memory; checked on construction."""
+
+    repeat: int = option(5, "boots per case")
+    mem: str = option("2G", "guest memory")
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1:
+            raise ValueError(f"--repeat must be at least 1, not {self.repeat}")
+        if not uml.MEM_PATTERN.match(self.mem):
+            raise ValueError(f"--mem must be a size like 512M or 2G, not {self.mem!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One guest command's boots: the seconds to its first output byte (NaN: it printed none) and in all."""
+
+    label: str
+    firsts: tuple[float, ...]
+    totals: tuple[float, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The host and the UML kernel, each case's boots, and `true` run on the host for comparison."""
+
+    release: str
+    cpus: int | None
+    kernel: str
+    cases: tuple[Case, ...]
+    host_true_s: float
+
+
+def cases() -> list[tuple[str, list[str]]]:
+    """The guest commands timed: (label, argv)."""
     py = sys.executable
-    cases = [
+    return [
         ("echo (boot to command)", ["echo", "ready"]),
         ("true (trivial command)", ["true"]),
         ("python3 start", [py, "-c", "print('ready')"]),
         ("python: import pyroute2 + testbed",
          [py, "-c", "import pyroute2, ipsec.xfrm, experiments.doctor; print('ready')"]),
     ]
-    print(f"UML overhead on {os.uname().release} host, {os.cpu_count()} CPUs, kernel {uml.find_kernel()}, "
-          f"mem={args.mem}, {args.repeat} boots per case")
-    print(f"{'case':38s} {'first output s (min/median/max)':>32s} {'total s (min/median/max)':>28s}")
-    for label, cmd in cases:
+
+
+def run(args: Options) -> Result:
+    """Boot a guest ``--repeat`` times for each case, each case's line on stderr as it is done; a guest command
+    that fails is refused in one line."""
+    release, cpus, kernel = os.uname().release, os.cpu_count(), uml.find_kernel()
+    print(f"{heading(args, release, cpus, kernel)}\n{HEADER}", file=sys.stderr, flush=True)
+    done = []
+    for label, cmd in cases():
         firsts, totals = [], []
         for _ in range(args.repeat):
             first, total, rc = once(cmd, args.mem)
             if rc != 0:
-                sys.exit(f"{label}: the guest command exited {rc}")
+                raise Refused(f"{label}: the guest command exited {rc}")
             firsts.append(first)
             totals.append(total)
-        first_col = _spread(firsts) if not any(f != f for f in firsts) else "(no output)"
-        print(f"{label:38s} {first_col:>32s} {_spread(totals):>28s}", flush=True)
+        done.append(Case(label, tuple(firsts), tuple(totals)))
+        print(case_line(done[-1]), file=sys.stderr, flush=True)
     t0 = time.monotonic()
     os.spawnvp(os.P_WAIT, "true", ["true"])
-    print(f"for comparison, `true` on the host: {time.monotonic() - t0:.4f} s")
-    return 0
+    host_true_s = time.monotonic() - t0
+    return Result(release, cpus, kernel, tuple(done), host_true_s)
 
+
+def heading(args: Options, release: str, cpus: int | None, kernel: str) -> str:
+    """The line that says what it boots, where."""
+    return f"UML overhead on {release} host, {cpus} CPUs, kernel {kernel}, mem={args.mem}, {args.repeat} boots per case"
+
+
+HEADER = f"{'case':38s} {'first output s (min/median/max)':>32s} {'total s (min/median/max)':>28s}"
+
+
+def case_line(case: Case) -> str:
+    """A case's line of the table (pure)."""
+    first_col = _spread(case.firsts) if not any(math.isnan(f) for f in case.firsts) else "(no output)"
+    return f"{case.label:38s} {first_col:>32s} {_spread(case.totals):>28s}"
+
+
+def page(args: Options, result: Result) -> str:
+    """The table: each case's seconds to first output and in all (min/median/max), and `true` on the host."""
+    return "\n".join([heading(args, result.release, result.cpus, result.kernel), HEADER,
+                      *(case_line(c) for c in result.cases),
+                      f"for comparison, `true` on the host: {result.host_true_s:.4f} s"])
+
+
+BENCHMARK = Benchmark("uml_overhead", Options, run, page, root="boots User-Mode Linux guests")

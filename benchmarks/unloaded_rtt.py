@@ -48,7 +48,6 @@ path; irtt adds its own processes' scheduling at both ends, which in a guest is 
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -59,8 +58,12 @@ import sys
 import time
 from collections.abc import Sequence
 
-from benchmarks import _common
-from cli.options import add_bench_out, add_kernel_options, csv
+from experiments import doctor
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option
+from experiments.job import KernelChoice
+from testbed.capabilities import Needs
+from topologies import TOPOLOGIES
+from topologies.shaping import MAX_RATE_MBIT
 
 #: The rates of the default: unshaped (0), then the seeds' range.
 RATES = (0.0, 100.0, 10.0, 1.0)
@@ -72,15 +75,15 @@ STATISTICS = ("mean", "minimum", "flood")
 _RECEIVED = re.compile(r"(\d+) received")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Run:
     """One profile on one path in one round: the two tools' round trips (ms) and the CPU per probe round trip."""
 
     rate_mbit: float
     profile: str
     round: int
-    irtt_ms: list[float]
-    ping_ms: list[float]
+    irtt_ms: tuple[float, ...]
+    ping_ms: tuple[float, ...]
     cpu_us_per_rt: float | None  # the emulator's CPU time over a ping flood, per echo answered: a round trip's work
     flood_ms: float | None = None  # the least round trip of the sweep's reference flood (ping's; None: no reply)
 
@@ -216,64 +219,57 @@ def ping_received(output: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from topologies import TOPOLOGIES
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to measure; checked on construction, plain put first among the profiles."""
 
-    p = argparse.ArgumentParser(prog="ipsec-testbed bench unloaded_rtt", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profiles", type=csv(str), default=("aes-gcm-256",), metavar="NAME,...",
-                   help="tunnels beside plain (default: aes-gcm-256)")
-    p.add_argument("--rates", type=csv(float), default=RATES, metavar="MBIT,...",
-                   help="paths: 0 unshaped, else the shaped link's rate (default: 0,100,10,1)")
-    p.add_argument("--topology", choices=sorted(TOPOLOGIES), default="vpn_gateway",
-                   help="network (default: %(default)s); the probe runs from its first client to its server")
-    p.add_argument("--seconds", type=float, default=4.0, metavar="S",
-                   help="each tool's run per profile, path and round (default: 4)")
-    p.add_argument("--per-s", type=float, default=50.0, metavar="N",
-                   help="round trips a second, each tool (default: 50)")
-    p.add_argument("--rounds", type=int, default=4, metavar="N", help="ABBA rounds per path (default: 4)")
-    p.add_argument("--tolerance", type=float, default=0.05, metavar="MS",
-                   help="how far the measured may lie from the predicted, its interval included (default: 0.05)")
-    add_bench_out(p, "unloaded_rtt")
-    add_kernel_options(p)
-    p.set_defaults(uml_keep_awake=True)  # lone packets at the emulator's full speed, as the CPU term is counted
-    return p
+    profiles: tuple[str, ...] = option(("aes-gcm-256",), "tunnels beside plain", metavar="NAME,...")
+    rates: tuple[float, ...] = option(RATES, "paths: 0 unshaped, else the shaped link's rate", metavar="MBIT,...")
+    topology: str = option("vpn_gateway", "network (default: vpn_gateway); the probe runs from its first client "
+                           "to its server", choices=tuple(sorted(TOPOLOGIES)), show_default=False)
+    seconds: float = option(4.0, "each tool's run per profile, path and round", metavar="S")
+    per_s: float = option(50.0, "round trips a second, each tool", metavar="N")
+    rounds: int = option(4, "ABBA rounds per path", metavar="N")
+    tolerance: float = option(0.05, "how far the measured may lie from the predicted, its interval included",
+                              metavar="MS")
+    out: str | None = option(None, "where results.json and report.html (the plots) go (default: "
+                             "runs/<date>-bench-unloaded_rtt in the checkout)", metavar="DIR")
+    # lone packets at the emulator's full speed, as the CPU term is counted
+    kernel: KernelChoice = KernelChoice(keep_awake=True)
 
-
-def check(args: argparse.Namespace) -> str | None:
-    """Why these options cannot run, in one line, or None."""
-    from topologies.shaping import MAX_RATE_MBIT
-
-    why = _common.profiles_and_rate_refusal(args.profiles, 1.0)
-    if why:
-        return why
-    bad = [r for r in args.rates if not (r == 0 or 0 < r <= MAX_RATE_MBIT)]
-    if bad or not args.rates:
-        return f"--rates: {', '.join(f'{r:g}' for r in bad) or 'none given'}; 0 (unshaped) or Mbit/s in " \
-               f"(0, {MAX_RATE_MBIT:g}]"
-    if not 1 <= args.seconds <= 60:
-        return f"--seconds must be 1..60, not {args.seconds:g}"
-    if not 1 <= args.per_s <= 100:
-        return f"--per-s must be 1..100 round trips a second, not {args.per_s:g}"
-    if 0 not in args.rates:
-        return ("--rates must include 0: the unshaped path, where the CPU term is counted (a flood would fill a "
-                "shaped link)")
-    if args.rounds < 2:
-        return f"--rounds must be 2 or more (a difference's interval needs two), not {args.rounds}"
-    return None
+    def __post_init__(self) -> None:
+        check_profiles_and_rate(self.profiles, 1.0)
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"--topology must be one of {', '.join(sorted(TOPOLOGIES))}, not {self.topology!r}")
+        bad = [r for r in self.rates if not (r == 0 or 0 < r <= MAX_RATE_MBIT)]
+        if bad or not self.rates:
+            raise ValueError(f"--rates: {', '.join(f'{r:g}' for r in bad) or 'none given'}; 0 (unshaped) or Mbit/s "
+                             f"in (0, {MAX_RATE_MBIT:g}]")
+        if not 1 <= self.seconds <= 60:
+            raise ValueError(f"--seconds must be 1..60, not {self.seconds:g}")
+        if not 1 <= self.per_s <= 100:
+            raise ValueError(f"--per-s must be 1..100 round trips a second, not {self.per_s:g}")
+        if 0 not in self.rates:
+            raise ValueError("--rates must include 0: the unshaped path, where the CPU term is counted (a flood "
+                             "would fill a shaped link)")
+        if self.rounds < 2:
+            raise ValueError(f"--rounds must be 2 or more (a difference's interval needs two), not {self.rounds}")
+        object.__setattr__(self, "profiles", ("none", *[p for p in self.profiles if p != "none"]))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return _common.run_beside_plain("unloaded_rtt", args, check(args), "network namespaces, SAs, qdiscs", body)
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Where it ran, every run, the verdicts and the report it wrote."""
+
+    where: str  # the backend and its kernel release
+    awake: str  # what kept the guest's host CPU awake, as :func:`awake_said` says it
+    runs: tuple[Run, ...]
+    verdicts: tuple[Verdict, ...]
+    elapsed_s: float
+    report: str
 
 
-def in_guest(job) -> int:
-    """This benchmark where the kernel under test is (:mod:`cli.job`)."""
-    return body(_common.options_of(job))
-
-
-def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
+def measure(net, meter, rate: float, profile: str, rnd: int, args: Options) -> Run:
     """Both tools, one after the other, then the flood that counts a round trip's CPU, on ``net`` as it is now
     (its profile and shaping set)."""
     from experiments.engine import iperf, probe
@@ -285,7 +281,7 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
         got = probe.trips(probe.run(cns, addr, args.seconds, 1.0 / args.per_s, tool), args.seconds * 2 + 30)
         if isinstance(got, str):
             print(f"bench unloaded_rtt: {profile} at {_path(rate)}, round {rnd}: {got}", file=sys.stderr)
-        rtts[tool] = [] if isinstance(got, str) else [t.rtt_ms for t in got if t.rtt_ms is not None]
+        rtts[tool] = () if isinstance(got, str) else tuple(t.rtt_ms for t in got if t.rtt_ms is not None)
     irtt, ping = rtts[probe.IRTT], rtts[probe.PING]
     least = probe.flood_least(cns, addr, 10.0)  # the sweep's reference least, as a sweep takes it
     if isinstance(least, str):
@@ -303,8 +299,8 @@ def measure(net, meter, rate: float, profile: str, rnd: int, args) -> Run:
     return Run(rate, profile, rnd, irtt, ping, cpu, flood_ms)
 
 
-def body(args) -> int:
-    """What the benchmark measures, on the kernel it runs on."""
+def run(args: Options) -> Result:
+    """What the benchmark measures, on the kernel it runs on: each run's row on stderr as it comes."""
     from experiments.engine import probe
     from experiments.engine.measure import switch_ipsec
     from testbed import backends
@@ -314,11 +310,8 @@ def body(args) -> int:
 
     spec = build_spec(args.topology)
     rates = sorted(args.rates, key=lambda r: (r != 0, -r))  # unshaped first: the network is built so
-    print(f"{backends.current().label()} ({os.uname().release}); {args.topology}; irtt then ping, "
-          f"{args.per_s:g} a second for {args.seconds:g} s each, {args.rounds} ABBA rounds per path; "
-          f"{awake_said()}", flush=True)
-    print(f"{'path':>10s} {'round':>5s} {'profile':>22s} {'irtt mean':>9s} {'minimum':>7s} {'ping mean':>9s} "
-          f"{'minimum':>7s} {'flood of 50':>11s} {'flood CPU µs/rt':>15s} {'answered':>8s}", flush=True)
+    where, awake = f"{backends.current().label()} ({os.uname().release})", awake_said()
+    print(f"{heading(args, where, awake)}\n{ROW_HEADER}", file=sys.stderr, flush=True)
     runs: list[Run] = []
     meter = backends.current().cpu_meter()
     t0 = time.monotonic()
@@ -332,16 +325,36 @@ def body(args) -> int:
                 for rnd in range(args.rounds):
                     for profile in args.profiles if rnd % 2 == 0 else args.profiles[::-1]:
                         current = switch_ipsec(net, current, profile, "tunnel", (4,))
-                        run = measure(net, meter, rate, profile, rnd, args)
-                        runs.append(run)
-                        print_run(run, args)
+                        one = measure(net, meter, rate, profile, rnd, args)
+                        runs.append(one)
+                        print(row(one, args), file=sys.stderr, flush=True)
     finally:
         meter.close()
-    print(f"{len(runs)} runs in {time.monotonic() - t0:.0f} s")
+    elapsed = time.monotonic() - t0
     found = verdicts(runs, args.tolerance)
-    print_verdicts(found, args.tolerance)
-    print(f"report: {write_page(args, runs, found)}")
-    return 0
+    return Result(where, awake, tuple(runs), tuple(found), elapsed, write_page(args, runs, found))
+
+
+def heading(args: Options, where: str, awake: str) -> str:
+    """The line that says where and how it measured."""
+    return (f"{where}; {args.topology}; irtt then ping, {args.per_s:g} a second for {args.seconds:g} s each, "
+            f"{args.rounds} ABBA rounds per path; {awake}")
+
+
+ROW_HEADER = (f"{'path':>10s} {'round':>5s} {'profile':>22s} {'irtt mean':>9s} {'minimum':>7s} {'ping mean':>9s} "
+              f"{'minimum':>7s} {'flood of 50':>11s} {'flood CPU µs/rt':>15s} {'answered':>8s}")
+
+
+def page(args: Options, result: Result) -> str:
+    """Every run's row, then what each tunnel adds against the prediction and how many agree, and the report."""
+    return "\n".join([heading(args, result.where, result.awake), ROW_HEADER, *(row(r, args) for r in result.runs),
+                      f"{len(result.runs)} runs in {result.elapsed_s:.0f} s",
+                      *verdict_lines(result.verdicts, args.tolerance), f"report: {result.report}"])
+
+
+def needs(args: Options) -> Needs:
+    """Each profile's protocols (and veth and tbf): plain's beside the tunnels'."""
+    return doctor.needs(args.profiles)
 
 
 def _path(rate: float) -> str:
@@ -367,11 +380,12 @@ def awake_said() -> str:
     return "the guest's host CPU left to idle" if backends.current().name == backends.UmlBackend.name else ""
 
 
-def print_run(r: Run, args) -> None:
+def row(r: Run, args: Options) -> str:
+    """A run's line of the table (pure)."""
     irtt, ping = ([_f(summed(ms, s)) for s in ("mean", "minimum")] for ms in (r.irtt_ms, r.ping_ms))
-    print(f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {irtt[0]:>9s} {irtt[1]:>7s} "
-          f"{ping[0]:>9s} {ping[1]:>7s} {_f(r.flood_ms):>11s} {_f(r.cpu_us_per_rt, 1):>15s} "
-          f"{len(r.irtt_ms):>4d}/{int(args.seconds * args.per_s)}", flush=True)
+    return (f"{_path(r.rate_mbit):>10s} {r.round:>5d} {r.profile:>22s} {irtt[0]:>9s} {irtt[1]:>7s} "
+            f"{ping[0]:>9s} {ping[1]:>7s} {_f(r.flood_ms):>11s} {_f(r.cpu_us_per_rt, 1):>15s} "
+            f"{len(r.irtt_ms):>4d}/{int(args.seconds * args.per_s)}")
 
 
 def _pm(a: Added | None) -> str:
@@ -380,25 +394,28 @@ def _pm(a: Added | None) -> str:
     return f"{a.mean:+.3f} ± {a.ci95:.3f}" if a.ci95 is not None else f"{a.mean:+.3f}"
 
 
-def print_verdicts(found: Sequence[Verdict], tolerance_ms: float) -> None:
-    print("what the tunnel adds to plain's round trip, ms, round by round (95 % interval); the prediction: "
-          "the shaper's serialisation of its bytes (tbf: none for a lone packet) + its CPU per round trip")
-    print(f"{'each run':>8s} {'path':>10s} {'profile':>22s} {'CPU term':>16s} {'a NIC would add':>15s} "
-          f"{'irtt':>16s} {'irtt - predicted':>16s} {'ping':>16s} {'ping - predicted':>16s}")
+def verdict_lines(found: Sequence[Verdict], tolerance_ms: float) -> list[str]:
+    """The verdicts' table and, per tool and statistic, how many agree with the prediction (pure)."""
+    lines = ["what the tunnel adds to plain's round trip, ms, round by round (95 % interval); the prediction: "
+             "the shaper's serialisation of its bytes (tbf: none for a lone packet) + its CPU per round trip",
+             f"{'each run':>8s} {'path':>10s} {'profile':>22s} {'CPU term':>16s} {'a NIC would add':>15s} "
+             f"{'irtt':>16s} {'irtt - predicted':>16s} {'ping':>16s} {'ping - predicted':>16s}"]
     for v in found:
-        print(f"{v.statistic:>8s} {_path(v.rate_mbit):>10s} {v.profile:>22s} {_pm(v.cpu_ms):>16s} {v.nic_ms:>15.3f} "
-              f"{_pm(v.irtt):>16s} {_pm(v.residual):>16s} {_pm(v.ping):>16s} {_pm(v.ping_residual):>16s}")
+        lines.append(f"{v.statistic:>8s} {_path(v.rate_mbit):>10s} {v.profile:>22s} {_pm(v.cpu_ms):>16s} "
+                     f"{v.nic_ms:>15.3f} {_pm(v.irtt):>16s} {_pm(v.residual):>16s} {_pm(v.ping):>16s} "
+                     f"{_pm(v.ping_residual):>16s}")
     for statistic in STATISTICS:
         mine = [v for v in found if v.statistic == statistic]
         for tool, pick in (("irtt", lambda v: v.residual), ("ping", lambda v: v.ping_residual)):
             if not any(pick(v) for v in mine):
                 continue  # irtt has no flood
             good = sum(v.within(pick(v)) for v in mine)
-            print(f"{tool}, {statistic} of each run: {good} of {len(mine)} paths and profiles within "
-                  f"±{tolerance_ms:g} ms of the prediction")
+            lines.append(f"{tool}, {statistic} of each run: {good} of {len(mine)} paths and profiles within "
+                         f"±{tolerance_ms:g} ms of the prediction")
+    return lines
 
 
-def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
+def write_page(args: Options, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
     """The tunnel's added round trip against the prediction, per path and profile: a figure per statistic."""
     from analysis import benchpage
     from testbed import backends
@@ -436,3 +453,6 @@ def write_page(args, runs: Sequence[Run], found: Sequence[Verdict]) -> str:
             "runs": [dataclasses.asdict(r) for r in runs]}
     return benchpage.write(args.out, "unloaded_rtt: the probe against the prediction",
                            f"{data['where']} ({data['kernel']}); {args.topology}; {awake_said()}", sections, data)
+
+
+BENCHMARK = Benchmark("unloaded_rtt", Options, run, page, root="network namespaces, SAs, qdiscs", needs=needs)

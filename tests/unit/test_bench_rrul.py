@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 
 from benchmarks import rrul
+from cli import bench
+from experiments.job import KernelChoice
+from testbed import kernelsource, umlkernel
 from topologies.shaping import LEAF_HANDLE, ShapingSpec, plan_shaping
 
 
@@ -31,6 +35,11 @@ def test_the_summary_says_what_ipsec_adds_and_what_fq_codel_takes_away():
         "fq_codel takes 44.0 ms of the 50.0 ms median away (none: 6.0 ms)",
         "fq_codel takes 45.5 ms of the 52.5 ms median away (aes-gcm-256: 7.0 ms)"]
     assert runs[0].lost == 0 and rrul.Run("none", "fifo", rrul.Series([], [(0.0, 1.0)]), 3, None, None).lost == 2
+    lines = rrul.page(rrul.Options(), rrul.Result("UML (6.1.0)", tuple(runs), 95.0, "/r/report.html")).splitlines()
+    assert lines[0] == "UML (6.1.0); vpn_gateway, 10 Mbit/s, 4 TCP flows each way for 20 s, ping every 50 ms"
+    assert lines[1] == rrul.HEADER and lines[2].split() == ["none", "fifo", "0.50", "50.0", "50.0", "50.0", "0",
+                                                             "4.70", "4.60"]
+    assert lines[6:] == ["4 runs in 95 s", *rrul.summary(runs), "report: /r/report.html"]
 
 
 def test_fq_codel_is_the_shapers_queue_when_asked():
@@ -44,13 +53,39 @@ def test_fq_codel_is_the_shapers_queue_when_asked():
         ShapingSpec(rate_mbit=10.0, queue="red")
 
 
+def options(*argv: str) -> rrul.Options:
+    """The options ``ipsec-testbed bench rrul ARGV...`` runs with."""
+    return bench.options_from(rrul.BENCHMARK, bench.build_parser(rrul.BENCHMARK).parse_args(argv))
+
+
 def test_bad_options_are_refused_in_one_line():
-    parser = rrul.build_parser()
-    assert rrul.check(parser.parse_args([])) is None
     for argv, says in ((["--queues", "red"], "--queues: red; the queues are fifo, fq_codel"),
                        (["--profiles", "aes-foo"], "--profiles:"), (["--rate", "0"], "--rate must be Mbit/s"),
                        (["--seconds", "2"], "--seconds must be 5..600")):
-        assert says in rrul.check(parser.parse_args(argv)), argv
+        with pytest.raises(ValueError, match="^" + re.escape(says)):
+            options(*argv)
+
+
+def test_the_command_line_gives_the_options_the_old_parser_gave(monkeypatch, capsys):
+    monkeypatch.delenv(umlkernel.KERNEL_ENV, raising=False)
+    got = options("--profiles", "wireguard,aes-gcm-256", "--queues", "fifo", "--topology", "host_to_host", "--rate",
+                  "100", "--seconds", "30", "--probe-tool", "irtt", "--out", "/tmp/run", "--kernel", "uml")
+    assert got == rrul.Options(("wireguard", "aes-gcm-256"), ("fifo",), "host_to_host", 100.0, 30.0, "irtt", False,
+                               "/tmp/run", KernelChoice(kernel="uml"))
+    assert got.profiles == ("none", "wireguard", "aes-gcm-256")  # plain first, beside every tunnel
+    default = options()
+    assert (default.queues, default.rate, default.seconds, default.probe_tool, default.flent) == (
+        ("fifo", "fq_codel"), 10.0, 20.0, "ping", False)
+    # fq_codel: the project's kernel, which has it built in, unless a kernel is named
+    assert default.kernel.uml_kernel == kernelsource.RECIPE and got.kernel.uml_kernel is None
+    assert options("--uml-kernel", "debian").kernel.uml_kernel == "debian"
+    monkeypatch.setenv(umlkernel.KERNEL_ENV, "debian")
+    assert options().kernel.uml_kernel is None
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["rrul", "--seconds", "2"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == ("ipsec-testbed bench rrul: error: --seconds must be 5..600, not 2 (see "
+                                       "ipsec-testbed bench rrul --help)\n")
 
 
 def test_flents_round_trips_are_split_at_the_load_and_compared_with_the_probes(tmp_path):
@@ -63,7 +98,7 @@ def test_flents_round_trips_are_split_at_the_load_and_compared_with_the_probes(t
     series = rrul.flent_series(rrul.read_flent(str(tmp_path)), 102.0, 109.0)
     assert len(series["icmp"].idle_ms) == 40 and set(series["icmp"].idle_ms) == {0.2}
     assert series["icmp"].loaded[0] == (0.0, 50.0) and len(series["icmp"].loaded) == 141
-    assert series["udp"].idle_ms == [0.6] and series["udp"].loaded == [(1.0, 50.4)]  # lost and late ones out
+    assert series["udp"].idle_ms == (0.6,) and series["udp"].loaded == ((1.0, 50.4),)  # lost and late ones out
     run = rrul.Run("none", "fifo", rrul.Series([0.5], [(0.0, 52.0), (0.05, 52.0)]), 2, 9.2, 9.2, series)
     assert rrul.flent_agreement([run]) == [
         "flent icmp (none, fifo): median 50.00 ms under load against the probe's 52.00 (+4.0 %), idle 0.200 "

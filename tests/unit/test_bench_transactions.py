@@ -1,10 +1,14 @@
 """bench transactions (netperf's TCP_RR and TCP_CRR) on captured figures with known answers."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from benchmarks import transactions as bench
+from cli import bench as cli_bench
 from experiments import transactions
+from experiments.job import KernelChoice
 
 
 def test_a_transactions_packets_on_the_link_as_the_overhead_model_counts_them():
@@ -58,15 +62,37 @@ def test_sizes_and_kinds_are_checked_before_anything_runs():
             transactions.check_size(bad)
     with pytest.raises(ValueError, match="kind must be one of rr, crr"):
         transactions.exchange("itb-x", "198.18.0.1", 4, "udp_rr", 1, 1.0)
-    parser = bench.build_parser()
-    assert bench.check(parser.parse_args([])) is None
     for argv, says in ((["--tests", "rrr"], "--tests: rrr; the tests are rr, crr"),
                        (["--sizes", "70000"], "--sizes: request/response sizes must be bytes in 1..65535"),
                        (["--profiles", "aes-foo"], "--profiles:"),
                        (["--repetitions", "5", "--max-repetitions", "3"], "--max-repetitions 3 is below"),
                        (["--rate", "0"], "--rate must be Mbit/s"),
                        (["--repetitions", "1"], "--repetitions must be 2..50")):
-        assert says in bench.check(parser.parse_args(argv)), argv
+        with pytest.raises(ValueError, match="^" + re.escape(says)):
+            options(*argv)
+
+
+def options(*argv: str) -> bench.Options:
+    """The options ``ipsec-testbed bench transactions ARGV...`` runs with."""
+    return cli_bench.options_from(bench.BENCHMARK, cli_bench.build_parser(bench.BENCHMARK).parse_args(argv))
+
+
+def test_the_command_line_gives_the_options_the_old_parser_gave(capsys):
+    got = options("--profiles", "wireguard", "--tests", "crr", "--sizes", "1,1400,8000", "--topology",
+                  "host_to_host", "--mode", "transport", "--ip", "6", "--rate", "10", "--duration", "3", "--warmup",
+                  "0", "--repetitions", "4", "--max-repetitions", "20", "--precision", "5", "--out", "/tmp/run",
+                  "--kernel", "uml", "--no-speed-probe")
+    assert got == bench.Options(("wireguard",), ("crr",), (1, 1400, 8000), "host_to_host", "transport", 6, 10.0,
+                                3.0, 0.0, 4, 20, 5.0, "/tmp/run", KernelChoice(kernel="uml", speed_probe=False))
+    assert got.profiles == ("none", "wireguard")  # plain first, beside every tunnel
+    default = options()
+    assert (default.tests, default.sizes, default.rate, default.precision) == (("rr", "crr"), (1, 1024), 10000.0, 2.0)
+    assert default.kernel == KernelChoice() and default.out.endswith("-bench-transactions")
+    with pytest.raises(SystemExit) as refused:
+        cli_bench.main(["transactions", "--sizes", "1,70000"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("ipsec-testbed bench transactions: error: --sizes: request/response sizes must be bytes")
 
 
 def test_a_window_carries_the_speed_probes_ns_per_operation_or_none_without_a_probe():
@@ -106,3 +132,24 @@ def test_each_round_says_how_far_the_figures_have_come():
     assert "aes-gcm-256 7,150/s ± " in line and line.count("ratio ±") == 1
     # after one round nothing has an interval yet, and no ratio is taken
     assert bench.progress("rr", 1, 1, 50, bench.figures(windows[:2]), 1.0).endswith("aes-gcm-256 7,000/s ± –")
+
+
+def test_the_page_gives_each_points_figures_in_the_profiles_order_and_says_which_fell_short():
+    windows = [bench.Window(kind, 1, profile, rep, 4000, 2.0, per_s * (1 + rep / 10), 0.5, 0.5, 1.0, 60.0, 0.01,
+                            bench.ROUND_TRIP)
+               for kind in ("rr", "crr") for rep in range(2)
+               for profile, per_s in ((("aes-gcm-256", 700.0), ("none", 900.0)) if rep else
+                                      (("none", 900.0), ("aes-gcm-256", 700.0)))]
+    args = bench.Options(repetitions=2)
+    result = bench.Result("UML (6.1.0, 1 CPU(s))", tuple(windows), {"none": 0.2, "aes-gcm-256": None}, 61.0,
+                          "/r/report.html")
+    lines = bench.page(args, result).splitlines()
+    assert lines[0].startswith("UML (6.1.0, 1 CPU(s)); vpn_gateway, tunnel mode, IPv4, 10000 Mbit/s; windows of 2 s")
+    assert lines[1] == bench.HEADER
+    assert [line.split()[:3] for line in lines[2:6]] == [["rr", "1", "none"], ["rr", "1", "aes-gcm-256"],
+                                                          ["crr", "1", "none"], ["crr", "1", "aes-gcm-256"]]
+    assert lines[2].split()[-4:-2] == ["0.200", "round"] and lines[3].split()[-4] == "–"  # irtt's, or none
+    assert lines[6] == "8 windows in 61 s"
+    # transactions per second 10 % apart over two windows: short of 2 %
+    assert len([line for line in lines if line.startswith("not within 2 % after 2 windows: ")]) == 4
+    assert lines[-1] == "report: /r/report.html"

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 
 import pytest
 
 from benchmarks import unloaded_rtt as u
+from cli import bench
+from experiments.job import KernelChoice
 
 # iputils ping 20240117's lines (trimmed), as it prints them in the client's namespace
 PING = """PING 10.0.2.2 (10.0.2.2) 56(84) bytes of data.
@@ -106,17 +110,53 @@ def test_the_flood_is_the_sweeps_reference_least_judged_for_ping_alone():
     assert u.figure_of(runs[0], "irtt", "flood") is None and u.figure_of(runs[0], "ping", "minimum") == 0.05
 
 
+def options(*argv: str) -> u.Options:
+    """The options ``ipsec-testbed bench unloaded_rtt ARGV...`` runs with."""
+    return bench.options_from(u.BENCHMARK, bench.build_parser(u.BENCHMARK).parse_args(argv))
+
+
+def test_the_command_line_gives_the_options_the_old_parser_gave():
+    got = options("--profiles", "wireguard,aes-gcm-256", "--rates", "0,10", "--topology", "host_to_host",
+                  "--seconds", "2", "--per-s", "20", "--rounds", "6", "--tolerance", "0.1", "--out", "/tmp/run",
+                  "--uml-mem", "1G")
+    assert got == u.Options(("wireguard", "aes-gcm-256"), (0.0, 10.0), "host_to_host", 2.0, 20.0, 6, 0.1, "/tmp/run",
+                            KernelChoice(uml_mem="1G", keep_awake=True))
+    assert got.profiles == ("none", "wireguard", "aes-gcm-256")  # plain first, beside every tunnel
+    default = options()
+    assert (default.profiles, default.rates, default.rounds) == (("none", "aes-gcm-256"), u.RATES, 4)
+    assert default.out.endswith("-bench-unloaded_rtt") and os.path.isabs(default.out)
+
+
 def test_the_guests_cpu_is_kept_awake_for_this_benchmark_unless_asked_not_to():
-    parser = u.build_parser()
-    assert parser.parse_args([]).uml_keep_awake is True
-    assert parser.parse_args(["--no-uml-keep-awake"]).uml_keep_awake is False
+    assert options().kernel.keep_awake is True
+    assert options("--no-uml-keep-awake").kernel.keep_awake is False
 
 
-def test_bad_options_are_refused_in_one_line():
-    parser = u.build_parser()
-    assert u.check(parser.parse_args([])) is None
+def test_bad_options_are_refused_in_one_line(capsys):
     for argv, says in ((["--rates", "-1"], "--rates: -1; 0 (unshaped) or Mbit/s"),
                        (["--profiles", "aes-foo"], "--profiles:"), (["--rounds", "1"], "--rounds must be 2"),
                        (["--per-s", "500"], "--per-s must be 1..100"), (["--seconds", "0.5"], "--seconds must be"),
                        (["--rates", "10,1"], "--rates must include 0")):
-        assert says in u.check(parser.parse_args(argv)), argv
+        with pytest.raises(ValueError, match="^" + re.escape(says)):
+            options(*argv)
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["unloaded_rtt", "--rounds", "1"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == ("ipsec-testbed bench unloaded_rtt: error: --rounds must be 2 or more (a "
+                                       "difference's interval needs two), not 1 (see ipsec-testbed bench "
+                                       "unloaded_rtt --help)\n")
+
+
+def test_the_page_is_every_runs_row_then_the_verdicts_and_the_report():
+    runs = [_run(0, "none", 0, 0.40, 300), _run(0, "aes-gcm-256", 0, 0.45, 340),
+            _run(0, "aes-gcm-256", 1, 0.46, 341), _run(0, "none", 1, 0.41, 301)]
+    found = u.verdicts(runs, 0.05)
+    args = u.Options(seconds=1, per_s=10, rates=(0,))
+    lines = u.page(args, u.Result("UML (6.1.0)", "", tuple(runs), tuple(found), 12.4, "/r/report.html")).splitlines()
+    assert lines[0] == ("UML (6.1.0); vpn_gateway; irtt then ping, 10 a second for 1 s each, 4 ABBA rounds per "
+                        "path; ")
+    assert lines[1] == u.ROW_HEADER and lines[2:6] == [u.row(r, args) for r in runs]
+    assert lines[2].split() == ["unshaped", "0", "none", "0.400", "0.400", "0.200", "0.200", "–", "300.0", "10/10"]
+    assert lines[6] == "4 runs in 12 s"
+    assert lines[7:-1] == u.verdict_lines(found, 0.05) and lines[-1] == "report: /r/report.html"
+    assert lines[-2] == "ping, minimum of each run: 1 of 1 paths and profiles within ±0.05 ms of the prediction"
