@@ -1,24 +1,16 @@
 """bench ab_power: its command line, its trials kept and resumed, and its table, with stand-ins for the A/Bs."""
 from __future__ import annotations
 
-import pytest
-
 from benchmarks import ab_power
-from cli import bench
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(tmp_path, capsys):
-    parser = bench.build_parser(ab_power.BENCHMARK)
-    default = bench.options_from(ab_power.BENCHMARK, parser.parse_args([]))
-    assert default == ab_power.Options("detect", 10, (0.0, 2.0, 5.0, 10.0), f"{ab_power.REPO}/runs/ab-power")
-    args = parser.parse_args(["--trials", "3", "--levels", "0,5", "--suite", "counted", "--out", str(tmp_path)])
-    assert bench.options_from(ab_power.BENCHMARK, args) == ab_power.Options("counted", 3, (0.0, 5.0), str(tmp_path))
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(tmp_path, bench_cli):
+    assert bench_cli.options("ab_power") == ab_power.Options("detect", 10, (0.0, 2.0, 5.0, 10.0),
+                                                             f"{ab_power.REPO}/runs/ab-power")
+    assert bench_cli.options("ab_power", "--trials", "3", "--levels", "0,5", "--suite", "counted", "--out",
+                             str(tmp_path)) == ab_power.Options("counted", 3, (0.0, 5.0), str(tmp_path))
     for words in (["--levels", "0,100"], ["--levels", "two"], ["--trials", "-1"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["ab_power", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("ab_power", *words)
 
 
 def test_the_trials_are_kept_and_a_second_run_goes_on_from_them(tmp_path, monkeypatch):

@@ -5,30 +5,21 @@ import json
 import os
 import subprocess
 
-import pytest
-
 from benchmarks import bisect
-from cli import bench
 from experiments.bisection import Step
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(tmp_path, capsys):
-    parser = bench.build_parser(bisect.BENCHMARK)
-    default = bench.options_from(bisect.BENCHMARK, parser.parse_args([]))
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(tmp_path, bench_cli):
+    default = bench_cli.options("bisect")
     assert (default.commits, default.slow_commit, default.kernel, default.only) == (16, 11, "uml", None)
     assert (default.repetitions, default.extra_iterations) == (12, 2700)  # UML's
     assert os.path.basename(default.out).endswith("-bench-bisect") and os.path.isabs(default.out)
-    args = parser.parse_args(["--commits", "8", "--slow-commit", "5", "--kernel", "qemu", "--only", "slow",
-                              "--out", str(tmp_path)])
-    assert bench.options_from(bisect.BENCHMARK, args) == bisect.Options(8, 5, "qemu", 90, 8, str(tmp_path), "slow")
-    args = parser.parse_args(["--extra-iterations", "3000", "--repetitions", "6", "--out", str(tmp_path)])
-    assert bench.options_from(bisect.BENCHMARK, args) == bisect.Options(16, 11, "uml", 3000, 6, str(tmp_path))
+    assert bench_cli.options("bisect", "--commits", "8", "--slow-commit", "5", "--kernel", "qemu", "--only", "slow",
+                             "--out", str(tmp_path)) == bisect.Options(8, 5, "qemu", 90, 8, str(tmp_path), "slow")
+    assert bench_cli.options("bisect", "--extra-iterations", "3000", "--repetitions", "6", "--out", str(tmp_path)) \
+        == bisect.Options(16, 11, "uml", 3000, 6, str(tmp_path))
     for words in (["--slow-commit", "17"], ["--kernel", "host"], ["--repetitions", "0"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["bisect", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("bisect", *words)
 
 
 def step(kind, commit, verdict, ratio=1.05):

@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from benchmarks import counted
-from cli import bench
 from experiments import injection
 from testbed.errors import Refused
 from testbed.record import Record
@@ -16,21 +15,14 @@ from testbed.record import Record
 IPP, NOISE = 59_000.0, (0.0, 40.0, -15.0, 25.0, -30.0, 10.0)
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(tmp_path, capsys):
-    parser = bench.build_parser(counted.BENCHMARK)
-    default = bench.options_from(counted.BENCHMARK, parser.parse_args([]))
-    assert default == counted.Options(("twice", "hog", "aa", "power"), "udp", 6, 1.0, 10, 20, 4,
-                                      f"{counted.REPO}/runs/bench-counted")
-    args = parser.parse_args(["--parts", "twice,aa", "--transport", "tcp", "--duration", "2", "--power-pairs", "6",
-                              "--out", str(tmp_path)])
-    assert bench.options_from(counted.BENCHMARK, args) == counted.Options(
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(tmp_path, bench_cli):
+    assert bench_cli.options("counted") == counted.Options(("twice", "hog", "aa", "power"), "udp", 6, 1.0, 10, 20, 4,
+                                                           f"{counted.REPO}/runs/bench-counted")
+    assert bench_cli.options("counted", "--parts", "twice,aa", "--transport", "tcp", "--duration", "2",
+                             "--power-pairs", "6", "--out", str(tmp_path)) == counted.Options(
         ("twice", "aa"), "tcp", duration=2.0, power_pairs=6, out=str(tmp_path))
     for words in (["--parts", "twice,thrice"], ["--pairs", "0"], ["--transport", "sctp"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["counted", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("counted", *words)
 
 
 class Backend:

@@ -5,27 +5,18 @@ import json
 import os
 import subprocess
 
-import pytest
-
 from benchmarks import history
-from cli import bench
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(tmp_path, capsys):
-    parser = bench.build_parser(history.BENCHMARK)
-    default = bench.options_from(history.BENCHMARK, parser.parse_args([]))
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(tmp_path, bench_cli):
+    default = bench_cli.options("history")
     assert default == history.Options(("steps", "cells"), 8, 5, 180, ("6.1", "6.12"), 2, default.out)
     assert os.path.basename(default.out).endswith("-bench-history") and os.path.isabs(default.out)
-    args = parser.parse_args(["--parts", "cells", "--cells", "6.1,6.6,6.12", "--runs", "3", "--slow-commit", "2",
-                              "--extra-iterations", "90", "--out", str(tmp_path)])
-    assert bench.options_from(history.BENCHMARK, args) == history.Options(
+    assert bench_cli.options("history", "--parts", "cells", "--cells", "6.1,6.6,6.12", "--runs", "3", "--slow-commit",
+                             "2", "--extra-iterations", "90", "--out", str(tmp_path)) == history.Options(
         ("cells",), 8, 2, 90, ("6.1", "6.6", "6.12"), 3, str(tmp_path))
     for words in (["--parts", "steps,bisect"], ["--slow-commit", "9"], ["--runs", "0"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["history", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("history", *words)
 
 
 def test_the_slow_commit_is_named_only_by_one_regression_at_it_and_none_without_it(tmp_path, monkeypatch):

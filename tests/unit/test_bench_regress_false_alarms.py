@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import regress_false_alarms as rfa
-from cli import bench
 from testbed.record import Record
 
 META = {"backend": "uml", "kernel_release": "6.1.176", "cpu_model": "x", "cpu_count": 1}
@@ -16,17 +15,12 @@ def records(goodputs: list[float]) -> list[Record]:
             for i, g in enumerate(goodputs)]
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(capsys):
-    parser = bench.build_parser(rfa.BENCHMARK)
-    assert bench.options_from(rfa.BENCHMARK, parser.parse_args([])) == rfa.Options("smoke", 4, 5.0, 95.0)
-    args = parser.parse_args(["--suite", "quick", "--runs", "6", "--max-drop", "2.5", "--confidence", "99"])
-    assert bench.options_from(rfa.BENCHMARK, args) == rfa.Options("quick", 6, 2.5, 99.0)
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(bench_cli):
+    assert bench_cli.options("regress_false_alarms") == rfa.Options("smoke", 4, 5.0, 95.0)
+    assert bench_cli.options("regress_false_alarms", "--suite", "quick", "--runs", "6", "--max-drop", "2.5",
+                             "--confidence", "99") == rfa.Options("quick", 6, 2.5, 99.0)
     for words in (["--runs", "1"], ["--suite", "slow"], ["--max-drop", "0"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["regress_false_alarms", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("regress_false_alarms", *words)
 
 
 def test_identical_runs_raise_no_alarm_and_a_ten_percent_drop_is_seen():

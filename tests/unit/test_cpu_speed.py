@@ -5,7 +5,6 @@ import os
 import pytest
 
 from benchmarks import cpu_speed
-from cli import bench
 
 # An arithmetic loop on each of this machine's two CPUs at once, 40 bins of 1 s, each bin over its CPU's mean
 # (2026-11-27, an Intel Xeon with AMX; docs/log/measurements.md): each CPU's speed moved in runs of seconds between
@@ -58,18 +57,12 @@ def test_bad_cpus_and_bins_are_refused_before_anything_runs():
         cpu_speed.Options(bin=0.01)
 
 
-def test_its_command_line_gives_the_options_the_old_parser_did_and_refuses_a_bad_value_in_one_line(capsys):
-    parser = bench.build_parser(cpu_speed.BENCHMARK)
-    assert bench.options_from(cpu_speed.BENCHMARK, parser.parse_args([])) == cpu_speed.Options(
-        seconds=60.0, bin=1.0, work="switches", cpus=None)
-    args = parser.parse_args(["--seconds", "12", "--bin", "0.5", "--work", "arith", "--cpus", "0"])
-    assert bench.options_from(cpu_speed.BENCHMARK, args) == cpu_speed.Options(12.0, 0.5, "arith", (0,))
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(bench_cli):
+    assert bench_cli.options("cpu_speed") == cpu_speed.Options(seconds=60.0, bin=1.0, work="switches", cpus=None)
+    assert bench_cli.options("cpu_speed", "--seconds", "12", "--bin", "0.5", "--work", "arith", "--cpus", "0") == \
+        cpu_speed.Options(12.0, 0.5, "arith", (0,))
     for words in (["--cpus", "x"], ["--seconds", "1", "--bin", "1"], ["--work", "sleep"]):
-        with pytest.raises(SystemExit) as e:
-            bench.main(["cpu_speed", *words])
-        assert e.value.code == 2
-        err = capsys.readouterr().err
-        assert err.count("\n") == 1 and words[0] in err, err
+        bench_cli.refuses("cpu_speed", *words)
 
 
 def test_the_page_shows_each_cpu_and_each_pair():
