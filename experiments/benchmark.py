@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from experiments.job import BenchWork, Job, KernelChoice
+from ipsec.profiles import parse_profile
 from testbed.capabilities import Needs
 
 Opts = TypeVar("Opts")
@@ -140,7 +141,6 @@ def front_door() -> list[str]:
 
 def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
     """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
-    from ipsec.profiles import parse_profile
     from topologies.shaping import MAX_RATE_MBIT
 
     try:
