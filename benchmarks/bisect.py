@@ -141,6 +141,8 @@ class Options:
         if not 1 <= self.slow_commit <= self.commits <= len(FILES):
             raise ValueError(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}, not "
                              f"{self.slow_commit} and {self.commits}")
+        if self.kernel not in ON:
+            raise ValueError(f"--kernel must be one of {', '.join(ON)}, not {self.kernel!r}")
         _, windows, iterations = ON[self.kernel]
         for name, default in (("repetitions", windows), ("extra_iterations", iterations)):
             value = getattr(self, name)

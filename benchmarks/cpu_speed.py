@@ -138,6 +138,8 @@ class Options:
     cpus: tuple[int, ...] | None = option(None, "the CPUs (default: every one this process may use)", metavar="N,...")
 
     def __post_init__(self) -> None:
+        if self.work not in WORKS:
+            raise ValueError(f"--work must be one of {', '.join(WORKS)}, not {self.work!r}")
         if self.cpus is not None:
             allowed = sorted(os.sched_getaffinity(0))
             if not set(self.cpus) <= set(allowed) or len(set(self.cpus)) != len(self.cpus):

@@ -3,7 +3,7 @@
     sudo ipsec-testbed bench history                        # 8 commits, +2 % at 5; the same without; the cells
     sudo ipsec-testbed bench history --parts cells          # only the CI matrix's cells and their merge
 
-Three parts, every run on the counted backend (``--kernel qemu``: instructions, the same on every machine):
+Two parts, every run on the counted backend (``--kernel qemu``: instructions, the same on every machine):
 
     steps   bench bisect's history on Debian's linux-source-6.1: a first commit, then --commits commits on two
             branches; on branch ``slow`` commit --slow-commit also adds --extra-iterations loop iterations to

@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from benchmarks import bisect
 from experiments.bisection import Step
 
@@ -55,3 +57,9 @@ def test_the_bisects_verdicts_are_read_from_their_logs_and_judged(tmp_path, monk
     wrong = bisect.run(bisect.Options(commits=4, slow_commit=2, out=str(tmp_path / "again"), only="slow"))
     assert "named " + shas["slow"][3][:12] + " (WRONG)" in bisect.page(bisect.Options(commits=4, slow_commit=2), wrong)
     assert "regress --bisect" in capsys.readouterr().err  # each command said as it starts
+
+
+def test_options_made_without_the_command_line_are_checked_too():
+    with pytest.raises(ValueError, match="--kernel must be one of uml, qemu"):
+        bisect.Options(kernel="host")
+    assert bisect.Options(kernel="qemu", repetitions=3).extra_iterations == 90

@@ -55,6 +55,8 @@ def test_bad_cpus_and_bins_are_refused_before_anything_runs():
         cpu_speed.Options(seconds=1, bin=1)
     with pytest.raises(ValueError, match="--bin"):
         cpu_speed.Options(bin=0.01)
+    with pytest.raises(ValueError, match="--work must be one of switches, arith"):
+        cpu_speed.Options(work="sleep")
 
 
 def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(bench_cli):
