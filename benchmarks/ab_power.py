@@ -18,7 +18,7 @@ benchmark on the same --out goes on from there.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -27,31 +27,64 @@ import subprocess
 import sys
 import time
 
-from benchmarks import _common
+from experiments.benchmark import Benchmark, front_door, option
+from experiments.catalogue.suites import SUITES
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What issue 31 asks of the paired A/B: A/A flagged at most 1 time in 10, 5 % at least 9 in 10.
 TARGETS = {0.0: ("at most", 0.1), 5.0: ("at least", 0.9)}
+TRIALS_FILE = "trials.jsonl"
 
 
-def levels(text: str) -> tuple[float, ...]:
-    try:
-        out = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected percentages like 0,2,5,10, not {text!r}") from None
-    if not out or any(not 0 <= x < 100 for x in out):
-        raise argparse.ArgumentTypeError(f"levels must be in 0..100, not {text!r}")
-    return out
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which suite, how many trials of which slowdowns, and where they are kept; checked on construction."""
+
+    suite: str = option("detect", "the suite each trial's A/B runs", choices=tuple(SUITES))
+    trials: int = option(10, "trials per level")
+    levels: tuple[float, ...] = option((0.0, 2.0, 5.0, 10.0), "slowdowns of B's ESP path, in %", metavar="PCT,...")
+    out: str = option(os.path.join(REPO, "runs", "ab-power"), "where the trials go")
+
+    def __post_init__(self) -> None:
+        if self.trials < 0:
+            raise ValueError(f"--trials must be a count (0: only the report of those kept), not {self.trials}")
+        if not self.levels or any(not 0 <= x < 100 for x in self.levels):
+            raise ValueError(f"--levels must be percentages in 0..100, not {','.join(f'{x:g}' for x in self.levels)}")
 
 
-def trial(out: str, suite: str, level: float, k: int) -> dict:
-    """One paired A/B at ``level``; its JSON verdicts, wall time and exit status."""
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One paired A/B at one level: the metrics the gate flagged, the slowdown measured, its wall time and run."""
+
+    trial: int
+    level: float
+    flagged: tuple[str, ...]
+    measured_pct: float
+    ratio: float
+    seconds: float
+    run_dir: str
+
+    @classmethod
+    def from_json(cls, data: dict) -> Trial:
+        return cls(**{**data, "flagged": tuple(data["flagged"])})
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Every trial done (those kept from before included); ``error``: why a trial failed and the rest did not run."""
+
+    trials: tuple[Trial, ...]
+    error: str = ""
+
+
+def trial(out: str, suite: str, level: float, k: int) -> Trial:
+    """One paired A/B at ``level``: its verdicts, wall time and run directory."""
     run_dir = os.path.join(out, f"trial{k:02d}-{level:g}pct")
     verdicts = os.path.join(run_dir + ".json")
     shutil.rmtree(run_dir, ignore_errors=True)  # a trial that failed before (not in trials.jsonl): again
     t0 = time.monotonic()
     with open(run_dir + ".log", "wb") as log:
-        rc = subprocess.call([*_common.front_door(), "regress", "--ab", "uml", "uml", "--suite", suite,
+        rc = subprocess.call([*front_door(), "regress", "--ab", "uml", "uml", "--suite", suite,
                               "--inject-slowdown", f"{level:g}", "--json", verdicts, "--out", run_dir],
                              cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     seconds = time.monotonic() - t0
@@ -60,73 +93,63 @@ def trial(out: str, suite: str, level: float, k: int) -> dict:
             raise RuntimeError(f"trial {k} at {level:g} % failed (exit {rc}): {f.read()[-1500:]}")
     with open(verdicts) as f:
         data = json.load(f)
-    flagged = sorted({v["metric"] for v in data["verdicts"] if v["regressed"]})
-    return {"trial": k, "level": level, "flagged": flagged, "measured_pct": data["measured_pct"],
-            "ratio": data["ratio"], "seconds": seconds, "run_dir": run_dir}
+    flagged = tuple(sorted({v["metric"] for v in data["verdicts"] if v["regressed"]}))
+    return Trial(k, level, flagged, data["measured_pct"], data["ratio"], seconds, run_dir)
 
 
-def report(done: list[dict], want: tuple[float, ...]) -> None:
-    metrics = sorted({m for t in done for m in t["flagged"]} | {"goodput_mbps", "cpu_us_per_packet"})
-    print(f"{'level':>6s} {'trials':>6s} {'flagged':>8s} " + " ".join(f"{m:>18s}" for m in metrics)
-          + f" {'measured %':>11s} {'wall s (max)':>13s}  target")
-    for level in want:
-        ts = [t for t in done if t["level"] == level]
+def run(args: Options) -> Result:
+    """The trials not yet in ``args.out``, the levels taking turns within each; every trial kept as it ends."""
+    path = os.path.join(args.out, TRIALS_FILE)
+    done: list[Trial] = []
+    if os.path.exists(path):
+        with open(path) as f:
+            done = [Trial.from_json(json.loads(line)) for line in f if line.strip()]
+        print(f"{len(done)} trials already in {path}", file=sys.stderr)
+    try:
+        for k in range(args.trials):  # the levels inside each trial, so that drift falls on all alike
+            for level in args.levels:
+                if any(t.trial == k and t.level == level for t in done):
+                    continue
+                print(f"trial {k + 1} of {args.trials}, B {level:g} % slower ...", file=sys.stderr, flush=True)
+                t = trial(args.out, args.suite, level, k)
+                print(f"  flagged: {', '.join(t.flagged) or 'nothing'}; measured {t.measured_pct:+.1f} %; "
+                      f"{t.seconds:.0f} s", file=sys.stderr, flush=True)
+                done.append(t)
+                with open(path, "a") as f:
+                    f.write(json.dumps(dataclasses.asdict(t)) + "\n")
+    except KeyboardInterrupt:
+        print("ab_power: interrupted; the trials so far are kept", file=sys.stderr)
+    except RuntimeError as e:
+        print(f"ab_power: {e}", file=sys.stderr)
+        return Result(tuple(done), str(e))
+    return Result(tuple(done))
+
+
+def page(args: Options, result: Result) -> str:
+    """Per level: the trials flagged (any metric, and per metric), the slowdown measured, the wall time, the target."""
+    done = result.trials
+    metrics = sorted({m for t in done for m in t.flagged} | {"goodput_mbps", "cpu_us_per_packet"})
+    lines = [f"{'level':>6s} {'trials':>6s} {'flagged':>8s} " + " ".join(f"{m:>18s}" for m in metrics)
+             + f" {'measured %':>11s} {'wall s (max)':>13s}  target"]
+    for level in args.levels:
+        ts = [t for t in done if t.level == level]
         if not ts:
             continue
-        flagged = sum(bool(t["flagged"]) for t in ts)
-        per = " ".join(f"{sum(m in t['flagged'] for t in ts):>18d}" for m in metrics)
-        measured = statistics.mean(t["measured_pct"] for t in ts)
-        wall = f"{statistics.mean(t['seconds'] for t in ts):.0f} ({max(t['seconds'] for t in ts):.0f})"
+        flagged = sum(bool(t.flagged) for t in ts)
+        per = " ".join(f"{sum(m in t.flagged for t in ts):>18d}" for m in metrics)
+        measured = statistics.mean(t.measured_pct for t in ts)
+        wall = f"{statistics.mean(t.seconds for t in ts):.0f} ({max(t.seconds for t in ts):.0f})"
         target = ""
         if level in TARGETS:
             how, share = TARGETS[level]
             ok = flagged <= share * len(ts) if how == "at most" else flagged >= share * len(ts)
             target = f"flagged {how} {share * len(ts):g} of {len(ts)}: {'MET' if ok else 'NOT MET'}"
-        print(f"{level:>5g}% {len(ts):>6d} {flagged:>8d} {per} {measured:>+10.1f}% {wall:>13s}  {target}")
-    print("flagged: trials in which the gate judged B worse than A on any metric; level 0 is A/A (a flag is a "
-          "false alarm). measured: CPU per packet at the suite's CPU-bound point, B / A pair by pair, mean over "
-          "the trials.")
+        lines.append(f"{level:>5g}% {len(ts):>6d} {flagged:>8d} {per} {measured:>+10.1f}% {wall:>13s}  {target}")
+    lines.append("flagged: trials in which the gate judged B worse than A on any metric; level 0 is A/A (a flag is a "
+                 "false alarm). measured: CPU per packet at the suite's CPU-bound point, B / A pair by pair, mean "
+                 "over the trials.")
+    return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from experiments.catalogue.suites import SUITES
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=tuple(SUITES), default="detect", help="(default: %(default)s)")
-    ap.add_argument("--trials", type=int, default=10, help="trials per level (default: %(default)s)")
-    ap.add_argument("--levels", type=levels, default=(0.0, 2.0, 5.0, 10.0), metavar="PCT,...",
-                    help="slowdowns of B's ESP path, in %% (default: 0,2,5,10)")
-    ap.add_argument("--out", default=os.path.join(REPO, "runs", "ab-power"),
-                    help="where the trials go (default: %(default)s)")
-    args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        print("ab_power: needs root (two guests, namespaces, BPF); run it with sudo", file=sys.stderr)
-        return 1
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "trials.jsonl")
-    done: list[dict] = []
-    if os.path.exists(path):
-        with open(path) as f:
-            done = [json.loads(line) for line in f if line.strip()]
-        print(f"{len(done)} trials already in {path}", file=sys.stderr)
-    try:
-        for k in range(args.trials):  # the levels inside each trial, so that drift falls on all alike
-            for level in args.levels:
-                if any(t["trial"] == k and t["level"] == level for t in done):
-                    continue
-                print(f"trial {k + 1} of {args.trials}, B {level:g} % slower ...", file=sys.stderr, flush=True)
-                t = trial(args.out, args.suite, level, k)
-                print(f"  flagged: {', '.join(t['flagged']) or 'nothing'}; measured {t['measured_pct']:+.1f} %; "
-                      f"{t['seconds']:.0f} s", file=sys.stderr, flush=True)
-                done.append(t)
-                with open(path, "a") as f:
-                    f.write(json.dumps(t) + "\n")
-    except KeyboardInterrupt:
-        print("ab_power: interrupted; the trials so far are kept", file=sys.stderr)
-    except RuntimeError as e:
-        print(f"ab_power: {e}", file=sys.stderr)
-        report(done, args.levels)
-        return 1
-    report(done, args.levels)
-    return 0
-
+BENCHMARK = Benchmark("ab_power", Options, run, page, root="two guests, namespaces, BPF",
+                      status=lambda result: 1 if result.error else 0)

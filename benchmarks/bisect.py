@@ -20,15 +20,17 @@ The history and the bisects' run directories are kept under --out.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
-from benchmarks import _common
+from experiments.benchmark import Benchmark, front_door, option
+from experiments.bisection import STEPS_FILE, Step
 from testbed import kernelbuild
 
 #: The files the commits touch, one each, in turn: net/ files a build compiles for the testbed's kernel.
@@ -110,85 +112,145 @@ def make_history(out: str, commits: int, slow: int, iterations: int) -> tuple[st
             shas.append(git(tree, "rev-parse", "HEAD"))
         branches[branch] = shas
     print(f"history {tree}: branches slow and none of {commits} commits each on one first commit, "
-          f"{time.monotonic() - t0:.0f} s", flush=True)
+          f"{time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     return tree, branches
 
 
 #: Per backend: the suite a bisect judges on, its windows per kernel, the slow commit's loop iterations.
 ON = {"uml": ("detect", 12, 2700), "qemu": ("counted", 8, 90)}
+BRANCHES = ("slow", "none")
 
 
-def bisect(tree: str, shas: list[str], out: str, repetitions: int, label: str, kernel: str = "uml"
-           ) -> tuple[int, float, dict]:
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The history to make and how to bisect it; checked on construction, the backend's defaults filled in."""
+
+    commits: int = option(16, "commits after the first")
+    slow_commit: int = option(11, "the commit that makes ESP costlier", metavar="K")
+    kernel: str = option("uml", "where the commits run: uml (CPU time, the detect suite) or qemu (built for the "
+                         "counted backend, instructions, the counted suite)", choices=tuple(ON))
+    extra_iterations: int | None = option(None, "the slow commit's loop iterations per ESP packet (default: 2700 in "
+                                          "UML, about 5 % of its CPU time; 90 on qemu, about 1 % of its "
+                                          "instructions)", metavar="N")
+    repetitions: int | None = option(None, "windows per kernel of every paired A/B (default: 12 in UML, 8 on qemu)",
+                                     metavar="N")
+    out: str | None = option(None, "where the histories and the bisects go (default: runs/<date>-bench-bisect)")
+    only: str | None = option(None, "run one of the two bisects", choices=BRANCHES)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.slow_commit <= self.commits <= len(FILES):
+            raise ValueError(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}, not "
+                             f"{self.slow_commit} and {self.commits}")
+        if self.kernel not in ON:
+            raise ValueError(f"--kernel must be one of {', '.join(ON)}, not {self.kernel!r}")
+        _, windows, iterations = ON[self.kernel]
+        for name, default in (("repetitions", windows), ("extra_iterations", iterations)):
+            value = getattr(self, name)
+            if value is None:
+                object.__setattr__(self, name, default)  # the backend's: see the help
+            elif value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, not {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Bisected:
+    """One bisect of one branch: its commits (the first, then 1..N), regress's exit status, its minutes, and every
+    line of its log (the confirming A/B and the steps)."""
+
+    branch: str
+    shas: tuple[str, ...]
+    rc: int
+    seconds: float
+    log: tuple[Step, ...]
+    run_dir: str
+
+    @property
+    def steps(self) -> list[Step]:
+        return [s for s in self.log if s.kind == "step"]
+
+    @property
+    def confirm(self) -> Step | None:
+        return next((s for s in self.log if s.kind == "confirm"), None)
+
+    @property
+    def builds_s(self) -> float:
+        return sum(s.build_s for s in self.log)
+
+    @property
+    def right(self) -> bool:
+        """What the bisect must say: a regression (exit 1) on ``slow``, none (exit 0) on ``none``."""
+        return self.rc == (1 if self.branch == "slow" else 0)
+
+    def to_json(self) -> dict:
+        """As results.json keeps it."""
+        return {"rc": self.rc, "seconds": self.seconds, "steps": len(self.steps), "builds_s": self.builds_s,
+                "confirm": self.confirm.to_json() if self.confirm else None, "run_dir": self.run_dir}
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The bisects that ran, ``slow`` first."""
+
+    bisects: tuple[Bisected, ...]
+
+
+def bisect(tree: str, shas: tuple[str, ...], out: str, repetitions: int, label: str, kernel: str = "uml"
+           ) -> Bisected:
+    """``regress --bisect`` from the first of ``shas`` to the last, in ``tree``, into ``out/bisect-LABEL``."""
     run_dir = os.path.join(out, f"bisect-{label}")
     shutil.rmtree(run_dir, ignore_errors=True)
-    cmd = [*_common.front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", ON[kernel][0],
+    cmd = [*front_door(), "regress", "--bisect", shas[0], shas[-1], "--tree", tree, "--suite", ON[kernel][0],
            "--repetitions", str(repetitions), "--out", run_dir, "--kernel", kernel]
-    print("$ " + " ".join(cmd), flush=True)
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     t0 = time.monotonic()
     rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)
     seconds = time.monotonic() - t0
-    steps = []
-    with open(os.path.join(run_dir, "bisect.jsonl")) as f:
-        steps = [json.loads(line) for line in f if line.strip()]
-    return rc, seconds, {"steps": steps, "run_dir": run_dir}
+    log: list[Step] = []
+    if os.path.exists(os.path.join(run_dir, STEPS_FILE)):  # not where regress failed before its first step
+        with open(os.path.join(run_dir, STEPS_FILE)) as f:
+            log = [Step(**json.loads(line)) for line in f if line.strip()]
+    return Bisected(label, shas, rc, seconds, tuple(log), run_dir)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 2)[2],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--commits", type=int, default=16, help="commits after the first (default: %(default)s)")
-    p.add_argument("--slow-commit", type=int, default=11, metavar="K",
-                   help="the commit that makes ESP costlier (default: %(default)s)")
-    p.add_argument("--kernel", choices=tuple(ON), default="uml",
-                   help="where the commits run: uml (CPU time, the detect suite) or qemu (built for the counted "
-                   "backend, instructions, the counted suite) (default: %(default)s)")
-    p.add_argument("--extra-iterations", type=int, default=None, metavar="N",
-                   help="the slow commit's loop iterations per ESP packet (default: 2700 in UML, about 5 %% of its CPU "
-                   "time; 90 on qemu, about 1 %% of its instructions)")
-    p.add_argument("--repetitions", type=int, default=None, metavar="N",
-                   help="windows per kernel of every paired A/B (default: 12 in UML, 8 on qemu)")
-    p.add_argument("--out", default=None,
-                   help="where the histories and the bisects go (default: runs/<date>-bench-bisect)")
-    p.add_argument("--only", choices=("slow", "none"), help="run one of the two bisects")
-    args = p.parse_args(argv)
-    if not 1 <= args.slow_commit <= args.commits <= len(FILES):
-        p.error(f"--slow-commit must be in 1..--commits, and --commits at most {len(FILES)}")
-    _, windows, iterations = ON[args.kernel]
-    args.repetitions = args.repetitions or windows
-    args.extra_iterations = args.extra_iterations or iterations
-    out = _common.root_out_dir("bisect", args.out, "kernel builds' packages, namespaces, guests")
-    results = {}
-    tree, branches = make_history(out, args.commits, args.slow_commit, args.extra_iterations)
-    for kind in ("slow", "none"):
-        if args.only and kind != args.only:
-            continue
-        shas = branches[kind]
-        rc, seconds, data = bisect(tree, shas, out, args.repetitions, kind, args.kernel)
-        steps = [s for s in data["steps"] if s["kind"] == "step"]
-        confirm = next((s for s in data["steps"] if s["kind"] == "confirm"), None)
-        builds = sum(s["build_s"] for s in data["steps"])
-        results[kind] = {"rc": rc, "seconds": seconds, "steps": len(steps), "builds_s": builds,
-                         "confirm": confirm, "run_dir": data["run_dir"]}
-        if kind == "slow":
-            found = [s["commit"] for s in steps if s["verdict"] == "bad"]
-            first = min(found, key=shas.index) if found else None
-            right = rc == 1 and first == shas[args.slow_commit]
-            commits = len({s["commit"] for s in steps})
-            print(f"\nslow commit {args.slow_commit} ({shas[args.slow_commit][:12]}): bisect exit {rc}, named "
-                  f"{first[:12] if first else 'nothing'} ({'right' if right else 'WRONG'}); confirm B/A "
-                  f"{confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {commits} commits stepped "
-                  f"on, {len(steps)} paired A/Bs for them (an unclear one is measured again), with the confirm "
-                  f"{commits + 1} (target <= 5); {seconds / 60:.1f} min (target <= 20), the steps' builds "
-                  f"{builds / 60:.1f} min of it", flush=True)
-            for s in steps:
-                print(f"  step {s['commit'][:12]} {s['verdict']:8s} B/A {s['ratio']:.3f} ({s['low']:.3f}.."
-                      f"{s['high']:.3f}) build {s['build_s']:.0f} s measure {s['measure_s']:.0f} s", flush=True)
+def run(args: Options) -> Result:
+    """The history made, then each branch bisected; results.json under ``args.out``."""
+    tree, branches = make_history(args.out, args.commits, args.slow_commit, args.extra_iterations)
+    done = tuple(bisect(tree, tuple(branches[kind]), args.out, args.repetitions, kind, args.kernel)
+                 for kind in BRANCHES if not args.only or kind == args.only)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({b.branch: b.to_json() for b in done}, f, indent=1)
+    return Result(done)
+
+
+def ratio(s: Step | None) -> str:
+    """A step's B/A with its interval ("-" where it has none: a commit that did not build, no confirm)."""
+    if s is None or s.ratio is None:
+        return "-"
+    return f"{s.ratio:.3f} ({s.low:.3f}..{s.high:.3f})"
+
+
+def page(args: Options, result: Result) -> str:
+    """What each bisect named, in how many steps and minutes, against the targets."""
+    lines = []
+    for b in result.bisects:
+        if b.branch == "slow":
+            slow = b.shas[args.slow_commit]
+            found = [s.commit for s in b.steps if s.verdict == "bad"]
+            first = min(found, key=b.shas.index) if found else None
+            right = b.right and first == slow
+            commits = len({s.commit for s in b.steps})
+            lines.append(f"\nslow commit {args.slow_commit} ({slow[:12]}): bisect exit {b.rc}, named "
+                         f"{first[:12] if first else 'nothing'} ({'right' if right else 'WRONG'}); confirm B/A "
+                         f"{ratio(b.confirm)}; {commits} commits stepped on, {len(b.steps)} paired A/Bs for them (an "
+                         f"unclear one is measured again), with the confirm {commits + 1} (target <= 5); "
+                         f"{b.seconds / 60:.1f} min (target <= 20), the steps' builds {b.builds_s / 60:.1f} min of it")
+            lines += [f"  step {s.commit[:12]} {s.verdict:8s} B/A {ratio(s)} build {s.build_s:.0f} s measure "
+                      f"{s.measure_s:.0f} s" for s in b.steps]
         else:
-            print(f"\nno slow commit: bisect exit {rc} ({'no regression, right' if rc == 0 else 'WRONG'}); confirm "
-                  f"B/A {confirm['ratio']:.3f} ({confirm['low']:.3f}..{confirm['high']:.3f}); {seconds / 60:.1f} min",
-                  flush=True)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=1)
-    ok = (results.get("slow", {}).get("rc", 1) == 1) and (results.get("none", {}).get("rc", 0) == 0)
-    return 0 if ok else 1
+            lines.append(f"\nno slow commit: bisect exit {b.rc} ({'no regression, right' if b.right else 'WRONG'}); "
+                         f"confirm B/A {ratio(b.confirm)}; {b.seconds / 60:.1f} min")
+    return "\n".join(lines)
+
+
+BENCHMARK = Benchmark("bisect", Options, run, page, root="kernel builds' packages, namespaces, guests",
+                      status=lambda result: 0 if all(b.right for b in result.bisects) else 1)

@@ -18,7 +18,6 @@ put a guest's CPU costs at one speed only as far as that correlation goes.  Exit
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import multiprocessing
@@ -28,6 +27,8 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+
+from experiments.benchmark import Benchmark, option
 
 #: Above this correlation between two CPUs' bins, one CPU's speed is taken to tell the other's.
 TRACKS = 0.7
@@ -126,50 +127,85 @@ def measure(cpus: Sequence[int], work: str, seconds: float, bin_s: float) -> dic
     return got
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ipsec-testbed bench cpu_speed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=60.0, help="how long (default: 60)")
-    p.add_argument("--bin", type=float, default=1.0, metavar="SECONDS", help="each bin (default: 1)")
-    p.add_argument("--work", choices=WORKS, default="switches",
-                   help="switches: the speed probe's operation (default); arith: arithmetic alone")
-    p.add_argument("--cpus", default=None, metavar="N,...",
-                   help="the CPUs (default: every one this process may use)")
-    return p
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What to time, and for how long; checked on construction."""
+
+    seconds: float = option(60.0, "how long")
+    bin: float = option(1.0, "each bin", metavar="SECONDS")
+    work: str = option("switches", "switches: the speed probe's operation (default); arith: arithmetic alone",
+                       choices=WORKS, show_default=False)
+    cpus: tuple[int, ...] | None = option(None, "the CPUs (default: every one this process may use)", metavar="N,...")
+
+    def __post_init__(self) -> None:
+        if self.work not in WORKS:
+            raise ValueError(f"--work must be one of {', '.join(WORKS)}, not {self.work!r}")
+        if self.cpus is not None:
+            allowed = sorted(os.sched_getaffinity(0))
+            if not set(self.cpus) <= set(allowed) or len(set(self.cpus)) != len(self.cpus):
+                raise ValueError(f"--cpus must name each CPU once, among those this process may use "
+                                 f"({','.join(map(str, allowed))}), not {','.join(map(str, self.cpus))}")
+        if not 0.05 <= self.bin <= 60:
+            raise ValueError(f"--bin must be 0.05..60 s, not {self.bin:g}")
+        if not 3 * self.bin <= self.seconds <= 3600:
+            raise ValueError(f"--seconds must be 3 bins ({3 * self.bin:g} s) to 3600 s, not {self.seconds:g}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    allowed = sorted(os.sched_getaffinity(0))
-    try:
-        cpus = [int(c) for c in args.cpus.split(",")] if args.cpus else allowed
-    except ValueError:
-        sys.exit(f"cpu_speed: --cpus takes CPU numbers separated by commas, not {args.cpus!r}")
-    if not set(cpus) <= set(allowed) or len(set(cpus)) != len(cpus):
-        sys.exit(f"cpu_speed: --cpus {args.cpus}: each once, among those this process may use "
-                 f"({','.join(map(str, allowed))})")
-    if not 0.05 <= args.bin <= 60 or args.seconds < 3 * args.bin or args.seconds > 3600:
-        sys.exit("cpu_speed: --bin must be 0.05..60 s and --seconds 3 bins to 3600 s")
-    print(f"{len(cpus)} CPU(s) ({os.uname().release}); {args.work} on each at once, {args.seconds:g} s in bins of "
-          f"{args.bin:g} s", flush=True)
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """Two CPUs' bins against each other: their correlation, None when either does not vary."""
+
+    a: int
+    b: int
+    r: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The kernel it ran on, every CPU's speed and every pair's correlation; ``interrupted``: nothing measured."""
+
+    release: str = ""
+    speeds: tuple[CpuSpeed, ...] = ()
+    pairs: tuple[Pair, ...] = ()
+    interrupted: bool = False
+
+
+def heading(args: Options, cpus: int, release: str) -> str:
+    """What is timed, on how many CPUs of which kernel: said as it starts and above the table."""
+    return (f"{cpus} CPU(s) ({release}); {args.work} on each at once, {args.seconds:g} s in bins of "
+            f"{args.bin:g} s")
+
+
+def run(args: Options) -> Result:
+    """Every CPU's bins, all of them working at once, summarised."""
+    cpus = list(args.cpus or sorted(os.sched_getaffinity(0)))
+    release = os.uname().release
+    print(heading(args, len(cpus), release), file=sys.stderr, flush=True)
     try:
         got = measure(cpus, args.work, args.seconds, args.bin)
     except KeyboardInterrupt:
         print("cpu_speed: interrupted; nothing measured", file=sys.stderr)
-        return 130
-    speeds = [summarise(cpu, got[cpu], args.bin) for cpu in cpus]
-    print(f"{'CPU':>4s} {'ops/s':>10s} {'CV':>6s} {'slowest':>8s} {'fastest':>8s} {'median run':>11s}")
-    for s in speeds:
-        print(f"{s.cpu:>4d} {s.per_s:>10.0f} {s.cv_pct:>5.1f}% {s.slowest:>8.2f} {s.fastest:>8.2f} {s.run_s:>9.1f} s")
-    for i, a in enumerate(cpus):
-        for b in cpus[i + 1:]:
-            r = correlation(got[a], got[b])
-            said = ("does not vary" if r is None else
-                    "one tells the other's speed" if r >= TRACKS else
-                    "one does not tell the other's speed: a probe on one cannot set the other's costs to one speed")
-            print(f"CPUs {a} and {b}, bin by bin: correlation {'–' if r is None else f'{r:.2f}'}: {said}")
-    return 0
+        return Result(release, interrupted=True)
+    return Result(release, tuple(summarise(cpu, got[cpu], args.bin) for cpu in cpus),
+                  tuple(Pair(a, b, correlation(got[a], got[b])) for i, a in enumerate(cpus) for b in cpus[i + 1:]))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def page(args: Options, result: Result) -> str:
+    """Each CPU's speed and spread, then each pair's correlation and what it says."""
+    if result.interrupted:
+        return ""
+    lines = [heading(args, len(result.speeds), result.release),
+             f"{'CPU':>4s} {'ops/s':>10s} {'CV':>6s} {'slowest':>8s} {'fastest':>8s} {'median run':>11s}"]
+    for s in result.speeds:
+        lines.append(f"{s.cpu:>4d} {s.per_s:>10.0f} {s.cv_pct:>5.1f}% {s.slowest:>8.2f} {s.fastest:>8.2f} "
+                     f"{s.run_s:>9.1f} s")
+    for p in result.pairs:
+        said = ("does not vary" if p.r is None else
+                "one tells the other's speed" if p.r >= TRACKS else
+                "one does not tell the other's speed: a probe on one cannot set the other's costs to one speed")
+        lines.append(f"CPUs {p.a} and {p.b}, bin by bin: correlation {'–' if p.r is None else f'{p.r:.2f}'}: {said}")
+    return "\n".join(lines)
+
+
+BENCHMARK = Benchmark("cpu_speed", Options, run, page,
+                      status=lambda result: 130 if result.interrupted else 0)

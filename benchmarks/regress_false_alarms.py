@@ -12,36 +12,58 @@ of points flagged then is the gate's detection rate for a real 10% drop.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import itertools
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from analysis import regress
 from experiments import runner
+from experiments.benchmark import Benchmark, option
+from experiments.catalogue.suites import SUITES, suite_spec
 from experiments.job import Job, SweepWork
+from testbed.record import FIELD, Meta, Record
+from testbed.rundir import load_meta, load_results
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The drop the contrast plants: every sample of a baseline divided by this.
+FASTER = 0.9
 
 
-def main(argv: list[str] | None = None) -> int:
-    from experiments.catalogue.suites import SUITES, suite_spec
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which suite, how many times, and the gate's rule; checked on construction."""
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=tuple(SUITES), default="smoke")
-    ap.add_argument("--runs", type=int, default=4, help="identical runs (default: %(default)s)")
-    ap.add_argument("--max-drop", type=float, default=5.0, metavar="PERCENT")
-    ap.add_argument("--confidence", type=float, default=95.0, metavar="PERCENT")
-    args = ap.parse_args(argv)
-    if os.geteuid() != 0:
-        sys.exit("regress_false_alarms: needs root; run with sudo")
-    if args.runs < 2:
-        sys.exit("regress_false_alarms: --runs must be at least 2")
-    from analysis import regress
-    from testbed.record import FIELD
-    from testbed.rundir import load_meta, load_results
+    suite: str = option("smoke", "the suite run again and again", choices=tuple(SUITES))
+    runs: int = option(4, "identical runs")
+    max_drop: float = option(5.0, "the gate's tolerance: the drop it lets pass", metavar="PERCENT")
+    confidence: float = option(95.0, "the gate's confidence", metavar="PERCENT")
 
+    def __post_init__(self) -> None:
+        if self.runs < 2:
+            raise ValueError(f"--runs must be at least 2 (each run the baseline of another), not {self.runs}")
+        for flag, value in (("--max-drop", self.max_drop), ("--confidence", self.confidence)):
+            if not 0 < value < 100:
+                raise ValueError(f"{flag} must be a percentage in (0, 100), not {value:g}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """Every ordered pair's point comparisons counted: flagged as they are (false alarms) and against baselines
+    made 10 % faster (detected); the lowest now/baseline ratio seen; where the runs are."""
+
+    compared: int
+    flagged: int
+    detected: int
+    worst: float
+    out: str
+
+
+def run(args: Options) -> Result:
+    """The suite ``args.runs`` times, each a process of its own, then every run against every other."""
     out = tempfile.mkdtemp(prefix="itb-bench-regress-")
     dirs = []
     for n in range(args.runs):
@@ -50,28 +72,41 @@ def main(argv: list[str] | None = None) -> int:
         rc = runner.run_apart(Job(SweepWork(suite_spec(args.suite)), out_dir=d, report=False))
         if rc != 0:
             sys.exit(f"run {n + 1} failed (exit {rc})")
-        print(f"run {n + 1} of {args.runs}: {time.monotonic() - t0:.0f} s", flush=True)
+        print(f"run {n + 1} of {args.runs}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         dirs.append(d)
-    runs = [(load_results(d), load_meta(d)) for d in dirs]
-    drop, conf = args.max_drop / 100, args.confidence / 100
+    return judge([(load_results(d), load_meta(d)) for d in dirs], args.max_drop, args.confidence, out)
+
+
+def judge(runs: Sequence[tuple[Sequence[Record], Meta | Mapping[str, Any]]], max_drop: float, confidence: float,
+          out: str = "") -> Result:
+    """Each of ``runs`` (records, meta) the baseline of every other, by the gate's rule (``max_drop`` and
+    ``confidence`` in percent), as it is and made 10 % faster.  Pure."""
+    drop, conf = max_drop / 100, confidence / 100
     compared = flagged = detected = 0
     worst = 1.0
-    for (_i, (base_rec, base_meta)), (_j, (rec, _)) in itertools.permutations(enumerate(runs), 2):
+    for (base_rec, base_meta), (rec, _) in itertools.permutations(runs, 2):
         baseline = regress.make_baseline(base_rec, base_meta)
         verdicts = regress.compare(baseline, rec, drop, conf)
         compared += len(verdicts)
         flagged += sum(v.regressed for v in verdicts)
         worst = min(worst, *(v.ratio for v in verdicts))
         for p in baseline["points"]:  # a baseline's point: its goodput samples under the field's name
-            p[FIELD.goodput_mbps] = [g / 0.9 for g in p[FIELD.goodput_mbps]]
+            p[FIELD.goodput_mbps] = [g / FASTER for g in p[FIELD.goodput_mbps]]
         detected += sum(v.regressed for v in regress.compare(baseline, rec, drop, conf))
-    pairs = args.runs * (args.runs - 1)
-    print(f"\nsuite {args.suite}: {args.runs} identical runs, {pairs} ordered pairs, {compared} point comparisons "
-          f"(max drop {args.max_drop:g}%, confidence {args.confidence:g}%)")
-    print(f"false alarms: {flagged} of {compared} = {100 * flagged / compared:.2f}% "
-          f"(lowest now/baseline ratio seen: {worst:.3f})")
-    print(f"a real 10% drop (baselines made 10% faster): flagged {detected} of {compared} = "
-          f"{100 * detected / compared:.1f}%")
-    print(f"run directories: {out}")
-    return 0
+    return Result(compared, flagged, detected, worst, out)
 
+
+def page(args: Options, result: Result) -> str:
+    """The false alarms and the detections, each of every point comparison."""
+    compared = result.compared
+    return "\n".join([
+        f"suite {args.suite}: {args.runs} identical runs, {args.runs * (args.runs - 1)} ordered pairs, {compared} "
+        f"point comparisons (max drop {args.max_drop:g}%, confidence {args.confidence:g}%)",
+        f"false alarms: {result.flagged} of {compared} = {100 * result.flagged / compared:.2f}% "
+        f"(lowest now/baseline ratio seen: {result.worst:.3f})",
+        f"a real 10% drop (baselines made 10% faster): flagged {result.detected} of {compared} = "
+        f"{100 * result.detected / compared:.1f}%",
+        f"run directories: {result.out}"])
+
+
+BENCHMARK = Benchmark("regress_false_alarms", Options, run, page, root="the suite's sweeps: namespaces, guests")

@@ -46,10 +46,43 @@ def test_every_cpu_is_timed_at_once_in_its_bins():
     assert all(len(bins) == 3 and min(bins) > 0 for bins in got.values())
 
 
-def test_bad_cpus_and_bins_are_refused_before_anything_runs(capsys):
-    with pytest.raises(SystemExit, match="--cpus"):
-        cpu_speed.main(["--cpus", "x"])
-    with pytest.raises(SystemExit, match="each once"):
-        cpu_speed.main(["--cpus", "0,0"])
-    with pytest.raises(SystemExit, match="--bin"):
-        cpu_speed.main(["--seconds", "1", "--bin", "1"])
+def test_bad_cpus_and_bins_are_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="--cpus must name each CPU once"):
+        cpu_speed.Options(cpus=(0, 0))
+    with pytest.raises(ValueError, match="--cpus"):
+        cpu_speed.Options(cpus=(max(os.sched_getaffinity(0)) + 1,))
+    with pytest.raises(ValueError, match="--seconds"):
+        cpu_speed.Options(seconds=1, bin=1)
+    with pytest.raises(ValueError, match="--bin"):
+        cpu_speed.Options(bin=0.01)
+    with pytest.raises(ValueError, match="--work must be one of switches, arith"):
+        cpu_speed.Options(work="sleep")
+
+
+def test_its_command_line_gives_the_old_parsers_options_and_refuses_a_bad_value_in_one_line(bench_cli):
+    assert bench_cli.options("cpu_speed") == cpu_speed.Options(seconds=60.0, bin=1.0, work="switches", cpus=None)
+    assert bench_cli.options("cpu_speed", "--seconds", "12", "--bin", "0.5", "--work", "arith", "--cpus", "0") == \
+        cpu_speed.Options(12.0, 0.5, "arith", (0,))
+    for words in (["--cpus", "x"], ["--seconds", "1", "--bin", "1"], ["--work", "sleep"]):
+        bench_cli.refuses("cpu_speed", *words)
+
+
+def test_the_page_shows_each_cpu_and_each_pair():
+    args = cpu_speed.Options(seconds=3, cpus=(0,))
+    speeds = (cpu_speed.summarise(0, [10, 12, 8], 1.0), cpu_speed.summarise(1, [5, 5, 6], 1.0))
+    result = cpu_speed.Result("6.1.0", speeds, (cpu_speed.Pair(0, 1, 0.2), cpu_speed.Pair(0, 2, None)))
+    text = cpu_speed.page(args, result)
+    assert text.splitlines()[0] == "2 CPU(s) (6.1.0); switches on each at once, 3 s in bins of 1 s"
+    assert "CPUs 0 and 1, bin by bin: correlation 0.20: one does not tell" in text
+    assert "CPUs 0 and 2, bin by bin: correlation –: does not vary" in text
+    assert cpu_speed.page(args, cpu_speed.Result(interrupted=True)) == ""
+    assert cpu_speed.BENCHMARK.status(cpu_speed.Result(interrupted=True)) == 130
+
+
+def test_a_run_summarises_every_cpu_and_pair_of_what_it_measured(monkeypatch, capsys):
+    monkeypatch.setattr(cpu_speed, "measure", lambda cpus, work, seconds, bin_s: {c: CPU0 if c else CPU1 for c in cpus})
+    cpus = tuple(sorted(os.sched_getaffinity(0)))[:2]
+    result = cpu_speed.run(cpu_speed.Options(seconds=40, cpus=cpus))
+    assert [s.cpu for s in result.speeds] == list(cpus)
+    assert [(p.a, p.b) for p in result.pairs] == [(a, b) for i, a in enumerate(cpus) for b in cpus[i + 1:]]
+    assert "on each at once" in capsys.readouterr().err  # what it does, said before the minute it takes
