@@ -35,11 +35,13 @@ def test_foreign_load_is_the_busy_time_the_testbed_did_not_use_as_a_share_of_one
 
 
 def test_a_process_tree_is_counted_with_its_children():
-    hog = subprocess.Popen([sys.executable, "-c", "import os, time\nif os.fork() == 0:\n"
-                            "    t = time.time() + 0.6\n    while time.time() < t: pass\n    os._exit(0)\n"
-                            "time.sleep(5)"])
+    # the child spins until it has had 0.3 s of CPU (however busy the machine), says so, and stays
+    hog = subprocess.Popen([sys.executable, "-c", "import os, sys, time\nif os.fork() == 0:\n"
+                            "    while time.process_time() < 0.3: pass\n    print('spun', flush=True)\n"
+                            "    time.sleep(3)\n    os._exit(0)\n"
+                            "time.sleep(5)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert hog.stdout.readline().strip() == "spun"
         mine = hostload.process_ns(hog.pid)
         assert hostload.children(hog.pid)  # the busy child
         assert hostload.processes_ns([hog.pid]) >= mine + 0.2e9
@@ -68,10 +70,11 @@ def test_the_other_guests_of_one_measuring_run_are_the_testbeds_own(tmp_path, mo
         return workdir
 
     me = guest("a", 7_000_000_000)
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time() + 0.3\n"
-                                "while time.time() < t: pass\ntime.sleep(5)"])
+    # 0.3 s of CPU however busy the machine, then asleep
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\n"
+                                "print('spun', flush=True)\ntime.sleep(5)"], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        assert sleeper.stdout.readline().strip() == "spun"
         guest("b", 3_000_000_000, pid=sleeper.pid)  # the other side: its guest's 3 s and its process's
         guest("c", 5_000_000_000, group="99")  # another run's guest: foreign
         (tmp_path / f"{names.PREFIX}-d-uml-x").mkdir()
