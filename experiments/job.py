@@ -54,6 +54,10 @@ class KernelChoice:
         if self.kernel != backends.AUTO and self.kernel not in backends.names():
             raise ValueError(f"kernel must be {backends.AUTO} or one of {', '.join(backends.names())}, "
                              f"not {self.kernel!r}")
+        if self.qemu_crypto is not None and self.kernel != backends.QemuBackend.name:
+            raise ValueError(f"--qemu-crypto chooses the crypto drivers of the counted guest (--kernel qemu), not of "
+                             f"--kernel {self.kernel}, which runs the kernel's generic C code in User-Mode Linux or "
+                             "whatever the host kernel has")
 
     def with_(self, **changes: Any) -> KernelChoice:
         return dataclasses.replace(self, **changes)
