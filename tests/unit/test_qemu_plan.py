@@ -255,6 +255,8 @@ def test_the_generic_crypto_guest_runs_the_same_cpu_model_without_the_features_t
 
 @pytest.mark.parametrize("kernel", ["uml", "host", "auto"])
 def test_a_crypto_choice_for_a_kernel_that_is_not_the_counted_guests_is_refused_in_one_line(kernel):
+    from experiments.job import KernelChoice
+
     # UML always runs the kernel's generic C code and the host kernel its own drivers: the choice would be ignored
     with pytest.raises(ValueError, match=f"^--qemu-crypto .* not of --kernel {kernel}, "):
         KernelChoice(kernel=kernel, qemu_crypto="generic")
