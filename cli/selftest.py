@@ -101,6 +101,28 @@ def module_seconds(path: str) -> dict[str, float]:
     return out
 
 
+def slowest(paths: Sequence[str], n: int) -> list[tuple[float, str]]:
+    """The ``n`` slowest test cases (setup and teardown included) in pytest ``--junitxml`` files: seconds and
+    ``module::name``, slowest first."""
+    cases = []
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError):
+            continue
+        for case in root.iter("testcase"):
+            module = next((m for m in case.get("classname", "").split(".") if m.startswith("test_")), "?")
+            cases.append((float(case.get("time", 0) or 0), f"{module}::{case.get('name', '?')}"))
+    return sorted(cases, key=lambda c: -c[0])[:n]
+
+
+def print_slowest(out: str, n: int = 15) -> None:
+    """The slowest tests of every stage run so far (docs/testing.md keeps a run's list)."""
+    cases = slowest(sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".xml")), n)
+    if cases:
+        print(f"the {len(cases)} slowest tests: " + ", ".join(f"{name} {t:.0f} s" for t, name in cases), flush=True)
+
+
 def _banner(text: str) -> None:
     line = "=" * 78
     print(f"\n{line}\n{text}\n{line}", flush=True)
@@ -152,6 +174,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
             return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: no ESP-capable kernel")
         _banner(f"integration tests with ESP on {backend.label()}\n({choice.reason})")
         integ_rc = subprocess.call(_pytest_cmd("tests/integration", f"{out}/integration.xml", extra), cwd=REPO)
+        print_slowest(out)
         return _summary(unit, unit_rc, parse_junit(f"{out}/integration.xml"), integ_rc, backend.label())
 
     # Integration tests in guests.  The host tests that clean up every guest run first, alone;
@@ -173,6 +196,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
     integ = sum((parse_junit(f"{out}/integration{i}.xml") for i in range(len(groups))), Counts())
     integ_rc = next((rc for rc in rcs if rc not in (0, 5)), 0)
+    print_slowest(out)
     return _summary(unit, unit_rc, integ, integ_rc, backend.label())
 
 

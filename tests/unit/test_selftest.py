@@ -43,3 +43,14 @@ def test_module_seconds_adds_up_each_modules_cases(tmp_path):
                     '</testsuite></testsuites>')
     assert module_seconds(str(path)) == {"test_shaping": 3.5, "test_bounds": 4.0}
     assert module_seconds(str(tmp_path / "absent.xml")) == {}
+
+
+def test_the_slowest_tests_are_named_slowest_first_over_every_stage(tmp_path):
+    from cli.selftest import slowest
+
+    stages = {"unit.xml": [("test_a", "x", "0.5")], "host0.xml": [("test_b", "y", "7"), ("test_b", "z", "")]}
+    for name, cases in stages.items():
+        rows = "".join(f'<testcase classname="tests.host.{m}" name="{n}" time="{t}"/>' for m, n, t in cases)
+        (tmp_path / name).write_text(f"<testsuites><testsuite>{rows}</testsuite></testsuites>")
+    paths = [str(tmp_path / "unit.xml"), str(tmp_path / "host0.xml"), str(tmp_path / "absent.xml")]
+    assert slowest(paths, 2) == [(7.0, "test_b::y"), (0.5, "test_a::x")]
