@@ -59,29 +59,11 @@ COMMAND = ("ipsec-testbed", "bench", "regress_power")
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
-    """Which suite, how many trials, where they are kept; checked on construction."""
-
-    suite: str = option("detect", "the suite each trial runs, its IPsec points in five arms",
-                        choices=tuple(SUITES))
-    trials: int = option(10, "trials")
-    out: str = option(os.path.join(REPO, "runs", "regress-power"), "where the trials' runs go")
-    no_suite_run: bool = option(False, "skip the timed two-arm run at the end")
-
-    def __post_init__(self) -> None:
-        if self.suite not in GATE_DEFAULTS:
-            raise ValueError(f"--suite {self.suite} has no gate settings for detection; suites with them: "
-                             f"{', '.join(GATE_DEFAULTS)}")
-        if self.trials < 0:
-            raise ValueError(f"--trials must be a count (0: only the report of those kept), not {self.trials}")
-
-
-@dataclasses.dataclass(frozen=True)
 class MetricVerdict:
-    """The gate's verdict on one metric: the ratio arm / reference, its bound on the worse side, flagged or not."""
+    """The gate's verdict on one metric, as ``trials.jsonl`` keeps it."""
 
-    ratio: float
-    bound: float
+    ratio: float  # the arm's / its reference's
+    bound: float  # the ratio's one-sided bound, on the worse side
     regressed: bool
 
 
@@ -97,10 +79,6 @@ class Comparison:
     flagged: bool
     metrics: Mapping[str, MetricVerdict]
 
-    @classmethod
-    def from_json(cls, data: dict) -> Comparison:
-        return cls(**{**data, "metrics": {m: MetricVerdict(**v) for m, v in data["metrics"].items()}})
-
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
@@ -114,7 +92,10 @@ class Trial:
 
     @classmethod
     def from_json(cls, data: dict) -> Trial:
-        return cls(**{**data, "kinds": {k: Comparison.from_json(v) for k, v in data["kinds"].items()}})
+        """The trial a line of ``trials.jsonl`` holds."""
+        kinds = {kind: Comparison(**{**c, "metrics": {m: MetricVerdict(**v) for m, v in c["metrics"].items()}})
+                 for kind, c in data["kinds"].items()}
+        return cls(**{**data, "kinds": kinds})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +126,24 @@ class Result:
     trials: tuple[Trial, ...]
     cross_boot: CrossBoot | None
     suite_run: SuiteRun | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which suite, how many trials, where they are kept; checked on construction."""
+
+    suite: str = option("detect", "the suite each trial runs, its IPsec points in five arms",
+                        choices=tuple(SUITES))
+    trials: int = option(10, "trials")
+    out: str = option(os.path.join(REPO, "runs", "regress-power"), "where the trials' runs go")
+    no_suite_run: bool = option(False, "skip the timed two-arm run at the end")
+
+    def __post_init__(self) -> None:
+        if self.suite not in GATE_DEFAULTS:
+            raise ValueError(f"--suite {self.suite} has no gate settings for detection; suites with them: "
+                             f"{', '.join(GATE_DEFAULTS)}")
+        if self.trials < 0:
+            raise ValueError(f"--trials must be a count (0: only the report of those kept), not {self.trials}")
 
 
 def say(message: str) -> None:
