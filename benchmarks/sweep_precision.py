@@ -69,7 +69,7 @@ class Options:
 
 
 @dataclasses.dataclass(frozen=True)
-class Point:
+class PointWidths:
     """One point of a sweep: its 95 % confidence intervals' half-widths in percent of the mean (None: no
     interval), of the goodput and of the CPU per GB at common speed and as measured; what bounded it."""
 
@@ -92,7 +92,7 @@ class Run:
     label: str
     run_dir: str
     wall_s: float | None
-    points: tuple[Point, ...]
+    points: tuple[PointWidths, ...]
     anomalies: int
 
     @property
@@ -152,8 +152,9 @@ def half_width_pct(summary: Summary | None) -> float | None:
 def describe(run_dir: str, wall: float | None, label: str, sweep: str = "") -> Run:
     """The figures of the sweep in ``run_dir``."""
     records = load_results(run_dir)
-    points = tuple(Point(str(a.profile), a.rate_mbit, a.size_bytes, a.goodput.n, half_width_pct(a.goodput),
-                         half_width_pct(a.cpu_s_per_gb), half_width_pct(a.cpu_s_per_gb_as_measured), bound_text(a))
+    points = tuple(PointWidths(str(a.profile), a.rate_mbit, a.size_bytes, a.goodput.n, half_width_pct(a.goodput),
+                               half_width_pct(a.cpu_s_per_gb), half_width_pct(a.cpu_s_per_gb_as_measured),
+                               bound_text(a))
                    for a in aggregate(records))
     return Run(sweep, label, run_dir, wall, points, sum(1 for r in records if r.bound is Bound.ANOMALY))
 

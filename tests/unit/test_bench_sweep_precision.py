@@ -57,7 +57,7 @@ def test_run_directories_given_are_read_without_root_each_and_between_them(tmp_p
 
 
 def test_the_sweeps_run_here_are_summed_up_side_by_side():
-    point = sweep_precision.Point("aes-gcm-256", 10.0, 1460, 4, 1.5, 8.0, 9.0, "link")
+    point = sweep_precision.PointWidths("aes-gcm-256", 10.0, 1460, 4, 1.5, 8.0, 9.0, "link")
     runs = (sweep_precision.Run("adaptive", "adaptive 1", "/r/a", 300.0, (point,), 0),
             sweep_precision.Run("fixed 3", "fixed 3 repetitions", "/r/f", 200.0, (point,), 2))
     text = sweep_precision.page(sweep_precision.Options(), sweep_precision.Result(runs, None))
