@@ -21,18 +21,20 @@ dropped, then backs off by its β (0.3), so its queue saws between ``(1 - β)`` 
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable, Mapping
 
-from benchmarks import _common
 from experiments import runner
+from experiments.benchmark import Benchmark, option
 from experiments.engine.plan import default_sweep
-from testbed.record import Bound
+from testbed.errors import Refused
+from testbed.record import Bound, point_key
+from testbed.rundir import load_results
 
 TOLERANCE = 0.10
 #: CUBIC's multiplicative decrease (RFC 9438: the window after a loss is 0.7 of what it was).
@@ -66,8 +68,6 @@ def queue_delay_ms(r) -> float | None:
 def with_references(records) -> list:
     """``records`` each with its point's unloaded reference (pure): a sweep takes it at a point's first repetition
     only, and the point's later repetitions carry none."""
-    from testbed.record import point_key
-
     refs: dict = {}
     for r in records:
         if r.idle_rtt_ms is not None:
@@ -100,46 +100,77 @@ def compare(records) -> dict[float, list[float]]:
     return ratios
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("run_dir", nargs="?", help="a sweep's run directory (default: run the default sweep now)")
-    args = ap.parse_args(argv)
-    from testbed.rundir import load_results
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Which sweep's records; checked on construction."""
 
-    run_dir = args.run_dir
-    if run_dir is None:
-        if os.geteuid() != 0:
-            sys.exit("probe_queue: measuring needs root; run with sudo, or give a run directory")
-        run_dir = tempfile.mkdtemp(prefix="itb-bench-probe-queue-")
-        print(f"running the default sweep into {run_dir}", flush=True)
-        spec = default_sweep()
-        rc = runner.sweep_apart(spec, run_dir, command=_common.sweep_command(spec))
-        if rc != 0:
-            sys.exit(f"probe_queue: the sweep failed (exit {rc})")
-    if not os.path.isdir(run_dir):
-        sys.exit(f"probe_queue: {run_dir} is not a directory")
+    run_dir: str | None = option(None, "a sweep's run directory (default: run the default sweep now)",
+                                 positional=True)
+
+    def __post_init__(self) -> None:
+        if self.run_dir is not None and not os.path.isdir(self.run_dir):
+            raise ValueError(f"run_dir must be a sweep's run directory, not {self.run_dir}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The run directory read; per rate, each link-bound probed point's measured / predicted delay, against the
+    queue's mean backlog and against its configured size (TCP points), and the wait that size predicts."""
+
+    run_dir: str
+    backlog: Mapping[float, tuple[float, ...]]
+    configured: Mapping[float, tuple[float, ...]]
+    configured_wait_ms: Mapping[float, float]
+
+
+def sweep_default() -> str:
+    """The default sweep run into a new directory (a process of its own); the directory."""
+    run_dir = tempfile.mkdtemp(prefix="itb-bench-probe-queue-")
+    print(f"running the default sweep into {run_dir}", file=sys.stderr, flush=True)
+    rc = runner.sweep_apart(default_sweep(), run_dir, command=("ipsec-testbed", "bench", "probe_queue"))
+    if rc != 0:
+        raise Refused(f"the sweep failed (exit {rc}); its directory: {run_dir}")
+    return run_dir
+
+
+def run(args: Options) -> Result:
+    """The probe's delays in ``args.run_dir`` (or in the default sweep, run first) against the queue's."""
+    run_dir = args.run_dir or sweep_default()
     records = load_results(run_dir)
-    ratios = compare(records)
-    if not ratios:
-        sys.exit(f"probe_queue: no link-bound point with the probe in {run_dir} (measured with --no-latency-probe?)")
-    _table(ratios, "the probe's delay the data's way (irtt's one-way delay, or ping's round trip less the unloaded "
-           "one) / the queue's mean backlog over the link's rate")
-    print()
-    _table(compare_configured(records), f"the same delay / (1 - {CUBIC_BETA:g} / 2) of the full queue's wait, the "
-           "tbf's limit over its rate (nothing measured: the queue's configured size)",
-           lambda rate: f"  (predicted {configured_wait_ms(rate, records[0].backend):.1f} ms)")
-    return 0
+    backlog = compare(records)
+    if not backlog:
+        raise Refused(f"no link-bound point with the probe in {run_dir} (measured with --no-latency-probe?)")
+    configured = compare_configured(records)
+    return Result(run_dir, {rate: tuple(v) for rate, v in backlog.items()},
+                  {rate: tuple(v) for rate, v in configured.items()},
+                  {rate: configured_wait_ms(rate, records[0].backend) for rate in configured})
 
 
-def _table(ratios: dict[float, list[float]], what: str, note=lambda rate: "") -> None:
-    print(f"{'rate Mbit/s':>11s} {'points':>6s} {'median':>7s} {'least':>6s} {'most':>6s}  within ±{TOLERANCE:.0%}")
+def page(args: Options, result: Result) -> str:
+    """Per rate, the ratios' median, least and most and how many lie within the tolerance, for either prediction."""
+    return "\n".join([
+        *_table(result.backlog, "the probe's delay the data's way (irtt's one-way delay, or ping's round trip less "
+                "the unloaded one) / the queue's mean backlog over the link's rate"),
+        "",
+        *_table(result.configured, f"the same delay / (1 - {CUBIC_BETA:g} / 2) of the full queue's wait, the "
+                "tbf's limit over its rate (nothing measured: the queue's configured size)",
+                lambda rate: f"  (predicted {result.configured_wait_ms[rate]:.1f} ms)")])
+
+
+def _table(ratios: Mapping[float, tuple[float, ...]], what: str,
+           note: Callable[[float], str] = lambda rate: "") -> list[str]:
+    lines = [f"{'rate Mbit/s':>11s} {'points':>6s} {'median':>7s} {'least':>6s} {'most':>6s}  within ±{TOLERANCE:.0%}"]
     for rate in sorted(ratios):
         values = ratios[rate]
         inside = sum(abs(v - 1) <= TOLERANCE for v in values)
-        print(f"{rate:11g} {len(values):6d} {statistics.median(values):7.3f} {min(values):6.3f} {max(values):6.3f}"
-              f"  {inside} of {len(values)}{note(rate)}")
-    print(f"({what})")
+        lines.append(f"{rate:11g} {len(values):6d} {statistics.median(values):7.3f} {min(values):6.3f} "
+                     f"{max(values):6.3f}  {inside} of {len(values)}{note(rate)}")
+    return [*lines, f"({what})"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def root(args: Options) -> str:
+    """Root to run the default sweep first; none to read a run directory."""
+    return "" if args.run_dir else "the default sweep run first: namespaces, guests; or give a run directory"
+
+
+BENCHMARK = Benchmark("probe_queue", Options, run, page, root=root)

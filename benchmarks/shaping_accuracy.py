@@ -104,7 +104,7 @@ class Options:
                              "if that is longer", metavar="SECONDS")
     repeat: int = option(1, "measurements per rate (the median is used)")
     dry_run: bool = option(False, "print the tc plan of each rate and exit")
-    verbose: bool = option(False, "log what is being done", flag="--verbose")
+    verbose: bool = option(False, "log what is being done", flag=("-v", "--verbose"))
     kernel: KernelChoice = KernelChoice()
 
     def __post_init__(self) -> None:

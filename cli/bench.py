@@ -125,8 +125,9 @@ def run(bench: Benchmark, options: Any, command: tuple[str, ...]) -> int:
     finds one (this process or a guest, which runs :func:`experiments.benchmark.in_guest`)."""
     if getattr(options, "dry_run", False):
         return execute(bench, options)  # a plan: nothing measured, no kernel, no root
-    if bench.root and os.geteuid() != 0:
-        print(f"ipsec-testbed bench {bench.name}: needs root ({bench.root}); run it with sudo", file=sys.stderr)
+    why = bench.root_for(options)
+    if why and os.geteuid() != 0:
+        print(f"ipsec-testbed bench {bench.name}: needs root ({why}); run it with sudo", file=sys.stderr)
         return 1
     if getattr(options, "out", None):
         os.makedirs(options.out, exist_ok=True)

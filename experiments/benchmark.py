@@ -63,13 +63,15 @@ class Benchmark(Generic[Opts, Res]):
     """One benchmark.  ``options``: its options' dataclass (a field ``kernel: KernelChoice`` gives it the kernel
     options, a field ``out`` a run directory); ``run``: the measurement, on the kernel it runs on; ``page``: its
     result as text; ``root``: why it needs root ("" none); ``needs``: what the kernel under test must have (None:
-    it runs in the command's own process, on the host); ``status``: the exit status a result means."""
+    it runs in the command's own process, on the host); ``status``: the exit status a result means.  ``root`` may
+    be a function of the options instead, for a benchmark that needs root for some of them only (one that reads
+    a run directory already measured needs none)."""
 
     name: str
     options: type[Opts]
     run: Callable[[Opts], Res]
     page: Callable[[Opts, Res], str]
-    root: str = ""
+    root: str | Callable[[Opts], str] = ""
     needs: Callable[[Opts], Needs] | None = None
     status: Callable[[Res], int] = lambda result: 0
 
@@ -77,6 +79,10 @@ class Benchmark(Generic[Opts, Res]):
     def summary(self) -> str:
         """What it measures: the first line of its module's docstring."""
         return summary(self.name)
+
+    def root_for(self, options: Opts) -> str:
+        """Why the benchmark needs root with ``options`` ("" none)."""
+        return self.root(options) if callable(self.root) else self.root
 
     def options_of(self, values: Mapping[str, Any]) -> Opts:
         """Its options from plain values (JSON's lists become the fields' tuples); a ValueError names a bad one."""

@@ -306,6 +306,32 @@ def default_sweep(**changes: Any) -> SweepSpec:
     return SweepSpec(**fields)
 
 
+def changes(spec: SweepSpec, base: SweepSpec | None = None) -> dict[str, Any]:
+    """The fields of ``spec`` whose values differ from ``base``'s (default: :func:`default_sweep`), by name: what
+    a sweep is, said against one a reader knows.  A base whose probe rate is the one fitted to its links stands
+    for the rate fitted to ``spec``'s, so that other rates alone do not count as another probe rate."""
+    base = base or default_sweep()
+    found = {}
+    for field in dataclasses.fields(spec):
+        value, usual = getattr(spec, field.name), getattr(base, field.name)
+        if field.name == "probe_per_s" and usual == fitting_probe_rate(base.rates_mbit, base.ip_versions):
+            usual = fitting_probe_rate(spec.rates_mbit, spec.ip_versions)
+        if value != usual:
+            found[field.name] = value
+    return found
+
+
+def describe_changes(spec: SweepSpec) -> str:
+    """:func:`changes` from the default sweep in one line, for people: "the default sweep with repetitions=3"."""
+    def text(value: Any) -> str:
+        if isinstance(value, tuple):
+            return ",".join(text(v) for v in value)
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    found = changes(spec)
+    return "the default sweep" + (" with " + ", ".join(f"{k}={text(v)}" for k, v in found.items()) if found else "")
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One measurement: its key fields, as in ``results.jsonl``."""
