@@ -306,6 +306,34 @@ def default_sweep(**changes: Any) -> SweepSpec:
     return SweepSpec(**fields)
 
 
+def changes(spec: SweepSpec, base: SweepSpec | None = None) -> dict[str, Any]:
+    """The fields of ``spec`` whose values differ from ``base``'s: what a sweep is, said as data (a benchmark's
+    sweep is no command line).  Without ``base``, from :func:`default_sweep`'s, the probe's rate compared with
+    the one fitted to ``spec``'s links, so that ``default_sweep(**changes(spec)) == spec``."""
+    fitted = base is None
+    base = default_sweep() if base is None else base
+    differ = {}
+    for field in dataclasses.fields(spec):
+        value, usual = getattr(spec, field.name), getattr(base, field.name)
+        if field.name == "probe_per_s" and fitted:
+            usual = fitting_probe_rate(spec.rates_mbit, spec.ip_versions)
+        if value != usual:
+            differ[field.name] = value
+    return differ
+
+
+def describe_changes(spec: SweepSpec) -> str:
+    """:func:`changes` in one line for people: ``the default sweep with rates_mbit=10, repetitions=15``."""
+    said = ", ".join(f"{name}={_said(value)}" for name, value in changes(spec).items())
+    return "the default sweep" + (f" with {said}" if said else "")
+
+
+def _said(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_said(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One measurement: its key fields, as in ``results.jsonl``."""

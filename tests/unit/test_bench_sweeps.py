@@ -1,5 +1,4 @@
-"""The benchmarks' sweeps: typed specs run apart, and the sweep command each stands for, read back by the
-command's own parser."""
+"""The benchmarks' sweeps: typed specs run apart, and what each is, said as its changes from the default sweep."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +6,8 @@ import os
 
 import pytest
 
-from benchmarks import _common
-from cli.sweep import build_parser, spec_from
 from experiments import runner
-from experiments.engine.plan import SweepSpec, default_sweep
+from experiments.engine.plan import SweepSpec, changes, default_sweep, describe_changes
 from experiments.job import Job, SweepWork
 
 SPECS = [
@@ -32,27 +29,24 @@ SPECS = [
 
 
 @pytest.mark.parametrize("spec", SPECS)
-def test_the_command_a_benchmarks_sweep_stands_for_makes_that_sweep(spec):
-    words = _common.sweep_command(spec)
-    assert words[:2] == ("ipsec-testbed", "sweep")
-    parsed = spec_from(build_parser().parse_args(list(words[2:])))
-    # (a count of repetitions given alone is exactly that many: the spec's None says the same)
-    assert parsed == dataclasses.replace(spec, max_repetitions=spec.most_repetitions)
+def test_a_sweeps_changes_from_the_default_sweep_make_that_sweep_again(spec):
+    assert default_sweep(**changes(spec)) == spec
+    base = SweepSpec()
+    assert dataclasses.replace(base, **changes(spec, base)) == spec
 
 
-def test_every_field_of_a_sweep_is_said_by_an_option_or_refused():
-    options = {o for a in build_parser()._actions for o in a.option_strings}
-    assert set(_common.SWEEP_OPTIONS.values()) <= options
-    assert set(_common.SWEEP_OPTIONS) | _common._SAID_APART | {"arm_filters"} \
-        == {f.name for f in dataclasses.fields(SweepSpec)}
-
-
-def test_the_command_names_only_what_differs_from_the_default_sweep():
-    assert _common.sweep_command(default_sweep()) == ("ipsec-testbed", "sweep")
-    assert _common.sweep_command(default_sweep(rates_mbit=(10.0,), repetitions=15, max_repetitions=15)) == (
-        "ipsec-testbed", "sweep", "--rates", "10", "--repetitions", "15")
-    with pytest.raises(ValueError, match="no option of ipsec-testbed sweep sets arm_filters"):
-        _common.sweep_command(default_sweep(arms=(0, 100), arm_filters=2))
+def test_the_changes_name_only_what_differs_from_the_default_sweep():
+    assert changes(default_sweep()) == {} and describe_changes(default_sweep()) == "the default sweep"
+    spec = default_sweep(rates_mbit=(10.0,), sizes=(1000,), repetitions=15, max_repetitions=15)
+    assert changes(spec) == {"rates_mbit": (10.0,), "sizes": (1000,), "repetitions": 15, "max_repetitions": 15}
+    assert describe_changes(spec) == \
+        "the default sweep with rates_mbit=10, sizes=1000, repetitions=15, max_repetitions=15"
+    # the probe's rate fitted to a slow link is the default sweep's there, not a change; another rate is one
+    slow = default_sweep(rates_mbit=(0.5,))
+    assert slow.probe_per_s < default_sweep().probe_per_s and changes(slow) == {"rates_mbit": (0.5,)}
+    assert changes(dataclasses.replace(slow, probe_per_s=1.0)) == {"rates_mbit": (0.5,), "probe_per_s": 1.0}
+    assert describe_changes(dataclasses.replace(default_sweep(), latency_probe=False, budget_s=None)) == \
+        "the default sweep with budget_s=None, latency_probe=False"
 
 
 def test_a_sweep_apart_is_its_spec_into_its_directory_without_a_report(monkeypatch, tmp_path):
@@ -60,8 +54,8 @@ def test_a_sweep_apart_is_its_spec_into_its_directory_without_a_report(monkeypat
     monkeypatch.setattr(runner, "run_apart", lambda job, log=None: jobs.append((job, log)) or 7)
     monkeypatch.chdir(tmp_path)
     spec = default_sweep(rates_mbit=(10.0,))
-    assert runner.sweep_apart(spec, "out", log="out.log", command=("ipsec-testbed", "sweep", "--rates", "10")) == 7
+    assert runner.sweep_apart(spec, "out", log="out.log", command=("ipsec-testbed", "bench", "cpu_noise")) == 7
     (job, log), = jobs
     assert isinstance(job, Job) and job.work == SweepWork(spec) and log == "out.log"
     assert job.out_dir == os.path.join(tmp_path, "out") and not job.report and job.started_unix is not None
-    assert job.command == ("ipsec-testbed", "sweep", "--rates", "10") and Job.loads(job.dumps()) == job
+    assert job.command == ("ipsec-testbed", "bench", "cpu_noise") and Job.loads(job.dumps()) == job
