@@ -74,11 +74,7 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
     kwargs = dict(prog=f"ipsec-testbed bench {bench.name}", description=benchmark.doc(bench.name),
                   formatter_class=argparse.RawDescriptionHelpFormatter)
     rest = next((f for f in dataclasses.fields(bench.options) if f.metadata.get("option", {}).get("rest")), None)
-    if rest is None:
-        p = Parser(**kwargs)
-    else:  # the words left, said after the options
-        said = rest.metadata["option"]
-        p = _Passing(rest.name, epilog=f"{said['metavar'] or 'WORDS'} ...: {said['help']}", **kwargs)
+    p = Parser(**kwargs) if rest is None else _Passing(rest.name, **kwargs)
     hints = typing.get_type_hints(bench.options)
     for f in dataclasses.fields(bench.options):
         hint = _base(hints[f.name])
@@ -122,8 +118,10 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
         else:
             flags = meta["flag"] or "--" + f.name.replace("_", "-")
             p.add_argument(*((flags,) if isinstance(flags, str) else flags), dest=f.name, **kw)
-    if rest is not None:
-        p.usage = p.format_usage().removeprefix("usage: ").rstrip() + f" [{said['metavar'] or 'WORDS'} ...]"
+    if rest is not None:  # the words left: said after the options
+        words = rest.metadata["option"]["metavar"] or "WORDS"
+        p.usage = p.format_usage().removeprefix("usage: ").rstrip() + f" [{words} ...]"
+        p.epilog = f"{words} ...: {rest.metadata['option']['help']}"
     return p
 
 
