@@ -21,10 +21,12 @@ not the testbed's.  Where a speed probe timed each window on a spare host CPU
 (testbed.speedprobe) it also prints the probe's CV, its correlation with the CPU per GB,
 and the CPU per GB's CV at the run's common speed (what the sweep's precision is judged
 on): when the probe tracks the machine, that CV is the smaller.  Exit status 0 when it ran.
+
+Run it on an otherwise idle machine: anything else on the guest's CPU adds to the spread it measures.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import glob
 import os
 import statistics
@@ -32,14 +34,48 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 
-from benchmarks import _common
+from analysis.stats import at_common_speed, repetitions_for
 from experiments import runner
-from experiments.engine.plan import default_sweep
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option
+from experiments.engine.plan import MAX_REPETITIONS, SweepSpec, default_sweep, describe_changes
 from testbed.backends.umlmeter import CPUACCT_ROOT as CPUACCT
+from testbed.errors import Refused
+from testbed.record import Record, usable
+from testbed.rundir import load_results
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVERY_S = 0.05
+#: What the sweep's job says it was started by (meta.json, the history).
+COMMAND = ("ipsec-testbed", "bench", "cpu_noise")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """The point whose spread is taken apart; checked on construction."""
+
+    rate: float = option(10.0, "the shaped link's rate in Mbit/s", metavar="MBIT")
+    size: int = option(1000, "the TCP MSS", metavar="BYTES")
+    profile: str = option("aes-gcm-256", "the IPsec profile measured beside the plain baseline")
+    repetitions: int = option(15, "repetitions of each point, at least 3", metavar="N")
+    cpu_precision: float = option(default_sweep().cpu_precision_pct, "the target the repetitions needed are "
+                                  "counted for, as the sweep's --cpu-precision", metavar="PERCENT")
+
+    def __post_init__(self) -> None:
+        check_profiles_and_rate((self.profile,), self.rate, "--profile")
+        if not 88 <= self.size <= 1460:
+            raise ValueError(f"--size must be a TCP MSS in 88..1460 (IPv4 at MTU 1500), not {self.size}")
+        if not 3 <= self.repetitions <= MAX_REPETITIONS:
+            raise ValueError(f"--repetitions must be 3..{MAX_REPETITIONS} (at least 3 for a spread to mean "
+                             f"something), not {self.repetitions}")
+        if not 0 < self.cpu_precision <= 100:
+            raise ValueError(f"--cpu-precision must be a percentage in (0, 100], not {self.cpu_precision:g}")
+        self.sweep()  # what the sweep itself refuses, before anything runs
+
+    def sweep(self) -> SweepSpec:
+        """One size and one rate, plain and --profile, exactly --repetitions of each."""
+        return default_sweep(rates_mbit=(self.rate,), sizes=(self.size,), profiles=(self.profile,),
+                             repetitions=self.repetitions, max_repetitions=self.repetitions)
 
 
 class GuestSampler(threading.Thread):
@@ -112,88 +148,128 @@ def correlation(xs: list[float], ys: list[float]) -> float:
         return float("nan")
 
 
-def judge(run_dir: str, sampler: GuestSampler, cpu_target: float) -> int:
-    from analysis.stats import at_common_speed, repetitions_for
-    from testbed.record import Record, usable
-    from testbed.rundir import load_results
+@dataclasses.dataclass(frozen=True)
+class Repetition:
+    """One repetition with host samples over its window: the record's figures and the guest's host timeslices."""
 
-    records = [r for r in at_common_speed(load_results(run_dir)) if usable(r)]
-    points: dict[tuple, list[tuple[Record, float, float]]] = {}
+    packets: float
+    cpu_s: float
+    timeslices: float
+    speed_probe_ns: float | None
+    cpu_s_per_gb: float | None  # at the run's common speed
+    cpu_s_per_gb_measured: float | None
+
+    @property
+    def measured_per_gb(self) -> float | None:
+        """The CPU per GB as measured (before the common speed)."""
+        return self.cpu_s_per_gb if self.cpu_s_per_gb_measured is None else self.cpu_s_per_gb_measured
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """A point's repetitions that had host samples over their windows."""
+
+    profile: str
+    rate_mbit: float
+    size_bytes: int
+    repetitions: tuple[Repetition, ...]
+
+    @property
+    def label(self) -> str:
+        return f"{self.profile} {self.rate_mbit:g} Mbit/s {self.size_bytes} B"
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """The sweep (its changes from the default sweep, its directory), the host's samples, and each point."""
+
+    sweep: str
+    out: str
+    cgroup: str | None
+    samples: int
+    repetitions: int  # usable repetitions of the sweep, sampled or not
+    points: tuple[Point, ...]
+
+
+def points_of(records: Sequence[Record], over: Callable[[float, float], tuple[float, float] | None]
+              ) -> tuple[Point, ...]:
+    """``records`` grouped by point, each with the timeslices ``over`` (:meth:`GuestSampler.over`) gives its
+    window; a repetition without samples there is left out."""
+    points: dict[tuple, list[Repetition]] = {}
     for rec in records:
-        got = sampler.over(rec.window_start_unix, rec.window_start_unix + rec.window_s)
+        got = over(rec.window_start_unix, rec.window_start_unix + rec.window_s)
         if got is not None and got[1] > 0:
-            points.setdefault((rec.profile, rec.rate_mbit, rec.size_bytes), []).append((rec, *got))
-    print(f"guest cgroup: {sampler.cgroup}; {len(sampler.samples)} samples, {len(records)} repetitions")
-    if not points:
-        print("no repetition had host samples over its window (did the sweep run in a guest?)")
-        return 1
-    print(f"{'point':<30}{'n':>3}{'packets CV':>11}{'timeslices':>11}{'CV':>6}{'CPU s':>7}{'CV':>6}"
-          f"{'CPU/slice':>10}{'CV':>6}{'corr':>6}{'reps for ' + format(cpu_target, 'g') + ' %':>15}")
-    for (profile, rate, size), rows in sorted(points.items()):
+            points.setdefault((rec.profile, rec.rate_mbit, rec.size_bytes), []).append(Repetition(
+                float(rec.link_packets), rec.cpu_s, got[1], rec.speed_probe_ns, rec.cpu_s_per_gb,
+                rec.cpu_s_per_gb_measured))
+    return tuple(Point(*key, tuple(reps)) for key, reps in sorted(points.items()))
+
+
+def page(args: Options, result: Result) -> str:
+    """Per point the spreads taken apart, then the speed probe's where it timed every window."""
+    target = args.cpu_precision
+    lines = [f"sweep: {result.sweep}, into {result.out}",
+             f"guest cgroup: {result.cgroup}; {result.samples} samples, {result.repetitions} repetitions"]
+    if not result.points:
+        lines.append("no repetition had host samples over its window (did the sweep run in a guest?)")
+        return "\n".join(lines)
+    lines.append(f"{'point':<30}{'n':>3}{'packets CV':>11}{'timeslices':>11}{'CV':>6}{'CPU s':>7}{'CV':>6}"
+                 f"{'CPU/slice':>10}{'CV':>6}{'corr':>6}{'reps for ' + format(target, 'g') + ' %':>15}")
+    for point in result.points:
+        rows = point.repetitions
         if len(rows) < 3:
-            print(f"{profile} {rate:g} Mbit/s {size} B: {len(rows)} repetitions with host samples, too few")
+            lines.append(f"{point.label}: {len(rows)} repetitions with host samples, too few")
             continue
-        packets = [float(r.link_packets) for r, _, _ in rows]
-        cpu = [r.cpu_s for r, _, _ in rows]
-        slices = [s for _, _, s in rows]
+        packets = [r.packets for r in rows]
+        cpu = [r.cpu_s for r in rows]
+        slices = [r.timeslices for r in rows]
         per_slice = [c / s for c, s in zip(cpu, slices, strict=True)]
-        need = repetitions_for(cv(cpu), cpu_target / 100)
-        print(f"{profile + f' {rate:g} Mbit/s {size} B':<30}{len(rows):>3}{100 * cv(packets):>10.2f}%"
-              f"{statistics.fmean(slices):>11.0f}{100 * cv(slices):>5.1f}%{statistics.fmean(cpu):>7.3f}"
-              f"{100 * cv(cpu):>5.1f}%{1e6 * statistics.fmean(per_slice):>8.1f}µs{100 * cv(per_slice):>5.1f}%"
-              f"{correlation(cpu, slices):>6.2f}{need if need else '> 50':>15}")
-    probed = {key: rows for key, rows in points.items() if all(r.speed_probe_ns for r, _, _ in rows)}
+        need = repetitions_for(cv(cpu), target / 100)
+        lines.append(f"{point.label:<30}{len(rows):>3}{100 * cv(packets):>10.2f}%"
+                     f"{statistics.fmean(slices):>11.0f}{100 * cv(slices):>5.1f}%{statistics.fmean(cpu):>7.3f}"
+                     f"{100 * cv(cpu):>5.1f}%{1e6 * statistics.fmean(per_slice):>8.1f}µs{100 * cv(per_slice):>5.1f}%"
+                     f"{correlation(cpu, slices):>6.2f}{need if need else '> 50':>15}")
+    probed = [p for p in result.points if all(r.speed_probe_ns for r in p.repetitions)]
     if probed:
-        print(f"\n{'point':<30}{'probe CV':>9}{'corr':>6}{'CPU/GB CV':>10}{'at common speed':>16}"
-              f"{'reps for ' + format(cpu_target, 'g') + ' %':>15}")
-        for (profile, rate, size), rows in sorted(probed.items()):
+        lines.append(f"\n{'point':<30}{'probe CV':>9}{'corr':>6}{'CPU/GB CV':>10}{'at common speed':>16}"
+                     f"{'reps for ' + format(target, 'g') + ' %':>15}")
+        for point in probed:
+            rows = point.repetitions
             if len(rows) < 3:
                 continue
-            probe = [r.speed_probe_ns for r, _, _ in rows]
-            measured = [r.cpu_s_per_gb if r.cpu_s_per_gb_measured is None else r.cpu_s_per_gb_measured
-                        for r, _, _ in rows]
-            common = [r.cpu_s_per_gb for r, _, _ in rows]
-            need = repetitions_for(cv(common), cpu_target / 100)
-            print(f"{profile + f' {rate:g} Mbit/s {size} B':<30}{100 * cv(probe):>8.1f}%"
-                  f"{correlation(probe, measured):>6.2f}{100 * cv(measured):>9.1f}%{100 * cv(common):>15.1f}%"
-                  f"{need if need else '> 50':>15}")
-        print("probe: the speed probe's ns per operation over each window; corr: its correlation with the CPU per GB")
-    print("CV: standard deviation over the mean between repetitions; timeslices: times the host ran the guest's "
-          "processes in the window; corr: correlation of CPU s with timeslices; reps: what a 95 % CI of the CPU "
-          "within the target takes at this spread")
-    return 0
+            probe = [r.speed_probe_ns for r in rows]
+            measured = [r.measured_per_gb for r in rows]
+            common = [r.cpu_s_per_gb for r in rows]
+            need = repetitions_for(cv(common), target / 100)
+            lines.append(f"{point.label:<30}{100 * cv(probe):>8.1f}%"
+                         f"{correlation(probe, measured):>6.2f}{100 * cv(measured):>9.1f}%{100 * cv(common):>15.1f}%"
+                         f"{need if need else '> 50':>15}")
+        lines.append("probe: the speed probe's ns per operation over each window; corr: its correlation with the "
+                     "CPU per GB")
+    lines.append("CV: standard deviation over the mean between repetitions; timeslices: times the host ran the "
+                 "guest's processes in the window; corr: correlation of CPU s with timeslices; reps: what a 95 % CI "
+                 "of the CPU within the target takes at this spread")
+    return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="Run it on an otherwise idle machine: anything else on the guest's CPU "
-                                        "adds to the spread it measures.")
-    ap.add_argument("--rate", type=float, default=10.0, metavar="MBIT",
-                    help="the shaped link's rate in Mbit/s (default: %(default)g)")
-    ap.add_argument("--size", type=int, default=1000, metavar="BYTES", help="the TCP MSS (default: %(default)d)")
-    ap.add_argument("--profile", default="aes-gcm-256",
-                    help="the IPsec profile measured beside the plain baseline (default: %(default)s)")
-    ap.add_argument("--repetitions", type=int, default=15, metavar="N",
-                    help="repetitions of each point, at least 3 (default: %(default)d)")
-    ap.add_argument("--cpu-precision", type=float, default=default_sweep().cpu_precision_pct, metavar="PERCENT",
-                    help="the target the repetitions needed are counted for, as the sweep's --cpu-precision "
-                         "(default: %(default)g)")
-    args = ap.parse_args(argv)
-    if args.repetitions < 3:
-        ap.error("--repetitions must be at least 3 for a spread to mean something")
-    if os.geteuid() != 0:
-        sys.exit("cpu_noise: needs root (namespaces, the host's cgroup and /proc files): run it with sudo")
+def run(args: Options) -> Result:
+    """The sweep, in a process of its own, with the guest sampled on the host beside it."""
     out = tempfile.mkdtemp(prefix="itb-bench-cpunoise-")
-    spec = default_sweep(rates_mbit=(args.rate,), sizes=(args.size,), profiles=(args.profile,),
-                         repetitions=args.repetitions, max_repetitions=args.repetitions)
-    command = _common.sweep_command(spec)
-    print(f"{' '.join(command)} --out {out}", flush=True)
+    spec = args.sweep()
+    said = describe_changes(spec)
+    print(f"sweep: {said}, into {out}", file=sys.stderr, flush=True)
     sampler = GuestSampler()
     sampler.start()
-    rc = runner.sweep_apart(spec, out, command=command)
-    sampler.done.set()
-    sampler.join()
+    try:
+        rc = runner.sweep_apart(spec, out, command=COMMAND)
+    finally:
+        sampler.done.set()
+        sampler.join()
     if rc:
-        sys.exit(f"cpu_noise: the sweep failed (exit {rc}); its directory: {out}")
-    return judge(out, sampler, args.cpu_precision)
+        raise Refused(f"the sweep failed (exit {rc}); its directory: {out}")
+    records = [r for r in at_common_speed(load_results(out)) if usable(r)]
+    return Result(said, out, sampler.cgroup, len(sampler.samples), len(records), points_of(records, sampler.over))
 
+
+BENCHMARK = Benchmark("cpu_noise", Options, run, page, root="namespaces, the host's cgroup and /proc files",
+                      status=lambda result: 0 if result.points else 1)

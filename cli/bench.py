@@ -55,10 +55,26 @@ def _default_text(value: Any) -> str:
     return str(value)
 
 
+class _Passing(Parser):
+    """A benchmark's parser that keeps the words none of its options takes, in order, in the field ``rest`` (an
+    option with ``rest=True``): they are the user's, for a command the benchmark runs."""
+
+    def __init__(self, rest: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.rest = rest
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
+        known, words = self.parse_known_args(args, namespace)
+        setattr(known, self.rest, words)
+        return known
+
+
 def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
     """``bench``'s command line, made from its options' fields (see :func:`experiments.benchmark.option`)."""
-    p = Parser(prog=f"ipsec-testbed bench {bench.name}", description=benchmark.doc(bench.name),
-               formatter_class=argparse.RawDescriptionHelpFormatter)
+    kwargs = dict(prog=f"ipsec-testbed bench {bench.name}", description=benchmark.doc(bench.name),
+                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    rest = next((f for f in dataclasses.fields(bench.options) if f.metadata.get("option", {}).get("rest")), None)
+    p = Parser(**kwargs) if rest is None else _Passing(rest.name, **kwargs)
     hints = typing.get_type_hints(bench.options)
     for f in dataclasses.fields(bench.options):
         hint = _base(hints[f.name])
@@ -71,8 +87,8 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
             p.set_defaults(uml_keep_awake=f.default.keep_awake, kernel=f.default.kernel)
             continue
         meta = f.metadata.get("option")
-        if meta is None:
-            continue  # not given on the command line
+        if meta is None or meta.get("rest"):
+            continue  # not given on the command line, or the words left (_Passing)
         default = f.default if f.default is not dataclasses.MISSING else None
         helptext = meta["help"]
         if meta["show_default"] and default not in (None, False, ()):
@@ -102,6 +118,10 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
         else:
             flags = meta["flag"] or "--" + f.name.replace("_", "-")
             p.add_argument(*((flags,) if isinstance(flags, str) else flags), dest=f.name, **kw)
+    if rest is not None:  # the words left: said after the options
+        words = rest.metadata["option"]["metavar"] or "WORDS"
+        p.usage = p.format_usage().removeprefix("usage: ").rstrip() + f" [{words} ...]"
+        p.epilog = f"{words} ...: {rest.metadata['option']['help']}"
     return p
 
 

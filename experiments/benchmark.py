@@ -34,14 +34,15 @@ HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 def option(default: Any = dataclasses.MISSING, help: str = "", *, flag: str | tuple[str, ...] | None = None,
            metavar: str | tuple[str, ...] | None = None, choices: tuple | None = None, nargs: int | str | None = None,
-           repeat: bool = False, positional: bool = False, show_default: bool = True) -> Any:
+           repeat: bool = False, positional: bool = False, show_default: bool = True, rest: bool = False) -> Any:
     """A field of a benchmark's options with what its command-line option needs: ``help`` (the default is
     added to it unless ``show_default`` is false), ``flag`` (default: ``--`` and the field's name with dashes; a
     tuple gives it several spellings, as ``("-v", "--verbose")``),
     ``metavar``, ``choices``, ``nargs`` (for a tuple: a count, ``"+"`` or ``"*"``, else the values are given
-    comma-separated), ``repeat`` (a tuple given by repeating the option) or ``positional``."""
+    comma-separated), ``repeat`` (a tuple given by repeating the option) or ``positional``; ``rest``: a tuple of
+    the words no other option takes, as given, for a benchmark that passes them on (the user's sweep options)."""
     meta = {"help": help, "flag": flag, "metavar": metavar, "choices": choices, "nargs": nargs, "repeat": repeat,
-            "positional": positional, "show_default": show_default}
+            "positional": positional, "show_default": show_default, "rest": rest}
     return dataclasses.field(default=default, metadata={"option": meta})
 
 
@@ -170,10 +171,11 @@ def check_profiles(profiles: Sequence[str], flag: str = "--profiles") -> None:
         raise ValueError(f"{flag}: {e}") from None
 
 
-def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float) -> None:
-    """A ValueError, in one line, where ``profiles`` or ``rate_mbit`` (a shaped link's) cannot run."""
+def check_profiles_and_rate(profiles: Sequence[str], rate_mbit: float, flag: str = "--profiles") -> None:
+    """A ValueError, in one line, where ``profiles`` (given as ``flag``) or ``rate_mbit`` (a shaped link's, as
+    ``--rate``) cannot run."""
     from topologies.shaping import MAX_RATE_MBIT
 
-    check_profiles(profiles)
+    check_profiles(profiles, flag)
     if not 0 < rate_mbit <= MAX_RATE_MBIT:
         raise ValueError(f"--rate must be Mbit/s in (0, {MAX_RATE_MBIT:g}], not {rate_mbit:g}")

@@ -307,29 +307,31 @@ def default_sweep(**changes: Any) -> SweepSpec:
 
 
 def changes(spec: SweepSpec, base: SweepSpec | None = None) -> dict[str, Any]:
-    """The fields of ``spec`` whose values differ from ``base``'s (default: :func:`default_sweep`), by name: what
-    a sweep is, said against one a reader knows.  A base whose probe rate is the one fitted to its links stands
-    for the rate fitted to ``spec``'s, so that other rates alone do not count as another probe rate."""
-    base = base or default_sweep()
-    found = {}
+    """The fields of ``spec`` whose values differ from ``base``'s: what a sweep is, said as data (a benchmark's
+    sweep is no command line).  Without ``base``, from :func:`default_sweep`'s, the probe's rate compared with
+    the one fitted to ``spec``'s links, so that ``default_sweep(**changes(spec)) == spec``."""
+    fitted = base is None
+    base = default_sweep() if base is None else base
+    differ = {}
     for field in dataclasses.fields(spec):
         value, usual = getattr(spec, field.name), getattr(base, field.name)
-        if field.name == "probe_per_s" and usual == fitting_probe_rate(base.rates_mbit, base.ip_versions):
+        if field.name == "probe_per_s" and fitted:
             usual = fitting_probe_rate(spec.rates_mbit, spec.ip_versions)
         if value != usual:
-            found[field.name] = value
-    return found
+            differ[field.name] = value
+    return differ
 
 
 def describe_changes(spec: SweepSpec) -> str:
-    """:func:`changes` from the default sweep in one line, for people: "the default sweep with repetitions=3"."""
-    def text(value: Any) -> str:
-        if isinstance(value, tuple):
-            return ",".join(text(v) for v in value)
-        return f"{value:g}" if isinstance(value, float) else str(value)
+    """:func:`changes` in one line for people: ``the default sweep with rates_mbit=10, repetitions=15``."""
+    said = ", ".join(f"{name}={_said(value)}" for name, value in changes(spec).items())
+    return "the default sweep" + (f" with {said}" if said else "")
 
-    found = changes(spec)
-    return "the default sweep" + (" with " + ", ".join(f"{k}={text(v)}" for k, v in found.items()) if found else "")
+
+def _said(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(_said(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclasses.dataclass(frozen=True)
