@@ -69,7 +69,7 @@ class Options:
     sizes: tuple[int, ...] = option((100, 250, 500, 1000, 1460), "TCP MSS values, comma-separated")
     #: Not an option: where the sweep and tc's samples go, set on the host for the part that runs in the
     #: sweep's kernel (:func:`beside_the_sweep`); the job carries it there.
-    files: str = ""
+    files: str = dataclasses.field(default="", metadata={"internal": "the job's, set on the host"})
 
     def __post_init__(self) -> None:
         check_profiles_and_rate((self.profile,), self.rate, "--profile")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import os
 import sys
 import types
@@ -169,10 +168,7 @@ def main(argv: Sequence[str]) -> int:
     rest = argv[1:]
     concurrent = "--allow-concurrent" in rest  # every benchmark takes it: measured beside another run
     rest = [a for a in rest if a != "--allow-concurrent"]
-    module = importlib.import_module(f"benchmarks.{name}")
-    if not hasattr(module, "BENCHMARK"):
-        return _old(name, module, argv, rest, concurrent)
-    bench = module.BENCHMARK
+    bench = benchmark.load(name)
     parser = build_parser(bench)
     args = parser.parse_args(rest)
     try:
@@ -185,16 +181,3 @@ def main(argv: Sequence[str]) -> int:
     except Refused as e:
         return fail(f"ipsec-testbed bench {name}", str(e), 1)
 
-
-def _old(name, module, argv, rest, concurrent) -> int:
-    saved = sys.argv[0]
-    sys.argv[0] = f"ipsec-testbed bench {name}"  # what the benchmark's --help and errors call it
-    try:
-        if "-h" in rest or "--help" in rest:
-            return module.main(rest) or 0
-        with measuring.exclusive(("ipsec-testbed", "bench", *argv), None, concurrent):
-            return module.main(rest) or 0
-    except Refused as e:
-        return fail(f"ipsec-testbed bench {name}", str(e), 1)
-    finally:
-        sys.argv[0] = saved

@@ -10,7 +10,6 @@ there is :func:`work_of`'s answer.  The exit status is the work's.
 """
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
 from collections.abc import Callable
@@ -26,8 +25,7 @@ def work_of(job: Job) -> Callable[[Job], int]:
     if isinstance(job.work, DemoWork):
         return demo_work
     if isinstance(job.work, BenchWork):
-        module = importlib.import_module(f"benchmarks.{job.work.name}")
-        return benchmark.in_guest if hasattr(module, "BENCHMARK") else module.in_guest
+        return benchmark.in_guest
     return runner.measure
 
 

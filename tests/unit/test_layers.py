@@ -130,29 +130,28 @@ def test_the_name_check_finds_the_comparisons_it_is_for(tmp_path, monkeypatch):
 
 
 def test_benchmarks_sit_on_top_and_the_command_line_loads_them_only_by_name():
-    """A benchmark may use every package, the command line's option types included; the command line
-    loads a benchmark by its name (``bench NAME``, a guest's ``in_guest``), never by an import, so that
-    no package below depends on a script."""
+    """A benchmark may use every package below the command line; the command line loads a benchmark by its name
+    (``bench NAME``, a guest's job), never by an import, so that no package below depends on a script."""
     for path in sorted(p for d in SCRIPTS for p in (REPO / d).glob("*.py")):
         assert "_bootstrap" not in path.read_text(), f"{path}: a benchmark runs through `ipsec-testbed bench`"
     for path in sorted((REPO / "cli").rglob("*.py")):
         assert "benchmarks" not in {top for _, top in project_imports(path)}, f"{path}: imports a benchmark"
 
 
-def test_only_the_command_line_reads_a_sweeps_words():
-    """A benchmark's or a calibration's sweep is a SweepSpec run as a Job (experiments.runner.sweep_apart): nothing
-    outside cli/ (its shims aside) imports the sweep command to parse words into one."""
+def test_nothing_below_the_command_line_imports_it():
+    """The command line makes objects (a Job, a SweepSpec, a benchmark's Options) and hands them down: nothing
+    outside cli/ (its shims aside) imports it, to parse words into one or to borrow its option types."""
     found = []
     for path in modules_and_scripts():
         if path.relative_to(REPO).parts[0] == "cli" or str(path.relative_to(REPO)) in SHIMS:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module, *(f"{node.module}.{a.name}" for a in node.names)] \
-                if isinstance(node, ast.ImportFrom) and node.module else []
-            if "cli.sweep" in names:
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            if any(n == "cli" or n.startswith("cli.") for n in names):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}")
-    assert not found, "build a SweepSpec (experiments.engine.plan.default_sweep) instead:\n" + "\n".join(found)
+    assert not found, "take typed arguments (experiments.engine.plan.default_sweep, experiments.benchmark):\n" + \
+        "\n".join(found)
 
 
 def test_one_atomic_write():
@@ -509,7 +508,7 @@ def command_line_below_cli(path: Path) -> list[str]:
 OWN_PROCESSES = {"testbed/speedprobe.py", "testbed/awake.py"}
 
 
-@pytest.mark.parametrize("path", [p for p in modules() if p.parts[len(REPO.parts)] != "cli"
+@pytest.mark.parametrize("path", [p for p in modules_and_scripts() if p.parts[len(REPO.parts)] != "cli"
                                   and str(p.relative_to(REPO)) not in OWN_PROCESSES],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_no_module_below_the_command_line_parses_arguments_or_runs_a_main(path):
