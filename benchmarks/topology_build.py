@@ -137,7 +137,9 @@ def run_here(clients: int, repeat: int, profile: str) -> Measured:
 
 def in_its_guest(args: Options, name: str) -> Elsewhere:
     """This benchmark for backend ``name`` alone, in that backend's guest (the job crosses as data)."""
-    one = dataclasses.replace(args, where=name, kernel=args.kernel.with_(kernel=name, speed_probe=False))
+    crypto = args.kernel.qemu_crypto if name == backends.QemuBackend.name else None  # the counted guest's alone
+    one = dataclasses.replace(args, where=name, kernel=args.kernel.with_(kernel=name, speed_probe=False,
+                                                                         qemu_crypto=crypto))
     job = BENCHMARK.job(one, ("ipsec-testbed", "bench", "topology_build", "--where", name))
     title = backends.get(name, one.kernel.options()).title
     t0 = time.monotonic()

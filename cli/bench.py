@@ -20,6 +20,7 @@ from experiments import benchmark, runner
 from experiments.benchmark import Benchmark, execute, names, summary
 from experiments.job import KernelChoice
 from testbed import measuring
+from testbed.backends import QemuBackend
 from testbed.errors import Refused, fail
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,7 +91,7 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
             continue  # not given on the command line, or the words left (_Passing)
         default = f.default if f.default is not dataclasses.MISSING else None
         helptext = meta["help"]
-        if meta["show_default"] and default not in (None, False, ()):
+        if meta["show_default"] and not (default is None or default is False or default == ()):
             helptext += f" (default: {_default_text(default)})"
         helptext = helptext.replace("%", "%%")
         kw: dict[str, Any] = {"help": helptext, "default": default}
@@ -130,6 +131,8 @@ def options_from(bench: Benchmark, args: argparse.Namespace) -> Any:
     values = {}
     for f in dataclasses.fields(bench.options):
         if _base(hints[f.name]) is KernelChoice:
+            if f.metadata.get("guest_only") and getattr(args, "qemu_crypto", None):
+                args.kernel = QemuBackend.name  # the crypto is the counted guest's: the benchmark gives it to that one
             values[f.name] = kernel_choice(args)
         elif getattr(args, f.name, None) is not None:
             value = getattr(args, f.name)
@@ -139,7 +142,7 @@ def options_from(bench: Benchmark, args: argparse.Namespace) -> Any:
     return bench.options(**values)
 
 
-def run(bench: Benchmark, options: Any, command: tuple[str, ...]) -> int:
+def run(bench: Benchmark, options: Any, command: tuple[str, ...], allow_concurrent: bool = False) -> int:
     """``bench`` on the kernel its options choose: here when it needs none, else where :mod:`experiments.runner`
     finds one (this process or a guest, which runs :func:`experiments.benchmark.in_guest`)."""
     if getattr(options, "dry_run", False):
@@ -152,7 +155,7 @@ def run(bench: Benchmark, options: Any, command: tuple[str, ...]) -> int:
         os.makedirs(options.out, exist_ok=True)
     if bench.needs is None:
         return execute(bench, options)
-    return runner.run(bench.job(options, command), f"ipsec-testbed bench {bench.name}",
+    return runner.run(bench.job(options, command, allow_concurrent), f"ipsec-testbed bench {bench.name}",
                       lambda job: execute(bench, options))
 
 
@@ -173,11 +176,11 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(rest)
     try:
         options = options_from(bench, args)
-    except ValueError as e:
+    except (ValueError, OSError) as e:  # a bad value, or an --out that cannot be a directory
         parser.error(str(e))
     try:
         with measuring.exclusive(("ipsec-testbed", "bench", *argv), None, concurrent):
-            return run(bench, options, ("ipsec-testbed", "bench", *argv))
+            return run(bench, options, ("ipsec-testbed", "bench", *argv), concurrent)
     except Refused as e:
         return fail(f"ipsec-testbed bench {name}", str(e), 1)
 

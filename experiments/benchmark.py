@@ -94,18 +94,20 @@ class Benchmark(Generic[Opts, Res]):
                 kwargs[f.name] = tuple(value) if isinstance(value, list) else value
         return self.options(**kwargs)
 
-    def job(self, options: Opts, command: tuple[str, ...]) -> Job:
+    def job(self, options: Opts, command: tuple[str, ...], allow_concurrent: bool = False) -> Job:
         """The :class:`~experiments.job.Job` that runs it on the kernel its options choose: every option but the
-        kernel travels as a JSON value (``verbose`` also as the job's log level, which a guest sets up before the
-        benchmark runs)."""
+        kernel choice travels as a JSON value (``verbose`` also as the job's log level, which a guest sets up before
+        the benchmark runs); ``allow_concurrent``: measured beside another run, as the command was told."""
+        kernel = next((v for f in dataclasses.fields(options)
+                       if isinstance(v := getattr(options, f.name), KernelChoice)), KernelChoice())
         values = {f.name: _plain(getattr(options, f.name)) for f in dataclasses.fields(options)
-                  if f.name != "kernel"}
+                  if not isinstance(getattr(options, f.name), KernelChoice)}
         needs = self.needs(options) if self.needs else Needs(())
         out = values.get("out")
         return Job(BenchWork(self.name, values, needs.capabilities),
                    out_dir=out if isinstance(out, str) and os.path.isabs(out) else None,
-                   kernel=getattr(options, "kernel", KernelChoice()), command=command, started_unix=time.time(),
-                   verbose=int(bool(getattr(options, "verbose", False))))
+                   kernel=kernel, command=command, started_unix=time.time(),
+                   verbose=int(bool(getattr(options, "verbose", False))), allow_concurrent=allow_concurrent)
 
 
 def _plain(value: Any) -> Any:

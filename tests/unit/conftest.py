@@ -17,7 +17,7 @@ class BenchCommandLine:
         monkeypatch.setattr(bench, "run", self._ran)
 
     @staticmethod
-    def _ran(b, options, command) -> int:
+    def _ran(b, options, command, allow_concurrent=False) -> int:
         raise AssertionError(f"bench {b.name} would have run with {options}")
 
     def options(self, name: str, *words: str) -> Any:

@@ -49,3 +49,25 @@ def test_an_unknown_benchmark_is_refused_in_one_line(capsys):
     assert bench.main(["no_such_bench"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown benchmark 'no_such_bench'" in err
+
+
+def test_a_benchmark_that_chooses_its_kernels_gives_the_crypto_to_the_counted_guest_alone(bench_cli):
+    options = bench_cli.options("topology_build", "--where", "qemu", "--qemu-crypto", "generic")
+    assert (options.kernel.kernel, options.kernel.qemu_crypto) == ("qemu", "generic")
+    assert bench_cli.options("topology_build").kernel.qemu_crypto is None
+
+
+def test_an_out_that_cannot_be_a_directory_is_refused_in_one_line(bench_cli, tmp_path):
+    (tmp_path / "file").write_text("")
+    bench_cli.refuses("xfrm_scale", "--out", str(tmp_path / "file"))
+
+
+def test_a_benchmark_told_to_measure_beside_another_run_hands_that_to_its_job():
+    b = benchmark.load("xfrm_scale")
+    command = ("ipsec-testbed", "bench", "xfrm_scale")
+    assert b.job(b.options(), command, allow_concurrent=True).allow_concurrent
+    assert not b.job(b.options(), command).allow_concurrent
+    # a field named kernel that is no kernel choice travels as an option (bisect's --kernel uml|qemu)
+    bisect = benchmark.load("bisect")
+    job = bisect.job(bisect.options(kernel="qemu"), ("ipsec-testbed", "bench", "bisect"))
+    assert job.work.options["kernel"] == "qemu"
