@@ -44,7 +44,7 @@ import time
 from collections.abc import Sequence
 
 from experiments import doctor
-from experiments.benchmark import Benchmark, check_profiles, option, out_option
+from experiments.benchmark import Benchmark, check_profiles, option, out_option, running_on
 from experiments.job import KernelChoice
 from ipsec import ike
 from testbed import backends, netns, waiting
@@ -180,7 +180,7 @@ def run(args: Options) -> Result:
     missing = ike.available()
     if missing:
         raise Refused(missing)
-    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    where = running_on()
     rows: list[Row] = []
     failed = None
     for n in args.clients:

@@ -36,15 +36,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import statistics
 import subprocess
 import sys
 
-from experiments.benchmark import Benchmark, option
+from experiments.benchmark import Benchmark, option, running_on
 from experiments.job import KernelChoice
 from ipsec.overhead import FRAMINGS, theoretical_goodput_mbps
-from testbed import backends
 from testbed.capabilities import Needs
 from topologies.shaping import MAX_RATE_MBIT, QDISCS, ShapingSpec, kernel_burst_time_s, plan_shaping
 
@@ -231,7 +229,7 @@ def run(args: Options) -> Result:
             spec = ShapingSpec(rate, qdisc=args.qdisc, framing=args.framing)
             plan += [f"tc {op.describe()}" for op in plan_shaping(spec, burst_time_s=kernel_burst_time_s())]
         return Result(plan=tuple(plan))
-    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    where = running_on()
     cc, ceiling, rows = measure(args)
     return Result(where=where, congestion_control=cc, ceiling_mbps=ceiling, rows=tuple(rows))
 

@@ -47,7 +47,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from experiments import doctor, transactions
-from experiments.benchmark import Benchmark, check_profiles_and_rate, option
+from experiments.benchmark import Benchmark, check_profiles_and_rate, option, running_on
 from experiments.job import KernelChoice
 from testbed.capabilities import Needs
 from topologies import TOPOLOGIES
@@ -289,7 +289,7 @@ def run(args: Options) -> Result:
     from topologies.shaping import ShapingSpec
 
     spec = build_spec(args.topology)
-    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    where = running_on()
     print(f"{heading(args, where)}\n{HEADER}", file=sys.stderr, flush=True)
     windows: list[Window] = []
     idle: dict[str, float | None] = {}

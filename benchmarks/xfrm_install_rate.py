@@ -57,7 +57,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import logging
-import os
 import re
 import shutil
 import signal
@@ -66,11 +65,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from experiments.benchmark import Benchmark, option
+from experiments.benchmark import Benchmark, option, running_on
 from experiments.job import KernelChoice
 from ipsec.algorithms import get_algorithm
 from ipsec.sa import PolicySpec, SASpec, SelectorSpec, TemplateSpec, random_key
-from testbed import backends, names, netns
+from testbed import names, netns
 from testbed.capabilities import ESP_NEEDS, Needs
 
 log = logging.getLogger("xfrm_install_rate")
@@ -586,7 +585,7 @@ def _terminate(signum: int, frame: object) -> None:
 def run(args: Options) -> Result:
     """What the benchmark measures, on the kernel it runs on; an error or an interrupt ends it with one line."""
     signal.signal(signal.SIGTERM, _terminate)
-    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    where = running_on()
     try:
         rows = measure(args)
     except KeyboardInterrupt:

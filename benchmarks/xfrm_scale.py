@@ -38,7 +38,7 @@ import sys
 import time
 
 from experiments import doctor
-from experiments.benchmark import Benchmark, check_profiles, option, out_option
+from experiments.benchmark import Benchmark, check_profiles, option, out_option, running_on
 from experiments.engine import iperf
 from experiments.job import KernelChoice
 from ipsec.plan import AssociationSpec, Endpoint, SpiPlanner, plan_association
@@ -254,7 +254,7 @@ def measure_all(args: Options, rows: list[Row], failed: list[tuple[int, str]]) -
 def run(args: Options) -> Result:
     """What the benchmark measures, on the kernel it runs on; the report written from every N measured,
     even when interrupted."""
-    where = f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
+    where = running_on()
     rows: list[Row] = []
     failed: list[tuple[int, str]] = []
     removal, interrupted = None, False

@@ -18,6 +18,7 @@ from typing import Any
 from cli.options import Parser, add_kernel_options, add_speed_probe_option, add_uml_options, csv, kernel_choice
 from experiments import benchmark, runner
 from experiments.benchmark import Benchmark, execute, names, summary
+from experiments.engine.plan import value_text
 from experiments.job import KernelChoice
 from testbed import measuring
 from testbed.backends import QemuBackend
@@ -45,14 +46,6 @@ def _base(hint: Any) -> Any:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         return next(a for a in typing.get_args(hint) if a is not type(None))
     return hint
-
-
-def _default_text(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value)
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 class _Passing(Parser):
@@ -92,7 +85,7 @@ def build_parser(bench: Benchmark) -> argparse.ArgumentParser:
         default = f.default if f.default is not dataclasses.MISSING else None
         helptext = meta["help"]
         if meta["show_default"] and not (default is None or default is False or default == ()):
-            helptext += f" (default: {_default_text(default)})"
+            helptext += f" (default: {value_text(default)})"
         helptext = helptext.replace("%", "%%")
         kw: dict[str, Any] = {"help": helptext, "default": default}
         if meta["metavar"]:

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from cli.options import backend_options
 from testbed import backends, historyplace
@@ -86,32 +86,30 @@ def parse_junit(path: str) -> Counts:
     return c
 
 
-def module_seconds(path: str) -> dict[str, float]:
-    """Seconds per test module in a pytest ``--junitxml`` file (what balancing the guests needs)."""
+def _cases(path: str) -> Iterator[tuple[str, str, float]]:
+    """Each test case of a pytest ``--junitxml`` file (none where it is absent or broken): its module, its name
+    and its seconds, setup and teardown included."""
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
-        return {}
-    out: dict[str, float] = {}
+        return
     for case in root.iter("testcase"):
         module = case.get("classname", "").split(".")
-        name = next((m for m in module if m.startswith("test_")), ".".join(module))
-        out[name] = out.get(name, 0.0) + float(case.get("time", 0) or 0)
+        yield (next((m for m in module if m.startswith("test_")), ".".join(module)), case.get("name", "?"),
+               float(case.get("time", 0) or 0))
+
+
+def module_seconds(path: str) -> dict[str, float]:
+    """Seconds per test module in a pytest ``--junitxml`` file (what balancing the guests needs)."""
+    out: dict[str, float] = {}
+    for module, _, seconds in _cases(path):
+        out[module] = out.get(module, 0.0) + seconds
     return out
 
 
 def slowest(paths: Sequence[str], n: int) -> list[tuple[float, str]]:
-    """The ``n`` slowest test cases (setup and teardown included) in pytest ``--junitxml`` files: seconds and
-    ``module::name``, slowest first."""
-    cases = []
-    for path in paths:
-        try:
-            root = ET.parse(path).getroot()
-        except (OSError, ET.ParseError):
-            continue
-        for case in root.iter("testcase"):
-            module = next((m for m in case.get("classname", "").split(".") if m.startswith("test_")), "?")
-            cases.append((float(case.get("time", 0) or 0), f"{module}::{case.get('name', '?')}"))
+    """The ``n`` slowest test cases in pytest ``--junitxml`` files: seconds and ``module::name``, slowest first."""
+    cases = [(seconds, f"{module}::{name}") for path in paths for module, name, seconds in _cases(path)]
     return sorted(cases, key=lambda c: -c[0])[:n]
 
 

@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from experiments.job import BenchWork, Job, KernelChoice
 from ipsec.profiles import parse_profile
+from testbed import backends
 from testbed.capabilities import Needs
 
 Opts = TypeVar("Opts")
@@ -125,6 +126,11 @@ def execute(bench: Benchmark, options: Any) -> int:
     if text:
         print(text, flush=True)
     return bench.status(result)
+
+
+def running_on() -> str:
+    """The kernel a benchmark's work runs on, for its page: the backend, the release and the CPUs it may use."""
+    return f"{backends.current().label()} ({os.uname().release}, {len(os.sched_getaffinity(0))} CPU(s))"
 
 
 def in_guest(job: Job) -> int:

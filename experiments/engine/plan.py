@@ -324,13 +324,14 @@ def changes(spec: SweepSpec, base: SweepSpec | None = None) -> dict[str, Any]:
 
 def describe_changes(spec: SweepSpec) -> str:
     """:func:`changes` in one line for people: ``the default sweep with rates_mbit=10, repetitions=15``."""
-    said = ", ".join(f"{name}={_said(value)}" for name, value in changes(spec).items())
+    said = ", ".join(f"{name}={value_text(value)}" for name, value in changes(spec).items())
     return "the default sweep" + (f" with {said}" if said else "")
 
 
-def _said(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A spec's or an option's value as a person gives it: numbers as short as they are, tuples comma-separated."""
     if isinstance(value, tuple):
-        return ",".join(_said(v) for v in value)
+        return ",".join(value_text(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
