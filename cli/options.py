@@ -1,6 +1,6 @@
-"""Command-line options and argument types shared by every command (``ipsec-testbed``, its jobs, the
-benchmarks): the one place argparse is used, and where options become the parts of a
-:class:`~experiments.job.Job`.
+"""Command-line options and argument types shared by every command (``ipsec-testbed``, its jobs, and the
+benchmarks' command lines, which :mod:`cli.bench` makes from their options): with :mod:`cli.bench`, the one
+place argparse is used, and where options become the parts of a :class:`~experiments.job.Job`.
 
 Every parser is a :class:`Parser`: a bad option or value is one line that names it (see
 :mod:`testbed.errors` for the rest of how a command fails).
@@ -189,10 +189,3 @@ def add_history_option(p) -> None:
                    help=f"the results history this run's figures are added to (see `ipsec-testbed history`): an "
                         f"SQLite file, a postgresql://USER@HOST/DB URL for a team's, or {OFF} (default: "
                         f"${ENV}, else {default_path()})")
-
-
-def add_bench_out(p: argparse.ArgumentParser, name: str) -> None:
-    """``--out DIR`` of a benchmark that writes a run directory (:mod:`analysis.benchpage`)."""
-    p.add_argument("--out", metavar="DIR",
-                   help=f"where results.json and report.html (the plots) go (default: runs/<date>-bench-{name} "
-                        "in the checkout)")
