@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -249,11 +250,26 @@ def open_store(history: str | None, *, create: bool = True) -> Store | None:
     try:
         os.makedirs(os.path.dirname(os.path.abspath(where)), exist_ok=True)
         db = sqlite3.connect(where, timeout=BUSY_S, isolation_level="DEFERRED")
-        db.execute("PRAGMA journal_mode=WAL")
+        _write_ahead(db)
     except (OSError, sqlite3.Error) as e:
         raise StoreError(f"history {where}: cannot open it ({e}): check the path and its permissions, or name "
                          "another with --history") from None
     return SqliteStore(where, db)
+
+
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Put the store in write-ahead-log mode (readers beside a writer).  A new file's first connections all ask
+    at once (the two sides of a paired A/B); SQLite answers the losers "database is locked" at once instead of
+    calling its busy handler, so ask again until :data:`BUSY_S` has passed."""
+    deadline = time.monotonic() + BUSY_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def keep_run(run_dir: str, kind: str, kernel: str | None, history: str | None) -> tuple[int, str] | None:
