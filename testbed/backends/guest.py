@@ -213,12 +213,55 @@ def plan_command_lines(command: Sequence[str], cwd: str, workdir: str, outputs: 
     ]
 
 
-def write_guest_files(workdir: str, init_script: str, modules_dir: str | None) -> None:
-    """The guest's init script and its modprobe wrapper, in ``workdir``."""
+def write_guest_files(workdir: str, init_script: str, modules_dir: str | None, env: Sequence[tuple[str, str]]) -> None:
+    """The guest's init script, its modprobe wrapper and its links to the commands on ``env``'s PATH
+    (:func:`link_commands`), in ``workdir``."""
     for name, text in (("init.sh", init_script), ("modprobe", plan_modprobe_wrapper(modules_dir))):
         with open(f"{workdir}/{name}", "w") as f:
             f.write(text)
         os.chmod(f"{workdir}/{name}", 0o755)
+    link_commands(dict(env).get("PATH", ""), os.path.join(workdir, COMMANDS))
+
+
+#: The directory of a guest's work directory that links to its commands; first on the guest's PATH.
+COMMANDS = "commands"
+
+
+def plan_env_lines(env: Sequence[tuple[str, str]], workdir: str) -> list[str]:
+    """The command's environment, its PATH behind the links to its commands (:func:`link_commands`)."""
+    q = shlex.quote
+    return [f"export {k}={q(v)}" for k, v in env] + [f'export PATH={q(os.path.join(workdir, COMMANDS))}:"$PATH"']
+
+
+def link_commands(path: str, into: str) -> int:
+    """Link, in the new directory ``into``, each command that ``path`` (a PATH) finds to where it finds it first;
+    how many commands there are.
+
+    The guest's PATH starts with ``into``, so that each command is found at its first try.  In User-Mode Linux
+    every directory of PATH where a command is not costs the program that starts it an execve that fails:
+    6.5 ms each from a Python of the test suite's size, and with the 13 directories before /usr/bin of this
+    project's machine, ``subprocess.run(["true"])`` took 152 ms inside UML against 27 ms for /usr/bin/true.
+    What the links leave alone, PATH still finds as before, after them: the commands of a Python venv's bin
+    (its python finds its venv from the directory it is run from), and everything after a relative entry of
+    PATH, which may name another directory wherever the command runs."""
+    os.makedirs(into)
+    seen: set[str] = set()
+    for where in path.split(":"):
+        if not os.path.isabs(where):
+            break
+        try:
+            names = sorted(os.listdir(where))
+        except OSError:
+            continue
+        venv = os.path.exists(os.path.join(where, os.pardir, "pyvenv.cfg"))
+        for name in names:
+            command = os.path.join(where, name)
+            if name in seen or not (os.path.isfile(command) and os.access(command, os.X_OK)):
+                continue
+            seen.add(name)
+            if not venv:
+                os.symlink(command, os.path.join(into, name))
+    return len(seen)
 
 
 def read_status(workdir: str) -> int | None:

@@ -150,7 +150,6 @@ class QemuSpec:
 
 def plan_init_script(spec: QemuSpec, workdir: str) -> str:
     """The guest's init (PID 1) as shell text.  Pure: the tests read it."""
-    q = shlex.quote
     lines = guest.plan_base_lines("QEMU (counted)", "itb-qemu")
     # the host's /dev is a directory of the host's files here: the guest mounts its own first
     lines.insert(lines.index("mount -t sysfs sysfs /sys") + 1, "mount -t devtmpfs dev /dev")
@@ -190,7 +189,7 @@ def plan_init_script(spec: QemuSpec, workdir: str) -> str:
         env = dict(spec.env)
         size = f" rows {env['LINES']} cols {env['COLUMNS']}" if "LINES" in env and "COLUMNS" in env else ""
         lines.append(f"stty -F {GUEST_LINE.format('terminal')} sane{size}")
-    lines += [f"export {k}={q(v)}" for k, v in spec.env]
+    lines += guest.plan_env_lines(spec.env, workdir)
     lines.append(f"export TMPDIR={GUEST_TMP}")
     lines += guest.plan_command_lines(spec.command, spec.cwd, workdir,
                                       ((GUEST_LINE.format("stdout"), spec.stdout_tty),
@@ -377,7 +376,7 @@ def run(spec: QemuSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None 
             qemukernel.initramfs(spec.kernel, f"{workdir}/initrd.cpio")
         except (qemukernel.KernelUnavailableError, OSError) as e:
             raise QemuError(str(e)) from None
-        guest.write_guest_files(workdir, plan_init_script(spec, workdir), spec.kernel.modules_dir)
+        guest.write_guest_files(workdir, plan_init_script(spec, workdir), spec.kernel.modules_dir, spec.env)
         counts = f"{workdir}/counts"
         with open(counts, "wb") as f:
             f.write(bytes(mmap.PAGESIZE))

@@ -214,7 +214,6 @@ plan_modprobe_wrapper = guest.plan_modprobe_wrapper
 
 def plan_init_script(spec: UmlSpec, workdir: str) -> str:
     """The guest's init (PID 1) as shell text.  Pure: the tests read it."""
-    q = shlex.quote
     lines = guest.plan_base_lines("User-Mode Linux", "itb-uml")
     lines += guest.plan_module_lines(spec.modules_dir, spec.boot_modules, workdir, spec.on_demand_modules)
     if spec.interactive:
@@ -223,7 +222,7 @@ def plan_init_script(spec: UmlSpec, workdir: str) -> str:
         lines += [f"stty -F /dev/tty1 sane{size}", "stty -F /dev/tty2 raw -echo"]
     else:
         lines += ["stty -F /dev/tty1 raw -echo", "stty -F /dev/tty2 raw -echo"]
-    lines += [f"export {k}={q(v)}" for k, v in spec.env]
+    lines += guest.plan_env_lines(spec.env, workdir)
     if spec.cpu_meter:
         lines += [f"stty -F {METER_TTY} raw -echo"]
     if spec.channel:
@@ -333,7 +332,7 @@ def run(spec: UmlSpec, stdout: BinaryIO | None = None, stderr: BinaryIO | None =
             spinner = Spinner(spec.host_cpu)
             held.callback(spinner.close)
             spec = handing(spec, keep_awake=spinner.method())
-        guest.write_guest_files(workdir, plan_init_script(spec, workdir), spec.modules_dir)
+        guest.write_guest_files(workdir, plan_init_script(spec, workdir), spec.modules_dir, spec.env)
 
         pipes = [os.pipe() for _ in range(3)]
         write_fds = (pipes[0][1], pipes[1][1], pipes[2][1])

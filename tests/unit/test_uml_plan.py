@@ -1,10 +1,12 @@
 """The UML guest's init script and command line, planned without booting anything."""
 
+import os
+
 import pytest
 
 from experiments.doctor import kernel_modules
 from testbed import names, umlkernel
-from testbed.backends import GUEST_ENV, uml
+from testbed.backends import GUEST_ENV, guest, uml
 
 
 def spec(**kw):
@@ -186,3 +188,32 @@ def test_booting_a_kernel_of_the_cache_notes_when_it_was_last_used(monkeypatch, 
         uml.build_spec(["true"], cpu_meter=False)
         built = kernelbuild.Built(str(d / "linux"), {})
         assert (kernelbuild.last_used(built) is not None) == (origin == "recipe")  # an image of the user's: untouched
+
+
+def test_the_guests_path_starts_with_links_to_the_commands_where_path_finds_them_first(tmp_path):
+    def command(where, name, mode=0o755):
+        os.makedirs(where, exist_ok=True)
+        path = os.path.join(where, name)
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(path, mode)
+        return path
+
+    first, second, venv_bin, later = (str(tmp_path / d) for d in ("first", "second", "venv/bin", "later"))
+    ip = command(first, "ip")
+    command(second, "ip")                      # shadowed by first's, as on PATH
+    tc = command(second, "tc")
+    command(first, "notes", 0o644)             # not executable: PATH passes it by
+    notes = command(second, "notes")
+    command(venv_bin, "python")                # a venv's: run from its own bin, not through a link
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    os.makedirs(os.path.join(first, "subdir"))
+    command(later, "late")                     # after a relative entry: left to PATH
+    links = str(tmp_path / "wd" / "commands")
+    path = ":".join([str(tmp_path / "missing"), first, venv_bin, second, ".", later])
+    assert guest.link_commands(path, links) == 4
+    assert {n: os.readlink(os.path.join(links, n)) for n in os.listdir(links)} == {"ip": ip, "tc": tc, "notes": notes}
+
+    text = uml.plan_init_script(spec(env=(("PATH", "/usr/bin:/bin"), (GUEST_ENV, "uml"))), "/tmp/wd").splitlines()
+    exports = [line for line in text if line.startswith("export PATH=")]
+    assert exports == ["export PATH=/usr/bin:/bin", 'export PATH=/tmp/wd/commands:"$PATH"']
