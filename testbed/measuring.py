@@ -8,7 +8,8 @@ run finds it held and is refused in one line naming the first (its command, pid,
 since when), before any boot; ``--allow-concurrent`` runs it anyway, and its records and summary say so.
 
 The processes a measuring run starts itself (a paired A/B's two sides, a benchmark's sweeps) carry
-:data:`ENV` and measure under their parent's hold.  ``clean`` and ``report`` take nothing.
+:data:`ENV` and measure under their parent's hold, marked as beside another run when it is
+(:data:`BESIDE_ENV`).  ``clean`` and ``report`` take nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from testbed.rundir import try_lock
 
 #: The processes a measuring run starts carry this (the holder's pid): they measure under its hold.
 ENV = "IPSEC_TESTBED_MEASURING"
+#: ... and, when that run measures beside another (--allow-concurrent), this: the other run's :class:`Holder` as
+#: JSON, so that what they measure (a benchmark's sweeps) is marked as their parent's is.
+BESIDE_ENV = "IPSEC_TESTBED_MEASURING_BESIDE"
 
 
 def lock_path() -> str:
@@ -69,6 +73,18 @@ def holder() -> Holder | None:
         os.close(fd)
 
 
+def _beside() -> Holder | None:
+    """The run that the run holding this process's hold measures beside (:data:`BESIDE_ENV`), if any."""
+    text = os.environ.get(BESIDE_ENV)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        return Holder(int(data["pid"]), str(data["command"]), str(data["run_dir"]), str(data["since"]))
+    except (ValueError, TypeError, KeyError):
+        return Holder(0, "?", "", "?")
+
+
 def _read(fd: int) -> Holder:
     try:
         data = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
@@ -84,8 +100,11 @@ def exclusive(command: Sequence[str], run_dir: str | None = None, allow_concurre
 
     Refused (:class:`~testbed.errors.Refused`, one line) when another run holds it and
     ``allow_concurrent`` is not given.  Within a run that holds it already (:data:`ENV`), a no-op."""
-    if os.environ.get(ENV) or os.geteuid() != 0:  # held by the run that started this one; or no root: the
-        yield Hold()                                 # work refuses for want of it
+    if os.environ.get(ENV):  # held by the run that started this one: measured as it is, beside what it is
+        yield Hold(concurrent=_beside())
+        return
+    if os.geteuid() != 0:  # no root: the work refuses for want of it
+        yield Hold()
         return
     os.makedirs(names.STATE_DIR, exist_ok=True)
     fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -96,7 +115,12 @@ def exclusive(command: Sequence[str], run_dir: str | None = None, allow_concurre
                 raise Refused(f"another testbed run is measuring on this machine: {other.describe()}; its figures and "
                               "this run's would each include the other's load: wait for it to end (or stop it), or "
                               "give --allow-concurrent to measure anyway, marked so") from None
-            yield Hold(concurrent=other)
+            os.environ.update({ENV: str(os.getpid()), BESIDE_ENV: json.dumps(dataclasses.asdict(other))})
+            try:
+                yield Hold(concurrent=other)
+            finally:
+                os.environ.pop(ENV, None)
+                os.environ.pop(BESIDE_ENV, None)
             return
         me = {"pid": os.getpid(), "command": " ".join(command), "run_dir": run_dir or "",
               "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}

@@ -23,6 +23,7 @@ with measuring.exclusive(["ipsec-testbed", "sweep", "--rates", "10"], "/runs/x")
 def state(tmp_path, monkeypatch):
     monkeypatch.setattr(names, "STATE_DIR", str(tmp_path))
     monkeypatch.delenv(measuring.ENV, raising=False)
+    monkeypatch.delenv(measuring.BESIDE_ENV, raising=False)
     if os.geteuid() != 0:
         monkeypatch.setattr(os, "geteuid", lambda: 0)
     return tmp_path
@@ -32,6 +33,7 @@ def holding(tmp_path):
     """Another process holding the machine until its stdin closes."""
     env = {**os.environ, "IPSEC_TESTBED_STATE_DIR": str(tmp_path)}
     env.pop(measuring.ENV, None)
+    env.pop(measuring.BESIDE_ENV, None)
     proc = subprocess.Popen([sys.executable, "-c", HOLD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env=env, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
     assert proc.stdout.readline().strip() == "held"
@@ -48,8 +50,16 @@ def test_a_second_run_is_refused_naming_the_first_and_may_measure_beside_it_mark
                   rf"/runs/x, since .*--allow-concurrent"
         with pytest.raises(Refused, match=refused), measuring.exclusive(["ipsec-testbed", "sweep"]):
             pass
-        with measuring.exclusive(["ipsec-testbed", "sweep"], allow_concurrent=True) as hold:
+        with measuring.exclusive(["ipsec-testbed", "bench", "cpu_noise"], allow_concurrent=True) as hold:
             assert hold.concurrent.pid == other.pid
+            # the sweeps this run starts in processes of their own measure beside the same run, marked so
+            env = {**os.environ, "IPSEC_TESTBED_STATE_DIR": str(state)}
+            child = subprocess.run([sys.executable, "-c", "from testbed import measuring\n"
+                                    "with measuring.exclusive(['sweep']) as h: print(h.concurrent.pid)"],
+                                   capture_output=True, text=True, env=env,
+                                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+            assert child.returncode == 0 and child.stdout.strip() == str(other.pid), child.stderr
+        assert measuring.ENV not in os.environ and measuring.BESIDE_ENV not in os.environ
     finally:
         other.stdin.close()
         other.wait(timeout=10)
