@@ -1,14 +1,15 @@
 """``ipsec-testbed test``: the whole test suite, with the ESP tests on a kernel that has ESP.
 
-1. ``tests/unit`` on the host (no root needed);
+1. ``tests/unit`` on the host (no root needed; beside the guests when there are guests);
 2. ``tests/host`` on the host, as root: booting UML, exit statuses, ``clean`` after SIGKILL;
    :data:`HOST_ALONE` first, before any guest boots (``clean`` removes every guest);
 3. ``tests/integration`` on the host kernel when it passes the ESP and WireGuard probes, otherwise
    inside User-Mode Linux (the project's kernel where Debian's, which has no WireGuard, would be chosen:
    built on first use): on a host with two CPUs or more, in two guests, each pinned to
-   a CPU of its own: the second (the modules not in :data:`FIRST_GUEST`) starts beside the
-   other host tests, which run on the first guest's CPU, and the first guest follows them.
-   The guests' output is shown when both are done.  If no kernel with ESP can be had the
+   a CPU of its own, both started once :data:`HOST_ALONE` is done: the second (the modules not in
+   :data:`FIRST_GUEST`) has its CPU to itself; the first shares its CPU with the unit tests and the other host
+   tests, which run beside it (most of what each of them does is waiting).  The unit tests' and the guests'
+   output is shown when they are done.  If no kernel with ESP can be had the
    suite fails: a run that could not exercise ESP never passes.
 
 The last line is the combined count, ``tests: N passed, N failed``.
@@ -34,14 +35,14 @@ from testbed.capabilities import ESP_NEEDS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: A generous bound for the integration suite in a guest (CI allows 90 minutes in all).
 GUEST_TIMEOUT_S = 50 * 60
-#: The integration modules of the first of two guests, which starts after the host tests on the same CPU: the ESP
-#: data path profile by profile, shaping, the point classes, the path MTUs and the latency probe; the second
-#: guest, beside them from the start, takes the rest, the sweep's faults, the reproductions and keying by IKE
-#: among them.  Balanced on seconds per module from fresh clones on this project's two-CPU machine (the suite
-#: prints them; docs/testing.md, "Where the time goes"): at fc32a21, with test_ike_kill here too, the host tests
-#: and this guest took 1,016-1,047 s on one CPU against the second guest's 898-921 s on the other.
+#: The integration modules of the first of two guests, which runs on one CPU beside the unit and host tests: the
+#: ESP data path profile by profile, shaping, the point classes, the path MTUs, the latency probe, the
+#: topologies, WireGuard and the IKE daemon killed; the second guest, on the other CPU, takes the rest, the
+#: sweep's faults, the reproductions, the regression gate and keying by IKE.  Balanced on seconds per module from
+#: fresh clones on this project's two-CPU machine (the suite prints them; docs/testing.md, "Where the time goes").
 FIRST_GUEST = ("test_profiles.py", "test_esp_path.py", "test_bad_input.py", "test_shaping.py", "test_bounds.py",
-               "test_overhead_mtu.py", "test_latency_probe.py")
+               "test_overhead_mtu.py", "test_latency_probe.py", "test_topologies.py", "test_wireguard.py",
+               "test_ike_kill.py")
 #: Host test modules that run alone, before any guest boots: ``ipsec-testbed clean`` removes
 #: every guest, a running test suite's too, the speed probe needs a CPU beside its guest's, the
 #: paired A/B needs the machine to itself, as `regress --ab` does when it refuses --allow-concurrent
@@ -143,13 +144,10 @@ def run_suite(args: argparse.Namespace) -> int:
 
 def _run_stages(args: argparse.Namespace, out: str) -> int:
     extra = list(args.pytest_args)
-    _banner("unit tests (tests/unit, host)")
-    unit_rc = subprocess.call(_pytest_cmd("tests/unit", f"{out}/unit.xml", extra), cwd=REPO)
-    unit = parse_junit(f"{out}/unit.xml")
-    if args.unit_only:
-        return _summary(unit, unit_rc, None, 0, "not run (--unit-only)")
-
-    if os.geteuid() != 0:
+    if args.unit_only or os.geteuid() != 0:
+        unit, unit_rc = _UnitTests(extra, out).run()
+        if args.unit_only:
+            return _summary(unit, unit_rc, None, 0, "not run (--unit-only)")
         print("ipsec-testbed test: the host and integration tests need root; run with sudo "
               "(or --unit-only)", file=sys.stderr)
         return _summary(unit, unit_rc, Counts(), 1, "NOT RUN: not root")
@@ -160,6 +158,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     choice = doctor.choose(args.kernel, SUITE_NEEDS, options=options)
     backend = choice.backend
     if backend is None or backend.runs_here:
+        unit, unit_rc = _UnitTests(extra, out).run()
         host_rc = (host.run(HOST_ALONE), host.run()) if host else (0,)
         host_rc = next((rc for rc in host_rc if rc), 0)
         unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
@@ -174,27 +173,59 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
         print_slowest(out)
         return _summary(unit, unit_rc, parse_junit(f"{out}/integration.xml"), integ_rc, backend.label())
 
-    # Integration tests in guests.  The host tests that clean up every guest run first, alone;
-    # with two CPUs the second guest then starts on one while the other host tests and, after
-    # them, the first guest run on the other.
+    # Integration tests in guests.  The host tests that must have the machine to themselves run first,
+    # alone; then everything else at once: with two CPUs the second guest on one of them, and on the other
+    # the unit tests, the other host tests and the first guest, side by side (much of what they do is
+    # waiting: for a shaped link's window, a time limit, a boot).
     cpus = guest_cpus()
     groups = integration_groups(cpus)
     guests = Guests(backend, groups, cpus, out, extra)
     host_rc = host.run(HOST_ALONE) if host else 0
     _banner(f"integration tests with ESP on {backend.label()}, in {len(groups)} "
-            f"guest{'s' if len(groups) > 1 else ''}{', beside the host tests' if host and len(groups) > 1 else ''}"
+            f"guest{'s' if len(groups) > 1 else ''}, beside the unit{' and host' if host else ''} tests"
             f"\n({choice.reason})")
-    for i in range(1, len(groups)):
+    units = _UnitTests(extra, out)
+    units.start(cpu=cpus[0] if cpus else None)
+    for i in range(len(groups)):
         guests.start(i)
     if host:
-        host_rc = host.run(cpu=cpus[0] if len(groups) > 1 else None) or host_rc
-    guests.start(0)
+        host_rc = host.run(cpu=cpus[0] if cpus else None) or host_rc
+    unit, unit_rc = units.wait()
     rcs = guests.wait()
     unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
     integ = sum((parse_junit(f"{out}/integration{i}.xml") for i in range(len(groups))), Counts())
     integ_rc = next((rc for rc in rcs if rc not in (0, 5)), 0)
     print_slowest(out)
     return _summary(unit, unit_rc, integ, integ_rc, backend.label())
+
+
+class _UnitTests:
+    """``tests/unit`` on the host: in the foreground (:meth:`run`), or beside the other stages with its output
+    kept until it is done (:meth:`start`, :meth:`wait`)."""
+
+    def __init__(self, extra: list[str], out: str) -> None:
+        self.cmd = _pytest_cmd("tests/unit", f"{out}/unit.xml", extra)
+        self.out, self.log = out, os.path.join(out, "unit.log")
+        self.proc: subprocess.Popen | None = None
+
+    def run(self) -> tuple[Counts, int]:
+        _banner("unit tests (tests/unit, host)")
+        rc = subprocess.call(self.cmd, cwd=REPO)
+        return parse_junit(f"{self.out}/unit.xml"), rc
+
+    def start(self, cpu: int | None = None) -> None:
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(["taskset", "-c", str(cpu), *self.cmd] if cpu is not None else self.cmd,
+                                         cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait(self) -> tuple[Counts, int]:
+        assert self.proc is not None
+        rc = self.proc.wait()
+        _banner("unit tests (tests/unit, host), beside the guests")
+        with open(self.log, "rb") as f:
+            sys.stdout.buffer.write(f.read())
+        sys.stdout.flush()
+        return parse_junit(f"{self.out}/unit.xml"), rc
 
 
 def _with_wireguard(args: argparse.Namespace, options: backends.Options) -> backends.Options:
