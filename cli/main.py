@@ -364,9 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("test", help="run the test suite: unit tests, then integration tests with ESP",
-                       description="Run tests/unit on the host, then tests/integration on a kernel with ESP: "
-                       "the host kernel when it passes the probe, otherwise inside User-Mode Linux in one boot. "
-                       "Fails, never skips, when no ESP-capable kernel can be had.")
+                       description="Run tests/unit and (as root) tests/host on the host, and tests/integration on a "
+                       "kernel with ESP: the host kernel when it passes the probe, otherwise inside User-Mode Linux, "
+                       "in two guests on a machine with two CPUs, beside the unit and host tests once the host "
+                       "tests that need the machine alone are done (docs/testing.md). Fails, never skips, when no "
+                       "ESP-capable kernel can be had.")
     add_kernel_options(p)
     p.add_argument("--unit-only", action="store_true", help="run only tests/unit (needs no root)")
     p.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARG", help="passed to pytest (e.g. -k esp -x)")
