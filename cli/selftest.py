@@ -207,14 +207,14 @@ class _UnitTests:
     kept until it is done (:meth:`start`, :meth:`wait`)."""
 
     def __init__(self, extra: list[str], out: str) -> None:
-        self.cmd = _pytest_cmd("tests/unit", f"{out}/unit.xml", extra)
-        self.out, self.log = out, os.path.join(out, "unit.log")
+        self.junit, self.log = os.path.join(out, "unit.xml"), os.path.join(out, "unit.log")
+        self.cmd = _pytest_cmd("tests/unit", self.junit, extra)
         self.proc: subprocess.Popen | None = None
 
     def run(self) -> tuple[Counts, int]:
         _banner("unit tests (tests/unit, host)")
         rc = subprocess.call(self.cmd, cwd=REPO)
-        return parse_junit(f"{self.out}/unit.xml"), rc
+        return parse_junit(self.junit), rc
 
     def start(self, cpu: int | None = None) -> None:
         with open(self.log, "wb") as log:
@@ -228,7 +228,7 @@ class _UnitTests:
         with open(self.log, "rb") as f:
             sys.stdout.buffer.write(f.read())
         sys.stdout.flush()
-        return parse_junit(f"{self.out}/unit.xml"), rc
+        return parse_junit(self.junit), rc
 
 
 def _with_wireguard(args: argparse.Namespace, options: backends.Options) -> backends.Options:

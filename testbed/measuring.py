@@ -76,18 +76,17 @@ def holder() -> Holder | None:
 def _beside() -> Holder | None:
     """The run that the run holding this process's hold measures beside (:data:`BESIDE_ENV`), if any."""
     text = os.environ.get(BESIDE_ENV)
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-        return Holder(int(data["pid"]), str(data["command"]), str(data["run_dir"]), str(data["since"]))
-    except (ValueError, TypeError, KeyError):
-        return Holder(0, "?", "", "?")
+    return _holder(text) if text else None
 
 
 def _read(fd: int) -> Holder:
+    return _holder(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
+
+
+def _holder(text: str) -> Holder:
+    """A :class:`Holder` from its JSON (the lock file's, or :data:`BESIDE_ENV`'s); what is missing, unknown."""
     try:
-        data = json.loads(os.pread(fd, 4096, 0).decode(errors="replace") or "{}")
+        data = json.loads(text)
         return Holder(int(data.get("pid", 0)), str(data.get("command", "?")), str(data.get("run_dir", "")),
                       str(data.get("since", "?")))
     except (ValueError, TypeError):
