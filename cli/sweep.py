@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"transports (default: {','.join(d.transports)})")
     g.add_argument("--udp-bitrate", default=d.udp_bitrate, metavar="RATE",
                    help="UDP offered rate for iperf3 -b; 0 = as fast as possible, as seed 000 (default: %(default)s)")
+    g.add_argument("--connect-timeout", type=float, default=d.connect_timeout_s, metavar="SECONDS",
+                   help="with several TCP clients (--clients), how long every one may take to connect before the "
+                        "attempt fails, as iperf3's own --connect-timeout (default: 10 s, 0.5 s more per client, "
+                        "and up to the 127 s in which Linux gives a dropped SYN up as the clients crowd the link: "
+                        "one client per Mbit/s)")
     g.add_argument("--duration", type=float, default=d.duration_s, metavar="SECONDS",
                    help="the measured window of each point, in seconds (default: %(default)g)")
     g.add_argument("--warmup", type=float, default=d.warmup_s, metavar="SECONDS",
@@ -207,7 +212,8 @@ def repetitions_of(args) -> dict:
 def spec_from(args):
     return default_sweep(topology=args.topology, profiles=args.profiles, mode=args.mode, keying=args.keying,
                          ip_versions=args.ip, transports=args.transport, rates_mbit=args.rates, sizes=args.sizes,
-                         size_mode=args.size_mode, clients=args.clients, **repetitions_of(args),
+                         size_mode=args.size_mode, clients=args.clients,
+                         connect_timeout_s=args.connect_timeout, **repetitions_of(args),
                          precision_pct=args.precision, cpu_precision_pct=args.cpu_precision,
                          duration_s=args.duration, warmup_s=args.warmup, udp_bitrate=args.udp_bitrate,
                          pmtu=args.pmtu, mtu=args.mtu, socket_buffer=args.socket_buffer, arms=args.arms,

@@ -625,6 +625,8 @@ class MetaSweep(_MetaObject):
     sizes: tuple[int, ...] | None = _meta_field("packet sizes, bytes", tuple)
     size_mode: str | None = _meta_field("what a size is: mss or write (TCP), datagram (UDP)")
     clients: int | None = _meta_field("clients sending at once")
+    connect_timeout_s: float | None = _meta_field("how long several TCP clients had to connect, seconds (null: "
+                                                  "as many clients and the link's crowd make it)")
     repetitions: int | None = _meta_field("repetitions of every point at least ...")
     max_repetitions: int | None = _meta_field("... and at most, while a point is less precise than asked "
                                               "(null: exactly repetitions)")

@@ -44,14 +44,17 @@ CONNECT_S_PER_CLIENT = 0.5
 SYN_HORIZON_S = 127.0
 
 
-def connect_timeout_s(clients: int, rate_mbit: float | None = None) -> float:
-    """How long every one of ``clients`` TCP flows may take to connect before the point fails.
+def connect_timeout_s(clients: int, rate_mbit: float | None = None, given: float | None = None) -> float:
+    """How long every one of ``clients`` TCP flows may take to connect before the point fails: ``given``
+    (a sweep's ``--connect-timeout``), else as follows.
 
     Beyond a floor and a share per client, a share of the SYN horizon that grows with the flows per
     Mbit/s of the shaped link: the first flows fill the shaper's queue, a late SYN is dropped there and
     backs off (1, 3, 7, 15, 31, 63 s after the first try).  From one flow per Mbit/s up (100 clients at
     10 Mbit/s) the wait reaches the horizon, after which the kernel itself gives the connection up.
     """
+    if given is not None:
+        return given
     crowd = min(1.0, clients / rate_mbit) if rate_mbit else 0.0
     return FLOW_TIMEOUT_S + CONNECT_S_PER_CLIENT * clients + SYN_HORIZON_S * crowd
 
@@ -66,7 +69,8 @@ def iperf_options(point: Point, spec: SweepSpec) -> dict:
     """:func:`experiments.engine.iperf.flow_args`' test options for ``point``: a test longer than its warm-up
     and window (it is stopped when the window closes), and than the wait for every one of several TCP
     clients to connect (the first ones must still run when the last come), no warm-up of iperf3's own."""
-    waiting = connect_timeout_s(point.clients, point.rate_mbit) if point.transport == "tcp" and point.clients > 1 else 0
+    several = point.transport == "tcp" and point.clients > 1
+    waiting = connect_timeout_s(point.clients, point.rate_mbit, spec.connect_timeout_s) if several else 0
     return dict(duration_s=math.ceil(spec.warmup_s + spec.duration_s + waiting) + IPERF_SPARE_S,
                 transport=point.transport,
                 omit_s=0,
@@ -175,7 +179,7 @@ class PointClients:
         self.args = iperf.flow_args(self.flows, ports, **iperf_options(point, spec))
         # several TCP flows: how long every one may take to connect (and its server to end its test)
         several = point.transport == "tcp" and len(self.flows) > 1
-        self.crowd_s = connect_timeout_s(len(self.flows), point.rate_mbit) if several else None
+        self.crowd_s = connect_timeout_s(len(self.flows), point.rate_mbit, spec.connect_timeout_s) if several else None
         self.clients: iperf.Clients | None = None
         self.started_ahead = False  # the clients were started during the previous point's warm-up (Ahead)
         self.let_go_at: float | None = None  # (monotonic s)
@@ -199,7 +203,7 @@ class PointClients:
         if not self.started_ahead and len(self.flows) > 1:
             # fresh clients go together once all are loaded: staggered by their loading (tenths of a
             # second each in UML), the last would start behind a queue the first had filled
-            clients.wait_held(connect_timeout_s(len(self.flows)))
+            clients.wait_held(connect_timeout_s(len(self.flows), given=self.spec.connect_timeout_s))
         self.monitor.for_test(self.point.transport, self.point.size_bytes if self.point.transport == "udp" else 0)
         clients.go()
         self.let_go_at = time.monotonic()

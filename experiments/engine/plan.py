@@ -60,6 +60,9 @@ MAX_REPETITIONS = 50
 EXTRA_ROUNDS = 2
 #: The most arms of an A/B within one sweep (SweepSpec.arms), and their labels.
 ARM_LABELS = "abcdefgh"
+#: The shortest and the longest time limit the clients of a point may be given to connect (SweepSpec.connect_timeout_s):
+#: beyond the longest, the kernel has given a dropped SYN up (experiments.engine.clients.SYN_HORIZON_S).
+MIN_CONNECT_S, MAX_CONNECT_S = 1.0, 300.0
 #: The shortest window and warm-up a point may have, in seconds.
 MIN_DURATION_S = 0.5
 MIN_WARMUP_S = 0.2
@@ -117,6 +120,10 @@ class SweepSpec:
     sizes: tuple[int, ...] = (100, 250, 500, 750, 1000, 1250, 1460)
     size_mode: str = "mss"
     clients: int = 1
+    #: how long every one of several TCP clients may take to connect before the attempt fails, seconds (None:
+    #: :func:`experiments.engine.clients.connect_timeout_s`, which grows with the clients and how crowded the
+    #: link is)
+    connect_timeout_s: float | None = None
     #: at least this many repetitions of every point ...
     repetitions: int = 3
     #: ... and at most this many (None: exactly ``repetitions``), while a point is less precise than:
@@ -227,6 +234,10 @@ class SweepSpec:
                                                    and 2048 <= self.socket_buffer <= 64 * 2**20):
             raise ValueError(f"socket buffer must be bytes in 2048..{64 * 2**20} (iperf3 -w), "
                              f"not {self.socket_buffer!r}")
+        if self.connect_timeout_s is not None and (isinstance(self.connect_timeout_s, bool) or not isinstance(
+                self.connect_timeout_s, (int, float)) or not MIN_CONNECT_S <= self.connect_timeout_s <= MAX_CONNECT_S):
+            raise ValueError(f"the connect time limit must be seconds in {MIN_CONNECT_S:g}..{MAX_CONNECT_S:g}, "
+                             f"not {self.connect_timeout_s!r}")
         if self.budget_s is not None and (isinstance(self.budget_s, bool) or not isinstance(self.budget_s, (int, float))
                                           or not 0 < self.budget_s <= 7 * 86400):
             raise ValueError(f"time budget must be seconds in (0, {7 * 86400}], not {self.budget_s!r}")

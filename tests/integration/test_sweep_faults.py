@@ -261,9 +261,11 @@ def test_many_clients_all_connect_before_the_window_and_one_that_never_does_fail
     env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}"}
     three = [*cmd[:-1], str(tmp_path / "run2"), "--no-plain"]
     three[three.index("--clients") + 1] = "3"
-    # unshaped: each of the point's six attempts waits the connect limit of 3 flows, not of 3 flows on a
-    # crowded 20 Mbit/s link (12 s against 30 s; the limit's growth with the crowd is unit-tested)
+    # unshaped, and told a short connect limit: each of the point's six attempts waits 3 s for the client that never
+    # comes, not the 12 s of 3 flows' own limit (30 s on a crowded 20 Mbit/s link; the limit's growth with the crowd
+    # is unit-tested)
     three[three.index("--rates") + 1] = "1000"
+    three += ["--connect-timeout", "3"]
     failed = subprocess.run(three, capture_output=True, text=True, timeout=600, env=env)
     assert failed.returncode == 3, failed.stderr[-2000:]
     last = failed.stderr.strip().splitlines()[-1]

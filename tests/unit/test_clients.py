@@ -141,6 +141,12 @@ def test_clients_held_for_another_test_are_closed_and_fresh_ones_go_together_onc
     assert point.all_connected_at >= point.seen_at > point.let_go_at
     assert point.record_fields()["clients_sending_s"] == point.all_connected_at - point.let_go_at
     assert not point.record_fields()["clients_ahead"]
+    # --connect-timeout: both waits take the limit given
+    made.clear()
+    told = dataclasses.replace(SPEC, connect_timeout_s=2.0)
+    with PointClients(flows(3), three, told, PORTS, FakeMonitor(3, connected=(1, 2, 3)), None) as given:
+        given.start()
+    assert made[0].done == [("wait_held", 2.0), "go", "close"] and given.crowd_s == 2.0
 
 
 def test_one_fresh_client_does_not_wait_to_load(made):

@@ -1,6 +1,7 @@
 """The sweep's plan, its adaptive repetitions and its run directory, without root."""
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -123,6 +124,18 @@ def test_the_wait_for_many_clients_grows_with_clients_per_mbit_up_to_the_syn_hor
     # iperf3 runs past the longest wait, so the first clients still send when the last connect
     spec = SweepSpec(rates_mbit=(10,), clients=100, topology="road_warrior", duration_s=1.5, warmup_s=0.25)
     assert iperf_options(plan_points(spec)[0], spec)["duration_s"] > 187 + 1.75
+
+
+def test_a_connect_limit_given_is_the_one_every_wait_for_the_clients_takes():
+    from experiments.engine.clients import connect_timeout_s, iperf_options
+    assert connect_timeout_s(100, 10.0, given=3.0) == 3.0 < connect_timeout_s(3)
+    spec = SweepSpec(rates_mbit=(10,), clients=100, topology="road_warrior", duration_s=1.5, warmup_s=0.25,
+                     connect_timeout_s=3.0)
+    assert iperf_options(plan_points(spec)[0], spec)["duration_s"] == math.ceil(1.75 + 3.0) + 3  # + IPERF_SPARE_S
+    assert SweepSpec.from_json(spec.to_json()) == spec
+    for bad in (0.5, 301, True, "3"):
+        with pytest.raises(ValueError, match="connect time limit must be seconds in 1..300"):
+            SweepSpec(connect_timeout_s=bad)
 
 
 def test_an_old_meta_json_with_iperf3s_warm_up_still_reads():
