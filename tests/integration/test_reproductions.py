@@ -111,15 +111,16 @@ def test_seed002_latency_transactions(tmp_path):
 
 
 def test_seed004_clients_parts(tmp_path):
-    """Claims of both kinds rest on every part: each is measured shaped and unshaped."""
+    """Claims of both kinds rest on every part: each is measured shaped and unshaped (once: the parts and their
+    claims are what is tested here, not their precision)."""
     out = str(tmp_path / "seed004")
-    run_script("seed004_ipv6_clients.py", out, "--max-clients", "2", "--repetitions", "2", "--duration", "1",
+    run_script("seed004_ipv6_clients.py", out, "--max-clients", "2", "--repetitions", "1", "--duration", "1",
                "--budget", "0")
     two = records(out, "clients2")
     assert {r.clients for r in two} == {2} and {r.ip_version for r in two} == {6}
-    assert len(two) == 3 * 2 * 2  # profiles x transports x repetitions
+    assert len(two) == 3 * 2  # profiles x transports
     unshaped = records(out, "clients2_cpu")
-    assert len(unshaped) == 3 * 2 * 2 and {r.rate_mbit for r in unshaped} == {10000.0}
+    assert len(unshaped) == 3 * 2 and {r.rate_mbit for r in unshaped} == {10000.0}
     data = reproduction.evaluate(out)
     verdicts = {c.id: c.verdict for c in data.claims}
     assert verdicts["aes-superior"] != reproduction.UNMEASURED
