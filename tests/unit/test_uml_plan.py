@@ -1,6 +1,7 @@
 """The UML guest's init script and command line, planned without booting anything."""
 
 import os
+import subprocess
 
 import pytest
 
@@ -217,3 +218,25 @@ def test_the_guests_path_starts_with_links_to_the_commands_where_path_finds_them
     text = uml.plan_init_script(spec(env=(("PATH", "/usr/bin:/bin"), (GUEST_ENV, "uml"))), "/tmp/wd").splitlines()
     exports = [line for line in text if line.startswith("export PATH=")]
     assert exports == ["export PATH=/usr/bin:/bin", 'export PATH=/tmp/wd/commands:"$PATH"']
+
+
+def test_a_module_that_fails_to_load_is_tried_again_alone_not_every_module_with_it(tmp_path):
+    """One modprobe loads every boot module; then only those /sys/module lacks are tried one by one and named
+    (in a counted guest jitterentropy_rng always fails: it used to send all 60 through modprobe again)."""
+    sysmod, log, console = tmp_path / "sys-module", tmp_path / "modprobe.log", tmp_path / "console"
+    sysmod.mkdir()
+    fake = tmp_path / "modprobe"  # loads what it is given (as /sys/module shows it) but jitterentropy_rng
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\nst=0\nfor a; do case "$a" in -*|{tmp_path}*) ;; '
+                    f'jitterentropy_rng) st=1;; *) mkdir -p {sysmod}/$(echo $a | tr - _);; esac; done\nexit $st\n')
+    fake.chmod(0o755)
+    lines = guest.plan_module_lines("/mods", ["esp4", "ghash-generic", "jitterentropy_rng", "veth"], "/tmp/wd",
+                                    on_demand=False)
+    loading = [line for line in lines if "ln -s" not in line and "/proc/sys" not in line and "mkdir" not in line]
+    script = "\n".join(loading).replace("/sys/module", str(sysmod)).replace("/sbin/modprobe", str(fake)) \
+        .replace("/run/itb-modules", str(tmp_path)).replace("/dev/console", str(console))
+    subprocess.run(["sh", "-c", script], check=True)
+    calls = log.read_text().splitlines()
+    assert calls == [f"-q -a -d {tmp_path} esp4 ghash-generic jitterentropy_rng veth",
+                     f"-d {tmp_path} jitterentropy_rng"]
+    assert console.read_text() == "itb-init: module jitterentropy_rng not loaded\n"
+    assert sorted(p.name for p in sysmod.iterdir()) == ["esp4", "ghash_generic", "veth"]
