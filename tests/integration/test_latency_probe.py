@@ -27,6 +27,14 @@ def records(path) -> list[dict]:
     return [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
 
 
+def assert_queued(r: dict) -> None:
+    """The window the probe timed had the shaper's queue to wait in: a backlog in nearly every sample.  Not the
+    point's class: in the suite a guest shares its CPU with host tests, and a window whose sender was held up for a
+    moment is ``other`` (the shaper sent 0.968 of its rate in one run, the CPU 19 % busy) with its queue still
+    there almost throughout."""
+    assert r["bound"] in ("link", "other") and r["queue_busy"] >= 0.9, r
+
+
 def test_the_round_trip_under_load_is_the_queues_wait_and_the_unloaded_one_is_not(tmp_path):
     spec = SweepSpec(topology="vpn_gateway", profiles=("aes-gcm-256", "wireguard"), rates_mbit=(10,),
                      sizes=(1460,), repetitions=1, duration_s=2, warmup_s=0.5, latency_probe=True, probe_tool="irtt")
@@ -34,7 +42,7 @@ def test_the_round_trip_under_load_is_the_queues_wait_and_the_unloaded_one_is_no
     got = records(tmp_path)
     assert {r["profile"] for r in got} == {"none", "aes-gcm-256", "wireguard"}
     for r in got:
-        assert r["bound"] == "link", r
+        assert_queued(r)
         # 2 s at 10 a second: about 20 round trips within the window, every one answered
         assert 17 <= r["probe_sent"] <= 21 and r["probe_lost"] == 0, r
         assert r["idle_rtt_ms"] < 5 < 20 < r["probe_rtt_ms"] <= r["probe_rtt_p90_ms"] <= r["probe_rtt_p99_ms"], r
@@ -77,7 +85,7 @@ def test_ping_as_the_probe_times_the_same_queue_with_no_server_of_its_own(tmp_pa
     assert sorted((r["profile"], r["ip_version"]) for r in got) == [
         ("aes-gcm-256", 4), ("aes-gcm-256", 6), ("none", 4), ("none", 6)]  # ICMPv6 echo as well
     for r in got:
-        assert r["bound"] == "link", r
+        assert_queued(r)
         assert 17 <= r["probe_sent"] <= 21 and r["probe_lost"] == 0, r
         assert 0 < r["idle_rtt_min_ms"] <= r["idle_rtt_ms"] < 5 < 20 < r["probe_rtt_ms"] <= r["probe_rtt_p99_ms"], r
         assert "probe_up_ms" not in r and "probe_down_ms" not in r  # ICMP echo times the round trip alone
