@@ -1,8 +1,10 @@
 """The counted backend (`--kernel qemu`): a real x86-64 kernel in QEMU's emulator, its exit statuses and output,
 its instruction counts, a sweep's records on it, and what a killed run leaves (boots real QEMU guests; runs beside
 the suite's integration guest: it never calls `clean`)."""
+import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,26 +26,35 @@ def needs_qemu():
         pytest.fail(f"the counted backend cannot run here: {why}", pytrace=False)
 
 
+#: What a guest says of itself, a line each: its working directory, kernel release, backend, CPU model, whether the
+#: CPU has AES-NI, and the driver the kernel picked for an ESP SA's AES-GCM; then a line to stderr
+CHECKS = ("pwd; uname -r; echo $IPSEC_TESTBED_BACKEND; grep -m1 'model name' /proc/cpuinfo | cut -d: -f2; "
+          "grep -cw aes /proc/cpuinfo; ip netns add itb-esp && ip -n itb-esp xfrm state add src 192.0.2.1 "
+          "dst 192.0.2.2 proto esp spi 0x100 mode transport aead 'rfc4106(gcm(aes))' 0x" + "11" * 36 + " 128 && "
+          "grep -A2 '^name *: rfc4106(gcm(aes))' /proc/crypto | grep -m1 '^driver' | cut -d: -f2; "
+          "echo to-stderr >&2")
+
+
 @pytest.mark.parametrize("crypto, driver", [
     (None, "aesni"),  # the x86 driver (AES-NI, which the emulator runs), not the generic C code UML has
     ("generic", "gcm_base(ctr(aes-generic),ghash-generic)"),  # the C code, as in UML: no AES-NI, no PCLMULQDQ
 ])
 def test_the_guest_is_debians_x86_kernel_on_the_fixed_cpu_with_esp_and_its_exit_status_and_outputs_come_back(
-        needs_qemu, tmp_path, crypto, driver):
-    """One boot per crypto (a boot in the emulator takes about 20 s): what runs, and what comes back."""
-    esp_sa = ("ip netns add itb-esp && ip -n itb-esp xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp "
-              "spi 0x100 mode transport aead 'rfc4106(gcm(aes))' 0x" + "11" * 36 + " 128 && "
-              "grep -A2 '^name *: rfc4106(gcm(aes))' /proc/crypto | grep -m1 '^driver' | cut -d: -f2")
-    out = run_cli("uml", "--kernel", "qemu", *(["--qemu-crypto", crypto] if crypto else []), "--", "sh", "-c",
-                  f"pwd; uname -r; echo $IPSEC_TESTBED_BACKEND; grep -m1 'model name' /proc/cpuinfo | cut -d: -f2; "
-                  f"grep -cw aes /proc/cpuinfo; {esp_sa}; echo to-stderr >&2; exit 7", cwd=str(tmp_path), timeout=300)
+        needs_qemu, tmp_path, request, crypto, driver):
+    """One boot per crypto (a boot in the emulator takes about 18 s): the default's is the quiet boot the workload
+    tests share; what runs, and what comes back."""
+    if crypto is None:
+        out, where = request.getfixturevalue("quiet_boot").out, QUIET_CWD
+    else:
+        out = run_cli("uml", "--kernel", "qemu", "--qemu-crypto", crypto, "--", "sh", "-c", f"{CHECKS}; exit 7",
+                      cwd=str(tmp_path), timeout=300)
+        where = str(tmp_path)
     assert out.returncode == 7, out.stderr
     assert out.stderr.strip().endswith("to-stderr") and "to-stderr" not in out.stdout
-    where, release, backend, model, aes, *rest = out.stdout.split("\n")
-    assert (where, backend) == (str(tmp_path), "qemu")
-    assert release == qemukernel.select().release  # Debian's, as fetched: not the host's kernel
-    assert "Westmere" in model and aes == ("0" if crypto == "generic" else "1"), out.stdout
-    assert driver in rest[0], out.stdout
+    lines = out.stdout.split("\n")
+    assert lines[:3] == [where, qemukernel.select().release, "qemu"]  # Debian's, as fetched: not the host's kernel
+    assert "Westmere" in lines[3] and lines[4] == ("0" if crypto == "generic" else "1"), out.stdout
+    assert driver in lines[5], out.stdout
 
 
 WORKLOAD = """
@@ -59,7 +70,7 @@ for _ in range(3):
 print(*counts)
 """
 
-#: ... and, in the quiet boot, the clocks after it (one boot in the emulator takes about 20 s: the two tests share it)
+#: ... and, in the quiet boot, the clocks after it (one boot in the emulator takes about 18 s: three tests share it)
 USER_CLOCK = """
 import time
 from testbed import counting
@@ -69,22 +80,40 @@ print(user, counting.user_time() - user, time.time() - guest)
 """
 
 
-def _workload(script: str) -> tuple[list[str], float, float]:
-    """``script``'s output lines in a counted guest, and the host's time before and after the run."""
+#: Where the counted boots start their command (CHECKS says it back: the host's directory, through 9p)
+QUIET_CWD = "/tmp"
+
+
+@dataclasses.dataclass
+class Boot:
+    """A counted guest's run: the command's outcome, and the host's time before and after it."""
+
+    out: subprocess.CompletedProcess
+    before: float
+    after: float
+
+    def lines(self, first: int = 0) -> list[str]:
+        return self.out.stdout.splitlines()[first:]
+
+
+def _boot(script: str) -> Boot:
+    """:data:`CHECKS`, then ``script`` in Python, then exit 7, in a counted guest (the same commands before the
+    script in every boot, so that each boot's kernel is in the same state when it starts)."""
+    python = shlex.join([sys.executable, "-P", "-c", script])
     before = time.time()
-    out = run_cli("uml", "--kernel", "qemu", "--", sys.executable, "-P", "-c", script, cwd=REPO, timeout=300)
-    after = time.time()
-    assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines(), before, after
+    out = run_cli("uml", "--kernel", "qemu", "--", "sh", "-c", f"{CHECKS}; {python} && exit 7", cwd=QUIET_CWD,
+                  timeout=300)
+    return Boot(out, before, time.time())
 
 
 @pytest.fixture(scope="module")
 def quiet_boot():
-    """The workload's counts, then the clocks, in one guest on a host doing nothing else of the test's."""
+    """One guest on a host doing nothing else of the test's: what it says of itself (:data:`CHECKS`, six lines),
+    the workload's counts, then the clocks; it ends with exit 7."""
     why = qemu.QemuBackend().unavailable()
     if why:
         pytest.fail(f"the counted backend cannot run here: {why}", pytrace=False)
-    return _workload(WORKLOAD + USER_CLOCK)
+    return _boot(WORKLOAD + USER_CLOCK)
 
 
 #: A busy loop at the lowest priority: it takes every CPU cycle nothing else wants, and slows nothing down (the
@@ -93,10 +122,13 @@ IDLE_HOG = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)
 
 
 def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy_the_host(quiet_boot):
-    quiet = [int(x) for x in quiet_boot[0][0].split()]
+    assert quiet_boot.out.returncode == 7, quiet_boot.out.stderr
+    quiet = [int(x) for x in quiet_boot.lines(6)[0].split()]
     hogs = [subprocess.Popen([sys.executable, "-c", IDLE_HOG]) for _ in range(os.cpu_count() or 1)]
     try:
-        busy = [int(x) for x in _workload(WORKLOAD)[0][0].split()]
+        busy_boot = _boot(WORKLOAD)
+        assert busy_boot.out.returncode == 7, busy_boot.out.stderr
+        busy = [int(x) for x in busy_boot.lines(6)[0].split()]
     finally:
         for h in hogs:
             h.kill()
@@ -110,8 +142,9 @@ def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy
 
 
 def test_a_guest_reads_the_users_clock_not_its_own_which_skips_ahead_when_it_idles(quiet_boot):
-    lines, before, after = quiet_boot
-    user, user_slept, guest_slept = (float(x) for x in lines[1].split())
+    assert quiet_boot.out.returncode == 7, quiet_boot.out.stderr
+    lines, before, after = quiet_boot.lines(7), quiet_boot.before, quiet_boot.after
+    user, user_slept, guest_slept = (float(x) for x in lines[0].split())
     assert guest_slept >= 120 and after - before < 110, (lines, after - before)
     # the host's time, where a budget, a progress line and a run's dates read it: not the guest's two minutes
     assert before <= user <= after and 0 <= user_slept <= after - before, (lines, before, after)
