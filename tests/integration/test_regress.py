@@ -15,7 +15,7 @@ SWEEP = [sys.executable, os.path.join(REPO, "experiments", "packet_size_sweep.py
 CLI = [sys.executable, "-m", "cli.main", "regress"]
 #: plain and ESP on one shaped link: goodput set by the link, repetitions within a fraction of a percent
 ARGS = ["--topology", "host_to_host", "--mode", "transport", "--profiles", "aes-gcm-128", "--rates", "40",
-        "--sizes", "1000,1400", "--repetitions", "4", "--duration", "1", "--warmup", "1", "--no-report"]
+        "--sizes", "1000,1400", "--repetitions", "4", "--duration", "1", "--warmup", "0.5", "--no-report"]
 
 
 @pytest.fixture(scope="module")
