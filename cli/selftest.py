@@ -54,6 +54,8 @@ FIRST_GUEST = ("test_profiles.py", "test_bad_input.py", "test_bounds.py", "test_
 #: kernel end; with the unit tests and a guest on its CPU one loop of the guest's shell ran (b8b8da6's fresh clone).
 HOST_ALONE = ("test_clean.py", "test_speed_probe.py", "test_regress_ab.py", "test_xsave_boot.py",
               "test_uml_backend.py::test_a_kernel_that_dies_alone_takes_its_guests_processes_with_it")
+#: How the banner of :data:`HOST_ALONE` says where they run.
+ALONE = "alone, before any guest boots"
 #: Host test modules that run last among the host tests beside the guests, on any CPU: the counted backend's,
 #: whose emulator wants a whole CPU.  Pinned to the first guest's, they took 193 s (at 80672a7), against 98 s with
 #: the machine to themselves; unpinned, the emulator also takes what the second guest leaves idle.  They come
@@ -168,7 +170,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     backend = choice.backend
     if backend is None or backend.runs_here:
         unit, unit_rc = _UnitTests(extra, out).run()
-        host_rc = (host.run(HOST_ALONE), host.run()) if host else (0,)
+        host_rc = (host.run(HOST_ALONE, where=ALONE), host.run()) if host else (0,)
         host_rc = next((rc for rc in host_rc if rc), 0)
         unit, unit_rc = unit + (host.counts() if host else Counts()), unit_rc or host_rc
         if backend is None:
@@ -189,7 +191,7 @@ def _run_stages(args: argparse.Namespace, out: str) -> int:
     cpus = guest_cpus()
     groups = integration_groups(cpus)
     guests = Guests(backend, groups, cpus, out, extra)
-    host_rc = host.run(HOST_ALONE) if host else 0
+    host_rc = host.run(HOST_ALONE, where=ALONE) if host else 0
     _banner(f"integration tests with ESP on {backend.label()}, in {len(groups)} "
             f"guest{'s' if len(groups) > 1 else ''}, beside the unit{' and host' if host else ''} tests"
             f"\n({choice.reason})")
@@ -266,16 +268,16 @@ class _HostTests:
         self.extra, self.out, self.parts = extra, out, 0
 
     def run(self, modules: Sequence[str] = (), cpu: int | None = None, exclude: Sequence[str] = (),
-            where: str = "alone, before any guest boots") -> int:
-        """Run ``modules`` of tests/host (modules or ``module::test``), said to run ``where``; or, with none, all
-        but :data:`HOST_ALONE` and ``exclude``; on host CPU ``cpu`` if given.  Their exit status (a ``-k`` that
-        selects none of them is no failure)."""
+            where: str | None = None) -> int:
+        """Run ``modules`` of tests/host (modules or ``module::test``), or with none all but :data:`HOST_ALONE` and
+        ``exclude``; on host CPU ``cpu`` if given; the banner says they run ``where`` (by default, on that CPU).
+        Their exit status (a ``-k`` that selects none of them is no failure)."""
         if modules:
             paths = [f"tests/host/{m}" for m in modules]
         else:
             paths = ["tests/host", *(f"--{'deselect' if '::' in m else 'ignore'}=tests/host/{m}"
                                      for m in (*HOST_ALONE, *exclude))]
-            where = f"on host CPU {cpu}" if cpu is not None else "the others"
+        where = where or (f"on host CPU {cpu}" if cpu is not None else "the others")
         _banner(f"host tests (tests/host, root on the host kernel), {where}")
         cmd = _pytest_cmd(paths, f"{self.out}/host{self.parts}.xml", self.extra)
         self.parts += 1
