@@ -33,6 +33,8 @@ CHECKS = ("pwd; uname -r; echo $IPSEC_TESTBED_BACKEND; grep -m1 'model name' /pr
           "dst 192.0.2.2 proto esp spi 0x100 mode transport aead 'rfc4106(gcm(aes))' 0x" + "11" * 36 + " 128 && "
           "grep -A2 '^name *: rfc4106(gcm(aes))' /proc/crypto | grep -m1 '^driver' | cut -d: -f2; "
           "echo to-stderr >&2")
+#: ... the lines of stdout they take, before what a boot runs after them
+CHECK_LINES = 6
 
 
 @pytest.mark.parametrize("crypto, driver", [
@@ -46,9 +48,7 @@ def test_the_guest_is_debians_x86_kernel_on_the_fixed_cpu_with_esp_and_its_exit_
     if crypto is None:
         out, where = request.getfixturevalue("quiet_boot").out, QUIET_CWD
     else:
-        out = run_cli("uml", "--kernel", "qemu", "--qemu-crypto", crypto, "--", "sh", "-c", f"{CHECKS}; exit 7",
-                      cwd=str(tmp_path), timeout=300)
-        where = str(tmp_path)
+        out, where = _boot(crypto=crypto, cwd=str(tmp_path)).out, str(tmp_path)
     assert out.returncode == 7, out.stderr
     assert out.stderr.strip().endswith("to-stderr") and "to-stderr" not in out.stdout
     lines = out.stdout.split("\n")
@@ -96,19 +96,20 @@ class Boot:
         return self.out.stdout.splitlines()[first:]
 
 
-def _boot(script: str) -> Boot:
-    """:data:`CHECKS`, then ``script`` in Python, then exit 7, in a counted guest (the same commands before the
-    script in every boot, so that each boot's kernel is in the same state when it starts)."""
-    python = shlex.join([sys.executable, "-P", "-c", script])
+def _boot(script: str | None = None, crypto: str | None = None, cwd: str = QUIET_CWD) -> Boot:
+    """:data:`CHECKS`, then ``script`` in Python if given, then exit 7, in a counted guest with ``crypto``'s drivers
+    (the same commands before the script in every boot, so that each boot's kernel is in the same state when it
+    starts)."""
+    python = f"{shlex.join([sys.executable, '-P', '-c', script])} && " if script else ""
     before = time.time()
-    out = run_cli("uml", "--kernel", "qemu", "--", "sh", "-c", f"{CHECKS}; {python} && exit 7", cwd=QUIET_CWD,
-                  timeout=300)
+    out = run_cli("uml", "--kernel", "qemu", *(["--qemu-crypto", crypto] if crypto else []), "--", "sh", "-c",
+                  f"{CHECKS}; {python}exit 7", cwd=cwd, timeout=300)
     return Boot(out, before, time.time())
 
 
 @pytest.fixture(scope="module")
 def quiet_boot():
-    """One guest on a host doing nothing else of the test's: what it says of itself (:data:`CHECKS`, six lines),
+    """One guest on a host doing nothing else of the test's: what it says of itself (:data:`CHECKS`),
     the workload's counts, then the clocks; it ends with exit 7."""
     why = qemu.QemuBackend().unavailable()
     if why:
@@ -123,12 +124,12 @@ IDLE_HOG = "import os\nos.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)
 
 def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy_the_host(quiet_boot):
     assert quiet_boot.out.returncode == 7, quiet_boot.out.stderr
-    quiet = [int(x) for x in quiet_boot.lines(6)[0].split()]
+    quiet = [int(x) for x in quiet_boot.lines(CHECK_LINES)[0].split()]
     hogs = [subprocess.Popen([sys.executable, "-c", IDLE_HOG]) for _ in range(os.cpu_count() or 1)]
     try:
         busy_boot = _boot(WORKLOAD)
         assert busy_boot.out.returncode == 7, busy_boot.out.stderr
-        busy = [int(x) for x in busy_boot.lines(6)[0].split()]
+        busy = [int(x) for x in busy_boot.lines(CHECK_LINES)[0].split()]
     finally:
         for h in hogs:
             h.kill()
@@ -143,7 +144,7 @@ def test_a_fixed_workload_costs_the_same_instructions_in_every_boot_however_busy
 
 def test_a_guest_reads_the_users_clock_not_its_own_which_skips_ahead_when_it_idles(quiet_boot):
     assert quiet_boot.out.returncode == 7, quiet_boot.out.stderr
-    lines, before, after = quiet_boot.lines(7), quiet_boot.before, quiet_boot.after
+    lines, before, after = quiet_boot.lines(CHECK_LINES + 1), quiet_boot.before, quiet_boot.after
     user, user_slept, guest_slept = (float(x) for x in lines[0].split())
     assert guest_slept >= 120 and after - before < 110, (lines, after - before)
     # the host's time, where a budget, a progress line and a run's dates read it: not the guest's two minutes
